@@ -1,0 +1,58 @@
+package egraph
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// reportSize adds e-nodes per second and bytes per e-node (heap in use after
+// a GC, divided by e-nodes) to a benchmark's output.
+func reportSize[D any](b *testing.B, g *EGraph[D], elapsed time.Duration, heapBefore uint64) {
+	b.Helper()
+	b.ReportMetric(float64(g.NumNodes())*float64(b.N)/elapsed.Seconds(), "e-nodes/s")
+	b.ReportMetric(float64(g.NumNodes()), "e-nodes")
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapAlloc-min(heapBefore, ms.HeapAlloc))/float64(g.NumNodes()), "bytes/e-node")
+	runtime.KeepAlive(g)
+}
+
+func heapInUse() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func benchAC(b *testing.B, terms int, sched func() Scheduler) {
+	rules := acRules(b)
+	src := acTerm(terms)
+	var g *EGraph[NoData]
+	heap := heapInUse()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		g = NewPlain()
+		if _, err := g.AddExpr(src); err != nil {
+			b.Fatal(err)
+		}
+		r := Runner[NoData]{IterLimit: 100, NodeLimit: 100_000_000, TimeLimit: time.Hour, Scheduler: sched()}
+		rep, err := r.Run(context.Background(), g, rules)
+		if err != nil || rep.Stop != Saturated {
+			b.Fatalf("stop %v err %v", rep.Stop, err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	reportSize(b, g, elapsed, heap)
+}
+
+func BenchmarkAC7(b *testing.B) { benchAC(b, 7, func() Scheduler { return SimpleScheduler{} }) }
+func BenchmarkAC7Backoff(b *testing.B) {
+	benchAC(b, 7, func() Scheduler { return NewBackoffScheduler() })
+}
+func BenchmarkAC8(b *testing.B) { benchAC(b, 8, func() Scheduler { return SimpleScheduler{} }) }
+func BenchmarkAC9(b *testing.B) { benchAC(b, 9, func() Scheduler { return SimpleScheduler{} }) }

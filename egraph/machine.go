@@ -1,0 +1,236 @@
+package egraph
+
+import (
+	"context"
+	"fmt"
+)
+
+// The matcher is a small virtual machine in the style of de Moura and
+// Bjørner's e-matching machine as egg compiles it. A pattern compiles into a
+// list of instructions over registers that hold class ids: bind (for each
+// node of the class in a register with the right operator, put its children
+// in fresh registers and go on), compare (two registers must hold the same
+// class: a repeated variable), and scan (for each class holding an operator:
+// the root of a later pattern of a multi-pattern). Backtracking is recursion
+// at bind and scan. Matching reads the e-graph and writes nothing, so rules
+// can be searched in parallel.
+
+type instrKind uint8
+
+const (
+	iBind instrKind = iota
+	iCompare
+	iScan
+)
+
+type instr struct {
+	kind    instrKind
+	in      int32 // bind: the class register; compare: one side
+	out     int32 // bind: first child register; scan: the register to fill; compare: other side
+	arity   int32
+	op      Symbol
+	payload Payload
+}
+
+// program is a compiled searcher.
+type program struct {
+	instrs  []instr
+	nregs   int
+	varReg  []int32 // register of each variable
+	rootReg []int32 // register of each pattern's root
+	rootOp  Symbol  // operator of the first pattern's root
+	rootVar bool    // the first pattern is a lone variable: every class matches
+}
+
+// compile turns patterns that share variables (one pattern, or the parts
+// of a multi-pattern) into a program. vars is the shared variable list;
+// every pattern variable must be in it. The first pattern's root is register
+// 0, filled by the caller; each later pattern's root is found by a scan of
+// its operator, or is the register of an already bound variable.
+func compile(pats []*Pattern, vars []string) program {
+	index := map[string]int{}
+	for i, v := range vars {
+		index[v] = i
+	}
+	pr := program{varReg: make([]int32, len(vars)), nregs: 1}
+	for i := range pr.varReg {
+		pr.varReg[i] = -1
+	}
+	type work struct {
+		p   *Pattern
+		n   int
+		reg int32
+	}
+	for pi, p := range pats {
+		root := p.nodes[p.root()]
+		var reg int32
+		switch {
+		case pi == 0:
+			reg = 0
+			pr.rootOp = root.op
+			if root.v >= 0 {
+				pr.rootVar = true
+				pr.varReg[index[p.vars[root.v]]] = 0
+			}
+		case root.v >= 0:
+			// NewMultiPattern checks that a later root variable is bound.
+			reg = pr.varReg[index[p.vars[root.v]]]
+		default:
+			reg = int32(pr.nregs)
+			pr.nregs++
+			pr.instrs = append(pr.instrs, instr{kind: iScan, out: reg, op: root.op})
+		}
+		pr.rootReg = append(pr.rootReg, reg)
+		if root.v >= 0 {
+			continue
+		}
+		stack := []work{{p, p.root(), reg}}
+		for len(stack) > 0 {
+			w := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			n := w.p.nodes[w.n]
+			out := int32(pr.nregs)
+			pr.nregs += len(n.kids)
+			pr.instrs = append(pr.instrs, instr{kind: iBind, in: w.reg, out: out, arity: int32(len(n.kids)), op: n.op, payload: n.payload})
+			// Compares right after the bind prune early; subterms are
+			// pushed in reverse so that they are matched left to right.
+			for k, kid := range n.kids {
+				kn := w.p.nodes[kid]
+				if kn.v < 0 {
+					continue
+				}
+				gv := index[w.p.vars[kn.v]]
+				if pr.varReg[gv] < 0 {
+					pr.varReg[gv] = out + int32(k)
+				} else {
+					pr.instrs = append(pr.instrs, instr{kind: iCompare, in: out + int32(k), out: pr.varReg[gv]})
+				}
+			}
+			for k := len(n.kids) - 1; k >= 0; k-- {
+				if w.p.nodes[n.kids[k]].v < 0 {
+					stack = append(stack, work{w.p, n.kids[k], out + int32(k)})
+				}
+			}
+		}
+	}
+	return pr
+}
+
+// matchSet holds matches flat: per match, the roots then the variables.
+type matchSet struct {
+	nroots, nvars int
+	data          []ClassID
+	limit         int             // stop after this many matches; 0 means no limit
+	ctx           context.Context // checked between root classes; nil for none
+	interrupted   bool
+	skipped       bool // the scheduler did not run the rule this iteration
+}
+
+func (ms *matchSet) len() int {
+	w := ms.nroots + ms.nvars
+	if w == 0 {
+		return 0
+	}
+	return len(ms.data) / w
+}
+
+func (ms *matchSet) full() bool {
+	return ms.interrupted || (ms.limit > 0 && ms.len() >= ms.limit)
+}
+
+// checkpoint notes a canceled context every so many root classes, so that a
+// search of a huge e-graph still answers Ctrl-C promptly.
+func (ms *matchSet) checkpoint(i int) {
+	if ms.ctx != nil && i&255 == 0 && ms.ctx.Err() != nil {
+		ms.interrupted = true
+	}
+}
+
+func (ms *matchSet) at(i int) (roots, subst []ClassID) {
+	w := ms.nroots + ms.nvars
+	m := ms.data[i*w : (i+1)*w : (i+1)*w]
+	return m[:ms.nroots], m[ms.nroots:]
+}
+
+type machine struct {
+	g    *Graph
+	pr   *program
+	regs []ClassID
+	out  *matchSet
+}
+
+// search runs a program over the whole e-graph, which must be rebuilt.
+func (pr *program) search(g *Graph, out *matchSet) {
+	m := machine{g: g, pr: pr, regs: make([]ClassID, pr.nregs), out: out}
+	if pr.rootVar {
+		for id, p := range g.parent {
+			if p != ClassID(id) {
+				continue
+			}
+			out.checkpoint(id)
+			m.regs[0] = ClassID(id)
+			m.run(0)
+			if out.full() {
+				return
+			}
+		}
+		return
+	}
+	if int(pr.rootOp) >= len(g.byOp) {
+		return
+	}
+	for i, c := range g.byOp[pr.rootOp] {
+		out.checkpoint(i)
+		m.regs[0] = c
+		m.run(0)
+		if out.full() {
+			return
+		}
+	}
+}
+
+func (m *machine) run(pc int) {
+	g := m.g
+	for ; pc < len(m.pr.instrs); pc++ {
+		in := &m.pr.instrs[pc]
+		switch in.kind {
+		case iBind:
+			for _, nid := range g.opRange(m.regs[in.in], in.op) {
+				r := &g.nodes[nid]
+				if r.payload != in.payload || int32(r.arity) != in.arity {
+					continue
+				}
+				copy(m.regs[in.out:in.out+in.arity], g.kids[r.kids:r.kids+uint32(r.arity)])
+				m.run(pc + 1)
+				if m.out.full() {
+					return
+				}
+			}
+			return
+		case iCompare:
+			if m.regs[in.in] != m.regs[in.out] {
+				return
+			}
+		case iScan:
+			if int(in.op) >= len(g.byOp) {
+				return
+			}
+			for _, c := range g.byOp[in.op] {
+				m.regs[in.out] = c
+				m.run(pc + 1)
+				if m.out.full() {
+					return
+				}
+			}
+			return
+		default:
+			panic(fmt.Sprintf("egraph: bad instruction %d", in.kind))
+		}
+	}
+	for _, r := range m.pr.rootReg {
+		m.out.data = append(m.out.data, m.regs[r])
+	}
+	for _, r := range m.pr.varReg {
+		m.out.data = append(m.out.data, m.regs[r])
+	}
+}
