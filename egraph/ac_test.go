@@ -27,13 +27,18 @@ func acTerm(n int) string {
 }
 
 func saturateAC(t testing.TB, n int, sched Scheduler) (*EGraph[NoData], *Report) {
+	g, _, rep := saturateACRoot(t, n, sched)
+	return g, rep
+}
+
+func saturateACRoot(t testing.TB, n int, sched Scheduler) (*EGraph[NoData], ClassID, *Report) {
 	g := NewPlain()
-	_, err := g.AddExpr(acTerm(n))
+	root, err := g.AddExpr(acTerm(n))
 	require.NoError(t, err)
 	r := Runner[NoData]{IterLimit: 100, NodeLimit: 10_000_000, TimeLimit: 1 << 40, Scheduler: sched}
 	rep, err := r.Run(context.Background(), g, acRules(t))
 	require.NoError(t, err)
-	return g, rep
+	return g, g.Find(root), rep
 }
 
 func TestACSaturation(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,28 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lumsearch/lumsearch/internal/shareddata"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// sharedDataDir returns the shared test data folder, which sits beside the
-// project checkout (../../shared/data from this package). A user's clone has
-// no such folder, so the tests that need it skip; CI sets
-// LUMSEARCH_REQUIRE_DATA=1 so that a missing folder fails instead of
-// silently skipping.
-func sharedDataDir(t testing.TB) string {
-	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "shared", "data"))
-	require.NoError(t, err)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		msg := fmt.Sprintf("shared test data not found at %s (expected beside the project checkout; see shared/data/README.md)", dir)
-		if os.Getenv("LUMSEARCH_REQUIRE_DATA") == "1" {
-			t.Fatal(msg + "; failing because LUMSEARCH_REQUIRE_DATA=1")
-		}
-		t.Skip(msg + "; skipping (set LUMSEARCH_REQUIRE_DATA=1 to fail instead)")
-	}
-	return dir
-}
+func sharedDataDir(t testing.TB) string { return shareddata.Dir(t) }
 
 // extractionGymDir is the egraph-serialize corpus inside the shared data.
 func extractionGymDir(t testing.TB) string {
