@@ -56,3 +56,25 @@ func BenchmarkAC7Backoff(b *testing.B) {
 }
 func BenchmarkAC8(b *testing.B) { benchAC(b, 8, func() Scheduler { return SimpleScheduler{} }) }
 func BenchmarkAC9(b *testing.B) { benchAC(b, 9, func() Scheduler { return SimpleScheduler{} }) }
+
+func benchMath(b *testing.B, nodeLimit int) {
+	var g *EGraph[constant]
+	heap := heapInUse()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		g, _, _ = runMath(b, nodeLimit, nil)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	reportSize(b, g, elapsed, heap)
+}
+
+// BenchmarkMath100k is the math-simplification workload: commutativity,
+// associativity, distributivity, identities and constant folding over a few
+// start terms, until the e-graph passes 100k e-nodes.
+func BenchmarkMath100k(b *testing.B) { benchMath(b, 100_000) }
+
+// BenchmarkMath1M grows the same workload past a million e-nodes, for the
+// bytes-per-e-node figure of a large e-graph.
+func BenchmarkMath1M(b *testing.B) { benchMath(b, 1_000_000) }

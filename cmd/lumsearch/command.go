@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// action is a subcommand's work once its flags are parsed: pos holds the
+// positional arguments.
+type action func(ctx context.Context, pos []string, stdout io.Writer) error
+
+// command is one subcommand: its help text and how to run it.
+type command struct {
+	name     string // what the user types
+	summary  string // one line for the command list
+	synopsis string // usage line, without "Usage: "
+	doc      string // what it does, a paragraph or two
+	example  string // one or more example command lines
+	// setup defines the command's flags on fs and returns the action that
+	// reads them, so that help can list the flags without running anything.
+	setup func(fs *flag.FlagSet) action
+}
+
+// flagSet returns a fresh flag set for c with its flags defined, and the
+// action bound to them. The set prints nothing itself: execute reports
+// errors and help.
+func (c *command) flagSet() (*flag.FlagSet, action) {
+	fs := flag.NewFlagSet("lumsearch "+c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	act := c.setup(fs)
+	return fs, act
+}
+
+// execute parses args (flags may come before or after the positional
+// arguments), then runs the command and turns its result into an exit code.
+func (c *command) execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, act := c.flagSet()
+	pos, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		c.writeHelp(stdout)
+		return exitOK
+	}
+	if err == nil {
+		err = act(ctx, pos, stdout)
+	}
+	switch {
+	case err == nil:
+		return exitOK
+	case isUsage(err):
+		fmt.Fprintf(stderr, "lumsearch: %s: %v\n", c.name, err)
+		if c == helpCommand {
+			fmt.Fprintln(stderr, "Run 'lumsearch help' for the list of commands.")
+		} else {
+			fmt.Fprintf(stderr, "Run 'lumsearch %s -h' for usage.\n", c.name)
+		}
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "lumsearch: %s: %v\n", c.name, err)
+		return exitError
+	}
+}
+
+// parseInterspersed parses flags anywhere among args, as in
+// "lumsearch egraph f.json --json", and returns the positional arguments in
+// order. A "--" ends the flags: everything after it is positional. Flag
+// errors come back as usageError; a request for help as flag.ErrHelp.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &usageError{msg: err.Error()}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// writeHelp prints c's usage, description, flags and example.
+func (c *command) writeHelp(w io.Writer) {
+	fs, _ := c.flagSet()
+	fmt.Fprintf(w, "Usage: lumsearch %s\n\n", c.synopsis)
+	fmt.Fprintf(w, "%s\n", strings.TrimSpace(c.doc))
+	var flags bytes.Buffer
+	fs.SetOutput(&flags)
+	fs.PrintDefaults()
+	if flags.Len() > 0 {
+		fmt.Fprintf(w, "\nFlags (one dash or two, before or after the arguments):\n%s", flags.String())
+	}
+	fmt.Fprintf(w, "\nExample:\n")
+	for _, line := range strings.Split(strings.TrimSpace(c.example), "\n") {
+		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(line))
+	}
+}
+
+// writeMainHelp prints the program's overview and its command list.
+func writeMainHelp(w io.Writer) {
+	fmt.Fprint(w, `lumsearch is an equality-saturation superoptimizing compiler for ML models.
+Today it offers the e-graph engine; optimize, compile and the other compiler
+commands are planned and do not exist yet.
+
+Usage: lumsearch <command> [arguments]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s  %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run 'lumsearch help <command>' or 'lumsearch <command> -h' for a command's
+flags and an example.
+
+Example:
+  lumsearch egraph egraph/testdata/ac4.json
+`)
+}

@@ -1,0 +1,28 @@
+// Command lumsearch is the command line of lumsearch, an equality-saturation
+// superoptimizing compiler for ML models.
+//
+// Today it exposes what exists: the e-graph engine, through the egraph
+// subcommand, which loads an egraph-serialize JSON file and reports its size
+// (and optionally draws it with Graphviz). The compiler commands (optimize,
+// compile, extract, ...) come with the packages they need.
+//
+// Usage:
+//
+//	lumsearch <command> [arguments]
+//
+// Run "lumsearch help" for the list of commands and "lumsearch help <command>"
+// or "lumsearch <command> -h" for a command's flags and an example.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
