@@ -101,12 +101,7 @@ func FromSerialized(s *Serialized) (*Imported, error) {
 // newEmptyClass makes a class with no nodes yet, for importers whose nodes
 // refer to classes before those classes' nodes are read. The importer must
 // union a node into it before the next Rebuild.
-func (g *EGraph[D]) newEmptyClass() ClassID {
-	c := g.newClass()
-	var d D
-	g.data = append(g.data, d)
-	return c
-}
+func (g *EGraph[D]) newEmptyClass() ClassID { return g.newClassData() }
 
 // SerializeOptions says how to write an e-graph in the egraph-serialize
 // format.

@@ -13,10 +13,9 @@ import (
 type EGraph[D any] struct {
 	Graph
 	analysis Analysis[D]
-	data     []D      // indexed by ClassID; meaningful for canonical ids
+	data     []D      // indexed by the class's pool slot
 	dataWork []NodeID // nodes whose class data must take in their Make again
 	scratch  []ClassID
-	adder    func(uint64, Symbol, Payload, []ClassID) ClassID // addNew, bound once
 }
 
 // New returns an empty e-graph with the given analysis.
@@ -28,7 +27,26 @@ func New[D any](a Analysis[D]) *EGraph[D] {
 func NewPlain() *EGraph[NoData] { return New[NoData](NoAnalysis{}) }
 
 // Data returns the analysis data of the class id belongs to.
-func (g *EGraph[D]) Data(id ClassID) D { return g.data[g.find(id)] }
+func (g *EGraph[D]) Data(id ClassID) D { return g.data[g.slot[g.find(id)]] }
+
+// dataOf points at a canonical class's data.
+func (g *EGraph[D]) dataOf(c ClassID) *D { return &g.data[g.slot[c]] }
+
+// newClassData makes a class with zero data.
+func (g *EGraph[D]) newClassData() ClassID {
+	c, s := g.newClass()
+	g.initData(s)
+	return c
+}
+
+func (g *EGraph[D]) initData(s uint32) {
+	var zero D
+	if int(s) == len(g.data) {
+		g.data = append(g.data, zero)
+	} else {
+		g.data[s] = zero
+	}
+}
 
 // Add adds a node and returns its class. An equal node (after its children
 // are canonicalized) is found instead of added. Children must be classes of
@@ -66,13 +84,21 @@ func (g *EGraph[D]) addCanonical(op Symbol, p Payload, kids []ClassID) ClassID {
 	return g.addNew(h, op, p, kids)
 }
 
+func (g *EGraph[D]) graph() *Graph { return &g.Graph }
+
+// addHashed adds a node known to be absent from the hash-cons, whose
+// children are canonical and whose hash is h.
+func (g *EGraph[D]) addHashed(h uint64, op Symbol, p Payload, kids []ClassID) ClassID {
+	return g.addNew(h, op, p, kids)
+}
+
 func (g *EGraph[D]) addNew(h uint64, op Symbol, p Payload, kids []ClassID) ClassID {
-	c, nid := g.addNode(h, op, p, kids)
-	var d D
-	g.data = append(g.data, d)
+	c, s, nid := g.addNode(h, op, p, kids)
+	g.initData(s)
 	// kids may alias g.scratch, which Make may reuse through Add; read the
 	// stored copy instead.
-	g.data[c] = g.analysis.Make(g, g.Node(nid))
+	d := g.analysis.Make(g, g.Node(nid))
+	g.data[s] = d
 	g.analysis.Modify(g, c)
 	return c
 }
@@ -89,11 +115,11 @@ func (g *EGraph[D]) union(a, b ClassID, why reason) bool {
 		return false
 	}
 	root, child, split := g.link(ra, rb)
-	g.prov.record(a, b, root, child, why)
+	g.prov.record(a, b, why)
 	// Only the parents whose child's data changed need their Make again:
 	// the root's own before split, the merged class's after it.
-	parents := g.classes[root].parents
-	dm := g.analysis.Merge(&g.data[root], g.data[child])
+	parents := g.cls(root).parents
+	dm := g.analysis.Merge(g.dataOf(root), g.data[g.slot[child]])
 	if dm.To {
 		g.dataWork = append(g.dataWork, parents[:split]...)
 	}
@@ -101,7 +127,8 @@ func (g *EGraph[D]) union(a, b ClassID, why reason) bool {
 		g.dataWork = append(g.dataWork, parents[split:]...)
 	}
 	var zero D
-	g.data[child] = zero
+	g.data[g.slot[child]] = zero
+	g.release(child)
 	g.analysis.Modify(g, root)
 	return true
 }
@@ -135,8 +162,8 @@ func (g *EGraph[D]) Rebuild() int {
 			}
 			c := g.Find(g.nodes[id].class)
 			d := g.analysis.Make(g, g.Node(id))
-			if g.analysis.Merge(&g.data[c], d).To {
-				g.dataWork = append(g.dataWork, g.classes[c].parents...)
+			if g.analysis.Merge(g.dataOf(c), d).To {
+				g.dataWork = append(g.dataWork, g.cls(c).parents...)
 				g.analysis.Modify(g, c)
 			}
 		}

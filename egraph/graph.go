@@ -20,7 +20,12 @@ type Graph struct {
 	nodes   []nodeRec
 	kids    []ClassID // children arena, addressed by nodeRec.kids
 	table   hashcons
-	classes []eclass // indexed by ClassID; empty for ids that are not canonical
+	// Classes live in a pool whose slots are reused when a class is merged
+	// away: most classes a saturation run creates are merged soon after,
+	// and a record per id ever handed out would cost more than the nodes.
+	slot []uint32 // indexed by ClassID; meaningful for canonical ids
+	pool []eclass
+	free []uint32
 	live    int      // canonical classes
 	alive   int      // nodes not dropped as duplicates
 
@@ -90,8 +95,11 @@ func (g *Graph) Classes() []ClassID {
 // ClassNodes returns the nodes of a class. The slice belongs to the e-graph:
 // read it, do not keep it past the next mutation.
 func (g *Graph) ClassNodes(id ClassID) []NodeID {
-	return g.classes[g.find(id)].nodes
+	return g.cls(g.find(id)).nodes
 }
+
+// cls is the record of a canonical class.
+func (g *Graph) cls(c ClassID) *eclass { return &g.pool[g.slot[c]] }
 
 // Node returns a stored node. Its Children alias the e-graph's arena: read
 // them, do not modify or keep them past the next mutation.
@@ -133,7 +141,7 @@ func (g *Graph) ClassesWithOp(op Symbol) []ClassID {
 // opRange returns the nodes of a canonical class with operator op; class
 // nodes are sorted by operator after Rebuild.
 func (g *Graph) opRange(c ClassID, op Symbol) []NodeID {
-	ns := g.classes[c].nodes
+	ns := g.pool[g.slot[c]].nodes
 	lo, hi := 0, len(ns)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -157,22 +165,48 @@ func (g *Graph) kidsOf(id NodeID) []ClassID {
 
 func (g *Graph) sameContent(id NodeID, op Symbol, p Payload, kids []ClassID) bool {
 	r := &g.nodes[id]
-	return r.op == op && r.payload == p && slices.Equal(g.kids[r.kids:r.kids+uint32(r.arity)], kids)
+	if r.op != op || r.payload != p || int(r.arity) != len(kids) {
+		return false
+	}
+	stored := g.kids[r.kids : r.kids+uint32(len(kids))]
+	for i, k := range kids {
+		if stored[i] != k {
+			return false
+		}
+	}
+	return true
 }
 
-func (g *Graph) newClass() ClassID {
+// newClass makes an empty class and returns it with its pool slot, which
+// the analysis layer uses to index its data.
+func (g *Graph) newClass() (ClassID, uint32) {
 	id := ClassID(len(g.parent))
 	g.parent = append(g.parent, id)
-	g.classes = append(g.classes, eclass{})
+	var s uint32
+	if n := len(g.free); n > 0 {
+		s = g.free[n-1]
+		g.free = g.free[:n-1]
+	} else {
+		s = uint32(len(g.pool))
+		g.pool = append(g.pool, eclass{})
+	}
+	g.slot = append(g.slot, s)
 	g.live++
-	return id
+	return id, s
+}
+
+// release returns a merged-away class's slot to the pool.
+func (g *Graph) release(c ClassID) {
+	s := g.slot[c]
+	g.pool[s] = eclass{}
+	g.free = append(g.free, s)
 }
 
 // addNode stores a node whose children are canonical and which the
 // hash-cons does not hold, in a new class of its own.
-func (g *Graph) addNode(h uint64, op Symbol, p Payload, kids []ClassID) (ClassID, NodeID) {
+func (g *Graph) addNode(h uint64, op Symbol, p Payload, kids []ClassID) (ClassID, uint32, NodeID) {
 	g.clean = false
-	c := g.newClass()
+	c, slot := g.newClass()
 	id := NodeID(len(g.nodes))
 	g.nodes = append(g.nodes, nodeRec{op: op, class: c, kids: uint32(len(g.kids)), arity: uint16(len(kids)), payload: p})
 	g.kids = append(g.kids, kids...)
@@ -181,16 +215,16 @@ func (g *Graph) addNode(h uint64, op Symbol, p Payload, kids []ClassID) (ClassID
 	}
 	g.singles = append(g.singles, id)
 	n := len(g.singles)
-	g.classes[c].nodes = g.singles[n-1 : n : n]
+	g.pool[slot].nodes = g.singles[n-1 : n : n]
 	for i, k := range kids {
 		if !slices.Contains(kids[:i], k) {
-			kc := &g.classes[k]
+			kc := g.cls(k)
 			kc.parents = append(kc.parents, id)
 		}
 	}
 	g.table.insert(h, id)
 	g.alive++
-	return c, id
+	return c, slot, id
 }
 
 // canonicalKids writes n's children, canonicalized, into buf.
@@ -212,9 +246,10 @@ func (g *Graph) canonicalKids(n Node, buf []ClassID) ([]ClassID, error) {
 // their lists. It returns the root, the merged child, and how many of the
 // root's parents it had before the child's were appended. Ties go to the
 // smaller id so that the choice never depends on anything but the sequence
-// of operations.
+// of operations. The child's record is emptied but its slot is not yet
+// released: the caller still merges its analysis data.
 func (g *Graph) link(a, b ClassID) (root, child ClassID, split int) {
-	ca, cb := &g.classes[a], &g.classes[b]
+	ca, cb := g.cls(a), g.cls(b)
 	if len(ca.parents) < len(cb.parents) || (len(ca.parents) == len(cb.parents) && b < a) {
 		a, b = b, a
 		ca, cb = cb, ca
@@ -232,7 +267,7 @@ func (g *Graph) link(a, b ClassID) (root, child ClassID, split int) {
 }
 
 func (g *Graph) markDirty(c ClassID) {
-	cl := &g.classes[c]
+	cl := g.cls(c)
 	if !cl.dirty {
 		cl.dirty = true
 		g.dirty = append(g.dirty, c)
@@ -280,7 +315,7 @@ func (g *Graph) tidy() {
 		if g.parent[c] != c { // merged away after being marked
 			continue
 		}
-		cl := &g.classes[c]
+		cl := g.cls(c)
 		cl.dirty = false
 		cl.nodes = slices.DeleteFunc(cl.nodes, func(n NodeID) bool { return g.nodes[n].dead })
 		slices.SortFunc(cl.nodes, func(x, y NodeID) int {
@@ -304,11 +339,11 @@ func (g *Graph) tidy() {
 	for i := range g.byOp {
 		g.byOp[i] = g.byOp[i][:0]
 	}
-	for id := range g.classes {
-		if g.parent[id] != ClassID(id) {
+	for id, p := range g.parent {
+		if p != ClassID(id) {
 			continue
 		}
-		cl := &g.classes[id]
+		cl := g.cls(p)
 		last := Symbol(0)
 		for i, nid := range cl.nodes {
 			op := g.nodes[nid].op

@@ -40,10 +40,9 @@ type Binding struct {
 
 // UnionRecord says why two classes became one.
 type UnionRecord struct {
-	// A and B are the ids as passed to the union; Root and Child are the
-	// canonical ids it linked (Child now points to Root).
-	A, B, Root, Child ClassID
-	Kind              ReasonKind
+	// A and B are the ids the union was called with.
+	A, B ClassID
+	Kind ReasonKind
 	// Reason is the rule's name for ByRule and the caller's text for ByCaller.
 	Reason string
 	// Match is, for ByRule, the class the rule matched at (the first
@@ -83,8 +82,8 @@ type reason struct {
 }
 
 // provenance is the union log. It is compact because every union of a
-// saturation run is recorded: sixteen bytes per union plus four per bound
-// variable, with rule names and variable lists stored once.
+// saturation run is recorded: twenty bytes per union plus four per match
+// class, with rule names and variable lists stored once.
 type provenance struct {
 	recs  []unionRec
 	args  []ClassID // match bindings, addressed by unionRec.args
@@ -93,13 +92,11 @@ type provenance struct {
 }
 
 type unionRec struct {
-	a, b        ClassID
-	root, child ClassID
-	desc        uint32
-	args        uint32
-	kind        ReasonKind
-	nargs       uint16
-	matchRoot   ClassID
+	a, b  ClassID
+	desc  uint32
+	args  uint32 // offset in provenance.args: the match root, then the bindings (rules); two node ids (congruence)
+	nargs uint16
+	kind  ReasonKind
 }
 
 type reasonDesc struct {
@@ -122,29 +119,30 @@ func (p *provenance) describe(text string, vars []string) uint32 {
 	return id
 }
 
-func (p *provenance) record(a, b, root, child ClassID, why reason) {
-	r := unionRec{a: a, b: b, root: root, child: child, kind: why.kind, desc: why.desc, matchRoot: why.root,
-		args: uint32(len(p.args)), nargs: uint16(len(why.match))}
+func (p *provenance) record(a, b ClassID, why reason) {
+	r := unionRec{a: a, b: b, kind: why.kind, desc: why.desc, args: uint32(len(p.args)), nargs: uint16(len(why.match))}
+	if why.kind == ByRule {
+		p.args = append(p.args, why.root)
+	}
 	p.args = append(p.args, why.match...)
 	p.recs = append(p.recs, r)
 }
 
 func (p *provenance) export(i int) UnionRecord {
 	r := p.recs[i]
-	out := UnionRecord{A: r.a, B: r.b, Root: r.root, Child: r.child, Kind: r.kind}
+	out := UnionRecord{A: r.a, B: r.b, Kind: r.kind}
+	args := p.args[r.args:]
 	switch r.kind {
 	case ByCongruence:
-		out.Nodes = [2]NodeID{NodeID(p.args[r.args]), NodeID(p.args[r.args+1])}
-	case ByRule, ByCaller:
+		out.Nodes = [2]NodeID{NodeID(args[0]), NodeID(args[1])}
+	case ByCaller:
+		out.Reason = p.descs[r.desc].text
+	case ByRule:
 		d := p.descs[r.desc]
 		out.Reason = d.text
-		out.MatchRoot = r.matchRoot
-		for j := range int(r.nargs) {
-			name := ""
-			if j < len(d.vars) {
-				name = d.vars[j]
-			}
-			out.Match = append(out.Match, Binding{Var: name, Class: p.args[r.args+uint32(j)]})
+		out.MatchRoot = args[0]
+		for j, c := range args[1 : 1+int(r.nargs)] {
+			out.Match = append(out.Match, Binding{Var: d.vars[j], Class: c})
 		}
 	}
 	return out

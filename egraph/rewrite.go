@@ -22,10 +22,8 @@ type Rewrite[D any] struct {
 	search Searcher
 	conds  []Condition[D]
 	rhs    []*Pattern
-	varMap [][]int // per right-side pattern: its variable index -> searcher variable index
+	build  []*builder // the right-side patterns, compiled against the searcher's variables
 	fn     ApplyFunc[D]
-
-	scratch instanceScratch
 }
 
 // Name is the rule's name.
@@ -68,7 +66,7 @@ func NewRewrite[D any](name string, lhs Searcher, rhs []*Pattern, conds ...Condi
 			}
 			m[i] = j
 		}
-		r.varMap = append(r.varMap, m)
+		r.build = append(r.build, newBuilder(p, m))
 	}
 	return r, nil
 }
@@ -144,12 +142,9 @@ func (r *Rewrite[D]) apply(g *EGraph[D], m Match, desc uint32) (int, error) {
 		return 0, nil
 	}
 	n := 0
-	for i, p := range r.rhs {
-		id, err := instantiate(g, p, m.Subst, r.varMap[i], &r.scratch)
-		if err != nil {
-			return n, fmt.Errorf("rule %s: %w", r.name, err)
-		}
-		if g.union(m.Roots[i], id, why) {
+	for i, b := range r.build {
+		id := b.build(g, m.Subst)
+		if g.Find(m.Roots[i]) != g.Find(id) && g.union(m.Roots[i], id, why) {
 			n++
 		}
 	}

@@ -135,54 +135,94 @@ func AddInstance[D any](g *EGraph[D], p *Pattern, subst []ClassID) (ClassID, err
 	if len(subst) < len(p.vars) {
 		return 0, fmt.Errorf("instantiate %s: %d classes for %d variables", p, len(subst), len(p.vars))
 	}
-	var sc instanceScratch
-	return instantiate(g, p, subst, nil, &sc)
-}
-
-// instanceScratch is reused across instantiations so that applying a rule
-// to many matches does not allocate per match.
-type instanceScratch struct {
-	ids, kids []ClassID
-}
-
-// instantiate adds p bottom-up; the postorder of p.nodes means every child
-// is added before its parent. Variable v takes subst[varMap[v]], or
-// subst[v] when varMap is nil.
-func instantiate[D any](g *EGraph[D], p *Pattern, subst []ClassID, varMap []int, sc *instanceScratch) (ClassID, error) {
-	if g.adder == nil {
-		g.adder = g.addNew
+	for _, c := range subst {
+		if int(c) >= g.NumIDs() {
+			return 0, fmt.Errorf("instantiate %s: class %d does not exist", p, c)
+		}
 	}
-	return g.Graph.instantiate(p, subst, varMap, sc, g.adder)
+	b := newBuilder(p, nil)
+	return b.build(g, subst), nil
 }
 
-// instantiate is the analysis-free part of instantiation: nodes that are
-// already present are found without leaving the Graph, and only new nodes
-// go through add, which runs the analysis. Most nodes a saturating rule
-// instantiates already exist, so this path is the hot one.
-func (g *Graph) instantiate(p *Pattern, subst []ClassID, varMap []int, sc *instanceScratch, add func(uint64, Symbol, Payload, []ClassID) ClassID) (ClassID, error) {
-	ids := slices.Grow(sc.ids[:0], len(p.nodes))[:len(p.nodes)]
-	sc.ids = ids
-	for i := range p.nodes {
-		n := &p.nodes[i]
+// builder is a right-side pattern compiled for instantiation: a list of
+// nodes to add bottom-up, each child taken from the match (source >= 0, an
+// index into the substitution) or from an earlier step (source < 0, step
+// -source-1). It owns its scratch space, so one builder must not be used
+// by two goroutines at once.
+type builder struct {
+	steps []buildStep
+	srcs  []int32
+	root  int32 // the source of the result
+	out   []ClassID
+	kids  []ClassID
+}
+
+type buildStep struct {
+	op      Symbol
+	payload Payload
+	off, n  uint32 // the step's children in srcs
+}
+
+// newBuilder compiles p. varMap maps p's variable indexes to substitution
+// indexes; nil means the identity.
+func newBuilder(p *Pattern, varMap []int) *builder {
+	b := &builder{}
+	src := make([]int32, len(p.nodes))
+	maxArity := 0
+	for i, n := range p.nodes {
 		if n.v >= 0 {
+			v := n.v
 			if varMap != nil {
-				ids[i] = subst[varMap[n.v]]
-			} else {
-				ids[i] = subst[n.v]
+				v = varMap[v]
 			}
+			src[i] = int32(v)
 			continue
 		}
-		kids := sc.kids[:0]
+		st := buildStep{op: n.op, payload: n.payload, off: uint32(len(b.srcs)), n: uint32(len(n.kids))}
 		for _, k := range n.kids {
-			kids = append(kids, g.Find(ids[k]))
+			b.srcs = append(b.srcs, src[k])
 		}
-		sc.kids = kids
-		h := hashNode(n.op, n.payload, kids)
-		if id, ok := g.table.lookup(g, h, n.op, n.payload, kids); ok {
-			ids[i] = g.Find(g.nodes[id].class)
-			continue
-		}
-		ids[i] = add(h, n.op, n.payload, kids)
+		maxArity = max(maxArity, len(n.kids))
+		b.steps = append(b.steps, st)
+		src[i] = -int32(len(b.steps))
 	}
-	return ids[len(ids)-1], nil
+	b.root = src[len(src)-1]
+	b.out = make([]ClassID, len(b.steps))
+	b.kids = make([]ClassID, maxArity)
+	return b
+}
+
+// build adds the instance for subst and returns its class. Nodes that
+// already exist are found without leaving the Graph; only new ones go
+// through the analysis. Most nodes a saturating rule builds already exist,
+// so this is the hot path of rule application.
+func (b *builder) build(eg interface {
+	graph() *Graph
+	addHashed(uint64, Symbol, Payload, []ClassID) ClassID
+}, subst []ClassID) ClassID {
+	g := eg.graph()
+	out := b.out
+	for i := range b.steps {
+		st := &b.steps[i]
+		kids := b.kids[:st.n]
+		for j, s := range b.srcs[st.off : st.off+st.n] {
+			var c ClassID
+			if s >= 0 {
+				c = subst[s]
+			} else {
+				c = out[-s-1]
+			}
+			kids[j] = g.Find(c)
+		}
+		h := hashNode(st.op, st.payload, kids)
+		if id, ok := g.table.lookup(g, h, st.op, st.payload, kids); ok {
+			out[i] = g.Find(g.nodes[id].class)
+		} else {
+			out[i] = eg.addHashed(h, st.op, st.payload, kids)
+		}
+	}
+	if b.root >= 0 {
+		return subst[b.root]
+	}
+	return out[-b.root-1]
 }
