@@ -32,7 +32,11 @@ type Graph struct {
 	pending []NodeID  // nodes whose children may have stopped being canonical
 	dirty   []ClassID // classes whose node lists need sorting
 	byOp    [][]ClassID
-	clean   bool // no mutation since the last Rebuild
+	clean   bool   // no mutation since the last Rebuild
+	stamp   uint32 // count of rebuilds that changed something
+	// nodeStamp[n] is the stamp of the rebuild after which node n last
+	// changed: added, recanonicalized, or moved into another class.
+	nodeStamp []uint32
 
 	prov provenance
 
@@ -45,7 +49,11 @@ type Graph struct {
 type eclass struct {
 	nodes   []NodeID
 	parents []NodeID // nodes that have this class as a child (may hold stale or dead ids)
-	dirty   bool
+	// stamp is the Graph.stamp of the rebuild after which the class's node
+	// list last changed (a node added, merged in or recanonicalized), for
+	// incremental matching.
+	stamp uint32
+	dirty bool
 }
 
 // Find returns the canonical id of the class id belongs to.
@@ -140,8 +148,8 @@ func (g *Graph) ClassesWithOp(op Symbol) []ClassID {
 
 // opRange returns the nodes of a canonical class with operator op; class
 // nodes are sorted by operator after Rebuild.
-func (g *Graph) opRange(c ClassID, op Symbol) []NodeID {
-	ns := g.pool[g.slot[c]].nodes
+func (g *Graph) opRange(cl *eclass, op Symbol) []NodeID {
+	ns := cl.nodes
 	lo, hi := 0, len(ns)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -216,6 +224,8 @@ func (g *Graph) addNode(h uint64, op Symbol, p Payload, kids []ClassID) (ClassID
 	g.singles = append(g.singles, id)
 	n := len(g.singles)
 	g.pool[slot].nodes = g.singles[n-1 : n : n]
+	g.pool[slot].stamp = g.stamp + 1
+	g.nodeStamp = append(g.nodeStamp, g.stamp+1)
 	for i, k := range kids {
 		if !slices.Contains(kids[:i], k) {
 			kc := g.cls(k)
@@ -258,6 +268,9 @@ func (g *Graph) link(a, b ClassID) (root, child ClassID, split int) {
 	g.parent[b] = a
 	split = len(ca.parents)
 	g.pending = append(g.pending, cb.parents...)
+	for _, n := range cb.nodes {
+		g.nodeStamp[n] = g.stamp + 1
+	}
 	ca.nodes = append(ca.nodes, cb.nodes...)
 	ca.parents = append(ca.parents, cb.parents...)
 	*cb = eclass{}
@@ -297,6 +310,7 @@ func (g *Graph) recanonicalize(id NodeID) (dup NodeID, found bool) {
 	for i, k := range kids {
 		kids[i] = g.Find(k)
 	}
+	g.nodeStamp[id] = g.stamp + 1
 	g.markDirty(g.Find(r.class))
 	h := hashNode(r.op, r.payload, kids)
 	if other, ok := g.table.lookup(g, h, r.op, r.payload, kids); ok {
@@ -317,6 +331,7 @@ func (g *Graph) tidy() {
 		}
 		cl := g.cls(c)
 		cl.dirty = false
+		cl.stamp = g.stamp + 1
 		cl.nodes = slices.DeleteFunc(cl.nodes, func(n NodeID) bool { return g.nodes[n].dead })
 		slices.SortFunc(cl.nodes, func(x, y NodeID) int {
 			if ox, oy := g.nodes[x].op, g.nodes[y].op; ox != oy {
@@ -353,5 +368,6 @@ func (g *Graph) tidy() {
 			}
 		}
 	}
+	g.stamp++
 	g.clean = true
 }

@@ -124,6 +124,13 @@ type matchSet struct {
 	ctx           context.Context // checked between root classes; nil for none
 	interrupted   bool
 	skipped       bool // the scheduler did not run the rule this iteration
+	// incremental asks only for matches that bind a node that changed
+	// (was added, recanonicalized or moved to another class by a union)
+	// after stamp since. Every other match was found by the search at stamp
+	// since, with the same classes, so a rule that applied all of those
+	// matches unconditionally would gain nothing from them again.
+	incremental bool
+	since       uint32
 }
 
 func (ms *matchSet) len() int {
@@ -157,11 +164,15 @@ type machine struct {
 	pr   *program
 	regs []ClassID
 	out  *matchSet
+	// since, when incremental, restricts the output to matches that bind a
+	// node changed after stamp since (see matchSet.since).
+	since       uint32
+	incremental bool
 }
 
 // search runs a program over the whole e-graph, which must be rebuilt.
 func (pr *program) search(g *Graph, out *matchSet) {
-	m := machine{g: g, pr: pr, regs: make([]ClassID, pr.nregs), out: out}
+	m := machine{g: g, pr: pr, regs: make([]ClassID, pr.nregs), out: out, since: out.since, incremental: out.incremental}
 	if pr.rootVar {
 		for id, p := range g.parent {
 			if p != ClassID(id) {
@@ -169,7 +180,7 @@ func (pr *program) search(g *Graph, out *matchSet) {
 			}
 			out.checkpoint(id)
 			m.regs[0] = ClassID(id)
-			m.run(0)
+			m.run(0, !m.incremental || g.cls(p).stamp > m.since)
 			if out.full() {
 				return
 			}
@@ -182,26 +193,29 @@ func (pr *program) search(g *Graph, out *matchSet) {
 	for i, c := range g.byOp[pr.rootOp] {
 		out.checkpoint(i)
 		m.regs[0] = c
-		m.run(0)
+		m.run(0, !m.incremental)
 		if out.full() {
 			return
 		}
 	}
 }
 
-func (m *machine) run(pc int) {
+// run executes the program from pc. fresh says whether the match so far
+// binds a node that changed after stamp m.since; in incremental mode only
+// fresh matches are output.
+func (m *machine) run(pc int, fresh bool) {
 	g := m.g
 	for ; pc < len(m.pr.instrs); pc++ {
 		in := &m.pr.instrs[pc]
 		switch in.kind {
 		case iBind:
-			for _, nid := range g.opRange(m.regs[in.in], in.op) {
+			for _, nid := range g.opRange(g.cls(m.regs[in.in]), in.op) {
 				r := &g.nodes[nid]
 				if r.payload != in.payload || int32(r.arity) != in.arity {
 					continue
 				}
 				copy(m.regs[in.out:in.out+in.arity], g.kids[r.kids:r.kids+uint32(r.arity)])
-				m.run(pc + 1)
+				m.run(pc+1, fresh || g.nodeStamp[nid] > m.since)
 				if m.out.full() {
 					return
 				}
@@ -217,7 +231,7 @@ func (m *machine) run(pc int) {
 			}
 			for _, c := range g.byOp[in.op] {
 				m.regs[in.out] = c
-				m.run(pc + 1)
+				m.run(pc+1, fresh)
 				if m.out.full() {
 					return
 				}
@@ -226,6 +240,9 @@ func (m *machine) run(pc int) {
 		default:
 			panic(fmt.Sprintf("egraph: bad instruction %d", in.kind))
 		}
+	}
+	if !fresh {
+		return
 	}
 	for _, r := range m.pr.rootReg {
 		m.out.data = append(m.out.data, m.regs[r])

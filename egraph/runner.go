@@ -71,12 +71,22 @@ type Runner[D any] struct {
 	// Workers searches rules in parallel on this many goroutines. Results
 	// are merged in rule order, so the outcome does not depend on it.
 	Workers int
+	// FullMatching turns off incremental matching. By default a rule that
+	// has no conditions and no Go applier, once it has applied all its
+	// matches, is afterwards given only the matches that bind a node of a
+	// class changed since: the others would rebuild what is there and union
+	// what is already one class. The resulting e-graph is the same either
+	// way up to the numbering of ids (re-applying an old match between
+	// rebuilds can add a node that the rebuild finds congruent to an old
+	// one); the work and the reported match counts differ.
+	FullMatching bool
 }
 
 // RuleIteration is one rule's share of an iteration.
 type RuleIteration struct {
 	Name string
 	// Matches found (a banned rule's search stops at its limit plus one).
+	// Under incremental matching these are the new matches only.
 	Matches int
 	// Applied counts the unions the rule made that merged two classes.
 	Applied int
@@ -149,6 +159,12 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 		descs[i] = g.prov.describe(rw.name, rw.search.Vars())
 	}
 	sets := make([]*matchSet, len(rules))
+	// appliedAt[i] is the stamp at which rule i last searched and applied
+	// every match, or -1.
+	appliedAt := make([]int64, len(rules))
+	for i := range appliedAt {
+		appliedAt[i] = -1
+	}
 	for iter := 0; ; iter++ {
 		switch {
 		case iter >= iterLimit:
@@ -161,7 +177,8 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 		}
 		it := Iteration{Index: iter, Rules: make([]RuleIteration, len(rules))}
 		t0 := time.Now()
-		r.search(runCtx, g, rules, sched, iter, sets)
+		stamp := g.stamp
+		r.search(runCtx, g, rules, sched, iter, sets, appliedAt)
 		it.Search = time.Since(t0)
 		if s := stopped(); s != NotStopped {
 			rep.Iterations = append(rep.Iterations, it)
@@ -186,6 +203,7 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 				continue
 			}
 			vars := rw.search.Vars()
+			complete := true
 			for j := range ms.len() {
 				roots, subst := ms.at(j)
 				n, err := rw.apply(g, Match{Roots: roots, Subst: subst, vars: vars}, descs[i])
@@ -198,8 +216,12 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 				// otherwise overshoot the limit many times over.
 				if g.NumNodes() > nodeLimit {
 					stop = NodeLimit
+					complete = j == ms.len()-1
 					break
 				}
+			}
+			if complete && !ms.interrupted {
+				appliedAt[i] = int64(stamp)
 			}
 			if ri.Applied > 0 {
 				changed = true
@@ -240,7 +262,7 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 // search fills sets[i] with rule i's matches, or marks it skipped when the
 // scheduler skips the rule. With Workers > 1 rules are searched concurrently; each writes
 // only its own slot, and the e-graph is only read.
-func (r *Runner[D]) search(ctx context.Context, g *EGraph[D], rules []*Rewrite[D], sched Scheduler, iter int, sets []*matchSet) {
+func (r *Runner[D]) search(ctx context.Context, g *EGraph[D], rules []*Rewrite[D], sched Scheduler, iter int, sets []*matchSet, appliedAt []int64) {
 	run := make([]bool, len(rules))
 	for i := range rules {
 		// Match buffers are kept from one iteration to the next: growing
@@ -255,6 +277,11 @@ func (r *Runner[D]) search(ctx context.Context, g *EGraph[D], rules []*Rewrite[D
 		}
 		ms := sets[i]
 		ms.data, ms.limit, ms.ctx, ms.interrupted, ms.skipped = ms.data[:0], limit, ctx, false, !run[i]
+		rw := rules[i]
+		ms.incremental = !r.FullMatching && rw.fn == nil && len(rw.conds) == 0 && appliedAt[i] >= 0
+		if ms.incremental {
+			ms.since = uint32(appliedAt[i])
+		}
 	}
 	one := func(i int) {
 		if run[i] {
