@@ -16,18 +16,18 @@ import (
 // structure is valid but not congruence-closed, and the per-operator index is
 // stale.
 type Graph struct {
-	parent  []ClassID // union-find; parent[i] == i for canonical ids
-	nodes   []nodeRec
-	kids    []ClassID // children arena, addressed by nodeRec.kids
-	table   hashcons
+	parent []ClassID // union-find; parent[i] == i for canonical ids
+	nodes  []nodeRec
+	kids   []ClassID // children arena, addressed by nodeRec.kids
+	table  hashcons
 	// Classes live in a pool whose slots are reused when a class is merged
 	// away: most classes a saturation run creates are merged soon after,
 	// and a record per id ever handed out would cost more than the nodes.
-	slot []uint32 // indexed by ClassID; meaningful for canonical ids
-	pool []eclass
-	free []uint32
-	live    int      // canonical classes
-	alive   int      // nodes not dropped as duplicates
+	slot  []uint32 // indexed by ClassID; meaningful for canonical ids
+	pool  []eclass
+	free  []uint32
+	live  int // canonical classes
+	alive int // nodes not dropped as duplicates
 
 	pending []NodeID  // nodes whose children may have stopped being canonical
 	dirty   []ClassID // classes whose node lists need sorting

@@ -1,11 +1,25 @@
 package egraph
-import ("testing")
+
+import (
+	"testing"
+)
+
 func BenchmarkMicroLookup(b *testing.B) {
 	g, _ := saturateAC(b, 7, SimpleScheduler{})
 	var nodes []Node
-	for _, c := range g.Classes() { for _, n := range g.ClassNodes(c) { nd := g.Node(n); nd.Children = append([]ClassID(nil), nd.Children...); nodes = append(nodes, nd) } }
+	for _, c := range g.Classes() {
+		for _, n := range g.ClassNodes(c) {
+			nd := g.Node(n)
+			nd.Children = append([]ClassID(nil), nd.Children...)
+			nodes = append(nodes, nd)
+		}
+	}
 	b.ResetTimer()
-	for range b.N { for _, n := range nodes { g.Lookup(n) } }
+	for range b.N {
+		for _, n := range nodes {
+			g.Lookup(n)
+		}
+	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(nodes)), "ns/lookup")
 }
 func BenchmarkMicroApplyAssoc(b *testing.B) {
