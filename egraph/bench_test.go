@@ -28,7 +28,10 @@ func heapInUse() uint64 {
 }
 
 func benchAC(b *testing.B, terms int, sched func() Scheduler) {
-	rules := acRules(b)
+	benchACRules(b, terms, sched, acRules(b))
+}
+
+func benchACRules(b *testing.B, terms int, sched func() Scheduler, rules []*Rewrite[NoData]) {
 	src := acTerm(terms)
 	var g *EGraph[NoData]
 	heap := heapInUse()
@@ -50,7 +53,20 @@ func benchAC(b *testing.B, terms int, sched func() Scheduler) {
 	reportSize(b, g, elapsed, heap)
 }
 
+// BenchmarkAC7 is the associativity-commutativity check: the two two-way
+// rules (four rewrites) saturating (+ 1 (+ 2 ... 7)) into 127 classes.
 func BenchmarkAC7(b *testing.B) { benchAC(b, 7, func() Scheduler { return SimpleScheduler{} }) }
+
+// BenchmarkAC7EggRules is the same saturation with the rules of egg's own
+// math_associate_adds test, which egg's timing refers to: one-way
+// commutativity and associativity.
+func BenchmarkAC7EggRules(b *testing.B) {
+	rules := []*Rewrite[NoData]{
+		MustParseRewrite[NoData]("comm-add", "(+ ?a ?b)", "(+ ?b ?a)"),
+		MustParseRewrite[NoData]("assoc-add", "(+ ?a (+ ?b ?c))", "(+ (+ ?a ?b) ?c)"),
+	}
+	benchACRules(b, 7, func() Scheduler { return SimpleScheduler{} }, rules)
+}
 func BenchmarkAC7Backoff(b *testing.B) {
 	benchAC(b, 7, func() Scheduler { return NewBackoffScheduler() })
 }

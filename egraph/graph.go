@@ -34,9 +34,6 @@ type Graph struct {
 	byOp    [][]ClassID
 	clean   bool   // no mutation since the last Rebuild
 	stamp   uint32 // count of rebuilds that changed something
-	// nodeStamp[n] is the stamp of the rebuild after which node n last
-	// changed: added, recanonicalized, or moved into another class.
-	nodeStamp []uint32
 
 	prov provenance
 
@@ -113,7 +110,7 @@ func (g *Graph) cls(c ClassID) *eclass { return &g.pool[g.slot[c]] }
 // them, do not modify or keep them past the next mutation.
 func (g *Graph) Node(id NodeID) Node {
 	r := &g.nodes[id]
-	return Node{Op: r.op, Payload: r.payload, Children: g.kids[r.kids : r.kids+uint32(r.arity) : r.kids+uint32(r.arity)]}
+	return Node{Op: r.op, Payload: r.payload, Children: r.kidsIn(g.kids)}
 }
 
 // NodeClass returns the canonical class a node belongs to.
@@ -166,17 +163,14 @@ func (g *Graph) opRange(cl *eclass, op Symbol) []NodeID {
 	return ns[lo:end]
 }
 
-func (g *Graph) kidsOf(id NodeID) []ClassID {
-	r := &g.nodes[id]
-	return g.kids[r.kids : r.kids+uint32(r.arity)]
-}
+func (g *Graph) kidsOf(id NodeID) []ClassID { return g.nodes[id].kidsIn(g.kids) }
 
 func (g *Graph) sameContent(id NodeID, op Symbol, p Payload, kids []ClassID) bool {
 	r := &g.nodes[id]
 	if r.op != op || r.payload != p || int(r.arity) != len(kids) {
 		return false
 	}
-	stored := g.kids[r.kids : r.kids+uint32(len(kids))]
+	stored := r.kidsIn(g.kids)
 	for i, k := range kids {
 		if stored[i] != k {
 			return false
@@ -216,8 +210,14 @@ func (g *Graph) addNode(h uint64, op Symbol, p Payload, kids []ClassID) (ClassID
 	g.clean = false
 	c, slot := g.newClass()
 	id := NodeID(len(g.nodes))
-	g.nodes = append(g.nodes, nodeRec{op: op, class: c, kids: uint32(len(g.kids)), arity: uint16(len(kids)), payload: p})
-	g.kids = append(g.kids, kids...)
+	rec := nodeRec{op: op, class: c, arity: uint16(len(kids)), payload: p, stamp: g.stamp + 1}
+	if len(kids) <= inlineKids {
+		copy(rec.kid[:], kids)
+	} else {
+		rec.kid[0] = ClassID(len(g.kids))
+		g.kids = append(g.kids, kids...)
+	}
+	g.nodes = append(g.nodes, rec)
 	if len(g.singles) == cap(g.singles) {
 		g.singles = make([]NodeID, 0, 1024)
 	}
@@ -225,7 +225,6 @@ func (g *Graph) addNode(h uint64, op Symbol, p Payload, kids []ClassID) (ClassID
 	n := len(g.singles)
 	g.pool[slot].nodes = g.singles[n-1 : n : n]
 	g.pool[slot].stamp = g.stamp + 1
-	g.nodeStamp = append(g.nodeStamp, g.stamp+1)
 	for i, k := range kids {
 		if !slices.Contains(kids[:i], k) {
 			kc := g.cls(k)
@@ -269,7 +268,7 @@ func (g *Graph) link(a, b ClassID) (root, child ClassID, split int) {
 	split = len(ca.parents)
 	g.pending = append(g.pending, cb.parents...)
 	for _, n := range cb.nodes {
-		g.nodeStamp[n] = g.stamp + 1
+		g.nodes[n].stamp = g.stamp + 1
 	}
 	ca.nodes = append(ca.nodes, cb.nodes...)
 	ca.parents = append(ca.parents, cb.parents...)
@@ -295,7 +294,7 @@ func (g *Graph) recanonicalize(id NodeID) (dup NodeID, found bool) {
 	if r.dead {
 		return 0, false
 	}
-	kids := g.kids[r.kids : r.kids+uint32(r.arity)]
+	kids := r.kidsIn(g.kids)
 	stale := false
 	for _, k := range kids {
 		if g.parent[k] != k {
@@ -310,7 +309,7 @@ func (g *Graph) recanonicalize(id NodeID) (dup NodeID, found bool) {
 	for i, k := range kids {
 		kids[i] = g.Find(k)
 	}
-	g.nodeStamp[id] = g.stamp + 1
+	r.stamp = g.stamp + 1
 	g.markDirty(g.Find(r.class))
 	h := hashNode(r.op, r.payload, kids)
 	if other, ok := g.table.lookup(g, h, r.op, r.payload, kids); ok {

@@ -214,8 +214,8 @@ func (m *machine) run(pc int, fresh bool) {
 				if r.payload != in.payload || int32(r.arity) != in.arity {
 					continue
 				}
-				copy(m.regs[in.out:in.out+in.arity], g.kids[r.kids:r.kids+uint32(r.arity)])
-				m.run(pc+1, fresh || g.nodeStamp[nid] > m.since)
+				copy(m.regs[in.out:in.out+in.arity], r.kidsIn(g.kids))
+				m.run(pc+1, fresh || r.stamp > m.since)
 				if m.out.full() {
 					return
 				}

@@ -51,16 +51,35 @@ func (n Node) String() string {
 // compact node record.
 const maxArity = 1<<16 - 1
 
-// nodeRec is the compact stored form of a node: 24 bytes plus four bytes per
-// child in the shared children arena. Keeping nodes in one arena (not one
-// allocation each) is what keeps a million-node e-graph small.
+// nodeRec is the compact stored form of a node, 32 bytes. Children of
+// nodes with at most two live in the record itself, so that matching and
+// hash-cons lookups, the hot paths, touch one cache line per node; longer
+// child lists live in the graph's shared children arena. Keeping nodes in
+// one arena (not one allocation each) is what keeps a million-node e-graph
+// small.
 type nodeRec struct {
-	op      Symbol
-	class   ClassID // the class the node was added to; Find gives the current one
-	kids    uint32  // offset of the children in Graph.kids
-	arity   uint16
-	dead    bool // dropped by rebuilding as a duplicate of a congruent node
+	op    Symbol
+	class ClassID // the class the node was added to; Find gives the current one
+	arity uint16
+	dead  bool // dropped by rebuilding as a duplicate of a congruent node
+	// stamp is the Graph.stamp of the rebuild after which the node last
+	// changed: added, recanonicalized, or moved into another class by a
+	// union. Incremental matching compares it.
+	stamp   uint32
+	kid     [inlineKids]ClassID // the children, or kid[0] = their offset in Graph.kids
 	payload Payload
+}
+
+// inlineKids is how many children a node record holds itself.
+const inlineKids = 2
+
+// kids returns the node's children, aliasing its storage.
+func (r *nodeRec) kidsIn(arena []ClassID) []ClassID {
+	if r.arity <= inlineKids {
+		return r.kid[:r.arity:r.arity]
+	}
+	off := uint32(r.kid[0])
+	return arena[off : off+uint32(r.arity) : off+uint32(r.arity)]
 }
 
 // hashNode mixes a node's content into a 64-bit hash. The constants are the
