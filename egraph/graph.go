@@ -34,6 +34,9 @@ type Graph struct {
 	byOp    [][]ClassID
 	clean   bool   // no mutation since the last Rebuild
 	stamp   uint32 // count of rebuilds that changed something
+	// moved[n] is the stamp of the rebuild after which node n last moved
+	// into another class because its class was merged into that one.
+	moved []uint32
 
 	prov provenance
 
@@ -147,6 +150,18 @@ func (g *Graph) ClassesWithOp(op Symbol) []ClassID {
 // nodes are sorted by operator after Rebuild.
 func (g *Graph) opRange(cl *eclass, op Symbol) []NodeID {
 	ns := cl.nodes
+	if len(ns) == 0 {
+		return nil
+	}
+	// Most classes hold one operator; answering them from the two ends
+	// saves the binary search's scattered reads.
+	first, last := g.nodes[ns[0]].op, g.nodes[ns[len(ns)-1]].op
+	if first == op && last == op {
+		return ns
+	}
+	if op < first || op > last {
+		return nil
+	}
 	lo, hi := 0, len(ns)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -218,6 +233,7 @@ func (g *Graph) addNode(h uint64, op Symbol, p Payload, kids []ClassID) (ClassID
 		g.kids = append(g.kids, kids...)
 	}
 	g.nodes = append(g.nodes, rec)
+	g.moved = append(g.moved, 0)
 	if len(g.singles) == cap(g.singles) {
 		g.singles = make([]NodeID, 0, 1024)
 	}
@@ -268,7 +284,7 @@ func (g *Graph) link(a, b ClassID) (root, child ClassID, split int) {
 	split = len(ca.parents)
 	g.pending = append(g.pending, cb.parents...)
 	for _, n := range cb.nodes {
-		g.nodes[n].stamp = g.stamp + 1
+		g.moved[n] = g.stamp + 1
 	}
 	ca.nodes = append(ca.nodes, cb.nodes...)
 	ca.parents = append(ca.parents, cb.parents...)

@@ -3,6 +3,7 @@ package egraph
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // The matcher is a small virtual machine in the style of de Moura and
@@ -25,6 +26,7 @@ const (
 
 type instr struct {
 	kind    instrKind
+	root    bool  // bind: the class register is a pattern's root
 	in      int32 // bind: the class register; compare: one side
 	out     int32 // bind: first child register; scan: the register to fill; compare: other side
 	arity   int32
@@ -84,6 +86,7 @@ func compile(pats []*Pattern, vars []string) program {
 		if root.v >= 0 {
 			continue
 		}
+		rootBind := len(pr.instrs)
 		stack := []work{{p, p.root(), reg}}
 		for len(stack) > 0 {
 			w := stack[len(stack)-1]
@@ -112,6 +115,7 @@ func compile(pats []*Pattern, vars []string) program {
 				}
 			}
 		}
+		pr.instrs[rootBind].root = true
 	}
 	return pr
 }
@@ -125,10 +129,11 @@ type matchSet struct {
 	interrupted   bool
 	skipped       bool // the scheduler did not run the rule this iteration
 	// incremental asks only for matches that bind a node that changed
-	// (was added, recanonicalized or moved to another class by a union)
-	// after stamp since. Every other match was found by the search at stamp
-	// since, with the same classes, so a rule that applied all of those
-	// matches unconditionally would gain nothing from them again.
+	// after stamp since: added or recanonicalized, or, below a pattern's
+	// root, moved to another class by a union. Every other match was found
+	// by the search at stamp since, with the same variables and a root
+	// class that is now part of its root class, so a rule that applied all
+	// of those matches unconditionally would gain nothing from them again.
 	incremental bool
 	since       uint32
 }
@@ -201,8 +206,8 @@ func (pr *program) search(g *Graph, out *matchSet) {
 }
 
 // run executes the program from pc. fresh says whether the match so far
-// binds a node that changed after stamp m.since; in incremental mode only
-// fresh matches are output.
+// binds a node that changed after stamp m.since (see matchSet.incremental);
+// in incremental mode only fresh matches are output.
 func (m *machine) run(pc int, fresh bool) {
 	g := m.g
 	for ; pc < len(m.pr.instrs); pc++ {
@@ -215,7 +220,10 @@ func (m *machine) run(pc int, fresh bool) {
 					continue
 				}
 				copy(m.regs[in.out:in.out+in.arity], r.kidsIn(g.kids))
-				m.run(pc+1, fresh || r.stamp > m.since)
+				// A node that only moved into the root's class adds no new
+				// match there: the root's class contains its old one. Below
+				// the root a moved node makes new combinations.
+				m.run(pc+1, fresh || r.stamp > m.since || (!in.root && g.moved[nid] > m.since))
 				if m.out.full() {
 					return
 				}
@@ -244,10 +252,15 @@ func (m *machine) run(pc int, fresh bool) {
 	if !fresh {
 		return
 	}
-	for _, r := range m.pr.rootReg {
-		m.out.data = append(m.out.data, m.regs[r])
+	out := m.out
+	n := len(out.data)
+	out.data = slices.Grow(out.data, len(m.pr.rootReg)+len(m.pr.varReg))[:n+len(m.pr.rootReg)+len(m.pr.varReg)]
+	dst := out.data[n:]
+	for i, r := range m.pr.rootReg {
+		dst[i] = m.regs[r]
 	}
-	for _, r := range m.pr.varReg {
-		m.out.data = append(m.out.data, m.regs[r])
+	dst = dst[len(m.pr.rootReg):]
+	for i, r := range m.pr.varReg {
+		dst[i] = m.regs[r]
 	}
 }

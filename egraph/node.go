@@ -62,9 +62,9 @@ type nodeRec struct {
 	class ClassID // the class the node was added to; Find gives the current one
 	arity uint16
 	dead  bool // dropped by rebuilding as a duplicate of a congruent node
-	// stamp is the Graph.stamp of the rebuild after which the node last
-	// changed: added, recanonicalized, or moved into another class by a
-	// union. Incremental matching compares it.
+	// stamp is the Graph.stamp of the rebuild after which the node was
+	// added or last recanonicalized (Graph.moved records moves between
+	// classes). Incremental matching compares it.
 	stamp   uint32
 	kid     [inlineKids]ClassID // the children, or kid[0] = their offset in Graph.kids
 	payload Payload
