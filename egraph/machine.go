@@ -27,6 +27,7 @@ const (
 type instr struct {
 	kind    instrKind
 	root    bool  // bind: the class register is a pattern's root
+	last    bool  // bind: no bind or scan follows, so nothing deeper can be fresh
 	in      int32 // bind: the class register; compare: one side
 	out     int32 // bind: first child register; scan: the register to fill; compare: other side
 	arity   int32
@@ -116,6 +117,14 @@ func compile(pats []*Pattern, vars []string) program {
 			}
 		}
 		pr.instrs[rootBind].root = true
+	}
+	for i := len(pr.instrs) - 1; i >= 0; i-- {
+		if k := pr.instrs[i].kind; k == iBind {
+			pr.instrs[i].last = true
+			break
+		} else if k == iScan {
+			break
+		}
 	}
 	return pr
 }
@@ -214,7 +223,13 @@ func (m *machine) run(pc int, fresh bool) {
 		in := &m.pr.instrs[pc]
 		switch in.kind {
 		case iBind:
-			for _, nid := range g.opRange(g.cls(m.regs[in.in]), in.op) {
+			cl := g.cls(m.regs[in.in])
+			if !fresh && in.last && m.incremental && cl.stamp <= m.since {
+				// No node of this class changed, and no bind follows that
+				// could find one that did: every match from here is old.
+				return
+			}
+			for _, nid := range g.opRange(cl, in.op) {
 				r := &g.nodes[nid]
 				if r.payload != in.payload || int32(r.arity) != in.arity {
 					continue

@@ -150,3 +150,42 @@ func (r *Rewrite[D]) apply(g *EGraph[D], m Match, desc uint32) (int, error) {
 	}
 	return n, nil
 }
+
+// applyAll applies every match in ms, stopping early when the e-graph
+// grows past nodeLimit; it reports the merging unions made and whether it
+// got through all the matches. The limit is checked per match, not per
+// rule, because one exploding rule can otherwise overshoot it many times
+// over.
+func (r *Rewrite[D]) applyAll(g *EGraph[D], ms *matchSet, desc uint32, nodeLimit int) (int, bool, error) {
+	n := ms.len()
+	applied := 0
+	if r.fn == nil && len(r.conds) == 0 && len(r.build) == 1 {
+		// The common case, without the per-match Match and condition calls.
+		b, w := r.build[0], ms.nroots+ms.nvars
+		for j := range n {
+			m := ms.data[j*w : (j+1)*w]
+			root, subst := m[0], m[1:]
+			id := b.build(g, subst)
+			if g.Find(root) != g.Find(id) && g.union(root, id, reason{kind: ByRule, desc: desc, root: root, match: subst}) {
+				applied++
+			}
+			if g.NumNodes() > nodeLimit {
+				return applied, j == n-1, nil
+			}
+		}
+		return applied, true, nil
+	}
+	vars := r.search.Vars()
+	for j := range n {
+		roots, subst := ms.at(j)
+		k, err := r.apply(g, Match{Roots: roots, Subst: subst, vars: vars}, desc)
+		applied += k
+		if err != nil {
+			return applied, false, err
+		}
+		if g.NumNodes() > nodeLimit {
+			return applied, j == n-1, nil
+		}
+	}
+	return applied, true, nil
+}

@@ -202,23 +202,14 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 				ri.Banned = true
 				continue
 			}
-			vars := rw.search.Vars()
-			complete := true
-			for j := range ms.len() {
-				roots, subst := ms.at(j)
-				n, err := rw.apply(g, Match{Roots: roots, Subst: subst, vars: vars}, descs[i])
-				ri.Applied += n
-				if err != nil {
-					rep.Iterations = append(rep.Iterations, it)
-					return finish(Failed, err)
-				}
-				// Checked per match, not per rule: one exploding rule can
-				// otherwise overshoot the limit many times over.
-				if g.NumNodes() > nodeLimit {
-					stop = NodeLimit
-					complete = j == ms.len()-1
-					break
-				}
+			applied, complete, err := rw.applyAll(g, ms, descs[i], nodeLimit)
+			ri.Applied = applied
+			if err != nil {
+				rep.Iterations = append(rep.Iterations, it)
+				return finish(Failed, err)
+			}
+			if !complete {
+				stop = NodeLimit
 			}
 			if complete && !ms.interrupted {
 				appliedAt[i] = int64(stamp)
