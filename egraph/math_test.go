@@ -2,6 +2,8 @@ package egraph
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -213,4 +215,26 @@ func TestMathWorkload(t *testing.T) {
 	require.NoError(t, err)
 	g.Rebuild()
 	require.Equal(t, g.Find(roots[2]), g.Find(twoX1), "(x+1)^2 - x^2 = 2x+1 not found")
+}
+
+// randomTerms returns n seeded random arithmetic terms over 64 variables
+// and small constants, for workloads that grow wide rather than deep.
+func randomTerms(n int, seed uint64) []string {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	var term func(depth int) string
+	term = func(depth int) string {
+		if depth == 0 || rng.IntN(4) == 0 {
+			if rng.IntN(3) == 0 {
+				return strconv.Itoa(rng.IntN(5) - 1)
+			}
+			return fmt.Sprintf("x%d", rng.IntN(64))
+		}
+		op := []string{"+", "*", "-"}[rng.IntN(3)]
+		return fmt.Sprintf("(%s %s %s)", op, term(depth-1), term(depth-1))
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = term(5)
+	}
+	return out
 }
