@@ -32,6 +32,10 @@ func benchAC(b *testing.B, terms int, sched func() Scheduler) {
 }
 
 func benchACRules(b *testing.B, terms int, sched func() Scheduler, rules []*Rewrite[NoData]) {
+	benchACWorkers(b, terms, sched, rules, 1)
+}
+
+func benchACWorkers(b *testing.B, terms int, sched func() Scheduler, rules []*Rewrite[NoData], workers int) {
 	src := acTerm(terms)
 	var g *EGraph[NoData]
 	heap := heapInUse()
@@ -42,7 +46,7 @@ func benchACRules(b *testing.B, terms int, sched func() Scheduler, rules []*Rewr
 		if _, err := g.AddExpr(src); err != nil {
 			b.Fatal(err)
 		}
-		r := Runner[NoData]{IterLimit: 100, NodeLimit: 100_000_000, TimeLimit: time.Hour, Scheduler: sched()}
+		r := Runner[NoData]{IterLimit: 100, NodeLimit: 100_000_000, TimeLimit: time.Hour, Scheduler: sched(), Workers: workers}
 		rep, err := r.Run(context.Background(), g, rules)
 		if err != nil || rep.Stop != Saturated {
 			b.Fatalf("stop %v err %v", rep.Stop, err)
@@ -56,6 +60,12 @@ func benchACRules(b *testing.B, terms int, sched func() Scheduler, rules []*Rewr
 // BenchmarkAC7 is the associativity-commutativity check: the two two-way
 // rules (four rewrites) saturating (+ 1 (+ 2 ... 7)) into 127 classes.
 func BenchmarkAC7(b *testing.B) { benchAC(b, 7, func() Scheduler { return SimpleScheduler{} }) }
+
+// BenchmarkAC7Parallel is BenchmarkAC7 with rules searched on two
+// goroutines.
+func BenchmarkAC7Parallel(b *testing.B) {
+	benchACWorkers(b, 7, func() Scheduler { return SimpleScheduler{} }, acRules(b), 2)
+}
 
 // BenchmarkAC7EggRules is the same saturation with the rules of egg's own
 // math_associate_adds test, which egg's timing refers to: one-way

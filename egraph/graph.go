@@ -123,7 +123,12 @@ func (g *Graph) NodeClass(id NodeID) ClassID { return g.find(g.nodes[id].class) 
 // are canonicalized. Between a mutation and the next Rebuild it can miss a
 // node that is only congruent to a stored one.
 func (g *Graph) Lookup(n Node) (ClassID, bool) {
-	kids := make([]ClassID, len(n.Children))
+	var buf [4]ClassID
+	kids := buf[:0]
+	if len(n.Children) > len(buf) {
+		kids = make([]ClassID, 0, len(n.Children))
+	}
+	kids = kids[:len(n.Children)]
 	for i, c := range n.Children {
 		if int(c) >= len(g.parent) {
 			return 0, false

@@ -69,7 +69,7 @@ func ParsePatternWith(src string, atom AtomFunc) (*Pattern, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.src = strings.TrimSpace(src)
+	p.src = strings.Trim(src, spaceBytes)
 	return p, nil
 }
 
@@ -169,10 +169,16 @@ func (ps *sexpParser) errorf(format string, args ...any) error {
 	return fmt.Errorf("pattern %d:%d: %s", line, col, fmt.Sprintf(format, args...))
 }
 
+// spaceBytes are the bytes that separate atoms. Only ASCII: an atom may
+// hold any other byte, so that printing and re-parsing agree.
+const spaceBytes = " \t\n\r\v\f"
+
+func isSpace(c byte) bool { return strings.IndexByte(spaceBytes, c) >= 0 }
+
 func (ps *sexpParser) skipSpace() {
 	for ps.pos < len(ps.src) {
 		switch c := ps.src[ps.pos]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		case isSpace(c):
 			ps.pos++
 		case c == ';':
 			for ps.pos < len(ps.src) && ps.src[ps.pos] != '\n' {
@@ -188,7 +194,7 @@ func (ps *sexpParser) word() string {
 	start := ps.pos
 	for ps.pos < len(ps.src) {
 		c := ps.src[ps.pos]
-		if c == '(' || c == ')' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ';' {
+		if c == '(' || c == ')' || c == ';' || isSpace(c) {
 			break
 		}
 		ps.pos++

@@ -20,6 +20,7 @@ const (
 	ByCongruence
 )
 
+// String names the kind.
 func (k ReasonKind) String() string {
 	switch k {
 	case ByCaller:

@@ -32,6 +32,7 @@ func (r *Rewrite[D]) Name() string { return r.name }
 // Searcher is the rule's left side.
 func (r *Rewrite[D]) Searcher() Searcher { return r.search }
 
+// String prints the rule as "name: lhs => rhs".
 func (r *Rewrite[D]) String() string {
 	rhs := "<go>"
 	if r.fn == nil {

@@ -30,6 +30,7 @@ const (
 	Failed
 )
 
+// String says why the run ended, in words.
 func (s StopReason) String() string {
 	switch s {
 	case NotStopped:

@@ -119,6 +119,7 @@ func (mp *MultiPattern) NumRoots() int { return len(mp.pats) }
 // Patterns returns the parts.
 func (mp *MultiPattern) Patterns() []*Pattern { return mp.pats }
 
+// String prints the parts, separated by commas.
 func (mp *MultiPattern) String() string {
 	parts := make([]string, len(mp.pats))
 	for i, p := range mp.pats {
