@@ -170,7 +170,8 @@ func BenchmarkSearchAssoc(b *testing.B) {
 func BenchmarkApplyAssoc(b *testing.B) {
 	g, _ := saturateAC(b, 7, SimpleScheduler{})
 	rw := acRules(b)[2]
-	ms := searchSet(&g.Graph, rw.search, 0)
+	ms := &matchSet{nroots: 1, nvars: 3}
+	rw.search.program().search(&g.Graph, ms)
 	desc := g.prov.describe(rw.name, rw.search.Vars())
 	b.ResetTimer()
 	for range b.N {

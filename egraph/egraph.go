@@ -62,7 +62,7 @@ func (g *EGraph[D]) Add(n Node) (ClassID, error) {
 	if id, ok := g.table.lookup(&g.Graph, h, n.Op, n.Payload, kids); ok {
 		return g.Find(g.nodes[id].class), nil
 	}
-	return g.addNew(h, n.Op, n.Payload, kids), nil
+	return g.addHashed(h, n.Op, n.Payload, kids), nil
 }
 
 // MustAdd is Add for nodes the program builds itself from classes it got
@@ -75,24 +75,12 @@ func (g *EGraph[D]) MustAdd(n Node) ClassID {
 	return id
 }
 
-// addCanonical is Add for callers that already hold canonical children.
-func (g *EGraph[D]) addCanonical(op Symbol, p Payload, kids []ClassID) ClassID {
-	h := hashNode(op, p, kids)
-	if id, ok := g.table.lookup(&g.Graph, h, op, p, kids); ok {
-		return g.Find(g.nodes[id].class)
-	}
-	return g.addNew(h, op, p, kids)
-}
-
 func (g *EGraph[D]) graph() *Graph { return &g.Graph }
 
 // addHashed adds a node known to be absent from the hash-cons, whose
-// children are canonical and whose hash is h.
+// children are canonical and whose hash is h, in a class of its own, and
+// runs the analysis on it.
 func (g *EGraph[D]) addHashed(h uint64, op Symbol, p Payload, kids []ClassID) ClassID {
-	return g.addNew(h, op, p, kids)
-}
-
-func (g *EGraph[D]) addNew(h uint64, op Symbol, p Payload, kids []ClassID) ClassID {
 	c, s, nid := g.addNode(h, op, p, kids)
 	g.initData(s)
 	// kids may alias g.scratch, which Make may reuse through Add; read the

@@ -18,7 +18,7 @@ import (
 type Graph struct {
 	parent []ClassID // union-find; parent[i] == i for canonical ids
 	nodes  []nodeRec
-	kids   []ClassID // children arena, addressed by nodeRec.kids
+	kids   []ClassID // children of nodes with more than inlineKids, addressed by nodeRec.kid[0]
 	table  hashcons
 	// Classes live in a pool whose slots are reused when a class is merged
 	// away: most classes a saturation run creates are merged soon after,

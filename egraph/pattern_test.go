@@ -95,11 +95,18 @@ func TestSearch(t *testing.T) {
 		{"c", []string{fmt.Sprintf("[%d]", id("c"))}},
 	} {
 		t.Run(tc.pat, func(t *testing.T) {
-			require.Equal(t, tc.want, show(Search(&g.Graph, MustParsePattern(tc.pat))))
+			ms, err := Search(&g.Graph, MustParsePattern(tc.pat))
+			require.NoError(t, err)
+			require.Equal(t, tc.want, show(ms))
 		})
 	}
-	all := Search(&g.Graph, MustParsePattern("?any"))
+	all, err := Search(&g.Graph, MustParsePattern("?any"))
+	require.NoError(t, err)
 	require.Len(t, all, g.NumClasses())
+	_, err = g.AddExpr("(fresh node)")
+	require.NoError(t, err)
+	_, err = Search(&g.Graph, MustParsePattern("?any"))
+	require.ErrorIs(t, err, ErrNeedsRebuild)
 }
 
 func TestMultiPattern(t *testing.T) {
@@ -112,7 +119,8 @@ func TestMultiPattern(t *testing.T) {
 	mp, err := ParseMultiPattern("(matmul ?x ?a)", "(matmul ?x ?b)")
 	require.NoError(t, err)
 	require.Equal(t, []string{"?x", "?a", "?b"}, mp.Vars())
-	ms := Search(&g.Graph, mp)
+	ms, err := Search(&g.Graph, mp)
+	require.NoError(t, err)
 	// Every ordered pair of matmuls sharing an input, including a matmul
 	// with itself: x has 2x2, y has 1.
 	require.Len(t, ms, 5)
@@ -125,7 +133,9 @@ func TestMultiPattern(t *testing.T) {
 	// new, or refer back through shared variables only.
 	mp2, err := ParseMultiPattern("(relu ?x)", "(matmul ?x ?w)")
 	require.NoError(t, err)
-	require.Len(t, Search(&g.Graph, mp2), 2)
+	ms, err = Search(&g.Graph, mp2)
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
 	_, err = ParseMultiPattern("(relu ?x)", "?y")
 	require.ErrorContains(t, err, "lone variable ?y")
 	_, err = ParseMultiPattern("(relu ?x", "?y")

@@ -176,6 +176,8 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 		if s := stopped(); s != NotStopped {
 			return finish(s, nil)
 		}
+		// A hook may have changed the e-graph; matching needs it rebuilt.
+		g.Rebuild()
 		it := Iteration{Index: iter, Rules: make([]RuleIteration, len(rules))}
 		t0 := time.Now()
 		stamp := g.stamp

@@ -294,3 +294,29 @@ func TestIncrementalMatchesFull(t *testing.T) {
 		})
 	}
 }
+
+// TestHookMayMutate checks that a hook's additions are rebuilt before the
+// next search and take part in it.
+func TestHookMayMutate(t *testing.T) {
+	g := NewPlain()
+	_, err := g.AddExpr("(* a 2)")
+	require.NoError(t, err)
+	shift := MustParseRewrite[NoData]("mul2-to-shift", "(* ?x 2)", "(<< ?x 1)")
+	var late ClassID
+	r := Runner[NoData]{Scheduler: SimpleScheduler{}, Hooks: []Hook[NoData]{func(g *EGraph[NoData], it *Iteration) error {
+		if it.Index == 0 {
+			var err error
+			late, err = g.AddExpr("(* b 2)")
+			return err
+		}
+		return nil
+	}}}
+	rep, err := r.Run(t.Context(), g, []*Rewrite[NoData]{shift})
+	require.NoError(t, err)
+	require.Equal(t, Saturated, rep.Stop)
+	want, err := g.AddExpr("(<< b 1)")
+	require.NoError(t, err)
+	g.Rebuild()
+	require.Equal(t, g.Find(late), g.Find(want))
+	checkInvariants(t, g)
+}

@@ -1,6 +1,7 @@
 package egraph
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -43,25 +44,24 @@ func (p *Pattern) program() *program { return &p.prog }
 // NumRoots implements Searcher.
 func (p *Pattern) NumRoots() int { return 1 }
 
-// Search returns every match of s in g, which must be rebuilt, in a
-// deterministic order.
-func Search(g *Graph, s Searcher) []Match {
-	ms := searchSet(g, s, 0)
+// ErrNeedsRebuild is returned by Search on an e-graph mutated since its last
+// Rebuild: matching relies on the invariants Rebuild restores.
+var ErrNeedsRebuild = errors.New("egraph: the e-graph was changed since its last Rebuild")
+
+// Search returns every match of s in g in a deterministic order. g must be
+// rebuilt.
+func Search(g *Graph, s Searcher) ([]Match, error) {
+	if !g.clean {
+		return nil, fmt.Errorf("search %s: %w", s, ErrNeedsRebuild)
+	}
+	ms := &matchSet{nroots: s.NumRoots(), nvars: len(s.Vars())}
+	s.program().search(g, ms)
 	out := make([]Match, ms.len())
 	for i := range out {
 		r, sub := ms.at(i)
 		out[i] = Match{Roots: r, Subst: sub, vars: s.Vars()}
 	}
-	return out
-}
-
-func searchSet(g *Graph, s Searcher, limit int) *matchSet {
-	ms := &matchSet{nroots: s.NumRoots(), nvars: len(s.Vars()), limit: limit}
-	if !g.clean {
-		panic("egraph: search of an e-graph that needs Rebuild")
-	}
-	s.program().search(g, ms)
-	return ms
+	return out, nil
 }
 
 // MultiPattern is several patterns that must all match, with shared
