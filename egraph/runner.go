@@ -247,6 +247,8 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 		if stop != NotStopped {
 			return finish(stop, nil)
 		}
+		// Whatever a hook added has not been matched yet.
+		changed = changed || !g.clean
 		if !changed && sched.CanStop(iter) {
 			return finish(Saturated, nil)
 		}
