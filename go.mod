@@ -1,7 +1,12 @@
 module github.com/lumsearch/lumsearch
 
-go 1.26
+go 1.26.0
 
 require github.com/stretchr/testify v1.12.1
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/x448/float16 v0.8.4 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.50.0
+	google.golang.org/protobuf v1.36.12 // indirect
+)

@@ -1,0 +1,133 @@
+package ir
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/x448/float16"
+)
+
+// DType is an element type.
+type DType uint8
+
+// The element types. The zero DType is invalid, so that a forgotten dtype
+// is caught by checking rather than read as f32.
+const (
+	InvalidDType DType = iota
+	F32
+	F16
+	BF16
+	I32
+	I64
+	Bool
+)
+
+var dtypeNames = [...]string{InvalidDType: "invalid", F32: "f32", F16: "f16", BF16: "bf16", I32: "i32", I64: "i64", Bool: "bool"}
+
+// String is the dtype's name in the text format: f32, f16, bf16, i32, i64,
+// bool.
+func (d DType) String() string {
+	if int(d) < len(dtypeNames) {
+		return dtypeNames[d]
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// ParseDType reads a dtype name.
+func ParseDType(s string) (DType, error) {
+	for i, n := range dtypeNames {
+		if i > 0 && n == s {
+			return DType(i), nil
+		}
+	}
+	return InvalidDType, fmt.Errorf("unknown dtype %q (want f32, f16, bf16, i32, i64 or bool)", s)
+}
+
+// Valid reports whether d is one of the element types.
+func (d DType) Valid() bool { return d > InvalidDType && d <= Bool }
+
+// Size is the bytes one element takes in memory.
+func (d DType) Size() int {
+	switch d {
+	case F32, I32:
+		return 4
+	case F16, BF16:
+		return 2
+	case I64:
+		return 8
+	case Bool:
+		return 1
+	}
+	return 0
+}
+
+// IsFloat reports whether d is a floating-point type.
+func (d DType) IsFloat() bool { return d == F32 || d == F16 || d == BF16 }
+
+// IsInt reports whether d is an integer type.
+func (d DType) IsInt() bool { return d == I32 || d == I64 }
+
+// Eps is the unit roundoff of a float type (half the distance from 1 to the
+// next value), and 0 for exact types.
+func (d DType) Eps() float64 {
+	switch d {
+	case F32:
+		return 0x1p-24
+	case F16:
+		return 0x1p-11
+	case BF16:
+		return 0x1p-8
+	}
+	return 0
+}
+
+// Round returns the value of dtype d nearest to x, the way storing x in a
+// tensor of that dtype does: round to nearest even for floats (through
+// float32, which is exact for f16 and bf16 because f32 carries more than
+// twice their precision), truncation toward zero with two's-complement
+// wrap-around for integers, and x != 0 for bool.
+func (d DType) Round(x float64) float64 {
+	switch d {
+	case F32:
+		return float64(float32(x))
+	case F16:
+		return float64(float16.Fromfloat32(float32(x)).Float32())
+	case BF16:
+		return float64(BF16FromFloat32(float32(x)).Float32())
+	case I32:
+		if math.IsNaN(x) {
+			return 0
+		}
+		return float64(int32(int64(math.Trunc(math.Max(math.Min(x, math.MaxInt64), math.MinInt64)))))
+	case I64:
+		if math.IsNaN(x) {
+			return 0
+		}
+		return float64(int64(math.Trunc(math.Max(math.Min(x, math.MaxInt64), math.MinInt64))))
+	case Bool:
+		if x != 0 {
+			return 1
+		}
+		return 0
+	}
+	return x
+}
+
+// BFloat16 is a bfloat16 value's bits: the top half of an IEEE float32.
+type BFloat16 uint16
+
+// BF16FromFloat32 rounds f to the nearest bfloat16, ties to even. NaN stays
+// NaN (quiet).
+func BF16FromFloat32(f float32) BFloat16 {
+	b := math.Float32bits(f)
+	if f != f {
+		return BFloat16(b>>16 | 0x40)
+	}
+	// Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to
+	// even; an overflow carries correctly into the exponent, up to infinity.
+	b += 0x7FFF + (b>>16)&1
+	return BFloat16(b >> 16)
+}
+
+// Float32 widens a bfloat16 exactly.
+func (b BFloat16) Float32() float32 { return math.Float32frombits(uint32(b) << 16) }

@@ -1,0 +1,257 @@
+package ir
+
+import (
+	"fmt"
+	"math"
+)
+
+// forEachIndex visits every multi-index of shape in row-major order with
+// its flat index. The index slice is reused between calls.
+func forEachIndex(shape Shape, f func(flat int64, idx []int64)) {
+	n := shape.NumElements()
+	if n == 0 {
+		return
+	}
+	idx := make([]int64, len(shape))
+	for flat := range n {
+		f(flat, idx)
+		for d := len(shape) - 1; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < int64(shape[d]) {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+}
+
+func flatIndex(idx []int64, strides []int64) int64 {
+	var j int64
+	for d, x := range idx {
+		j += x * strides[d]
+	}
+	return j
+}
+
+// reduce computes sum and reduce_max along one axis.
+func (e *evaluator) reduce() (*Tensor, *Tensor, error) {
+	n := e.n
+	x := e.in(0)
+	xs := x.Shape
+	ax, _ := normAxis(n.Axis, len(xs))
+	outer := int64(1)
+	for _, d := range xs[:ax] {
+		outer *= int64(d)
+	}
+	inner := int64(1)
+	for _, d := range xs[ax+1:] {
+		inner *= int64(d)
+	}
+	k := int64(xs[ax])
+	v, m := e.out()
+	for o := range outer {
+		for in := range inner {
+			base := o*k*inner + in
+			acc, macc := 0.0, 0.0
+			if n.Op == OpMaxReduce {
+				acc = math.Inf(-1)
+			}
+			for j := range k {
+				xi := x.At(base + j*inner)
+				switch n.Op {
+				case OpSum:
+					acc += xi
+					if m != nil {
+						macc += e.mag(0).F64[base+j*inner]
+					}
+				case OpMaxReduce:
+					if xi > acc || xi != xi || j == 0 {
+						if acc == acc { // keep a NaN once seen
+							acc = xi
+							if m != nil {
+								macc = e.mag(0).F64[base+j*inner]
+							}
+						}
+					}
+				}
+			}
+			v.F64[o*inner+in] = n.DType.roundInt(acc)
+			if m != nil {
+				m.F64[o*inner+in] = macc
+			}
+		}
+	}
+	return v, m, nil
+}
+
+// move computes the views and data-movement ops: each output element is
+// copied from one input element (or is a pad value), so the magnitude
+// moves the same way.
+func (e *evaluator) move() (*Tensor, *Tensor, error) {
+	n := e.n
+	v, m := e.out()
+	if n.Op == OpCast {
+		x := e.in(0)
+		for i := range v.F64 {
+			v.F64[i] = n.DType.Round(x.At(int64(i)))
+			if m != nil {
+				if n.DType.IsFloat() {
+					m.F64[i] = math.Max(e.mag(0).F64[i], math.Abs(v.F64[i]))
+				} else {
+					m.F64[i] = math.Abs(v.F64[i])
+				}
+			}
+		}
+		return v, m, nil
+	}
+	ins := make([]ValueType, len(n.Inputs))
+	for k := range ins {
+		ins[k] = ValueType{e.in(k).Shape, e.in(k).DType}
+	}
+	mp := newMover(n, ins)
+	var bad error
+	forEachIndex(n.Shape, func(i int64, idx []int64) {
+		if bad != nil {
+			return
+		}
+		k, j, err := mp.source(idx, func(k int, j int64) float64 { return e.in(k).At(j) })
+		switch {
+		case err != nil:
+			bad = err
+		case k < 0:
+			v.F64[i] = n.Value
+			if m != nil {
+				m.F64[i] = math.Abs(n.Value)
+			}
+		default:
+			v.F64[i] = e.in(k).At(j)
+			if m != nil {
+				m.F64[i] = e.mag(k).F64[j]
+			}
+		}
+	})
+	if bad != nil {
+		return nil, nil, bad
+	}
+	return v, m, nil
+}
+
+// mover maps an output index of a view or data-movement op to the input
+// element it copies. It is the one statement of those ops' meaning, shared
+// by whole-tensor evaluation and element evaluation.
+type mover struct {
+	n       *Node
+	ins     []ValueType
+	strides [][]int64
+	ax      int
+	starts  []int64 // concat: where each input begins along the axis
+}
+
+func newMover(n *Node, ins []ValueType) *mover {
+	mp := &mover{n: n, ins: ins, strides: make([][]int64, len(ins))}
+	for k, t := range ins {
+		mp.strides[k] = t.Shape.Strides()
+	}
+	switch n.Op {
+	case OpConcat, OpGather, OpSliceUpdate:
+		mp.ax, _ = normAxis(n.Axis, len(ins[0].Shape))
+	}
+	if n.Op == OpConcat {
+		mp.starts = make([]int64, len(ins)+1)
+		for k, t := range ins {
+			mp.starts[k+1] = mp.starts[k] + int64(t.Shape[mp.ax])
+		}
+	}
+	return mp
+}
+
+// source returns which input (or -1 for the pad value) and which flat
+// element output index idx copies. Gather reads its indices through get.
+// idx is left as it was.
+func (mp *mover) source(idx []int64, get func(k int, j int64) float64) (int, int64, error) {
+	n := mp.n
+	st := mp.strides[0]
+	switch n.Op {
+	case OpReshape:
+		return 0, flatIndex(idx, n.Shape.Strides()), nil
+	case OpPermute:
+		var j int64
+		for i, p := range n.Perm {
+			j += idx[i] * st[p]
+		}
+		return 0, j, nil
+	case OpExpand:
+		var j int64
+		for d, x := range idx {
+			if mp.ins[0].Shape[d] != 1 {
+				j += x * st[d]
+			}
+		}
+		return 0, j, nil
+	case OpSlice:
+		var j int64
+		for d, x := range idx {
+			j += (n.Starts[d] + x*n.Steps[d]) * st[d]
+		}
+		return 0, j, nil
+	case OpPad:
+		var j int64
+		for d, x := range idx {
+			x -= n.Before[d]
+			if x < 0 || x >= int64(mp.ins[0].Shape[d]) {
+				return -1, 0, nil
+			}
+			j += x * st[d]
+		}
+		return 0, j, nil
+	case OpConcat:
+		k := 0
+		for idx[mp.ax] >= mp.starts[k+1] {
+			k++
+		}
+		var j int64
+		for d, x := range idx {
+			if d == mp.ax {
+				x -= mp.starts[k]
+			}
+			j += x * mp.strides[k][d]
+		}
+		return k, j, nil
+	case OpSliceUpdate:
+		up := mp.ins[1].Shape
+		p := idx[mp.ax] - n.Offset
+		if p >= 0 && p < int64(up[mp.ax]) {
+			var j int64
+			for d, x := range idx {
+				if d == mp.ax {
+					x = p
+				}
+				j += x * mp.strides[1][d]
+			}
+			return 1, j, nil
+		}
+		return 0, flatIndex(idx, st), nil
+	case OpGather:
+		ax := mp.ax
+		ir := len(mp.ins[1].Shape)
+		extent := int64(mp.ins[0].Shape[ax])
+		which := get(1, flatIndex(idx[ax:ax+ir], mp.strides[1]))
+		p := int64(which)
+		if p < 0 {
+			p += extent
+		}
+		if p < 0 || p >= extent || float64(int64(which)) != which {
+			return 0, 0, fmt.Errorf("index %v out of range for extent %d on axis %d", which, extent, ax)
+		}
+		var j int64
+		for q := range ax {
+			j += idx[q] * st[q]
+		}
+		j += p * st[ax]
+		for q := ax + 1; q < len(mp.ins[0].Shape); q++ {
+			j += idx[q-1+ir] * st[q]
+		}
+		return 0, j, nil
+	}
+	return 0, 0, fmt.Errorf("%s is not a view or data movement", n.Op)
+}

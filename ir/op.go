@@ -1,0 +1,230 @@
+package ir
+
+import "fmt"
+
+// Op is an operation of the tensor language.
+type Op uint8
+
+// The ops. Leaves first, then elementwise math, reductions, views and data
+// movement, and the composite ops that kernels or libraries match; a
+// composite op's meaning is its decomposition into the ops above it, which
+// the interpreter and the rule verifier use.
+const (
+	InvalidOp Op = iota
+
+	// Leaves.
+	OpInput  // a model input, fed at run time; attr Name
+	OpWeight // a parameter, fixed at load time; attr Name
+	OpState  // a buffer kept across runs (a KV cache), read here; attr Name
+	OpConst  // a constant tensor; attr Data (one value broadcast, or every element)
+	OpIota   // 0, 1, 2, ... along attr Axis of attr Shape
+
+	// Unary elementwise.
+	OpNeg
+	OpAbs
+	OpExp
+	OpLog
+	OpSqrt
+	OpRsqrt
+	OpRecip
+	OpSin
+	OpCos
+	OpTanh
+	OpSigmoid
+	OpErf
+	OpRelu
+	OpFloor
+	OpCeil
+	OpNot // logical not of a bool
+
+	// Binary elementwise: operands of equal shape and dtype.
+	OpAdd
+	OpSub
+	OpMul
+	OpDiv
+	OpPow
+	OpMax
+	OpMin
+	OpMod // remainder with the sign of the dividend (C fmod)
+	OpAnd
+	OpOr
+
+	// Comparisons: bool result.
+	OpEq
+	OpNe
+	OpLt
+	OpLe
+	OpGt
+	OpGe
+
+	// OpWhere selects elementwise: cond ? a : b.
+	OpWhere
+
+	// One-axis reductions; the axis is kept with extent 1.
+	OpSum // attr Axis
+	OpMaxReduce
+
+	// Views: no arithmetic, only where elements come from.
+	OpPermute // attr Perm: output axis i is input axis Perm[i]
+	OpReshape // attr Shape, same number of elements, row-major order
+	OpExpand  // attr Shape, same rank; extent-1 axes repeat
+	OpSlice   // attrs Starts, Ends, Steps per axis (Steps > 0)
+	OpPad     // attrs Before, After per axis (non-negative), Value
+
+	// Data movement.
+	OpConcat      // attr Axis; any number of inputs
+	OpCast        // attr DType
+	OpGather      // attr Axis; (data, indices): out = data.shape[:axis] + indices.shape + data.shape[axis+1:]
+	OpSliceUpdate // attrs Axis, Offset; (base, update): base with update written at Offset along Axis
+
+	// Composite ops.
+	OpMatMul    // (a [..., M, K], b [..., K, N]) -> [..., M, N]; batch dims equal
+	OpSoftmax   // attr Axis
+	OpLayerNorm // (x, scale, bias) over the last axis; attr Eps
+	OpRMSNorm   // (x, scale) over the last axis; attr Eps
+	OpAttention // (q [B,Hq,S,D], k [B,Hkv,T,D], v [B,Hkv,T,D]) -> [B,Hq,S,D]; attrs Scale, Causal, Offset (position of the first query)
+
+	numOps
+)
+
+// Class groups ops by how they compute.
+type Class uint8
+
+// The op classes.
+const (
+	ClassLeaf Class = iota
+	ClassUnary
+	ClassBinary
+	ClassCompare
+	ClassSelect
+	ClassReduce
+	ClassView
+	ClassMove
+	ClassComposite
+)
+
+// attrSet names the attributes an op carries, for checking, printing and
+// parsing.
+type attrSet uint16
+
+const (
+	aName attrSet = 1 << iota
+	aData
+	aAxis
+	aShape
+	aPerm
+	aSlice // Starts, Ends, Steps
+	aPad   // Before, After, Value
+	aDType
+	aEps
+	aAttn // Scale, Causal, Offset
+	aOffset
+)
+
+type opInfo struct {
+	name  string
+	class Class
+	arity int // -1: any number (at least one)
+	attrs attrSet
+}
+
+var ops = [numOps]opInfo{
+	OpInput:  {"input", ClassLeaf, 0, aName},
+	OpWeight: {"weight", ClassLeaf, 0, aName},
+	OpState:  {"state", ClassLeaf, 0, aName},
+	OpConst:  {"const", ClassLeaf, 0, aData},
+	OpIota:   {"iota", ClassLeaf, 0, aAxis},
+
+	OpNeg:     {"neg", ClassUnary, 1, 0},
+	OpAbs:     {"abs", ClassUnary, 1, 0},
+	OpExp:     {"exp", ClassUnary, 1, 0},
+	OpLog:     {"log", ClassUnary, 1, 0},
+	OpSqrt:    {"sqrt", ClassUnary, 1, 0},
+	OpRsqrt:   {"rsqrt", ClassUnary, 1, 0},
+	OpRecip:   {"recip", ClassUnary, 1, 0},
+	OpSin:     {"sin", ClassUnary, 1, 0},
+	OpCos:     {"cos", ClassUnary, 1, 0},
+	OpTanh:    {"tanh", ClassUnary, 1, 0},
+	OpSigmoid: {"sigmoid", ClassUnary, 1, 0},
+	OpErf:     {"erf", ClassUnary, 1, 0},
+	OpRelu:    {"relu", ClassUnary, 1, 0},
+	OpFloor:   {"floor", ClassUnary, 1, 0},
+	OpCeil:    {"ceil", ClassUnary, 1, 0},
+	OpNot:     {"not", ClassUnary, 1, 0},
+
+	OpAdd: {"add", ClassBinary, 2, 0},
+	OpSub: {"sub", ClassBinary, 2, 0},
+	OpMul: {"mul", ClassBinary, 2, 0},
+	OpDiv: {"div", ClassBinary, 2, 0},
+	OpPow: {"pow", ClassBinary, 2, 0},
+	OpMax: {"max", ClassBinary, 2, 0},
+	OpMin: {"min", ClassBinary, 2, 0},
+	OpMod: {"mod", ClassBinary, 2, 0},
+	OpAnd: {"and", ClassBinary, 2, 0},
+	OpOr:  {"or", ClassBinary, 2, 0},
+
+	OpEq: {"eq", ClassCompare, 2, 0},
+	OpNe: {"ne", ClassCompare, 2, 0},
+	OpLt: {"lt", ClassCompare, 2, 0},
+	OpLe: {"le", ClassCompare, 2, 0},
+	OpGt: {"gt", ClassCompare, 2, 0},
+	OpGe: {"ge", ClassCompare, 2, 0},
+
+	OpWhere: {"where", ClassSelect, 3, 0},
+
+	OpSum:       {"sum", ClassReduce, 1, aAxis},
+	OpMaxReduce: {"reduce_max", ClassReduce, 1, aAxis},
+
+	OpPermute: {"permute", ClassView, 1, aPerm},
+	OpReshape: {"reshape", ClassView, 1, aShape},
+	OpExpand:  {"expand", ClassView, 1, aShape},
+	OpSlice:   {"slice", ClassView, 1, aSlice},
+	OpPad:     {"pad", ClassView, 1, aPad},
+
+	OpConcat:      {"concat", ClassMove, -1, aAxis},
+	OpCast:        {"cast", ClassMove, 1, aDType},
+	OpGather:      {"gather", ClassMove, 2, aAxis},
+	OpSliceUpdate: {"slice_update", ClassMove, 2, aAxis | aOffset},
+
+	OpMatMul:    {"matmul", ClassComposite, 2, 0},
+	OpSoftmax:   {"softmax", ClassComposite, 1, aAxis},
+	OpLayerNorm: {"layer_norm", ClassComposite, 3, aEps},
+	OpRMSNorm:   {"rms_norm", ClassComposite, 2, aEps},
+	OpAttention: {"attention", ClassComposite, 3, aAttn},
+}
+
+// String is the op's name in the text format.
+func (o Op) String() string {
+	if o > InvalidOp && o < numOps {
+		return ops[o].name
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Class says how the op computes.
+func (o Op) Class() Class { return ops[o].class }
+
+// Arity is the number of inputs, or -1 for any number (concat).
+func (o Op) Arity() int { return ops[o].arity }
+
+// Valid reports whether o is an op of the language.
+func (o Op) Valid() bool { return o > InvalidOp && o < numOps }
+
+// ParseOp reads an op name.
+func ParseOp(s string) (Op, error) {
+	for o := Op(1); o < numOps; o++ {
+		if ops[o].name == s {
+			return o, nil
+		}
+	}
+	return InvalidOp, fmt.Errorf("unknown op %q", s)
+}
+
+// Ops lists every op, for tables and exhaustive tests.
+func Ops() []Op {
+	out := make([]Op, 0, numOps-1)
+	for o := Op(1); o < numOps; o++ {
+		out = append(out, o)
+	}
+	return out
+}

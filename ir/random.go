@@ -1,0 +1,143 @@
+package ir
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// RandomMode chooses the kind of values RandomFeeds draws.
+type RandomMode uint8
+
+// The modes.
+const (
+	// Typical values: floats of order one, positive where an op needs it.
+	Typical RandomMode = iota
+	// Stress values, for the rule verifier: large logits (|x| up to 60)
+	// and values clustered around a large offset so that subtractions
+	// nearly cancel.
+	Stress
+)
+
+// domain is what the ops reading a leaf need of its values.
+type domain struct {
+	positive bool  // log, sqrt, rsqrt, recip, a divisor, a pow base
+	index    int64 // gather indices: the extent they index (0: not indices)
+}
+
+// RandomFeeds draws a seeded tensor for every input, weight and state of g.
+// Ranges follow the ops that read each leaf (looking through views): values
+// stay positive where a logarithm, root, reciprocal, divisor or power base
+// needs them, and gather indices stay in range. No tensor is all zeros.
+func RandomFeeds(g *Graph, seed uint64, mode RandomMode) (map[string]*Tensor, error) {
+	doms := leafDomains(g)
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := map[string]*Tensor{}
+	for i, n := range g.Nodes {
+		if n.Op != OpInput && n.Op != OpWeight && n.Op != OpState {
+			continue
+		}
+		count := n.Shape.NumElements()
+		vals := make([]float64, count)
+		d := doms[i]
+		for j := range vals {
+			vals[j] = draw(rng, n.DType, d, mode)
+		}
+		if count > 0 && allZero(vals) {
+			vals[0] = n.DType.Round(1)
+			if d.index > 0 {
+				vals[0] = math.Min(1, float64(d.index-1))
+			}
+		}
+		t, err := TensorOf(n.DType, n.Shape, vals...)
+		if count == 0 {
+			t, err = &Tensor{DType: n.DType, Shape: n.Shape.Clone(), F64: []float64{}}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("random %s %q: %w", n.Op, n.Name, err)
+		}
+		out[n.Name] = t
+	}
+	return out, nil
+}
+
+func allZero(v []float64) bool {
+	for _, x := range v {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func draw(rng *rand.Rand, dt DType, d domain, mode RandomMode) float64 {
+	switch {
+	case dt == Bool:
+		return b2f(rng.IntN(2) == 1)
+	case d.index > 0:
+		return float64(rng.Int64N(d.index))
+	case dt.IsInt():
+		if d.positive {
+			return float64(1 + rng.IntN(9))
+		}
+		return float64(rng.IntN(19) - 9)
+	}
+	var x float64
+	switch mode {
+	case Stress:
+		switch rng.IntN(3) {
+		case 0:
+			x = (rng.Float64()*2 - 1) * 60 // large logits
+		case 1:
+			x = 1000 + rng.NormFloat64()*1e-2 // near-cancellation around an offset
+		default:
+			x = rng.NormFloat64()
+		}
+	default:
+		x = rng.NormFloat64()
+	}
+	if d.positive {
+		x = 0.25 + math.Abs(x)
+	}
+	return dt.Round(x)
+}
+
+// leafDomains finds, for every leaf, the constraints of the ops that read
+// it, following views and data movement (which do not change values).
+func leafDomains(g *Graph) []domain {
+	users := make([][][2]int, len(g.Nodes)) // (consumer, operand position)
+	for i, n := range g.Nodes {
+		for k, in := range n.Inputs {
+			users[in] = append(users[in], [2]int{i, k})
+		}
+	}
+	doms := make([]domain, len(g.Nodes))
+	var visit func(v, leaf int, seen map[int]bool)
+	visit = func(v, leaf int, seen map[int]bool) {
+		if seen[v] {
+			return
+		}
+		seen[v] = true
+		for _, u := range users[v] {
+			c := g.Nodes[u[0]]
+			switch {
+			case c.Op == OpLog || c.Op == OpSqrt || c.Op == OpRsqrt || c.Op == OpRecip:
+				doms[leaf].positive = true
+			case (c.Op == OpDiv || c.Op == OpMod) && u[1] == 1, c.Op == OpPow && u[1] == 0:
+				doms[leaf].positive = true
+			case c.Op == OpGather && u[1] == 1:
+				ax, _ := normAxis(c.Axis, len(g.Nodes[c.Inputs[0]].Shape))
+				doms[leaf].index = int64(g.Nodes[c.Inputs[0]].Shape[ax])
+			case c.Op.Class() == ClassView || c.Op == OpConcat || c.Op == OpCast ||
+				(c.Op == OpSliceUpdate) || (c.Op == OpGather && u[1] == 0):
+				visit(u[0], leaf, seen)
+			}
+		}
+	}
+	for i, n := range g.Nodes {
+		if n.Op == OpInput || n.Op == OpWeight || n.Op == OpState {
+			visit(i, i, map[int]bool{})
+		}
+	}
+	return doms
+}
