@@ -273,7 +273,7 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		}
 		for i := range base.Shape {
 			if i == ax {
-				if a.Offset < 0 || a.Offset+int64(up.Shape[i]) > int64(base.Shape[i]) {
+				if a.Offset < 0 || a.Offset > int64(base.Shape[i])-int64(up.Shape[i]) {
 					return nil, 0, fmt.Errorf("update of extent %d at offset %d past extent %d on axis %d", up.Shape[i], a.Offset, base.Shape[i], i)
 				}
 			} else if up.Shape[i] != base.Shape[i] {
@@ -341,7 +341,7 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		if k.Shape[1] == 0 || q.Shape[1]%k.Shape[1] != 0 {
 			return nil, 0, fmt.Errorf("%d query heads do not divide into %d key heads", q.Shape[1], k.Shape[1])
 		}
-		if a.Causal && (a.Offset < 0 || a.Offset+int64(q.Shape[2]) > int64(k.Shape[2])) {
+		if a.Causal && (a.Offset < 0 || a.Offset > int64(k.Shape[2])-int64(q.Shape[2])) {
 			return nil, 0, fmt.Errorf("causal queries at positions %d..%d past %d keys", a.Offset, a.Offset+int64(q.Shape[2]), k.Shape[2])
 		}
 		if !(a.Scale > 0) {
