@@ -112,6 +112,9 @@ func (b *Builder) Unary(op Op, x Value) Value { return b.Apply(op, Attrs{}, x) }
 // Neg is -x.
 func (b *Builder) Neg(x Value) Value { return b.Unary(OpNeg, x) }
 
+// Abs is |x|.
+func (b *Builder) Abs(x Value) Value { return b.Unary(OpAbs, x) }
+
 // Exp is e^x.
 func (b *Builder) Exp(x Value) Value { return b.Unary(OpExp, x) }
 
