@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCorpusList(t *testing.T) {
+	r := runArgs(t, "corpus", "list")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Empty(t, r.stderr)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 1+len(corpus.Names()))
+	assert.Regexp(t, `^NAME +OPS +PARAMS$`, lines[0])
+	assert.Regexp(t, `(?m)^llama-3-8b:model +\d+ +8030261248  8\.03B$`, r.stdout)
+	assert.Regexp(t, `(?m)^gpt2:model +\d+ +124439808  124\.4M$`, r.stdout)
+	assert.Regexp(t, `(?m)^qwen2\.5-0\.5b:model +\d+ +494032768  494\.0M$`, r.stdout)
+	assert.Regexp(t, `(?m)^tiny-llama:softmax +8 +0$`, r.stdout)
+	for _, l := range lines {
+		assert.Equal(t, strings.TrimRight(l, " "), l, "no trailing spaces")
+	}
+}
+
+func TestCorpusListJSON(t *testing.T) {
+	r := runArgs(t, "corpus", "--json", "list", "--seq", "16")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var entries []corpusEntry
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries))
+	require.Len(t, entries, len(corpus.Names()))
+	byName := map[string]corpusEntry{}
+	for _, e := range entries {
+		byName[e.Name] = e
+	}
+	assert.Equal(t, int64(8_030_261_248), byName["llama-3-8b:model"].Params)
+	assert.Equal(t, int64(124_439_808), byName["gpt2:decode"].Params)
+	g, err := corpus.Build("tiny-llama:layer", corpus.Options{Seq: 16})
+	require.NoError(t, err)
+	assert.Equal(t, len(g.Nodes), byName["tiny-llama:layer"].Ops)
+}
+
+func TestCorpusShow(t *testing.T) {
+	r := runArgs(t, "corpus", "show", "tiny-gpt2:decode", "--seq", "8", "--past", "3", "--dtype", "bf16")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.True(t, strings.HasPrefix(r.stdout, `graph "tiny-gpt2:decode"`), r.stdout)
+	assert.Contains(t, r.stdout, `state "past_key_values.1.value" bf16[1,4,8,16]`)
+	assert.Contains(t, r.stdout, "offset=3")
+	g, err := ir.Parse(r.stdout)
+	require.NoError(t, err, "show prints the ir text format")
+	want, err := corpus.Build("tiny-gpt2:decode", corpus.Options{Seq: 8, Past: 3, DType: ir.BF16})
+	require.NoError(t, err)
+	assert.Equal(t, len(want.Nodes), len(g.Nodes))
+
+	r = runArgs(t, "corpus", "show", "tiny-llama:layer", "--composite", "--seq", "4", "--batch", "2")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "rms_norm")
+	assert.Contains(t, r.stdout, `input "hidden_states" f32[2,4,64]`)
+
+	r = runArgs(t, "corpus", "show", "--summary", "llama-3-8b:decode")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^params +8030261248$`, r.stdout)
+	assert.Regexp(t, `(?m)^states +64$`, r.stdout)
+	assert.Regexp(t, `(?m)^matmul +\d+$`, r.stdout)
+}
+
+func TestCorpusErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no subcommand", []string{"corpus"}, exitUsage, "missing subcommand"},
+		{"unknown subcommand", []string{"corpus", "lst"}, exitUsage, `unknown subcommand "lst"`},
+		{"list with argument", []string{"corpus", "list", "x"}, exitUsage, "list takes no arguments"},
+		{"show without name", []string{"corpus", "show"}, exitUsage, "show wants one graph NAME"},
+		{"bad dtype", []string{"corpus", "show", "gpt2:block", "--dtype", "f8"}, exitUsage, `--dtype: unknown dtype "f8"`},
+		{"int dtype", []string{"corpus", "show", "gpt2:block", "--dtype", "i32"}, exitUsage, "--dtype i32: want f32, f16 or bf16"},
+		{"bad seq", []string{"corpus", "list", "--seq", "0"}, exitUsage, "must be positive"},
+		{"unknown graph", []string{"corpus", "show", "tiny-lama:model"}, exitError, "did you mean tiny-llama:model"},
+		{"past past the cache", []string{"corpus", "show", "tiny-llama:decode", "--seq", "4", "--past", "4"}, exitError, "past 4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := runArgs(t, tt.args...)
+			assert.Equal(t, tt.code, r.code)
+			assert.Empty(t, r.stdout)
+			assert.Contains(t, r.stderr, tt.want)
+		})
+	}
+}

@@ -1,0 +1,253 @@
+package corpus
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// pass describes the positions one forward pass covers and holds what its
+// layers share, computed once per graph as Hugging Face's models compute
+// them once per forward: the rotary tables and the attention mask.
+type pass struct {
+	past    int  // position of the first query (0 for a prefill)
+	seq     int  // number of queries
+	kvStart int  // position of the first key attended (above 0 when a sliding window lets a decode step slice the cache)
+	decode  bool // keys and values go through the KV caches
+	// cacheLen is the KV caches' capacity (decode only).
+	cacheLen int
+
+	// windowCuts says that the sliding window hides some attended keys
+	// from some query; composite says that attention is the composite op.
+	windowCuts, composite bool
+
+	cos, sin ir.Value // [seq, head size] rotary tables (llama family)
+	mask     ir.Value // additive [seq, keys] mask, or NoValue when nothing is hidden
+}
+
+// keys is the number of key positions each layer attends over.
+func (p *pass) keys() int { return p.past + p.seq - p.kvStart }
+
+// newPass prepares a forward pass over queries at positions
+// past..past+seq-1.
+func (e *emitter) newPass(past, seq int, decode bool) *pass {
+	p := &pass{past: past, seq: seq, decode: decode, cacheLen: e.opt.Seq, cos: ir.NoValue, sin: ir.NoValue, mask: ir.NoValue}
+	w := e.cfg.SlidingWindow
+	if decode && w > 0 {
+		// The first query sees keys from past-w+1 on; older cache entries
+		// are sliced away rather than masked.
+		p.kvStart = max(0, past-w+1)
+	}
+	p.windowCuts = w > 0 && p.kvStart <= past+seq-1-w
+	p.composite = e.opt.Composite && !p.windowCuts
+	if e.cfg.Family() == Llama {
+		p.cos, p.sin = e.rotaryTables(past, seq)
+	}
+	if !p.composite && (seq > 1 || p.windowCuts) {
+		p.mask = e.causalMask(p)
+	}
+	return p
+}
+
+// causalMask is the additive mask [seq, keys] of a pass: 0 where query i
+// (at position past+i) may see key j (at position kvStart+j), that is
+// where 0 <= qpos-kpos (and, with a sliding window, qpos-kpos < window),
+// and the dtype's lowest finite value elsewhere, as transformers' masks
+// use torch.finfo(dtype).min. It is built from iotas, a compare and a
+// where, so that rules can recognize it as causal.
+func (e *emitter) causalMask(p *pass) ir.Value {
+	shape := ir.Shape{ir.Dim(p.seq), ir.Dim(p.keys())}
+	d := e.Sub(e.Iota(ir.I64, shape, 0), e.Iota(ir.I64, shape, 1)) // i - j
+	if off := p.past - p.kvStart; off != 0 {
+		d = e.Add(d, e.scalar(ir.I64, float64(off))) // qpos - kpos
+	}
+	see := e.Binary(ir.OpGe, d, e.scalar(ir.I64, 0))
+	if p.windowCuts {
+		see = e.Binary(ir.OpAnd, see, e.Binary(ir.OpLt, d, e.scalar(ir.I64, float64(e.cfg.SlidingWindow))))
+	}
+	return e.Where(see, e.scalar(e.dt, 0), e.scalar(e.dt, lowest(e.dt)))
+}
+
+// lowest is the most negative finite value of a float dtype.
+func lowest(dt ir.DType) float64 {
+	switch dt {
+	case ir.F16:
+		return -65504
+	case ir.BF16:
+		return -float64(ir.BFloat16(0x7f7f).Float32())
+	}
+	return -math.MaxFloat32
+}
+
+// invFreq is the rotary embedding's inverse frequencies, f32 [head/2]:
+// 1 / theta^(2i/head), as ops on an iota, divided by the factor for linear
+// scaling; Llama 3.1's piecewise scaling is a constant computed here.
+func (e *emitter) invFreq() ir.Value {
+	c := e.cfg
+	d := c.HeadDim
+	if s := c.RopeScaling; s != nil && s.Type == "llama3" {
+		return e.Const(ir.F32, ir.Shape{ir.Dim(d / 2)}, llama3InvFreq(c.RopeTheta, d, s)...)
+	}
+	i := e.Iota(ir.F32, ir.Shape{ir.Dim(d / 2)}, 0)
+	exp := e.Div(e.Mul(i, e.scalar(ir.F32, 2)), e.scalar(ir.F32, float64(d)))
+	f := e.Recip(e.Pow(e.scalar(ir.F32, c.RopeTheta), exp))
+	if s := c.RopeScaling; s != nil && s.Type == "linear" {
+		f = e.Div(f, e.scalar(ir.F32, s.Factor))
+	}
+	return f
+}
+
+// llama3InvFreq is transformers' _compute_llama3_parameters: frequencies
+// whose wavelength exceeds the original context over low_freq_factor are
+// divided by factor, those under it over high_freq_factor are kept, and
+// those between are interpolated smoothly. Values are rounded to f32 as
+// torch computes them.
+func llama3InvFreq(theta float64, d int, s *RopeScaling) []float64 {
+	old := float64(s.OriginalMaxPositionEmbeddings)
+	lowWave, highWave := old/s.LowFreqFactor, old/s.HighFreqFactor
+	out := make([]float64, d/2)
+	for i := range out {
+		f := 1 / math.Pow(theta, float64(2*i)/float64(d))
+		wave := 2 * math.Pi / f
+		switch {
+		case wave < highWave:
+		case wave > lowWave:
+			f /= s.Factor
+		default:
+			smooth := (old/wave - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+			f = (1-smooth)*f/s.Factor + smooth*f
+		}
+		out[i] = ir.F32.Round(f)
+	}
+	return out
+}
+
+// rotaryTables are cos and sin of the rotary angles for positions
+// past..past+seq-1, [seq, head size] in the model's dtype: the angles
+// position * inv_freq, computed in f32 and concatenated with themselves,
+// as LlamaRotaryEmbedding does.
+func (e *emitter) rotaryTables(past, seq int) (cos, sin ir.Value) {
+	pos := e.Iota(ir.F32, ir.Shape{ir.Dim(seq), 1}, 0)
+	if past > 0 {
+		pos = e.Add(pos, e.scalar(ir.F32, float64(past)))
+	}
+	freqs := e.Mul(pos, e.invFreq()) // [seq, head/2]
+	emb := e.Concat(1, freqs, freqs)
+	return e.downcast(e.Unary(ir.OpCos, emb)), e.downcast(e.Unary(ir.OpSin, emb))
+}
+
+// applyRotary is transformers' apply_rotary_pos_emb for one of q and k,
+// x [batch, heads, seq, head]: x*cos + rotate_half(x)*sin, where
+// rotate_half(x) = concat(-x2, x1) of x's two halves.
+func (e *emitter) applyRotary(x, cos, sin ir.Value) ir.Value {
+	if !ok(x) {
+		return ir.NoValue
+	}
+	d := int64(e.last(x))
+	x1 := e.Slice(x, 3, 0, d/2, 1)
+	x2 := e.Slice(x, 3, d/2, d, 1)
+	rot := e.Concat(3, e.Neg(x2), x1)
+	return e.Add(e.Mul(x, cos), e.Mul(rot, sin))
+}
+
+// splitHeads turns [batch, seq, heads*head] into [batch, heads, seq, head].
+func (e *emitter) splitHeads(x ir.Value, heads int) ir.Value {
+	if !ok(x) {
+		return ir.NoValue
+	}
+	s := e.Shape(x)
+	return e.Transpose(e.Reshape(x, s[0], s[1], ir.Dim(heads), ir.Dim(e.cfg.HeadDim)), 1, 2)
+}
+
+// mergeHeads turns [batch, heads, seq, head] into [batch, seq, heads*head].
+func (e *emitter) mergeHeads(x ir.Value) ir.Value {
+	if !ok(x) {
+		return ir.NoValue
+	}
+	s := e.Shape(x)
+	return e.Reshape(e.Transpose(x, 1, 2), s[0], s[2], s[1]*s[3])
+}
+
+// repeatKV is transformers' repeat_kv: [batch, kv heads, len, head] to
+// [batch, kv heads*n, len, head] by a reshape, an expand and a reshape.
+func (e *emitter) repeatKV(x ir.Value, n int) ir.Value {
+	if n == 1 || !ok(x) {
+		return x
+	}
+	s := e.Shape(x)
+	x = e.Reshape(x, s[0], s[1], 1, s[2], s[3])
+	x = e.Expand(x, s[0], s[1], ir.Dim(n), s[2], s[3])
+	return e.Reshape(x, s[0], s[1]*ir.Dim(n), s[2], s[3])
+}
+
+// cache writes this step's keys or values, [batch, kv heads, seq, head],
+// into layer's KV cache at position past, in place, and returns the cache
+// slice the step attends over: positions kvStart..past+seq-1. Outside a
+// decode step it returns x.
+func (e *emitter) cache(x ir.Value, layer int, which string, p *pass) ir.Value {
+	if !p.decode || !ok(x) {
+		return x
+	}
+	s := e.Shape(x)
+	st := e.State(fmt.Sprintf("past_key_values.%d.%s", layer, which), e.dt, s[0], s[1], ir.Dim(p.cacheLen), s[3])
+	full := e.SliceUpdate(st, x, 2, int64(p.past))
+	e.UpdateState(st, full)
+	return e.Slice(full, 2, int64(p.kvStart), int64(p.past+p.seq), 1)
+}
+
+// attend is eager attention over q [batch, heads, seq, head] and k, v
+// [batch, kv heads, keys, head]: repeat_kv, matmul(q, k^T) times the
+// scale, plus the mask, softmax in f32, matmul with v. With
+// Options.Composite it is the attention op instead.
+func (e *emitter) attend(q, k, v ir.Value, p *pass) ir.Value {
+	if !ok(q, k, v) {
+		return ir.NoValue
+	}
+	scale := 1 / math.Sqrt(float64(e.cfg.HeadDim))
+	if p.composite {
+		return e.Attention(q, k, v, scale, true, int64(p.past-p.kvStart))
+	}
+	n := int(e.Shape(q)[1] / e.Shape(k)[1])
+	k, v = e.repeatKV(k, n), e.repeatKV(v, n)
+	s := e.Mul(e.MatMul(q, e.Transpose(k, 2, 3)), e.scalar(e.dt, scale))
+	if p.mask != ir.NoValue {
+		s = e.Add(s, p.mask)
+	}
+	return e.MatMul(e.softmax(s), v)
+}
+
+// llamaAttention is LlamaAttention (and Qwen2's and Mistral's) named
+// prefix, for layer layer: q, k, v projections, heads split, rotary
+// embedding on q and k, the KV cache in a decode step, attention, heads
+// merged, output projection.
+func (e *emitter) llamaAttention(x ir.Value, prefix string, layer int, p *pass) ir.Value {
+	c := e.cfg
+	hq, hkv, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	q := e.splitHeads(e.linear(x, prefix+".q_proj", c.HiddenSize, hq*hd, c.QKVBias), hq)
+	k := e.splitHeads(e.linear(x, prefix+".k_proj", c.HiddenSize, hkv*hd, c.QKVBias), hkv)
+	v := e.splitHeads(e.linear(x, prefix+".v_proj", c.HiddenSize, hkv*hd, c.QKVBias), hkv)
+	q = e.applyRotary(q, p.cos, p.sin)
+	k = e.applyRotary(k, p.cos, p.sin)
+	k = e.cache(k, layer, "key", p)
+	v = e.cache(v, layer, "value", p)
+	o := e.mergeHeads(e.attend(q, k, v, p))
+	return e.linear(o, prefix+".o_proj", hq*hd, c.HiddenSize, c.OutBias)
+}
+
+// gpt2Attention is GPT2Attention named prefix, for layer layer: one fused
+// c_attn projection [hidden, 3*hidden] split into q, k and v by slices,
+// heads split, the KV cache in a decode step, attention, heads merged,
+// c_proj.
+func (e *emitter) gpt2Attention(x ir.Value, prefix string, layer int, p *pass) ir.Value {
+	c := e.cfg
+	d := int64(c.HiddenSize)
+	qkv := e.conv1d(x, prefix+".c_attn", c.HiddenSize, 3*c.HiddenSize)
+	q := e.splitHeads(e.Slice(qkv, 2, 0, d, 1), c.NumAttentionHeads)
+	k := e.splitHeads(e.Slice(qkv, 2, d, 2*d, 1), c.NumAttentionHeads)
+	v := e.splitHeads(e.Slice(qkv, 2, 2*d, 3*d, 1), c.NumAttentionHeads)
+	k = e.cache(k, layer, "key", p)
+	v = e.cache(v, layer, "value", p)
+	o := e.mergeHeads(e.attend(q, k, v, p))
+	return e.conv1d(o, prefix+".c_proj", c.HiddenSize, c.HiddenSize)
+}

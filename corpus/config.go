@@ -1,0 +1,520 @@
+package corpus
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+)
+
+// The model types the builders know, as config.json's model_type names them.
+const (
+	Llama   = "llama"
+	Qwen2   = "qwen2"
+	Mistral = "mistral"
+	GPT2    = "gpt2"
+)
+
+// modelTypes lists the supported model types, for errors.
+var modelTypes = []string{Llama, Qwen2, Mistral, GPT2}
+
+// Activations, as config.json's hidden_act or activation_function names
+// them.
+const (
+	ActSiLU     = "silu"     // x * sigmoid(x); also spelled "swish"
+	ActGELU     = "gelu"     // 0.5 x (1 + erf(x / sqrt 2))
+	ActGELUTanh = "gelu_new" // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); also "gelu_pytorch_tanh"
+	ActReLU     = "relu"     // max(x, 0)
+	actSwish    = "swish"    // alias of silu
+	actGELUPT   = "gelu_pytorch_tanh"
+)
+
+// Config is the shape of a decoder-only model, read from a Hugging Face
+// config.json by ParseConfig or LoadConfig. Fields keep the llama names;
+// gpt2's n_embd, n_layer, n_head, n_positions and n_inner fill HiddenSize,
+// NumHiddenLayers, NumAttentionHeads, MaxPositionEmbeddings and
+// IntermediateSize. Defaults for absent fields are those of the
+// transformers config classes. The json tags are for printing a Config;
+// read a config.json with ParseConfig.
+type Config struct {
+	// Name says where the config came from: an embedded config's name or
+	// a file's path.
+	Name      string `json:"name,omitempty"`
+	ModelType string `json:"model_type"`
+
+	HiddenSize        int `json:"hidden_size"`
+	IntermediateSize  int `json:"intermediate_size"`
+	NumHiddenLayers   int `json:"num_hidden_layers"`
+	NumAttentionHeads int `json:"num_attention_heads"`
+	NumKeyValueHeads  int `json:"num_key_value_heads"`
+	// HeadDim is each attention head's size: head_dim when the config
+	// gives it, else HiddenSize / NumAttentionHeads.
+	HeadDim int `json:"head_dim"`
+
+	VocabSize             int  `json:"vocab_size"`
+	MaxPositionEmbeddings int  `json:"max_position_embeddings"`
+	TieWordEmbeddings     bool `json:"tie_word_embeddings"`
+
+	// RMSNormEps is the RMS norms' epsilon (llama, qwen2, mistral);
+	// LayerNormEps the layer norms' (gpt2's layer_norm_epsilon).
+	RMSNormEps   float64 `json:"rms_norm_eps,omitempty"`
+	LayerNormEps float64 `json:"layer_norm_epsilon,omitempty"`
+
+	// RopeTheta is the rotary embedding's base; RopeScaling, when not nil,
+	// how its frequencies are rescaled for long contexts.
+	RopeTheta   float64      `json:"rope_theta,omitempty"`
+	RopeScaling *RopeScaling `json:"rope_scaling,omitempty"`
+
+	// HiddenAct is the MLP's activation, one of the Act constants
+	// (normalized: "swish" reads as silu, "gelu_pytorch_tanh" as gelu_new).
+	// llama-style models gate it (down(act(gate(x)) * up(x))); gpt2 does not.
+	HiddenAct string `json:"hidden_act"`
+
+	// QKVBias and OutBias say whether the q, k, v projections and the
+	// attention's output projection have biases (llama's attention_bias
+	// sets both; qwen2 always has the first and never the second). MLPBias
+	// is llama's mlp_bias. gpt2's projections always have biases.
+	QKVBias bool `json:"qkv_bias,omitempty"`
+	OutBias bool `json:"out_bias,omitempty"`
+	MLPBias bool `json:"mlp_bias,omitempty"`
+
+	// SlidingWindow, when positive, lets each query see only the last
+	// SlidingWindow positions, itself included (mistral).
+	SlidingWindow int `json:"sliding_window,omitempty"`
+}
+
+// RopeScaling is config.json's rope_scaling: how the rotary frequencies
+// are rescaled. Type "linear" divides every frequency by Factor; "llama3"
+// is Llama 3.1's piecewise rescaling.
+type RopeScaling struct {
+	Type                          string  `json:"rope_type"`
+	Factor                        float64 `json:"factor"`
+	LowFreqFactor                 float64 `json:"low_freq_factor,omitempty"`
+	HighFreqFactor                float64 `json:"high_freq_factor,omitempty"`
+	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings,omitempty"`
+}
+
+// LoadConfig reads and validates a config.json file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c.Name = path
+	return c, nil
+}
+
+// ParseConfig reads and validates the text of a config.json. Errors name
+// the field at fault.
+func ParseConfig(data []byte) (*Config, error) {
+	var f fields
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("config: not a JSON object: %w", err)
+	}
+	if f == nil {
+		return nil, fmt.Errorf("config: not a JSON object")
+	}
+	c, err := f.config()
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// config reads the fields into a Config with the defaults of the model
+// type's transformers config class.
+func (f fields) config() (*Config, error) {
+	p := &fieldParser{f: f}
+	mt, ok := p.str("model_type")
+	if p.err != nil {
+		return nil, p.err
+	}
+	if !ok {
+		return nil, fmt.Errorf("missing %q (want one of %s)", "model_type", strings.Join(modelTypes, ", "))
+	}
+	c := &Config{ModelType: mt}
+	switch mt {
+	case Llama, Qwen2, Mistral:
+		p.llama(c)
+	case GPT2:
+		p.gpt2(c)
+	default:
+		return nil, fmt.Errorf("model_type %q is not supported (supported: %s)", mt, strings.Join(modelTypes, ", "))
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
+	return c, nil
+}
+
+// llama reads the fields of llama, qwen2 and mistral configs.
+func (p *fieldParser) llama(c *Config) {
+	c.HiddenSize = p.required("hidden_size")
+	c.IntermediateSize = p.required("intermediate_size")
+	c.NumHiddenLayers = p.required("num_hidden_layers")
+	c.NumAttentionHeads = p.required("num_attention_heads")
+	c.VocabSize = p.required("vocab_size")
+	c.NumKeyValueHeads = p.intOr("num_key_value_heads", c.NumAttentionHeads)
+	if c.NumAttentionHeads > 0 {
+		c.HeadDim = p.intOr("head_dim", c.HiddenSize/c.NumAttentionHeads)
+	}
+	c.MaxPositionEmbeddings = p.intOr("max_position_embeddings", map[string]int{Llama: 2048, Qwen2: 32768, Mistral: 32768}[c.ModelType])
+	c.TieWordEmbeddings = p.boolOr("tie_word_embeddings", false)
+	c.RMSNormEps = p.floatOr("rms_norm_eps", 1e-6)
+	c.HiddenAct = p.activation("hidden_act", ActSiLU)
+	c.RopeTheta, c.RopeScaling = p.rope()
+	switch c.ModelType {
+	case Llama:
+		c.QKVBias = p.boolOr("attention_bias", false)
+		c.OutBias = c.QKVBias
+		c.MLPBias = p.boolOr("mlp_bias", false)
+	case Qwen2:
+		c.QKVBias = true
+		if p.boolOr("use_sliding_window", false) {
+			c.SlidingWindow = p.intOr("sliding_window", 4096)
+		}
+	case Mistral:
+		c.SlidingWindow = p.intOr("sliding_window", 0)
+	}
+}
+
+// gpt2 reads the fields of a gpt2 config.
+func (p *fieldParser) gpt2(c *Config) {
+	c.HiddenSize = p.required("n_embd")
+	c.NumHiddenLayers = p.required("n_layer")
+	c.NumAttentionHeads = p.required("n_head")
+	c.VocabSize = p.required("vocab_size")
+	c.MaxPositionEmbeddings = p.intOr("n_positions", 1024)
+	c.NumKeyValueHeads = c.NumAttentionHeads
+	if c.NumAttentionHeads > 0 {
+		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	c.IntermediateSize = p.intOr("n_inner", 4*c.HiddenSize)
+	c.LayerNormEps = p.floatOr("layer_norm_epsilon", 1e-5)
+	c.TieWordEmbeddings = p.boolOr("tie_word_embeddings", true)
+	c.HiddenAct = p.activation("activation_function", ActGELUTanh)
+	c.QKVBias, c.OutBias, c.MLPBias = true, true, true
+}
+
+// rope reads rope_theta and rope_scaling, or their newer form, a
+// rope_parameters object that holds both.
+func (p *fieldParser) rope() (float64, *RopeScaling) {
+	const defaultTheta = 10000
+	key := "rope_scaling"
+	raw, ok := p.f["rope_parameters"]
+	theta := p.floatOr("rope_theta", defaultTheta)
+	if ok && !isNull(raw) {
+		key = "rope_parameters"
+	} else {
+		raw, ok = p.f["rope_scaling"]
+		if !ok || isNull(raw) {
+			return theta, nil
+		}
+	}
+	var sub fields
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&sub); err != nil || sub == nil {
+		p.fail(fmt.Errorf("%q: want an object", key))
+		return theta, nil
+	}
+	q := &fieldParser{f: sub, prefix: key + "."}
+	if key == "rope_parameters" {
+		if _, given := p.f["rope_theta"]; !given {
+			theta = q.floatOr("rope_theta", defaultTheta)
+		}
+	}
+	typ, ok := q.str("rope_type")
+	if !ok {
+		typ, _ = q.str("type") // the older spelling
+	}
+	if q.err != nil {
+		p.fail(q.err)
+		return theta, nil
+	}
+	switch typ {
+	case "", "default":
+		return theta, nil
+	case "linear":
+		return theta, &RopeScaling{Type: typ, Factor: q.required64("factor")}
+	case "llama3":
+		s := &RopeScaling{
+			Type:                          typ,
+			Factor:                        q.required64("factor"),
+			LowFreqFactor:                 q.required64("low_freq_factor"),
+			HighFreqFactor:                q.required64("high_freq_factor"),
+			OriginalMaxPositionEmbeddings: q.required("original_max_position_embeddings"),
+		}
+		p.fail(q.err)
+		return theta, s
+	}
+	p.fail(fmt.Errorf("%q: rope_type %q is not supported (supported: default, linear, llama3)", key, typ))
+	return theta, nil
+}
+
+// activation reads an activation name, normalizing its aliases.
+func (p *fieldParser) activation(key, def string) string {
+	s, ok := p.str(key)
+	if !ok {
+		return def
+	}
+	switch s {
+	case ActSiLU, actSwish:
+		return ActSiLU
+	case ActGELU:
+		return ActGELU
+	case ActGELUTanh, actGELUPT:
+		return ActGELUTanh
+	case ActReLU:
+		return ActReLU
+	}
+	p.fail(fmt.Errorf("%q: activation %q is not supported (supported: silu, gelu, gelu_new, gelu_pytorch_tanh, relu)", key, s))
+	return def
+}
+
+// Validate checks that the config describes a model the builders can
+// emit: positive sizes, heads that divide the hidden size, key-value heads
+// that divide the heads, an even head size for the rotary embedding,
+// positive epsilons and a known model type and activation. Errors name
+// the config.json field at fault.
+func (c *Config) Validate() error {
+	name := c.fieldName
+	if !slices.Contains(modelTypes, c.ModelType) {
+		return fmt.Errorf("config: model_type %q is not supported (supported: %s)", c.ModelType, strings.Join(modelTypes, ", "))
+	}
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"hidden_size", c.HiddenSize},
+		{"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumHiddenLayers},
+		{"num_attention_heads", c.NumAttentionHeads},
+		{"num_key_value_heads", c.NumKeyValueHeads},
+		{"head_dim", c.HeadDim},
+		{"vocab_size", c.VocabSize},
+		{"max_position_embeddings", c.MaxPositionEmbeddings},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("config: %q is %d; want a positive number", name(f.key), f.v)
+		}
+	}
+	if c.HiddenSize%c.NumAttentionHeads != 0 {
+		return fmt.Errorf("config: %q %d is not a multiple of %q %d", name("hidden_size"), c.HiddenSize, name("num_attention_heads"), c.NumAttentionHeads)
+	}
+	if c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		return fmt.Errorf("config: %q %d is not a multiple of %q %d", name("num_attention_heads"), c.NumAttentionHeads, name("num_key_value_heads"), c.NumKeyValueHeads)
+	}
+	if c.ModelType == GPT2 {
+		if c.HeadDim*c.NumAttentionHeads != c.HiddenSize {
+			return fmt.Errorf("config: head size %d times %q %d is not %q %d", c.HeadDim, name("num_attention_heads"), c.NumAttentionHeads, name("hidden_size"), c.HiddenSize)
+		}
+		if !(c.LayerNormEps > 0) {
+			return fmt.Errorf("config: %q is %v; want a positive number", "layer_norm_epsilon", c.LayerNormEps)
+		}
+	} else {
+		if c.HeadDim%2 != 0 {
+			return fmt.Errorf("config: %q %d is odd; the rotary embedding needs an even head size", "head_dim", c.HeadDim)
+		}
+		if !(c.RMSNormEps > 0) {
+			return fmt.Errorf("config: %q is %v; want a positive number", "rms_norm_eps", c.RMSNormEps)
+		}
+		if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
+			return fmt.Errorf("config: %q is %v; want a finite number above 1", "rope_theta", c.RopeTheta)
+		}
+		if err := c.RopeScaling.validate(); err != nil {
+			return err
+		}
+	}
+	switch c.HiddenAct {
+	case ActSiLU, ActGELU, ActGELUTanh, ActReLU:
+	default:
+		return fmt.Errorf("config: %q %q is not supported (supported: silu, gelu, gelu_new, relu)", name("hidden_act"), c.HiddenAct)
+	}
+	if c.SlidingWindow < 0 {
+		return fmt.Errorf("config: %q is %d; want a positive number or none", "sliding_window", c.SlidingWindow)
+	}
+	return nil
+}
+
+func (s *RopeScaling) validate() error {
+	if s == nil {
+		return nil
+	}
+	if !(s.Factor >= 1) || math.IsInf(s.Factor, 0) {
+		return fmt.Errorf("config: %q is %v; want a finite number of at least 1", "rope_scaling.factor", s.Factor)
+	}
+	switch s.Type {
+	case "linear":
+	case "llama3":
+		if !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) {
+			return fmt.Errorf("config: rope_scaling: want 0 < low_freq_factor < high_freq_factor, got %v and %v", s.LowFreqFactor, s.HighFreqFactor)
+		}
+		if s.OriginalMaxPositionEmbeddings <= 0 {
+			return fmt.Errorf("config: %q is %d; want a positive number", "rope_scaling.original_max_position_embeddings", s.OriginalMaxPositionEmbeddings)
+		}
+	default:
+		return fmt.Errorf("config: rope_scaling type %q is not supported (supported: default, linear, llama3)", s.Type)
+	}
+	return nil
+}
+
+// gpt2Names maps llama field names to gpt2's, for errors.
+var gpt2Names = map[string]string{
+	"hidden_size":             "n_embd",
+	"num_hidden_layers":       "n_layer",
+	"num_attention_heads":     "n_head",
+	"num_key_value_heads":     "n_head",
+	"max_position_embeddings": "n_positions",
+	"intermediate_size":       "n_inner",
+	"hidden_act":              "activation_function",
+	"head_dim":                "n_embd / n_head",
+}
+
+// fieldName is the config.json name of a field in this config's model type.
+func (c *Config) fieldName(key string) string {
+	if c.ModelType == GPT2 {
+		if n, ok := gpt2Names[key]; ok {
+			return n
+		}
+	}
+	return key
+}
+
+// Family is "gpt2" for gpt2 and "llama" for the llama-style models (llama,
+// qwen2, mistral: RMS norms, rotary embeddings, gated MLPs).
+func (c *Config) Family() string {
+	if c.ModelType == GPT2 {
+		return GPT2
+	}
+	return Llama
+}
+
+// fields are a config.json object's members, decoded lazily so that a
+// type error names its field.
+type fields map[string]json.RawMessage
+
+// fieldParser reads typed fields, keeping the first error.
+type fieldParser struct {
+	f      fields
+	prefix string // for nested objects: "rope_scaling."
+	err    error
+}
+
+func (p *fieldParser) fail(err error) {
+	if p.err == nil && err != nil {
+		p.err = err
+	}
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// lookup returns a field's raw value, or false when it is absent or null.
+func (p *fieldParser) lookup(key string) (json.RawMessage, bool) {
+	raw, ok := p.f[key]
+	if !ok || isNull(raw) {
+		return nil, false
+	}
+	return raw, true
+}
+
+// number reads a numeric field.
+func (p *fieldParser) number(key string) (float64, bool) {
+	raw, ok := p.lookup(key)
+	if !ok {
+		return 0, false
+	}
+	var n json.Number
+	if bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`"`)) || json.Unmarshal(raw, &n) != nil {
+		// json.Number would take a quoted number; config.json's sizes are bare.
+		p.fail(fmt.Errorf("%q: want a number, got %s", p.prefix+key, raw))
+		return 0, false
+	}
+	v, err := n.Float64()
+	if err != nil {
+		p.fail(fmt.Errorf("%q: %s is not a number", p.prefix+key, raw))
+		return 0, false
+	}
+	return v, true
+}
+
+// integer reads an integral field (4096 or 4096.0).
+func (p *fieldParser) integer(key string) (int, bool) {
+	v, ok := p.number(key)
+	if !ok {
+		return 0, false
+	}
+	if v != math.Trunc(v) || math.Abs(v) > 1<<40 {
+		p.fail(fmt.Errorf("%q: want an integer, got %v", p.prefix+key, v))
+		return 0, false
+	}
+	return int(v), true
+}
+
+func (p *fieldParser) required(key string) int {
+	v, ok := p.integer(key)
+	if !ok {
+		p.fail(fmt.Errorf("missing %q", p.prefix+key))
+	}
+	return v
+}
+
+func (p *fieldParser) required64(key string) float64 {
+	v, ok := p.number(key)
+	if !ok {
+		p.fail(fmt.Errorf("missing %q", p.prefix+key))
+	}
+	return v
+}
+
+func (p *fieldParser) intOr(key string, def int) int {
+	if v, ok := p.integer(key); ok {
+		return v
+	}
+	return def
+}
+
+func (p *fieldParser) floatOr(key string, def float64) float64 {
+	if v, ok := p.number(key); ok {
+		return v
+	}
+	return def
+}
+
+func (p *fieldParser) boolOr(key string, def bool) bool {
+	raw, ok := p.lookup(key)
+	if !ok {
+		return def
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		p.fail(fmt.Errorf("%q: want true or false, got %s", p.prefix+key, raw))
+		return def
+	}
+	return b
+}
+
+func (p *fieldParser) str(key string) (string, bool) {
+	raw, ok := p.lookup(key)
+	if !ok {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		p.fail(fmt.Errorf("%q: want a string, got %s", p.prefix+key, raw))
+		return "", false
+	}
+	return s, true
+}

@@ -1,0 +1,227 @@
+package corpus
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests run the graphs in the reference interpreter. They check the
+// builders against themselves (a decode step against the prefill) and
+// against the interpreter's composite ops, not the interpreter.
+
+func eval(t *testing.T, g *ir.Graph, feeds map[string]*ir.Tensor) *ir.Result {
+	t.Helper()
+	r, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{})
+	require.NoError(t, err)
+	return r
+}
+
+// maxAbsDiff compares b with the elements of a from offset on.
+func maxAbsDiff(a, b *ir.Tensor, offset int64) float64 {
+	d := 0.0
+	for i := range b.Len() {
+		d = math.Max(d, math.Abs(a.At(i+offset)-b.At(i)))
+	}
+	return d
+}
+
+func withConfig(t *testing.T, base string, edit func(c *Config)) *Config {
+	t.Helper()
+	c, err := EmbeddedConfig(base)
+	require.NoError(t, err)
+	edit(c)
+	return c
+}
+
+// TestDecodeMatchesPrefill decodes a sequence one token at a time through
+// the KV caches, starting from caches full of garbage, and compares each
+// step's logits with the prefill's logits at that position.
+func TestDecodeMatchesPrefill(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  *Config
+		seq  int
+	}{
+		{"tiny-llama", withConfig(t, "tiny-llama", func(*Config) {}), 6},
+		{"tiny-qwen2", withConfig(t, "tiny-qwen2", func(*Config) {}), 6},
+		{"tiny-gpt2", withConfig(t, "tiny-gpt2", func(*Config) {}), 6},
+		{"tiny-mistral past its window", withConfig(t, "tiny-mistral", func(*Config) {}), 19},
+		{"llama3 rope scaling", withConfig(t, "tiny-llama", func(c *Config) {
+			c.RopeScaling = &RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositionEmbeddings: 16}
+		}), 5},
+		{"linear rope scaling, biases, gelu", withConfig(t, "tiny-llama", func(c *Config) {
+			c.RopeScaling = &RopeScaling{Type: "linear", Factor: 2}
+			c.QKVBias, c.OutBias, c.MLPBias, c.HiddenAct = true, true, true, ActGELU
+		}), 5},
+	}
+	for _, tt := range tests {
+		for _, composite := range []bool{false, true} {
+			pre, err := BuildConfig("prefill", tt.cfg, "model", Options{Seq: tt.seq, Composite: composite})
+			require.NoError(t, err)
+			feeds, err := RandomWeights(pre, 7)
+			require.NoError(t, err)
+			ids := make([]float64, tt.seq)
+			for i := range ids {
+				ids[i] = float64((i*37 + 5) % tt.cfg.VocabSize)
+			}
+			feeds["input_ids"], err = ir.TensorOf(ir.I64, ir.Shape{1, ir.Dim(tt.seq)}, ids...)
+			require.NoError(t, err)
+			want := eval(t, pre, feeds).Outputs["logits"]
+
+			capacity := tt.seq + 3
+			caches := map[string]*ir.Tensor{}
+			worst := 0.0
+			for p := range tt.seq {
+				g, err := BuildConfig("decode", tt.cfg, "decode", Options{Seq: capacity, Past: p, Composite: composite})
+				require.NoError(t, err)
+				feeds["input_ids"], err = ir.TensorOf(ir.I64, ir.Shape{1, 1}, ids[p])
+				require.NoError(t, err)
+				for _, v := range g.States() {
+					n := g.Node(v)
+					if c, ok := caches[n.Name]; ok {
+						feeds[n.Name] = c
+						continue
+					}
+					feeds[n.Name], err = ir.TensorOf(n.DType, n.Shape, 1000) // never attended
+					require.NoError(t, err)
+				}
+				r := eval(t, g, feeds)
+				caches = r.States
+				worst = math.Max(worst, maxAbsDiff(want, r.Outputs["logits"], int64(p*tt.cfg.VocabSize)))
+			}
+			assert.Less(t, worst, 1e-9, "%s composite=%v", tt.name, composite)
+		}
+	}
+}
+
+// TestCompositeMatchesDecomposed compares the decomposed graphs with the
+// interpreter's composite ops.
+func TestCompositeMatchesDecomposed(t *testing.T) {
+	for _, name := range []string{"tiny-llama:layer", "tiny-qwen2:layer", "tiny-mistral:layer", "tiny-gpt2:block", "tiny-llama:softmax"} {
+		for _, seq := range []int{1, 7} {
+			a, err := Build(name, Options{Seq: seq, Batch: 2})
+			require.NoError(t, err)
+			b, err := Build(name, Options{Seq: seq, Batch: 2, Composite: true})
+			require.NoError(t, err)
+			feeds, err := ir.RandomFeeds(a, 3, ir.Typical)
+			require.NoError(t, err)
+			w, err := RandomWeights(a, 3)
+			require.NoError(t, err)
+			for k, v := range w {
+				feeds[k] = v
+			}
+			ra, rb := eval(t, a, feeds), eval(t, b, feeds)
+			for k, v := range ra.Outputs {
+				// Epsilons differ by their f32 rounding.
+				assert.Less(t, maxAbsDiff(v, rb.Outputs[k], 0), 1e-6, "%s seq %d", name, seq)
+			}
+		}
+	}
+}
+
+// TestBlocksByHand checks the rotary embedding, the activations and the
+// gated MLP against direct computations.
+func TestBlocksByHand(t *testing.T) {
+	c, err := EmbeddedConfig("tiny-llama")
+	require.NoError(t, err)
+
+	t.Run("rotary", func(t *testing.T) {
+		const seq = 3
+		g, err := Build("tiny-llama:rotary", Options{Seq: seq})
+		require.NoError(t, err)
+		feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
+		require.NoError(t, err)
+		r := eval(t, g, feeds)
+		q, got := feeds["q"], r.Outputs["q_embed"]
+		d := c.HeadDim
+		for h := range c.NumAttentionHeads {
+			for s := range seq {
+				row := int64((h*seq + s) * d)
+				for i := range d {
+					j := i % (d / 2)
+					angle := float64(s) / math.Pow(c.RopeTheta, float64(2*j)/float64(d))
+					var rot float64 // rotate_half: concat(-x2, x1)
+					if i < d/2 {
+						rot = -q.At(row + int64(i+d/2))
+					} else {
+						rot = q.At(row + int64(i-d/2))
+					}
+					want := q.At(row+int64(i))*math.Cos(angle) + rot*math.Sin(angle)
+					assert.InDelta(t, want, got.At(row+int64(i)), 1e-5)
+				}
+			}
+		}
+	})
+
+	t.Run("activations", func(t *testing.T) {
+		for _, tt := range []struct {
+			act string
+			f   func(x float64) float64
+		}{
+			{ActSiLU, func(x float64) float64 { return x / (1 + math.Exp(-x)) }},
+			{ActGELU, func(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }},
+			{ActGELUTanh, func(x float64) float64 {
+				return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
+			}},
+			{ActReLU, func(x float64) float64 { return max(x, 0) }},
+		} {
+			cfg := withConfig(t, "tiny-llama", func(c *Config) { c.HiddenAct = tt.act })
+			g, err := BuildConfig("act", cfg, activationKinds[tt.act], Options{Seq: 2})
+			require.NoError(t, err)
+			// Values of both signs, large and small (RandomFeeds keeps a pow
+			// base positive).
+			n := g.Node(g.Inputs()[0])
+			vals := make([]float64, n.Shape.NumElements())
+			for i := range vals {
+				vals[i] = float64(i%41-20) * 0.37
+			}
+			x, err := ir.TensorOf(ir.F32, n.Shape, vals...)
+			require.NoError(t, err)
+			y := eval(t, g, map[string]*ir.Tensor{"x": x}).Outputs["output"]
+			for i := range x.Len() {
+				want := tt.f(x.At(i))
+				assert.InDelta(t, want, y.At(i), 1e-6*(1+math.Abs(want)), "%s(%v)", tt.act, x.At(i))
+			}
+		}
+	})
+
+	t.Run("swiglu mlp", func(t *testing.T) {
+		g, err := Build("tiny-llama:mlp", Options{Seq: 2})
+		require.NoError(t, err)
+		feeds, err := ir.RandomFeeds(g, 8, ir.Typical)
+		require.NoError(t, err)
+		w, err := RandomWeights(g, 8)
+		require.NoError(t, err)
+		for k, v := range w {
+			feeds[k] = v
+		}
+		y := eval(t, g, feeds).Outputs["output"]
+		x := feeds["hidden_states"]
+		gate, up, down := w["model.layers.0.mlp.gate_proj.weight"], w["model.layers.0.mlp.up_proj.weight"], w["model.layers.0.mlp.down_proj.weight"]
+		h, in := c.HiddenSize, c.IntermediateSize
+		for row := range 2 {
+			act := make([]float64, in)
+			for o := range in {
+				var gs, us float64
+				for k := range h {
+					xv := x.At(int64(row*h + k))
+					gs += xv * gate.At(int64(o*h+k)) // nn.Linear: weight [out, in]
+					us += xv * up.At(int64(o*h+k))
+				}
+				act[o] = gs / (1 + math.Exp(-gs)) * us
+			}
+			for o := range h {
+				var want float64
+				for k := range in {
+					want += act[k] * down.At(int64(o*in+k))
+				}
+				assert.InDelta(t, want, y.At(int64(row*h+o)), 1e-9)
+			}
+		}
+	})
+}

@@ -1,0 +1,76 @@
+package corpus
+
+import (
+	"fmt"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Options size a built graph. Zero Batch, Seq and DType take their
+// defaults; see each field and DefaultOptions.
+type Options struct {
+	// Batch is the number of sequences (default 1).
+	Batch int
+	// Seq is the number of tokens per sequence (default 128). For a decode
+	// step it is the KV cache's capacity instead: the caches are
+	// [Batch, kv heads, Seq, head size], and the step attends over
+	// positions 0..Past.
+	Seq int
+	// Past is, for a decode step, the number of tokens already in the
+	// cache: the new token is written at position Past and attends over
+	// positions 0..Past, so Past must be below Seq. A negative Past means
+	// Seq-1 (the step that fills the cache's last slot), which is what
+	// DefaultOptions asks for; the zero Options decode the first token.
+	// Other kinds ignore it.
+	Past int
+	// DType is the dtype of weights and activations (default f32; f16 and
+	// bf16 allowed). As in Hugging Face's models, norms, softmax and the
+	// rotary tables are computed in f32 with casts around them when DType
+	// is lower, and logits are cast to f32.
+	DType ir.DType
+	// Composite makes the builders emit the composite softmax, RMS norm,
+	// layer norm and attention ops in the model's dtype instead of their
+	// decompositions, for the tests of later phases. Attention with a
+	// sliding window that cuts into a prefill stays decomposed, since the
+	// attention op has no window.
+	Composite bool
+}
+
+// The defaults of Options.
+const (
+	DefaultBatch = 1
+	DefaultSeq   = 128
+)
+
+// DefaultOptions are the options corpus list builds every graph with:
+// batch 1, 128 tokens (a 128-position cache for a decode step, which
+// fills its last slot), f32, decomposed.
+func DefaultOptions() Options {
+	return Options{Batch: DefaultBatch, Seq: DefaultSeq, Past: -1, DType: ir.F32}
+}
+
+// resolve fills the defaults in and checks the options.
+func (o Options) resolve() (Options, error) {
+	if o.Batch == 0 {
+		o.Batch = DefaultBatch
+	}
+	if o.Seq == 0 {
+		o.Seq = DefaultSeq
+	}
+	if o.DType == ir.InvalidDType {
+		o.DType = ir.F32
+	}
+	if o.Batch < 0 {
+		return o, fmt.Errorf("batch %d; want a positive batch", o.Batch)
+	}
+	if o.Seq < 0 {
+		return o, fmt.Errorf("seq %d; want a positive length", o.Seq)
+	}
+	if !o.DType.IsFloat() {
+		return o, fmt.Errorf("dtype %s; want f32, f16 or bf16", o.DType)
+	}
+	if o.Past < 0 {
+		o.Past = o.Seq - 1
+	}
+	return o, nil
+}

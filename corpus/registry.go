@@ -1,0 +1,287 @@
+package corpus
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// A kind is one graph a config gives: a whole model, one layer or a block
+// of a layer.
+type kind struct {
+	name string
+	// family limits the kind to GPT2 or Llama configs; "" is both.
+	family string
+	// decode says that Options.Past matters.
+	decode bool
+	build  func(e *emitter) error
+}
+
+// kinds lists the kinds in the order Names and Kinds give them.
+var kinds = []kind{
+	{name: "layer", family: Llama, build: buildLayer},
+	{name: "block", family: GPT2, build: buildLayer},
+	{name: "model", build: func(e *emitter) error {
+		if err := e.checkPositions(e.opt.Seq); err != nil {
+			return err
+		}
+		e.causalLM(0, e.opt.Seq, false)
+		return nil
+	}},
+	{name: "decode", decode: true, build: func(e *emitter) error {
+		if e.opt.Past >= e.opt.Seq {
+			return fmt.Errorf("past %d: want it below seq %d, the KV cache's capacity", e.opt.Past, e.opt.Seq)
+		}
+		if err := e.checkPositions(e.opt.Seq); err != nil {
+			return err
+		}
+		e.causalLM(e.opt.Past, 1, true)
+		return nil
+	}},
+	{name: "attention", build: func(e *emitter) error {
+		x := e.hiddenInput()
+		p := e.newPass(0, e.opt.Seq, false)
+		if e.cfg.Family() == GPT2 {
+			e.Output("output", e.gpt2Attention(x, e.layerPrefix(0)+".attn", 0, p))
+		} else {
+			e.Output("output", e.llamaAttention(x, e.layerPrefix(0)+".self_attn", 0, p))
+		}
+		return nil
+	}},
+	{name: "mlp", build: func(e *emitter) error {
+		x := e.hiddenInput()
+		if e.cfg.Family() == GPT2 {
+			e.Output("output", e.gpt2MLP(x, e.layerPrefix(0)+".mlp"))
+		} else {
+			e.Output("output", e.gatedMLP(x, e.layerPrefix(0)+".mlp"))
+		}
+		return nil
+	}},
+	{name: "rmsnorm", family: Llama, build: func(e *emitter) error {
+		e.Output("output", e.rmsNorm(e.hiddenInput(), e.layerPrefix(0)+".input_layernorm", e.cfg.RMSNormEps))
+		return nil
+	}},
+	{name: "layernorm", family: GPT2, build: func(e *emitter) error {
+		e.Output("output", e.layerNorm(e.hiddenInput(), e.layerPrefix(0)+".ln_1", e.cfg.LayerNormEps))
+		return nil
+	}},
+	{name: "softmax", build: func(e *emitter) error {
+		s := ir.Dim(e.opt.Seq)
+		x := e.Input("scores", e.dt, ir.Dim(e.opt.Batch), ir.Dim(e.cfg.NumAttentionHeads), s, s)
+		e.Output("output", e.softmax(x))
+		return nil
+	}},
+	{name: "rotary", family: Llama, build: func(e *emitter) error {
+		c := e.cfg
+		b, s, hd := ir.Dim(e.opt.Batch), ir.Dim(e.opt.Seq), ir.Dim(c.HeadDim)
+		q := e.Input("q", e.dt, b, ir.Dim(c.NumAttentionHeads), s, hd)
+		k := e.Input("k", e.dt, b, ir.Dim(c.NumKeyValueHeads), s, hd)
+		cos, sin := e.rotaryTables(0, e.opt.Seq)
+		e.Output("q_embed", e.applyRotary(q, cos, sin))
+		e.Output("k_embed", e.applyRotary(k, cos, sin))
+		return nil
+	}},
+	{name: "activation", build: func(e *emitter) error {
+		c := e.cfg
+		x := e.Input("x", e.dt, ir.Dim(e.opt.Batch), ir.Dim(e.opt.Seq), ir.Dim(c.IntermediateSize))
+		e.Output("output", e.activation(x, c.HiddenAct))
+		return nil
+	}},
+}
+
+// kindAliases are the names of the same kind in the other family.
+var kindAliases = map[string]string{"layer": "block", "block": "layer", "layernorm": "rmsnorm", "rmsnorm": "layernorm"}
+
+// activationKinds names the activation kind after the config's activation.
+var activationKinds = map[string]string{ActSiLU: "silu", ActGELU: "gelu", ActGELUTanh: "gelu-tanh", ActReLU: "relu"}
+
+// nameFor is k's name for config c.
+func (k *kind) nameFor(c *Config) string {
+	if k.name == "activation" {
+		return activationKinds[c.HiddenAct]
+	}
+	return k.name
+}
+
+// buildLayer builds decoder layer 0 over input hidden_states
+// [batch, seq, hidden], a prefill at positions 0..seq-1, with output
+// hidden_states.
+func buildLayer(e *emitter) error {
+	x := e.hiddenInput()
+	e.Output("hidden_states", e.layer(x, 0, e.newPass(0, e.opt.Seq, false)))
+	return nil
+}
+
+// hiddenInput declares the input hidden_states [batch, seq, hidden].
+func (e *emitter) hiddenInput() ir.Value {
+	return e.Input("hidden_states", e.dt, ir.Dim(e.opt.Batch), ir.Dim(e.opt.Seq), ir.Dim(e.cfg.HiddenSize))
+}
+
+// checkPositions refuses positions a learned position embedding does not
+// have.
+func (e *emitter) checkPositions(n int) error {
+	if e.cfg.Family() == GPT2 && n > e.cfg.MaxPositionEmbeddings {
+		return fmt.Errorf("seq %d: gpt2 has %d learned positions (n_positions)", n, e.cfg.MaxPositionEmbeddings)
+	}
+	return nil
+}
+
+// Kinds lists the kinds of graph a config gives, in a fixed order:
+// llama-family configs give layer, model, decode, attention, mlp, rmsnorm,
+// softmax, rotary and their activation (silu); gpt2 configs give block,
+// model, decode, attention, mlp, layernorm, softmax and their activation
+// (gelu-tanh for gelu_new).
+//
+//   - layer, block: decoder layer 0 over input hidden_states
+//     [batch, seq, hidden], a prefill, output hidden_states.
+//   - model: the prefill of the whole model, input_ids i64[batch, seq] to
+//     logits f32[batch, seq, vocab].
+//   - decode: one decode step, input_ids i64[batch, 1] at position past,
+//     to logits f32[batch, 1, vocab]; layer i's KV caches are the state
+//     buffers past_key_values.i.key and past_key_values.i.value
+//     [batch, kv heads, seq, head], updated in place, and the step attends
+//     over the cache sliced to positions 0..past.
+//   - attention, mlp, rmsnorm, layernorm: layer 0's blocks over input
+//     hidden_states, output output.
+//   - softmax: input scores [batch, heads, seq, seq], output output.
+//   - rotary: inputs q [batch, heads, seq, head] and k
+//     [batch, kv heads, seq, head], outputs q_embed and k_embed.
+//   - silu, gelu, gelu-tanh, relu: input x [batch, seq, intermediate],
+//     output output.
+func Kinds(c *Config) []string {
+	var out []string
+	for i := range kinds {
+		k := &kinds[i]
+		if k.family == "" || k.family == c.Family() {
+			out = append(out, k.nameFor(c))
+		}
+	}
+	return out
+}
+
+// BuildConfig builds the graph of the given kind (see Kinds) of a model
+// described by c, named name.
+func BuildConfig(name string, c *Config, kindName string, opt Options) (*ir.Graph, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	opt, err := opt.resolve()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for i := range kinds {
+		k := &kinds[i]
+		if (k.family != "" && k.family != c.Family()) || k.nameFor(c) != kindName {
+			continue
+		}
+		e := newEmitter(name, c, opt)
+		if err := k.build(e); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		g, err := e.Build()
+		if err != nil {
+			return nil, fmt.Errorf("build %w", err) // the error names the graph
+		}
+		return g, nil
+	}
+	ks := Kinds(c)
+	hint := suggest(kindName, ks)
+	if alt, ok := kindAliases[kindName]; ok && slices.Contains(ks, alt) {
+		hint = fmt.Sprintf("; did you mean %s?", alt)
+	}
+	return nil, fmt.Errorf("%s: a %s model has no kind %q (its kinds: %s)%s", name, c.ModelType, kindName, strings.Join(ks, ", "), hint)
+}
+
+// Names lists every registered graph, MODEL:KIND for each embedded config
+// (see ConfigNames) and each of its kinds (see Kinds): models in name
+// order, each model's kinds in Kinds' order.
+func Names() []string {
+	var out []string
+	for _, m := range ConfigNames() {
+		c, err := EmbeddedConfig(m)
+		if err != nil {
+			panic(err) // ConfigNames listed it
+		}
+		for _, k := range Kinds(c) {
+			out = append(out, m+":"+k)
+		}
+	}
+	return out
+}
+
+// Build builds the registered graph called name, MODEL:KIND (see Names),
+// sized by opt. MODEL may also be the path of a config.json file (ending
+// in .json). The graph is named name.
+func Build(name string, opt Options) (*ir.Graph, error) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return nil, fmt.Errorf("graph name %q is not MODEL:KIND%s", name, suggest(name, Names()))
+	}
+	model, kindName := name[:i], name[i+1:]
+	var c *Config
+	var err error
+	if strings.HasSuffix(model, ".json") {
+		c, err = LoadConfig(model)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		c, err = EmbeddedConfig(model)
+		if err != nil {
+			return nil, fmt.Errorf("unknown graph %q: no model %q%s", name, model, suggest(name, Names()))
+		}
+	}
+	return BuildConfig(name, c, kindName, opt)
+}
+
+// suggest is "; did you mean a, b?" with the few candidates closest to s
+// by edit distance, or "" when none is close.
+func suggest(s string, candidates []string) string {
+	type scored struct {
+		name string
+		d    int
+	}
+	var near []scored
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(s), strings.ToLower(c))
+		limit := max(2, len(s)/3)
+		if d <= limit || (len(s) >= 3 && strings.Contains(c, s)) {
+			near = append(near, scored{c, d})
+		}
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(near, func(a, b scored) int { return a.d - b.d })
+	if len(near) > 5 {
+		near = near[:5]
+	}
+	names := make([]string, len(near))
+	for i, c := range near {
+		names[i] = c.name
+	}
+	return "; did you mean " + strings.Join(names, ", ") + "?"
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

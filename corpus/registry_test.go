@@ -1,0 +1,234 @@
+package corpus
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNames(t *testing.T) {
+	names := Names()
+	for _, want := range []string{
+		"llama-3-8b:layer", "llama-3-8b:model", "llama-3-8b:decode", "llama-3-8b:attention", "llama-3-8b:mlp",
+		"llama-3-8b:rmsnorm", "llama-3-8b:softmax", "llama-3-8b:rotary", "llama-3-8b:silu",
+		"llama-3.2-1b:model", "qwen2.5-0.5b:decode", "mistral-7b:layer",
+		"gpt2:block", "gpt2:model", "gpt2:decode", "gpt2:attention", "gpt2:mlp", "gpt2:layernorm", "gpt2:softmax", "gpt2:gelu-tanh",
+		"tiny-llama:model", "tiny-qwen2:model", "tiny-mistral:model", "tiny-gpt2:model",
+	} {
+		assert.Contains(t, names, want)
+	}
+	for _, absent := range []string{"gpt2:layer", "gpt2:rotary", "gpt2:rmsnorm", "llama-3-8b:block", "llama-3-8b:layernorm"} {
+		assert.NotContains(t, names, absent)
+	}
+	assert.Len(t, names, 7*9+2*8) // 7 llama-family configs with 9 kinds, 2 gpt2 configs with 8
+	seen := map[string]bool{}
+	for _, n := range names {
+		assert.False(t, seen[n], "duplicate %s", n)
+		seen[n] = true
+	}
+}
+
+// TestEveryNameBuilds builds every registered graph with the default
+// options, decomposed and composite, and checks it.
+func TestEveryNameBuilds(t *testing.T) {
+	for _, name := range Names() {
+		for _, composite := range []bool{false, true} {
+			opt := DefaultOptions()
+			opt.Composite = composite
+			g, err := Build(name, opt)
+			require.NoError(t, err, name)
+			require.NoError(t, g.Check(), name)
+			assert.Equal(t, name, g.Name)
+			assert.NotEmpty(t, g.Outputs, name)
+			assertNoDeadNodes(t, g)
+		}
+	}
+}
+
+// assertNoDeadNodes checks that every node feeds an output or a state
+// update: builders leave nothing unused behind.
+func assertNoDeadNodes(t *testing.T, g *ir.Graph) {
+	t.Helper()
+	live := make([]bool, len(g.Nodes))
+	for _, o := range g.Outputs {
+		live[o.Value] = true
+	}
+	for _, u := range g.Updates {
+		live[u.Value], live[u.State] = true, true
+	}
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		if live[i] {
+			for _, in := range g.Nodes[i].Inputs {
+				live[in] = true
+			}
+		}
+	}
+	for i, l := range live {
+		if !l {
+			t.Errorf("%s: node %%%d (%s %q) is unused", g.Name, i, g.Nodes[i].Op, g.Nodes[i].Name)
+			return
+		}
+	}
+}
+
+// TestTinyShapes builds the tiny models at several batch, seq and past
+// values and checks the shapes of inputs, outputs and caches.
+func TestTinyShapes(t *testing.T) {
+	tests := []struct {
+		batch, seq, past int
+	}{
+		{1, 1, 0}, {1, 7, 0}, {2, 5, 3}, {3, 16, 15}, {1, 33, 20}, {2, 64, -1},
+	}
+	for _, model := range []string{"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"} {
+		c, err := EmbeddedConfig(model)
+		require.NoError(t, err)
+		for _, tt := range tests {
+			for _, dt := range []ir.DType{ir.F32, ir.BF16, ir.F16} {
+				opt := Options{Batch: tt.batch, Seq: tt.seq, Past: tt.past, DType: dt}
+				b, s := ir.Dim(tt.batch), ir.Dim(tt.seq)
+				for _, k := range Kinds(c) {
+					g, err := Build(model+":"+k, opt)
+					require.NoError(t, err, "%s:%s %+v", model, k, opt)
+					require.NoError(t, g.Check())
+					for _, v := range g.Weights() {
+						assert.Equal(t, dt, g.Node(v).DType, g.Node(v).Name)
+					}
+					switch k {
+					case "model":
+						assertLeaf(t, g, "input_ids", ir.I64, ir.Shape{b, s})
+						assertOutput(t, g, "logits", ir.F32, ir.Shape{b, s, 97})
+					case "decode":
+						assertLeaf(t, g, "input_ids", ir.I64, ir.Shape{b, 1})
+						assertOutput(t, g, "logits", ir.F32, ir.Shape{b, 1, 97})
+						st := g.Node(g.States()[0])
+						assert.Equal(t, ir.Shape{b, ir.Dim(c.NumKeyValueHeads), s, ir.Dim(c.HeadDim)}, st.Shape)
+						assert.Equal(t, dt, st.DType)
+					case "layer", "block":
+						assertLeaf(t, g, "hidden_states", dt, ir.Shape{b, s, 64})
+						assertOutput(t, g, "hidden_states", dt, ir.Shape{b, s, 64})
+					case "attention", "mlp", "rmsnorm", "layernorm":
+						assertLeaf(t, g, "hidden_states", dt, ir.Shape{b, s, 64})
+						assertOutput(t, g, "output", dt, ir.Shape{b, s, 64})
+					case "softmax":
+						assertOutput(t, g, "output", dt, ir.Shape{b, 4, s, s})
+					case "rotary":
+						assertOutput(t, g, "q_embed", dt, ir.Shape{b, 4, s, 16})
+						assertOutput(t, g, "k_embed", dt, ir.Shape{b, ir.Dim(c.NumKeyValueHeads), s, 16})
+					default: // the activation
+						assertOutput(t, g, "output", dt, ir.Shape{b, s, ir.Dim(c.IntermediateSize)})
+					}
+				}
+			}
+		}
+	}
+}
+
+func assertLeaf(t *testing.T, g *ir.Graph, name string, dt ir.DType, shape ir.Shape) {
+	t.Helper()
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpInput && n.Name == name {
+			assert.Equal(t, dt, n.DType, "%s: input %s", g.Name, name)
+			assert.Equal(t, shape, n.Shape, "%s: input %s", g.Name, name)
+			return
+		}
+	}
+	t.Errorf("%s: no input %q", g.Name, name)
+}
+
+func assertOutput(t *testing.T, g *ir.Graph, name string, dt ir.DType, shape ir.Shape) {
+	t.Helper()
+	for _, o := range g.Outputs {
+		if o.Name == name {
+			n := g.Node(o.Value)
+			assert.Equal(t, dt, n.DType, "%s: output %s", g.Name, name)
+			assert.Equal(t, shape, n.Shape, "%s: output %s", g.Name, name)
+			return
+		}
+	}
+	t.Errorf("%s: no output %q", g.Name, name)
+}
+
+func TestBuildErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  Options
+		want []string // substrings of the error
+	}{
+		{"tiny-llama", Options{}, []string{`"tiny-llama" is not MODEL:KIND`, "tiny-llama:layer"}},
+		{"tiny-lama:model", Options{}, []string{`no model "tiny-lama"`, "did you mean tiny-llama:model"}},
+		{"llama-3-8b:layr", Options{}, []string{`no kind "layr"`, "its kinds: layer, model, decode", "did you mean layer?"}},
+		{"gpt2:layer", Options{}, []string{`no kind "layer"`, "did you mean block?"}},
+		{"tiny-llama:layernorm", Options{}, []string{"did you mean rmsnorm?"}},
+		{"tiny-llama:decode", Options{Seq: 8, Past: 8}, []string{"past 8: want it below seq 8"}},
+		{"tiny-llama:model", Options{Batch: -1}, []string{"batch -1"}},
+		{"tiny-llama:model", Options{Seq: -2}, []string{"seq -2"}},
+		{"tiny-llama:model", Options{DType: ir.I32}, []string{"dtype i32"}},
+		{"tiny-gpt2:model", Options{Seq: 257}, []string{"seq 257", "n_positions"}},
+		{"tiny-gpt2:decode", Options{Seq: 300, Past: 2}, []string{"seq 300", "n_positions"}},
+		{"missing.json:model", Options{}, []string{"missing.json"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Build(tt.name, tt.opt)
+			require.Error(t, err)
+			for _, w := range tt.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestBuildFromConfigFile(t *testing.T) {
+	data, err := configFS.ReadFile("configs/tiny-llama.json")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "config.json")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	g, err := Build(path+":model", Options{Seq: 4})
+	require.NoError(t, err)
+	want, err := Build("tiny-llama:model", Options{Seq: 4})
+	require.NoError(t, err)
+	assert.Equal(t, len(want.Nodes), len(g.Nodes))
+	assert.Equal(t, want.NumParams(), g.NumParams())
+}
+
+func TestDefaultOptions(t *testing.T) {
+	g, err := Build("tiny-llama:decode", DefaultOptions())
+	require.NoError(t, err)
+	st := g.Node(g.States()[0])
+	assert.Equal(t, ir.Shape{1, 2, DefaultSeq, 16}, st.Shape)
+	assert.Equal(t, int64(DefaultSeq-1), sliceUpdates(g)[0].Offset, "default past is seq-1")
+
+	// The zero Options take the same batch, seq and dtype, and decode the
+	// first token.
+	g, err = Build("tiny-llama:decode", Options{})
+	require.NoError(t, err)
+	assert.Equal(t, ir.Shape{1, 2, DefaultSeq, 16}, g.Node(g.States()[0]).Shape)
+	assert.Equal(t, int64(0), sliceUpdates(g)[0].Offset)
+}
+
+func sliceUpdates(g *ir.Graph) []*ir.Node {
+	var out []*ir.Node
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpSliceUpdate {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func TestSuggest(t *testing.T) {
+	names := []string{"tiny-llama:model", "tiny-gpt2:model", "gpt2:block"}
+	assert.Equal(t, "", suggest("zzzzzzzzzzz", names))
+	assert.True(t, strings.HasPrefix(suggest("tiny-lama:model", names), "; did you mean tiny-llama:model"))
+	assert.Contains(t, suggest("gpt2", names), "gpt2:block")
+	assert.Equal(t, 0, editDistance("abc", "abc"))
+	assert.Equal(t, 3, editDistance("", "abc"))
+	assert.Equal(t, 1, editDistance("gpt2", "gpt3"))
+	assert.True(t, slices.IsSorted([]int{editDistance("a", "a"), editDistance("a", "ab")}))
+}
