@@ -2,6 +2,7 @@ package corpus
 
 import (
 	"context"
+	"maps"
 	"math"
 	"testing"
 
@@ -224,4 +225,30 @@ func TestBlocksByHand(t *testing.T) {
 			}
 		}
 	})
+}
+
+// BenchmarkLlama3LayerEval evaluates llama-3-8b:layer at sequence length
+// 128 in the reference interpreter, with seeded random weights (the bar:
+// under 10 s on a 2-core machine). Weight generation is not timed.
+func BenchmarkLlama3LayerEval(b *testing.B) {
+	g, err := Build("llama-3-8b:layer", Options{Seq: 128})
+	if err != nil {
+		b.Fatal(err)
+	}
+	feeds, err := RandomWeights(g, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inputs, err := ir.RandomLeaves(g, 1, ir.Typical, ir.OpInput)
+	if err != nil {
+		b.Fatal(err)
+	}
+	maps.Copy(feeds, inputs)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/eval")
 }

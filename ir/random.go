@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // RandomMode chooses the kind of values RandomFeeds draws.
@@ -30,11 +31,17 @@ type domain struct {
 // stay positive where a logarithm, root, reciprocal, divisor or power base
 // needs them, and gather indices stay in range. No tensor is all zeros.
 func RandomFeeds(g *Graph, seed uint64, mode RandomMode) (map[string]*Tensor, error) {
+	return RandomLeaves(g, seed, mode, OpInput, OpWeight, OpState)
+}
+
+// RandomLeaves is RandomFeeds for the leaves of the given kinds only (for
+// example inputs and states, when a model's weights come from elsewhere).
+func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[string]*Tensor, error) {
 	doms := leafDomains(g)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	out := map[string]*Tensor{}
 	for i, n := range g.Nodes {
-		if n.Op != OpInput && n.Op != OpWeight && n.Op != OpState {
+		if !slices.Contains(kinds, n.Op) {
 			continue
 		}
 		count := n.Shape.NumElements()

@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
@@ -17,8 +19,8 @@ import (
 // corpusCommand lists and prints the built-in model graphs.
 var corpusCommand = &command{
 	name:     "corpus",
-	summary:  "list the built-in model graphs, or print one",
-	synopsis: "corpus list [--json] | corpus show NAME [--summary] [--batch N] [--seq N] [--past N] [--dtype T] [--composite]",
+	summary:  "list the built-in model graphs, print one, or run one in the reference interpreter",
+	synopsis: "corpus list [--json] | corpus show NAME [--summary] | corpus eval NAME [--seed N] [--batch N] [--seq N] [--past N] [--dtype T] [--composite]",
 	doc: `
 The corpus is the set of model graphs lumsearch builds itself, named
 MODEL:KIND: llama-3-8b, llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2 and
@@ -30,6 +32,8 @@ the activation). MODEL may also be the path of a Hugging Face config.json.
 "corpus list" builds every graph and prints its name, its number of ops and
 its number of parameters. "corpus show NAME" prints one graph in the text
 format of the ir package, or with --summary its size and ops by count.
+"corpus eval NAME" runs one graph in the float64 reference interpreter on
+seeded random weights and inputs and prints how long each step took.
 
 Graphs are built with batch 1 and 128 tokens in f32 unless the flags say
 otherwise; for decode, --seq is the KV cache's capacity and --past the
@@ -38,9 +42,11 @@ position of the new token (default: seq-1, the cache's last slot).`,
 lumsearch corpus list
 lumsearch corpus show tiny-llama:layer --seq 4
 lumsearch corpus show llama-3-8b:decode --seq 4096 --past 1000 --dtype bf16
+lumsearch corpus eval llama-3-8b:layer --seq 128
 lumsearch corpus list --json --seq 1024`,
 	setup: func(fs *flag.FlagSet) action {
 		asJSON := fs.Bool("json", false, "list: print one JSON array")
+		seed := fs.Uint64("seed", 1, "eval: seed of the random weights and inputs")
 		summary := fs.Bool("summary", false, "show: print the graph's size and ops by count instead of the graph")
 		batch := fs.Int("batch", corpus.DefaultBatch, "sequences per batch")
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence; for decode, the KV cache's capacity")
@@ -60,7 +66,7 @@ lumsearch corpus list --json --seq 1024`,
 				return usagef("--batch and --seq must be positive")
 			}
 			if len(pos) == 0 {
-				return usagef("missing subcommand: list or show")
+				return usagef("missing subcommand: list, show or eval")
 			}
 			switch pos[0] {
 			case "list":
@@ -73,8 +79,13 @@ lumsearch corpus list --json --seq 1024`,
 					return usagef("show wants one graph NAME, got %d arguments", len(pos)-1)
 				}
 				return corpusShow(pos[1], opt, *summary, stdout)
+			case "eval":
+				if len(pos) != 2 {
+					return usagef("eval wants one graph NAME, got %d arguments", len(pos)-1)
+				}
+				return corpusEval(ctx, pos[1], opt, *seed, stdout)
 			default:
-				return usagef("unknown subcommand %q: want list or show", pos[0])
+				return usagef("unknown subcommand %q: want list, show or eval", pos[0])
 			}
 		}
 	},
@@ -165,4 +176,39 @@ func writeOpCounts(w io.Writer, g *ir.Graph) error {
 		fmt.Fprintf(tw, "%s\t%d\n", op, counts[op])
 	}
 	return tw.Flush()
+}
+
+// corpusEval runs a corpus graph in the reference interpreter and reports
+// the time of each step: the figure the issue on the interpreter asks for.
+func corpusEval(ctx context.Context, name string, opt corpus.Options, seed uint64, stdout io.Writer) error {
+	t0 := time.Now()
+	g, err := corpus.Build(name, opt)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	feeds, err := corpus.RandomWeights(g, seed)
+	if err != nil {
+		return fmt.Errorf("weights for %s: %w", name, err)
+	}
+	inputs, err := ir.RandomLeaves(g, seed, ir.Typical, ir.OpInput, ir.OpState)
+	if err != nil {
+		return fmt.Errorf("inputs for %s: %w", name, err)
+	}
+	maps.Copy(feeds, inputs)
+	t2 := time.Now()
+	res, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{})
+	if err != nil {
+		return err
+	}
+	t3 := time.Now()
+	fmt.Fprintf(stdout, "graph:    %s (%d ops, %d parameters)\n", name, len(g.Nodes), g.NumParams())
+	fmt.Fprintf(stdout, "build:    %v\n", t1.Sub(t0).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "random:   %v (weights and inputs, seed %d)\n", t2.Sub(t1).Round(time.Millisecond), seed)
+	fmt.Fprintf(stdout, "evaluate: %v (float64 reference interpreter)\n", t3.Sub(t2).Round(time.Millisecond))
+	for _, o := range g.Outputs {
+		t := res.Outputs[o.Name]
+		fmt.Fprintf(stdout, "output %s: %s%v\n", o.Name, t.DType, t.Shape)
+	}
+	return nil
 }

@@ -94,3 +94,16 @@ func TestCorpusErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestCorpusEval(t *testing.T) {
+	r := runArgs(t, "corpus", "eval", "tiny-qwen2:decode", "--seq", "8", "--past", "3", "--seed", "5")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^graph: +tiny-qwen2:decode \(\d+ ops, \d+ parameters\)$`, r.stdout)
+	assert.Regexp(t, `(?m)^evaluate: .+ \(float64 reference interpreter\)$`, r.stdout)
+	assert.Regexp(t, `(?m)^output logits: f32\[1,1,\d+\]$`, r.stdout)
+
+	r = runArgs(t, "corpus", "eval", "nope:layer")
+	require.NotEqual(t, exitOK, r.code)
+	r = runArgs(t, "corpus", "eval")
+	require.Equal(t, exitUsage, r.code)
+}
