@@ -293,3 +293,26 @@ func (e *evaluator) leaf(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 	}
 	return v, nil, nil
 }
+
+// EvalKernel evaluates a kernel body: a small graph whose inputs are the
+// kernel's numbered arguments, in the order they were declared. It returns
+// the body's outputs in order.
+func EvalKernel(ctx context.Context, body *Graph, args ...*Tensor) ([]*Tensor, error) {
+	ins := body.Inputs()
+	if len(ins) != len(args) {
+		return nil, fmt.Errorf("eval kernel %s: %d arguments for %d inputs", body.Name, len(args), len(ins))
+	}
+	feeds := make(map[string]*Tensor, len(args))
+	for i, v := range ins {
+		feeds[body.Nodes[v].Name] = args[i]
+	}
+	res, err := Eval(ctx, body, feeds, EvalOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Tensor, len(body.Outputs))
+	for i, o := range body.Outputs {
+		out[i] = res.Outputs[o.Name]
+	}
+	return out, nil
+}

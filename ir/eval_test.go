@@ -142,3 +142,22 @@ func requireElementsAgree(t *testing.T, g *Graph, feeds map[string]*Tensor, v Va
 	require.NoError(t, err)
 	require.InDeltaSlice(t, want.Float64s(), got, 1e-12)
 }
+
+func TestEvalKernel(t *testing.T) {
+	body, err := Parse(`graph fused
+%0 = input "$0" f32[2,3]
+%1 = input "$1" f32[3]
+%2 = reshape %1 to=[1,3] : f32[1,3]
+%3 = expand %2 to=[2,3] : f32[2,3]
+%4 = add %0, %3 : f32[2,3]
+%5 = relu %4 : f32[2,3]
+output "out" = %5
+`)
+	require.NoError(t, err)
+	out, err := EvalKernel(context.Background(), body,
+		mustTensor(t, F32, Shape{2, 3}, 1, -2, 3, -4, 5, -6), mustTensor(t, F32, Shape{3}, 1, 1, 1))
+	require.NoError(t, err)
+	require.Equal(t, []float64{2, 0, 4, 0, 6, 0}, out[0].F64)
+	_, err = EvalKernel(context.Background(), body)
+	require.ErrorContains(t, err, "0 arguments for 2 inputs")
+}
