@@ -140,4 +140,3 @@ func NewProblem(g *egraph.Graph, roots []egraph.ClassID, cost CostFunc, names ma
 	}
 	return p, nil
 }
-
