@@ -8,11 +8,13 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/corpus/onnx"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -20,7 +22,7 @@ import (
 var corpusCommand = &command{
 	name:     "corpus",
 	summary:  "list the built-in model graphs, print one, or run one in the reference interpreter",
-	synopsis: "corpus list [--json] | corpus show NAME [--summary] | corpus eval NAME [--seed N] [--batch N] [--seq N] [--past N] [--dtype T] [--composite]",
+	synopsis: "corpus list [--json] | corpus show NAME|MODEL.onnx [--summary] | corpus eval NAME|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--composite]",
 	doc: `
 The corpus is the set of model graphs lumsearch builds itself, named
 MODEL:KIND: llama-3-8b, llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2 and
@@ -35,6 +37,10 @@ format of the ir package, or with --summary its size and ops by count.
 "corpus eval NAME" runs one graph in the float64 reference interpreter on
 seeded random weights and inputs and prints how long each step took.
 
+Instead of a NAME, show and eval take an ONNX file: it is imported (its
+weights are the model's initializers, memory-mapped), and each symbolic
+input dimension must be given with --dim NAME=VALUE.
+
 Graphs are built with batch 1 and 128 tokens in f32 unless the flags say
 otherwise; for decode, --seq is the KV cache's capacity and --past the
 position of the new token (default: seq-1, the cache's last slot).`,
@@ -43,10 +49,13 @@ lumsearch corpus list
 lumsearch corpus show tiny-llama:layer --seq 4
 lumsearch corpus show llama-3-8b:decode --seq 4096 --past 1000 --dtype bf16
 lumsearch corpus eval llama-3-8b:layer --seq 128
+lumsearch corpus show model.onnx --dim batch=1 --dim sequence=128 --summary
 lumsearch corpus list --json --seq 1024`,
 	setup: func(fs *flag.FlagSet) action {
 		asJSON := fs.Bool("json", false, "list: print one JSON array")
 		seed := fs.Uint64("seed", 1, "eval: seed of the random weights and inputs")
+		dims := dimFlags{}
+		fs.Var(dims, "dim", "an ONNX model's symbolic input dimension, NAME=VALUE (repeatable)")
 		summary := fs.Bool("summary", false, "show: print the graph's size and ops by count instead of the graph")
 		batch := fs.Int("batch", corpus.DefaultBatch, "sequences per batch")
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence; for decode, the KV cache's capacity")
@@ -78,12 +87,12 @@ lumsearch corpus list --json --seq 1024`,
 				if len(pos) != 2 {
 					return usagef("show wants one graph NAME, got %d arguments", len(pos)-1)
 				}
-				return corpusShow(pos[1], opt, *summary, stdout)
+				return corpusShow(pos[1], opt, dims, *summary, stdout)
 			case "eval":
 				if len(pos) != 2 {
 					return usagef("eval wants one graph NAME, got %d arguments", len(pos)-1)
 				}
-				return corpusEval(ctx, pos[1], opt, *seed, stdout)
+				return corpusEval(ctx, pos[1], opt, dims, *seed, stdout)
 			default:
 				return usagef("unknown subcommand %q: want list, show or eval", pos[0])
 			}
@@ -144,11 +153,12 @@ func humanCount(n int64) string {
 }
 
 // corpusShow prints one graph in the ir text format, or its summary.
-func corpusShow(name string, opt corpus.Options, summary bool, stdout io.Writer) error {
-	g, err := corpus.Build(name, opt)
+func corpusShow(name string, opt corpus.Options, dims dimFlags, summary bool, stdout io.Writer) error {
+	g, _, closeModel, err := loadGraph(name, opt, dims)
 	if err != nil {
 		return err
 	}
+	defer closeModel()
 	if summary {
 		return writeOpCounts(stdout, g)
 	}
@@ -180,16 +190,18 @@ func writeOpCounts(w io.Writer, g *ir.Graph) error {
 
 // corpusEval runs a corpus graph in the reference interpreter and reports
 // the time of each step: the figure the issue on the interpreter asks for.
-func corpusEval(ctx context.Context, name string, opt corpus.Options, seed uint64, stdout io.Writer) error {
+func corpusEval(ctx context.Context, name string, opt corpus.Options, dims dimFlags, seed uint64, stdout io.Writer) error {
 	t0 := time.Now()
-	g, err := corpus.Build(name, opt)
+	g, feeds, closeModel, err := loadGraph(name, opt, dims)
 	if err != nil {
 		return err
 	}
+	defer closeModel()
 	t1 := time.Now()
-	feeds, err := corpus.RandomWeights(g, seed)
-	if err != nil {
-		return fmt.Errorf("weights for %s: %w", name, err)
+	if feeds == nil {
+		if feeds, err = corpus.RandomWeights(g, seed); err != nil {
+			return fmt.Errorf("weights for %s: %w", name, err)
+		}
 	}
 	inputs, err := ir.RandomLeaves(g, seed, ir.Typical, ir.OpInput, ir.OpState)
 	if err != nil {
@@ -204,11 +216,55 @@ func corpusEval(ctx context.Context, name string, opt corpus.Options, seed uint6
 	t3 := time.Now()
 	fmt.Fprintf(stdout, "graph:    %s (%d ops, %d parameters)\n", name, len(g.Nodes), g.NumParams())
 	fmt.Fprintf(stdout, "build:    %v\n", t1.Sub(t0).Round(time.Millisecond))
-	fmt.Fprintf(stdout, "random:   %v (weights and inputs, seed %d)\n", t2.Sub(t1).Round(time.Millisecond), seed)
+	fmt.Fprintf(stdout, "random:   %v (inputs, and weights unless the model has them; seed %d)\n", t2.Sub(t1).Round(time.Millisecond), seed)
 	fmt.Fprintf(stdout, "evaluate: %v (float64 reference interpreter)\n", t3.Sub(t2).Round(time.Millisecond))
 	for _, o := range g.Outputs {
 		t := res.Outputs[o.Name]
 		fmt.Fprintf(stdout, "output %s: %s%v\n", o.Name, t.DType, t.Shape)
 	}
+	return nil
+}
+
+// loadGraph builds a corpus graph, or imports an ONNX file with its
+// weights; the returned function closes the model's mapping.
+func loadGraph(name string, opt corpus.Options, dims dimFlags) (*ir.Graph, map[string]*ir.Tensor, func(), error) {
+	if !strings.HasSuffix(name, ".onnx") {
+		if len(dims) > 0 {
+			return nil, nil, nil, usagef("--dim applies to ONNX models, not %s", name)
+		}
+		g, err := corpus.Build(name, opt)
+		return g, nil, func() {}, err
+	}
+	m, err := onnx.Load(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	im, err := onnx.Import(m, onnx.ImportOptions{Dims: dims})
+	if err != nil {
+		m.Close()
+		return nil, nil, nil, fmt.Errorf("import %s: %w", name, err)
+	}
+	return im.Graph, im.Weights, func() { m.Close() }, nil
+}
+
+// dimFlags collects repeated --dim NAME=VALUE flags.
+type dimFlags map[string]int64
+
+func (d dimFlags) String() string {
+	parts := make([]string, 0, len(d))
+	for k, v := range d {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+func (d dimFlags) Set(s string) error {
+	name, val, ok := strings.Cut(s, "=")
+	n, err := strconv.ParseInt(val, 10, 64)
+	if !ok || name == "" || err != nil || n <= 0 {
+		return fmt.Errorf("want NAME=VALUE with a positive integer VALUE, got %q", s)
+	}
+	d[name] = n
 	return nil
 }

@@ -2,13 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/corpus/onnx/onnxpb"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestCorpusList(t *testing.T) {
@@ -105,5 +109,60 @@ func TestCorpusEval(t *testing.T) {
 	r = runArgs(t, "corpus", "eval", "nope:layer")
 	require.NotEqual(t, exitOK, r.code)
 	r = runArgs(t, "corpus", "eval")
+	require.Equal(t, exitUsage, r.code)
+}
+
+// writeONNX writes a model computing x·W with x of shape [batch, 3], batch
+// symbolic, and W a float initializer.
+func writeONNX(t *testing.T) string {
+	t.Helper()
+	f32 := int32(onnxpb.TensorProto_FLOAT)
+	dim := func(name string, v int64) *onnxpb.TensorShapeProto_Dimension {
+		if name != "" {
+			return &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: name}}
+		}
+		return &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: v}}
+	}
+	vi := func(name string, dims ...*onnxpb.TensorShapeProto_Dimension) *onnxpb.ValueInfoProto {
+		return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+			TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(f32), Shape: &onnxpb.TensorShapeProto{Dim: dims}}}}}
+	}
+	m := &onnxpb.ModelProto{
+		IrVersion:   proto.Int64(8),
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(17)}},
+		Graph: &onnxpb.GraphProto{
+			Name:        proto.String("mm"),
+			Node:        []*onnxpb.NodeProto{{Name: proto.String("mm"), OpType: proto.String("MatMul"), Input: []string{"x", "W"}, Output: []string{"y"}}},
+			Initializer: []*onnxpb.TensorProto{{Name: proto.String("W"), DataType: proto.Int32(f32), Dims: []int64{3, 2}, FloatData: []float32{1, 2, 3, 4, 5, 6}}},
+			Input:       []*onnxpb.ValueInfoProto{vi("x", dim("batch", 0), dim("", 3))},
+			Output:      []*onnxpb.ValueInfoProto{vi("y", dim("batch", 0), dim("", 2))},
+		},
+	}
+	data, err := proto.Marshal(m)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "mm.onnx")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	return path
+}
+
+func TestCorpusONNX(t *testing.T) {
+	path := writeONNX(t)
+	r := runArgs(t, "corpus", "show", path, "--dim", "batch=4")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `input "x" f32[4,3]`)
+	assert.Contains(t, r.stdout, `weight "W" f32[3,2]`)
+
+	r = runArgs(t, "corpus", "eval", path, "--dim", "batch=2")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "output y: f32[2,2]")
+
+	r = runArgs(t, "corpus", "show", path)
+	require.NotEqual(t, exitOK, r.code)
+	assert.Contains(t, r.stderr, "batch")
+	assert.Contains(t, r.stderr, "--dim")
+
+	r = runArgs(t, "corpus", "show", path, "--dim", "batch")
+	require.Equal(t, exitUsage, r.code)
+	r = runArgs(t, "corpus", "show", "tiny-llama:mlp", "--dim", "batch=2")
 	require.Equal(t, exitUsage, r.code)
 }
