@@ -1,10 +1,12 @@
 // Command lumsearch is the command line of lumsearch, an equality-saturation
 // superoptimizing compiler for ML models.
 //
-// Today it exposes what exists: the e-graph engine, through the egraph
-// subcommand, which loads an egraph-serialize JSON file and reports its size
-// (and optionally draws it with Graphviz). The compiler commands (optimize,
-// compile, extract, ...) come with the packages they need.
+// Today it exposes what exists: the e-graph engine (egraph: load an
+// egraph-serialize JSON file, report its size, draw it with Graphviz),
+// extraction (extract: tree, greedy DAG and exact DAG extraction of such a
+// file), and the corpus of model graphs (corpus: list, print and run them in
+// the reference interpreter, ONNX models included). The compiler commands
+// (optimize, compile, ...) come with the packages they need.
 //
 // Usage:
 //

@@ -20,7 +20,7 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{corpusCommand, egraphCommand, versionCommand, helpCommand}
+	commands = []*command{corpusCommand, egraphCommand, extractCommand, versionCommand, helpCommand}
 }
 
 // lookup returns the subcommand called name, or nil.

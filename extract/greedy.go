@@ -1,0 +1,167 @@
+package extract
+
+import (
+	"context"
+	"fmt"
+)
+
+// GreedyDAG finds a good extraction for DAG cost, where each needed class
+// is paid once however many nodes read it, in the style of
+// extraction-gym's "faster greedy DAG" extractor. It returns the chosen
+// nodes of the classes the roots need and their DAG cost. The result is a
+// heuristic, not an optimum (Exact is).
+//
+// Each class keeps its best node so far and the DAG cost of that choice:
+// the node's own cost plus, once each, the cost of every class its choice
+// reaches through the current choices. A node is priced when all its
+// children have a choice, and again whenever one of them changes; a class
+// takes a node that beats its current cost. This repeats until nothing
+// changes.
+//
+// extraction-gym keeps, per class, the set of classes its choice needs,
+// merged from the children's sets. Here the set is not stored: it is
+// walked afresh through the current choices when a node is priced. That
+// prices a node against what its children choose now rather than when
+// their sets were built, needs no memory per class, and lets the walk stop
+// as soon as the running sum reaches the class's current cost (on the
+// tensat bert file, three pricings in five end there). The walk also
+// refuses a node whose children
+// reach its own class, so the choices never form a cycle, zero-cost cycles
+// included.
+func GreedyDAG(ctx context.Context, p *Problem) (*Solution, float64, error) {
+	if err := checkRoots(p); err != nil {
+		return nil, 0, err
+	}
+	choice, err := greedyChoices(ctx, p, newRevLinks(p))
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, r := range p.Roots {
+		if choice[r] < 0 {
+			return nil, 0, fmt.Errorf("extract: root class %s cannot be computed: every node needs a class only reachable through a cycle", p.ClassNames[r])
+		}
+	}
+	s, err := checkedSolution(p, "GreedyDAG", choice)
+	if err != nil {
+		return nil, 0, err
+	}
+	cost, err := s.DAGCost(p)
+	if err != nil {
+		return nil, 0, fmt.Errorf("extract: bug: GreedyDAG: %w", err)
+	}
+	return s, cost, nil
+}
+
+// dagWalker prices a node for DAG cost by walking the current choices
+// below it.
+type dagWalker struct {
+	p      *Problem
+	choice []int32
+	// mark[c] == stamp when class c was counted in the current walk; a new
+	// stamp starts a walk without clearing the array.
+	mark  []uint32
+	stamp uint32
+	stack []int32
+}
+
+func newDAGWalker(p *Problem, choice []int32) *dagWalker {
+	return &dagWalker{p: p, choice: choice, mark: make([]uint32, p.NumClasses())}
+}
+
+// price returns the DAG cost of choosing node n for its class: n's own cost
+// plus, once each, the costs of the chosen nodes of the classes reachable
+// from n's children. It returns +Inf when that reaches n's own class (the
+// choice would close a cycle) or as soon as the sum reaches bound.
+func (w *dagWalker) price(n int32, bound float64) float64 {
+	w.stamp++
+	if w.stamp == 0 { // wrapped: old marks could collide with new stamps
+		clear(w.mark)
+		w.stamp = 1
+	}
+	nd := &w.p.Nodes[n]
+	self := nd.Class
+	sum := nd.Cost
+	if sum >= bound {
+		return infCost
+	}
+	stack := append(w.stack[:0], nd.Children...)
+	for len(stack) > 0 {
+		c := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if w.mark[c] == w.stamp {
+			continue
+		}
+		if c == self {
+			w.stack = stack
+			return infCost
+		}
+		w.mark[c] = w.stamp
+		ch := &w.p.Nodes[w.choice[c]]
+		sum += ch.Cost
+		if sum >= bound {
+			w.stack = stack
+			return infCost
+		}
+		stack = append(stack, ch.Children...)
+	}
+	w.stack = stack
+	return sum
+}
+
+// greedyChoices runs the greedy relaxation to its fixed point and returns
+// a choice for every class it could compute (-1 elsewhere). The choices
+// are acyclic at every step.
+func greedyChoices(ctx context.Context, p *Problem, l *revLinks) ([]int32, error) {
+	nc := p.NumClasses()
+	choice := make([]int32, nc)
+	total := make([]float64, nc)
+	for c := range choice {
+		choice[c] = -1
+		total[c] = infCost
+	}
+	w := newDAGWalker(p, choice)
+	missing := make([]int32, len(p.Nodes))
+	copy(missing, l.distinct)
+	queued := make([]bool, len(p.Nodes))
+	// Nodes wait in a min-heap on their own cost, as in extraction-gym:
+	// cheap nodes settle first, so the sums that later walks stop at are
+	// low early on.
+	var q costHeap
+	push := func(n int32) {
+		if !queued[n] {
+			queued[n] = true
+			q.push(heapItem{p.Nodes[n].Cost, n})
+		}
+	}
+	for n := range p.Nodes {
+		if missing[n] == 0 {
+			push(int32(n))
+		}
+	}
+	for pops := 0; len(q) > 0; pops++ {
+		if pops&1023 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		n := q.pop().id
+		queued[n] = false
+		c := p.Nodes[n].Class
+		v := w.price(n, total[c])
+		if v >= total[c] {
+			continue
+		}
+		first := choice[c] < 0
+		choice[c] = n
+		total[c] = v
+		for _, e := range l.parentsOf(c) {
+			if first {
+				missing[e]--
+			}
+			if missing[e] == 0 {
+				push(e)
+			}
+		}
+	}
+	return choice, ctx.Err()
+}
