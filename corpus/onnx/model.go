@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lumsearch/lumsearch/corpus/onnx/onnxpb"
+	"github.com/lumsearch/lumsearch/internal/mmap"
 )
 
 // Model is a decoded ONNX model with its main graph's initializers. A model
@@ -78,7 +79,7 @@ func (m *Model) Close() error {
 	m.closed = true
 	var errs []error
 	for loc, b := range m.mappings {
-		if err := unmap(b); err != nil {
+		if err := mmap.Unmap(b); err != nil {
 			errs = append(errs, fmt.Errorf("unmap %s: %w", loc, err))
 		}
 	}
@@ -247,7 +248,7 @@ func (e *externalFiles) mapFile(key string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("external data %s is not a regular file", key)
 	}
-	b, err := mapReadOnly(f, fi.Size())
+	b, err := mmap.Map(f, fi.Size())
 	if err != nil {
 		return nil, fmt.Errorf("external data %s: map %d bytes: %w", key, fi.Size(), err)
 	}

@@ -1,17 +1,16 @@
-//go:build unix
-
 package safetensors
 
 import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/lumsearch/lumsearch/internal/mmap"
 )
 
-// mapFile maps path read-only (PROT_READ, MAP_SHARED). An empty file is
-// returned as an empty, unmapped slice (mmap rejects length 0). mapped tells
-// whether the result must be released with unmap.
+// mapFile maps path read-only. An empty file is returned as an empty,
+// unmapped slice. On platforms without mmap the file is read instead, so
+// only there a checkpoint is copied. mapped tells whether the result must be
+// released with unmap.
 func mapFile(path string) (data []byte, mapped bool, err error) {
 	fd, err := os.Open(path)
 	if err != nil {
@@ -25,14 +24,18 @@ func mapFile(path string) (data []byte, mapped bool, err error) {
 	if !st.Mode().IsRegular() {
 		return nil, false, &Error{File: path, Reason: "not a regular file"}
 	}
+	if !mmap.Supported {
+		data, err = os.ReadFile(path)
+		if err != nil {
+			return nil, false, fmt.Errorf("safetensors: %w", err)
+		}
+		return data, false, nil
+	}
 	size := st.Size()
 	if size == 0 {
 		return []byte{}, false, nil
 	}
-	if size < 0 || size != int64(int(size)) {
-		return nil, false, &Error{File: path, Reason: fmt.Sprintf("file size %d cannot be mapped", size)}
-	}
-	data, err = unix.Mmap(int(fd.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	data, err = mmap.Map(fd, size)
 	if err != nil {
 		return nil, false, &Error{File: path, Reason: "mmap", Err: err}
 	}
@@ -40,4 +43,4 @@ func mapFile(path string) (data []byte, mapped bool, err error) {
 }
 
 // unmap releases a mapping made by mapFile.
-func unmap(data []byte) error { return unix.Munmap(data) }
+func unmap(data []byte) error { return mmap.Unmap(data) }
