@@ -26,6 +26,8 @@ const (
 
 type instr struct {
 	kind    instrKind
+	pvar    int32 // bind: payload variable index, or -1 to match payload exactly
+	pfirst  bool  // bind: the payload variable's first occurrence binds it
 	root    bool  // bind: the class register is a pattern's root
 	last    bool  // bind: no bind or scan follows, so nothing deeper can be fresh
 	in      int32 // bind: the class register; compare: one side
@@ -39,6 +41,7 @@ type instr struct {
 type program struct {
 	instrs  []instr
 	nregs   int
+	npvars  int
 	varReg  []int32 // register of each variable
 	rootReg []int32 // register of each pattern's root
 	rootOp  Symbol  // operator of the first pattern's root
@@ -50,12 +53,17 @@ type program struct {
 // every pattern variable must be in it. The first pattern's root is register
 // 0, filled by the caller; each later pattern's root is found by a scan of
 // its operator, or is the register of an already bound variable.
-func compile(pats []*Pattern, vars []string) program {
+func compile(pats []*Pattern, vars, pvars []string) program {
 	index := map[string]int{}
 	for i, v := range vars {
 		index[v] = i
 	}
-	pr := program{varReg: make([]int32, len(vars)), nregs: 1}
+	pindex := map[string]int{}
+	for i, v := range pvars {
+		pindex[v] = i
+	}
+	pbound := make([]bool, len(pvars))
+	pr := program{varReg: make([]int32, len(vars)), nregs: 1, npvars: len(pvars)}
 	for i := range pr.varReg {
 		pr.varReg[i] = -1
 	}
@@ -95,7 +103,13 @@ func compile(pats []*Pattern, vars []string) program {
 			n := w.p.nodes[w.n]
 			out := int32(pr.nregs)
 			pr.nregs += len(n.kids)
-			pr.instrs = append(pr.instrs, instr{kind: iBind, in: w.reg, out: out, arity: int32(len(n.kids)), op: n.op, payload: n.payload})
+			bind := instr{kind: iBind, in: w.reg, out: out, arity: int32(len(n.kids)), op: n.op, payload: n.payload, pvar: -1}
+			if n.pv >= 0 {
+				gi := pindex[w.p.pvars[n.pv]]
+				bind.pvar, bind.pfirst = int32(gi), !pbound[gi]
+				pbound[gi] = true
+			}
+			pr.instrs = append(pr.instrs, bind)
 			// Compares right after the bind prune early; subterms are
 			// pushed in reverse so that they are matched left to right.
 			for k, kid := range n.kids {
@@ -129,10 +143,13 @@ func compile(pats []*Pattern, vars []string) program {
 	return pr
 }
 
-// matchSet holds matches flat: per match, the roots then the variables.
+// matchSet holds matches flat: per match, the roots then the variables in
+// data, and the payload variables in payloads.
 type matchSet struct {
 	nroots, nvars int
+	npvars        int
 	data          []ClassID
+	payloads      []Payload
 	limit         int             // stop after this many matches; 0 means no limit
 	ctx           context.Context // checked between root classes; nil for none
 	interrupted   bool
@@ -167,17 +184,23 @@ func (ms *matchSet) checkpoint(i int) {
 	}
 }
 
-func (ms *matchSet) at(i int) (roots, subst []ClassID) {
+func (ms *matchSet) at(i int) (roots, subst []ClassID, payloads []Payload) {
 	w := ms.nroots + ms.nvars
 	m := ms.data[i*w : (i+1)*w : (i+1)*w]
-	return m[:ms.nroots], m[ms.nroots:]
+	return m[:ms.nroots], m[ms.nroots:], ms.payloads[i*ms.npvars : (i+1)*ms.npvars : (i+1)*ms.npvars]
+}
+
+// reset empties the set for a new search, keeping its buffers.
+func (ms *matchSet) reset() {
+	ms.data, ms.payloads = ms.data[:0], ms.payloads[:0]
 }
 
 type machine struct {
-	g    *Graph
-	pr   *program
-	regs []ClassID
-	out  *matchSet
+	g     *Graph
+	pr    *program
+	regs  []ClassID
+	pregs []Payload
+	out   *matchSet
 	// since, when incremental, restricts the output to matches that bind a
 	// node changed after stamp since (see matchSet.since).
 	since       uint32
@@ -186,7 +209,7 @@ type machine struct {
 
 // search runs a program over the whole e-graph, which must be rebuilt.
 func (pr *program) search(g *Graph, out *matchSet) {
-	m := machine{g: g, pr: pr, regs: make([]ClassID, pr.nregs), out: out, since: out.since, incremental: out.incremental}
+	m := machine{g: g, pr: pr, regs: make([]ClassID, pr.nregs), pregs: make([]Payload, pr.npvars), out: out, since: out.since, incremental: out.incremental}
 	if pr.rootVar {
 		for id, p := range g.parent {
 			if p != ClassID(id) {
@@ -231,7 +254,17 @@ func (m *machine) run(pc int, fresh bool) {
 			}
 			for _, nid := range g.opRange(cl, in.op) {
 				r := &g.nodes[nid]
-				if r.payload != in.payload || int32(r.arity) != in.arity {
+				if int32(r.arity) != in.arity {
+					continue
+				}
+				switch {
+				case in.pvar < 0:
+					if r.payload != in.payload {
+						continue
+					}
+				case in.pfirst:
+					m.pregs[in.pvar] = r.payload
+				case m.pregs[in.pvar] != r.payload:
 					continue
 				}
 				copy(m.regs[in.out:in.out+in.arity], r.kidsIn(g.kids))
@@ -278,4 +311,5 @@ func (m *machine) run(pc int, fresh bool) {
 	for i, r := range m.pr.varReg {
 		dst[i] = m.regs[r]
 	}
+	out.payloads = append(out.payloads, m.pregs...)
 }

@@ -7,12 +7,16 @@ import (
 
 // PatternTerm is the syntax tree of a pattern, for languages that build
 // patterns in Go rather than parse them. A term with a non-empty Var is a
-// variable ("?x") and has no operator or children.
+// variable ("?x") and has no operator or children. A term with a non-empty
+// PayloadVar matches its operator with any payload and binds the payload to
+// that variable ("op[?p]" in the text form); the same payload variable
+// twice means the same payload, and a right side copies it.
 type PatternTerm struct {
-	Var      string
-	Op       Symbol
-	Payload  Payload
-	Children []PatternTerm
+	Var        string
+	Op         Symbol
+	Payload    Payload
+	PayloadVar string
+	Children   []PatternTerm
 }
 
 // Pattern is a term with variables, compiled once into a matching program.
@@ -21,6 +25,7 @@ type Pattern struct {
 	src   string
 	nodes []patNode // postorder: children before parents, root last
 	vars  []string  // in order of first occurrence
+	pvars []string  // payload variables, in order of first occurrence
 	prog  program
 }
 
@@ -28,6 +33,7 @@ type patNode struct {
 	v       int // variable index, or -1 for an operator node
 	op      Symbol
 	payload Payload
+	pv      int   // payload variable index, or -1 for the exact payload
 	kids    []int // indexes into nodes
 }
 
@@ -77,6 +83,7 @@ func ParsePatternWith(src string, atom AtomFunc) (*Pattern, error) {
 func NewPattern(t PatternTerm) (*Pattern, error) {
 	p := &Pattern{}
 	vars := map[string]int{}
+	pvars := map[string]int{}
 	var walk func(t PatternTerm, depth int) (int, error)
 	walk = func(t PatternTerm, depth int) (int, error) {
 		if depth > 10000 {
@@ -86,8 +93,8 @@ func NewPattern(t PatternTerm) (*Pattern, error) {
 			if !strings.HasPrefix(t.Var, "?") || len(t.Var) == 1 {
 				return 0, fmt.Errorf("bad variable name %q: want ?name", t.Var)
 			}
-			if len(t.Children) > 0 || t.Op != 0 {
-				return 0, fmt.Errorf("variable %s has an operator or children", t.Var)
+			if len(t.Children) > 0 || t.Op != 0 || t.PayloadVar != "" {
+				return 0, fmt.Errorf("variable %s has an operator, payload or children", t.Var)
 			}
 			i, ok := vars[t.Var]
 			if !ok {
@@ -95,8 +102,24 @@ func NewPattern(t PatternTerm) (*Pattern, error) {
 				vars[t.Var] = i
 				p.vars = append(p.vars, t.Var)
 			}
-			p.nodes = append(p.nodes, patNode{v: i})
+			p.nodes = append(p.nodes, patNode{v: i, pv: -1})
 			return len(p.nodes) - 1, nil
+		}
+		pv := -1
+		if t.PayloadVar != "" {
+			if !strings.HasPrefix(t.PayloadVar, "?") || len(t.PayloadVar) == 1 {
+				return 0, fmt.Errorf("bad payload variable name %q: want ?name", t.PayloadVar)
+			}
+			if _, clash := vars[t.PayloadVar]; clash {
+				return 0, fmt.Errorf("%s is both a class variable and a payload variable", t.PayloadVar)
+			}
+			i, ok := pvars[t.PayloadVar]
+			if !ok {
+				i = len(p.pvars)
+				pvars[t.PayloadVar] = i
+				p.pvars = append(p.pvars, t.PayloadVar)
+			}
+			pv = i
 		}
 		if len(t.Children) > maxArity {
 			return 0, fmt.Errorf("operator %s has %d children; at most %d are supported", t.Op, len(t.Children), maxArity)
@@ -109,19 +132,28 @@ func NewPattern(t PatternTerm) (*Pattern, error) {
 			}
 			kids[i] = k
 		}
-		p.nodes = append(p.nodes, patNode{v: -1, op: t.Op, payload: t.Payload, kids: kids})
+		p.nodes = append(p.nodes, patNode{v: -1, op: t.Op, payload: t.Payload, pv: pv, kids: kids})
 		return len(p.nodes) - 1, nil
 	}
 	if _, err := walk(t, 0); err != nil {
 		return nil, err
 	}
-	p.prog = compile([]*Pattern{p}, p.vars)
+	for _, v := range p.vars {
+		if _, clash := pvars[v]; clash {
+			return nil, fmt.Errorf("%s is both a class variable and a payload variable", v)
+		}
+	}
+	p.prog = compile([]*Pattern{p}, p.vars, p.pvars)
 	p.src = p.termString(len(p.nodes) - 1)
 	return p, nil
 }
 
 // Vars returns the pattern's variables in order of first occurrence.
 func (p *Pattern) Vars() []string { return p.vars }
+
+// PayloadVars returns the pattern's payload variables in order of first
+// occurrence.
+func (p *Pattern) PayloadVars() []string { return p.pvars }
 
 // String returns the pattern's source text.
 func (p *Pattern) String() string { return p.src }
@@ -135,7 +167,10 @@ func (p *Pattern) termString(i int) string {
 		return p.vars[n.v]
 	}
 	head := n.op.String()
-	if n.payload != 0 {
+	switch {
+	case n.pv >= 0:
+		head = fmt.Sprintf("%s[%s]", head, p.pvars[n.pv])
+	case n.payload != 0:
 		head = fmt.Sprintf("%s[%d]", head, uint64(n.payload))
 	}
 	if len(n.kids) == 0 {
@@ -267,10 +302,18 @@ func (ps *sexpParser) term() (PatternTerm, error) {
 }
 
 func (ps *sexpParser) leaf(w string, at int) (PatternTerm, error) {
+	// name[?p]: the operator with any payload, bound to ?p.
+	var pvar string
+	if i := strings.Index(w, "[?"); i > 0 && strings.HasSuffix(w, "]") {
+		w, pvar = w[:i], w[i+1:len(w)-1]
+	}
 	op, payload, err := ps.atom(w)
 	if err != nil {
 		ps.pos = at
 		return PatternTerm{}, ps.errorf("%s: %v", w, err)
+	}
+	if pvar != "" {
+		return PatternTerm{Op: op, PayloadVar: pvar}, nil
 	}
 	return PatternTerm{Op: op, Payload: payload}, nil
 }

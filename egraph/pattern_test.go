@@ -240,3 +240,65 @@ func FuzzParsePattern(f *testing.F) {
 		}
 	})
 }
+
+func TestPayloadVariables(t *testing.T) {
+	g := NewPlain()
+	f, gs := Intern("f"), Intern("g")
+	x := g.MustAdd(Node{Op: Intern("x")})
+	f1 := g.MustAdd(Node{Op: f, Payload: 1, Children: []ClassID{x}})
+	f2 := g.MustAdd(Node{Op: f, Payload: 2, Children: []ClassID{x}})
+	h := g.MustAdd(Node{Op: Intern("h"), Children: []ClassID{f1, f2}})
+	g.Rebuild()
+
+	p, err := ParsePattern("(f[?p] ?x)")
+	require.NoError(t, err)
+	require.Equal(t, []string{"?p"}, p.PayloadVars())
+	require.Equal(t, "(f[?p] ?x)", p.String())
+	ms, err := Search(&g.Graph, p)
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	got := map[Payload]ClassID{}
+	for _, m := range ms {
+		got[m.GetPayload("?p")] = m.Root()
+		require.Equal(t, x, m.Get("?x"))
+	}
+	require.Equal(t, map[Payload]ClassID{1: f1, 2: f2}, got)
+
+	// A repeated payload variable means the same payload.
+	same, err := ParsePattern("(h (f[?p] ?x) (f[?p] ?x))")
+	require.NoError(t, err)
+	ms, err = Search(&g.Graph, same)
+	require.NoError(t, err)
+	require.Empty(t, ms)
+	diff, err := ParsePattern("(h (f[?p] ?x) (f[?q] ?x))")
+	require.NoError(t, err)
+	ms, err = Search(&g.Graph, diff)
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	require.Equal(t, h, ms[0].Root())
+	require.Equal(t, []Payload{1, 2}, ms[0].Payloads)
+
+	// A right side copies payloads.
+	rw, err := ParseRewrite[NoData]("f-to-g", "(f[?p] ?x)", "(g[?p] ?x)")
+	require.NoError(t, err)
+	_, err = (&Runner[NoData]{IterLimit: 2}).Run(t.Context(), g, []*Rewrite[NoData]{rw})
+	require.NoError(t, err)
+	for pay, c := range map[Payload]ClassID{1: f1, 2: f2} {
+		want, ok := g.Lookup(Node{Op: gs, Payload: pay, Children: []ClassID{x}})
+		require.True(t, ok, "g[%d] missing", pay)
+		require.Equal(t, g.Find(c), want)
+	}
+
+	_, err = ParseRewrite[NoData]("bad", "(f[?p] ?x)", "(g[?q] ?x)")
+	require.ErrorContains(t, err, "uses payload ?q, which the left side (f[?p] ?x) does not bind")
+	_, err = ParsePattern("(f[?x] ?x)")
+	require.ErrorContains(t, err, "?x is both a class variable and a payload variable")
+	_, err = AddInstance(g, p, []ClassID{x})
+	require.ErrorContains(t, err, "payload variables ?p have no values")
+	mp, err := ParseMultiPattern("(f[?p] ?x)", "(g[?p] ?x)")
+	require.NoError(t, err)
+	require.Equal(t, []string{"?p"}, mp.PayloadVars())
+	ms, err = Search(&g.Graph, mp)
+	require.NoError(t, err)
+	require.Len(t, ms, 2, "each f pairs with the g of its own payload")
+}

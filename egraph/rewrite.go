@@ -67,7 +67,15 @@ func NewRewrite[D any](name string, lhs Searcher, rhs []*Pattern, conds ...Condi
 			}
 			m[i] = j
 		}
-		r.build = append(r.build, newBuilder(p, m))
+		pm := make([]int, len(p.pvars))
+		for i, v := range p.pvars {
+			j := slices.Index(lhs.PayloadVars(), v)
+			if j < 0 {
+				return nil, fmt.Errorf("rule %s: right side %s uses payload %s, which the left side %s does not bind", name, p, v, lhs)
+			}
+			pm[i] = j
+		}
+		r.build = append(r.build, newBuilder(p, m, pm))
 	}
 	return r, nil
 }
@@ -144,7 +152,7 @@ func (r *Rewrite[D]) apply(g *EGraph[D], m Match, desc uint32) (int, error) {
 	}
 	n := 0
 	for i, b := range r.build {
-		id := b.build(g, m.Subst)
+		id := b.build(g, m.Subst, m.Payloads)
 		if g.Find(m.Roots[i]) != g.Find(id) && g.union(m.Roots[i], id, why) {
 			n++
 		}
@@ -162,11 +170,11 @@ func (r *Rewrite[D]) applyAll(g *EGraph[D], ms *matchSet, desc uint32, nodeLimit
 	applied := 0
 	if r.fn == nil && len(r.conds) == 0 && len(r.build) == 1 {
 		// The common case, without the per-match Match and condition calls.
-		b, w := r.build[0], ms.nroots+ms.nvars
+		b, w, pw := r.build[0], ms.nroots+ms.nvars, ms.npvars
 		for j := range n {
 			m := ms.data[j*w : (j+1)*w]
 			root, subst := m[0], m[1:]
-			id := b.build(g, subst)
+			id := b.build(g, subst, ms.payloads[j*pw:(j+1)*pw])
 			if g.Find(root) != g.Find(id) && g.union(root, id, reason{kind: ByRule, desc: desc, root: root, match: subst}) {
 				applied++
 			}
@@ -176,10 +184,10 @@ func (r *Rewrite[D]) applyAll(g *EGraph[D], ms *matchSet, desc uint32, nodeLimit
 		}
 		return applied, true, nil
 	}
-	vars := r.search.Vars()
+	vars, pvars := r.search.Vars(), r.search.PayloadVars()
 	for j := range n {
-		roots, subst := ms.at(j)
-		k, err := r.apply(g, Match{Roots: roots, Subst: subst, vars: vars}, desc)
+		roots, subst, payloads := ms.at(j)
+		k, err := r.apply(g, Match{Roots: roots, Subst: subst, Payloads: payloads, vars: vars, pvars: pvars}, desc)
 		applied += k
 		if err != nil {
 			return applied, false, err

@@ -264,7 +264,7 @@ func (r *Runner[D]) search(ctx context.Context, g *EGraph[D], rules []*Rewrite[D
 		// Match buffers are kept from one iteration to the next: growing
 		// them afresh every iteration was most of a run's allocation.
 		if sets[i] == nil {
-			sets[i] = &matchSet{nroots: rules[i].search.NumRoots(), nvars: len(rules[i].search.Vars())}
+			sets[i] = &matchSet{nroots: rules[i].search.NumRoots(), nvars: len(rules[i].search.Vars()), npvars: len(rules[i].search.PayloadVars())}
 		}
 		var limit int
 		run[i], limit = sched.Limit(iter, i)
@@ -272,7 +272,8 @@ func (r *Runner[D]) search(ctx context.Context, g *EGraph[D], rules []*Rewrite[D
 			limit++
 		}
 		ms := sets[i]
-		ms.data, ms.limit, ms.ctx, ms.interrupted, ms.skipped = ms.data[:0], limit, ctx, false, !run[i]
+		ms.reset()
+		ms.limit, ms.ctx, ms.interrupted, ms.skipped = limit, ctx, false, !run[i]
 		rw := rules[i]
 		ms.incremental = !r.FullMatching && rw.fn == nil && len(rw.conds) == 0 && appliedAt[i] >= 0
 		if ms.incremental {

@@ -12,6 +12,8 @@ import (
 type Searcher interface {
 	// Vars lists the variables a match binds; Match.Subst follows this order.
 	Vars() []string
+	// PayloadVars lists the payload variables; Match.Payloads follows it.
+	PayloadVars() []string
 	// NumRoots is the number of patterns, hence of roots per match.
 	NumRoots() int
 	String() string
@@ -21,9 +23,11 @@ type Searcher interface {
 // Match is one match of a searcher: the class each pattern matched at and
 // the class of each variable, in the order of the searcher's Vars.
 type Match struct {
-	Roots []ClassID
-	Subst []ClassID
-	vars  []string
+	Roots    []ClassID
+	Subst    []ClassID
+	Payloads []Payload
+	vars     []string
+	pvars    []string
 }
 
 // Root is the class the (first) pattern matched at.
@@ -37,6 +41,17 @@ func (m Match) Get(name string) ClassID {
 		panic(fmt.Sprintf("egraph: match has no variable %s (has %s)", name, strings.Join(m.vars, " ")))
 	}
 	return m.Subst[i]
+}
+
+// GetPayload returns the payload bound to a payload variable of the
+// searcher. Asking for one it does not have is a bug in the caller and
+// panics.
+func (m Match) GetPayload(name string) Payload {
+	i := slices.Index(m.pvars, name)
+	if i < 0 {
+		panic(fmt.Sprintf("egraph: match has no payload variable %s (has %s)", name, strings.Join(m.pvars, " ")))
+	}
+	return m.Payloads[i]
 }
 
 func (p *Pattern) program() *program { return &p.prog }
@@ -54,12 +69,12 @@ func Search(g *Graph, s Searcher) ([]Match, error) {
 	if !g.clean {
 		return nil, fmt.Errorf("search %s: %w", s, ErrNeedsRebuild)
 	}
-	ms := &matchSet{nroots: s.NumRoots(), nvars: len(s.Vars())}
+	ms := &matchSet{nroots: s.NumRoots(), nvars: len(s.Vars()), npvars: len(s.PayloadVars())}
 	s.program().search(g, ms)
 	out := make([]Match, ms.len())
 	for i := range out {
-		r, sub := ms.at(i)
-		out[i] = Match{Roots: r, Subst: sub, vars: s.Vars()}
+		r, sub, pay := ms.at(i)
+		out[i] = Match{Roots: r, Subst: sub, Payloads: pay, vars: s.Vars(), pvars: s.PayloadVars()}
 	}
 	return out, nil
 }
@@ -68,9 +83,10 @@ func Search(g *Graph, s Searcher) ([]Match, error) {
 // variables meaning the same class in each (Tensat's multi-pattern rules:
 // two matmuls that share an input).
 type MultiPattern struct {
-	pats []*Pattern
-	vars []string
-	prog program
+	pats  []*Pattern
+	vars  []string
+	pvars []string
+	prog  program
 }
 
 // NewMultiPattern combines patterns into one searcher. A later pattern may be
@@ -81,6 +97,7 @@ func NewMultiPattern(pats ...*Pattern) (*MultiPattern, error) {
 	}
 	mp := &MultiPattern{pats: pats}
 	seen := map[string]bool{}
+	pseen := map[string]bool{}
 	for i, p := range pats {
 		root := p.nodes[p.root()]
 		if i > 0 && root.v >= 0 && !seen[p.vars[root.v]] {
@@ -92,8 +109,19 @@ func NewMultiPattern(pats ...*Pattern) (*MultiPattern, error) {
 				mp.vars = append(mp.vars, v)
 			}
 		}
+		for _, v := range p.pvars {
+			if !pseen[v] {
+				pseen[v] = true
+				mp.pvars = append(mp.pvars, v)
+			}
+		}
 	}
-	mp.prog = compile(pats, mp.vars)
+	for _, v := range mp.vars {
+		if pseen[v] {
+			return nil, fmt.Errorf("multi-pattern: %s is both a class variable and a payload variable", v)
+		}
+	}
+	mp.prog = compile(pats, mp.vars, mp.pvars)
 	return mp, nil
 }
 
@@ -112,6 +140,9 @@ func ParseMultiPattern(srcs ...string) (*MultiPattern, error) {
 
 // Vars implements Searcher.
 func (mp *MultiPattern) Vars() []string { return mp.vars }
+
+// PayloadVars implements Searcher.
+func (mp *MultiPattern) PayloadVars() []string { return mp.pvars }
 
 // NumRoots implements Searcher.
 func (mp *MultiPattern) NumRoots() int { return len(mp.pats) }
@@ -141,8 +172,11 @@ func AddInstance[D any](g *EGraph[D], p *Pattern, subst []ClassID) (ClassID, err
 			return 0, fmt.Errorf("instantiate %s: class %d does not exist", p, c)
 		}
 	}
-	b := newBuilder(p, nil)
-	return b.build(g, subst), nil
+	if len(p.pvars) > 0 {
+		return 0, fmt.Errorf("instantiate %s: payload variables %s have no values", p, strings.Join(p.pvars, " "))
+	}
+	b := newBuilder(p, nil, nil)
+	return b.build(g, subst, nil), nil
 }
 
 // builder is a right-side pattern compiled for instantiation: a list of
@@ -161,12 +195,13 @@ type builder struct {
 type buildStep struct {
 	op      Symbol
 	payload Payload
+	psrc    int32  // the match's payload variable giving the payload, or -1 for payload
 	off, n  uint32 // the step's children in srcs
 }
 
-// newBuilder compiles p. varMap maps p's variable indexes to substitution
-// indexes; nil means the identity.
-func newBuilder(p *Pattern, varMap []int) *builder {
+// newBuilder compiles p. varMap and pvarMap map p's variable and payload
+// variable indexes to the match's; nil means the identity.
+func newBuilder(p *Pattern, varMap, pvarMap []int) *builder {
 	b := &builder{}
 	src := make([]int32, len(p.nodes))
 	maxArity := 0
@@ -179,7 +214,13 @@ func newBuilder(p *Pattern, varMap []int) *builder {
 			src[i] = int32(v)
 			continue
 		}
-		st := buildStep{op: n.op, payload: n.payload, off: uint32(len(b.srcs)), n: uint32(len(n.kids))}
+		st := buildStep{op: n.op, payload: n.payload, psrc: -1, off: uint32(len(b.srcs)), n: uint32(len(n.kids))}
+		if n.pv >= 0 {
+			st.psrc = int32(n.pv)
+			if pvarMap != nil {
+				st.psrc = int32(pvarMap[n.pv])
+			}
+		}
 		for _, k := range n.kids {
 			b.srcs = append(b.srcs, src[k])
 		}
@@ -200,7 +241,7 @@ func newBuilder(p *Pattern, varMap []int) *builder {
 func (b *builder) build(eg interface {
 	graph() *Graph
 	addHashed(uint64, Symbol, Payload, []ClassID) ClassID
-}, subst []ClassID) ClassID {
+}, subst []ClassID, payloads []Payload) ClassID {
 	g := eg.graph()
 	out := b.out
 	for i := range b.steps {
@@ -215,11 +256,15 @@ func (b *builder) build(eg interface {
 			}
 			kids[j] = g.Find(c)
 		}
-		h := hashNode(st.op, st.payload, kids)
-		if id, ok := g.table.lookup(g, h, st.op, st.payload, kids); ok {
+		pay := st.payload
+		if st.psrc >= 0 {
+			pay = payloads[st.psrc]
+		}
+		h := hashNode(st.op, pay, kids)
+		if id, ok := g.table.lookup(g, h, st.op, pay, kids); ok {
 			out[i] = g.Find(g.nodes[id].class)
 		} else {
-			out[i] = eg.addHashed(h, st.op, st.payload, kids)
+			out[i] = eg.addHashed(h, st.op, pay, kids)
 		}
 	}
 	if b.root >= 0 {
