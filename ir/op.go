@@ -228,3 +228,55 @@ func Ops() []Op {
 	}
 	return out
 }
+
+// Normalize returns a with only the fields op uses (and, for leaves, their
+// declared shape and dtype), so that two nodes with the same op and the
+// same meaning have equal attributes: the form the e-graph interns.
+func (o Op) Normalize(a Attrs) Attrs {
+	if !o.Valid() {
+		return Attrs{}
+	}
+	set := ops[o].attrs
+	var n Attrs
+	if o.Class() == ClassLeaf {
+		n.DType, n.To = a.DType, a.To.Clone()
+	}
+	if set&aName != 0 {
+		n.Name = a.Name
+	}
+	if set&aData != 0 {
+		n.Data = append([]float64(nil), a.Data...)
+	}
+	if set&aAxis != 0 {
+		n.Axis = a.Axis
+	}
+	if set&aShape != 0 {
+		n.To = a.To.Clone()
+	}
+	if set&aPerm != 0 {
+		n.Perm = append([]int(nil), a.Perm...)
+	}
+	if set&aSlice != 0 {
+		n.Starts = append([]int64(nil), a.Starts...)
+		n.Ends = append([]int64(nil), a.Ends...)
+		n.Steps = append([]int64(nil), a.Steps...)
+	}
+	if set&aPad != 0 {
+		n.Before = append([]int64(nil), a.Before...)
+		n.After = append([]int64(nil), a.After...)
+		n.Value = a.Value
+	}
+	if set&aDType != 0 {
+		n.DType = a.DType
+	}
+	if set&aEps != 0 {
+		n.Eps = a.Eps
+	}
+	if set&aAttn != 0 {
+		n.Scale, n.Causal, n.Offset = a.Scale, a.Causal, a.Offset
+	}
+	if set&aOffset != 0 {
+		n.Offset = a.Offset
+	}
+	return n
+}

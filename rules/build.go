@@ -1,0 +1,119 @@
+package rules
+
+import (
+	"fmt"
+
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// NewEGraph returns an empty tensor e-graph and its analysis.
+func NewEGraph(fold bool) (*egraph.EGraph[Data], *Analysis) {
+	a := &Analysis{Fold: fold}
+	return egraph.New[Data](a), a
+}
+
+// AddGraph adds every node of g and returns the class of each value. The
+// e-graph is left to rebuild.
+func AddGraph(eg *egraph.EGraph[Data], g *ir.Graph) ([]egraph.ClassID, error) {
+	classes := make([]egraph.ClassID, len(g.Nodes))
+	kids := []egraph.ClassID{}
+	for i, n := range g.Nodes {
+		kids = kids[:0]
+		for _, in := range n.Inputs {
+			kids = append(kids, classes[in])
+		}
+		op, pay := NodeOf(n)
+		c, err := eg.Add(egraph.Node{Op: op, Payload: pay, Children: kids})
+		if err != nil {
+			return nil, fmt.Errorf("add %s node %%%d: %w", g.Name, i, err)
+		}
+		classes[i] = c
+	}
+	return classes, nil
+}
+
+// Root names a class the rebuilt graph must compute: an output, or (with
+// State set) the new content of a state buffer.
+type Root struct {
+	Name  string
+	Class egraph.ClassID
+	// State, when set, is the class of the state buffer Class updates.
+	State    egraph.ClassID
+	IsUpdate bool
+}
+
+// ToGraph builds the ir graph that choosing one node per class gives,
+// computing the roots. choose returns a class's chosen node. Classes reached
+// twice become one value; a cycle or a missing choice is an error.
+func ToGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.ClassID) (egraph.NodeID, bool)) (*ir.Graph, error) {
+	b := ir.NewBuilder(name)
+	val := map[egraph.ClassID]ir.Value{}
+	onPath := map[egraph.ClassID]bool{}
+	var visit func(c egraph.ClassID) (ir.Value, error)
+	visit = func(c egraph.ClassID) (ir.Value, error) {
+		c = eg.Find(c)
+		if v, ok := val[c]; ok {
+			return v, nil
+		}
+		if onPath[c] {
+			return ir.NoValue, fmt.Errorf("to graph %s: the choices form a cycle through class %d", name, c)
+		}
+		onPath[c] = true
+		defer delete(onPath, c)
+		nid, ok := choose(c)
+		if !ok {
+			return ir.NoValue, fmt.Errorf("to graph %s: class %d has no chosen node", name, c)
+		}
+		n := eg.Node(nid)
+		op, ok := OpOf(n.Op)
+		if !ok {
+			return ir.NoValue, fmt.Errorf("to graph %s: class %d chose %s, which is not a tensor op", name, c, n.Op)
+		}
+		attrs, _ := Attrs(n.Payload)
+		children := append([]egraph.ClassID(nil), n.Children...)
+		ins := make([]ir.Value, len(children))
+		for i, k := range children {
+			v, err := visit(k)
+			if err != nil {
+				return ir.NoValue, err
+			}
+			ins[i] = v
+		}
+		v := b.Apply(op, attrs, ins...)
+		if err := b.Err(); err != nil {
+			return ir.NoValue, fmt.Errorf("to graph %s: class %d: %w", name, c, err)
+		}
+		val[c] = v
+		return v, nil
+	}
+	for _, r := range roots {
+		v, err := visit(r.Class)
+		if err != nil {
+			return nil, err
+		}
+		if r.IsUpdate {
+			s, err := visit(r.State)
+			if err != nil {
+				return nil, err
+			}
+			b.UpdateState(s, v)
+		} else {
+			b.Output(r.Name, v)
+		}
+	}
+	return b.Build()
+}
+
+// GraphRoots are the roots of an ir graph added with AddGraph: its outputs
+// and state updates.
+func GraphRoots(g *ir.Graph, classes []egraph.ClassID) []Root {
+	var roots []Root
+	for _, o := range g.Outputs {
+		roots = append(roots, Root{Name: o.Name, Class: classes[o.Value]})
+	}
+	for _, u := range g.Updates {
+		roots = append(roots, Root{Class: classes[u.Value], State: classes[u.State], IsUpdate: true})
+	}
+	return roots
+}
