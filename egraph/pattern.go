@@ -317,3 +317,22 @@ func (ps *sexpParser) leaf(w string, at int) (PatternTerm, error) {
 	}
 	return PatternTerm{Op: op, Payload: payload}, nil
 }
+
+// Term returns the pattern's syntax tree, for tools that interpret patterns
+// themselves (the rule verifier builds both sides of a rule as programs).
+func (p *Pattern) Term() PatternTerm { return p.term(p.root()) }
+
+func (p *Pattern) term(i int) PatternTerm {
+	n := p.nodes[i]
+	if n.v >= 0 {
+		return PatternTerm{Var: p.vars[n.v]}
+	}
+	t := PatternTerm{Op: n.op, Payload: n.payload}
+	if n.pv >= 0 {
+		t.Payload, t.PayloadVar = 0, p.pvars[n.pv]
+	}
+	for _, k := range n.kids {
+		t.Children = append(t.Children, p.term(k))
+	}
+	return t
+}

@@ -302,3 +302,12 @@ func TestPayloadVariables(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ms, 2, "each f pairs with the g of its own payload")
 }
+
+func TestPatternTermRoundTrip(t *testing.T) {
+	for _, src := range []string{"?a", "x", "(+ ?a (* ?b 2))", "(f[?p] (g ?x) ?x)"} {
+		p := MustParsePattern(src)
+		again, err := NewPattern(p.Term())
+		require.NoError(t, err)
+		require.Equal(t, src, again.String())
+	}
+}
