@@ -30,6 +30,12 @@ type Match struct {
 	pvars    []string
 }
 
+// Vars names the variables of Subst, in order.
+func (m Match) Vars() []string { return m.vars }
+
+// PayloadVars names the payload variables of Payloads, in order.
+func (m Match) PayloadVars() []string { return m.pvars }
+
 // Root is the class the (first) pattern matched at.
 func (m Match) Root() ClassID { return m.Roots[0] }
 

@@ -95,7 +95,7 @@ func Atom(tok string) (egraph.Symbol, egraph.Payload, error) {
 	}
 	a, err := parseAttrs(op, attrText[:len(attrText)-1])
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: %w", tok, err)
+		return 0, 0, err // the pattern parser names the token
 	}
 	return Symbol(op), AttrPayload(op, a), nil
 }

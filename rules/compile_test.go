@@ -1,0 +1,107 @@
+package rules
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBuiltinRulesVerify is the CI check of every built-in rule.
+func TestBuiltinRulesVerify(t *testing.T) {
+	rules, err := Builtin()
+	require.NoError(t, err)
+	require.NotEmpty(t, rules)
+	for _, r := range rules {
+		t.Run(r.Decl.Name, func(t *testing.T) {
+			checked, n, cx, err := r.Verify(context.Background(), VerifyOptions{Seed: 7})
+			require.NoError(t, err)
+			require.Nil(t, cx, "%v", cx)
+			if checked {
+				require.GreaterOrEqual(t, n, 20)
+			}
+		})
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	f, err := ParseRules("t.rules", []byte("rule a: (add ?x ?y) => @no_such_applier\n"), Atom)
+	require.NoError(t, err)
+	_, err = Compile(f)
+	require.ErrorContains(t, err, "t.rules:1:1: rule a: no Go applier named @no_such_applier is registered")
+	f, err = ParseRules("t.rules", []byte("rule a: (add ?x ?y) <=> (add ?y ?x)\nrule a-rev: (mul ?x ?y) => (mul ?y ?x)\n"), Atom)
+	require.NoError(t, err)
+	_, err = Compile(f)
+	require.ErrorContains(t, err, "rule a-rev clashes")
+}
+
+// TestSaturatedExtractionsAgree is the e-graph fuzz test for the algebra
+// rules: corpus graphs are saturated, and random extractions of the result
+// must compute what the original graph computes.
+func TestSaturatedExtractionsAgree(t *testing.T) {
+	rules, err := Builtin("algebra")
+	require.NoError(t, err)
+	for _, name := range []string{"tiny-llama:mlp", "tiny-gpt2:attention", "tiny-llama:rmsnorm"} {
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 4})
+			require.NoError(t, err)
+			eg, an := NewEGraph(true)
+			classes, err := AddGraph(eg, g)
+			require.NoError(t, err)
+			r := egraph.Runner[Data]{IterLimit: 4, NodeLimit: 20_000}
+			rep, err := r.Run(context.Background(), eg, Rewrites(rules))
+			require.NoError(t, err)
+			t.Logf("%s: %d e-nodes, %d e-classes, stop: %s", name, eg.NumNodes(), eg.NumClasses(), rep.Stop)
+			require.Empty(t, an.Conflicts(), "an algebra rule merged incompatible classes")
+			roots := GraphRoots(g, classes)
+			var rootIDs []egraph.ClassID
+			for _, rt := range roots {
+				rootIDs = append(rootIDs, rt.Class)
+			}
+			p, err := extract.NewProblem(&eg.Graph, rootIDs, func(g *egraph.Graph, n egraph.NodeID) float64 {
+				if eg.Data(g.NodeClass(n)).Valid() {
+					return 1
+				}
+				return math.Inf(1) // ill-typed nodes never execute
+			}, nil)
+			require.NoError(t, err)
+			feeds, err := ir.RandomFeeds(g, 11, ir.Typical)
+			require.NoError(t, err)
+			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+			require.NoError(t, err)
+			for seed := range uint64(8) {
+				sol, err := extract.Random(p, seed)
+				require.NoError(t, err)
+				back, err := ToGraph(&eg.Graph, g.Name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
+					i := classIndex(p, c)
+					if i < 0 || sol.Choice[i] < 0 {
+						return 0, false
+					}
+					return p.NodeIDs[sol.Choice[i]], true
+				})
+				require.NoError(t, err)
+				got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
+				require.NoError(t, err)
+				for out, w := range want.Outputs {
+					mm, err := ir.Compare(got.Outputs[out], w, want.Magnitudes[out], 64)
+					require.NoError(t, err)
+					require.Nil(t, mm, "extraction %d of %s, output %s: %v", seed, name, out, mm)
+				}
+			}
+		})
+	}
+}
+
+func classIndex(p *extract.Problem, c egraph.ClassID) int {
+	for i, id := range p.ClassIDs {
+		if id == c {
+			return i
+		}
+	}
+	return -1
+}
