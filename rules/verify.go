@@ -33,7 +33,7 @@ type VerifyOptions struct {
 // its right side does not even type-check).
 type Counterexample struct {
 	Rule    string
-	Program *ir.Graph           // outputs "lhs" and "rhs"
+	Program *ir.Graph             // outputs "lhs" and "rhs"
 	Feeds   map[string]*ir.Tensor // the values of the rule's variables
 	LHS     *ir.Tensor
 	RHS     *ir.Tensor
