@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
@@ -104,4 +105,21 @@ func classIndex(p *extract.Problem, c egraph.ClassID) int {
 		}
 	}
 	return -1
+}
+
+func TestUnsoundRulesRejected(t *testing.T) {
+	src, err := os.ReadFile("testdata/unsound.rules")
+	require.NoError(t, err)
+	f, err := ParseRules("testdata/unsound.rules", src, Atom)
+	require.NoError(t, err)
+	rs, err := Compile(f)
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	for _, r := range rs {
+		_, _, cx, err := r.Verify(context.Background(), VerifyOptions{Seed: 3})
+		require.NoError(t, err)
+		require.NotNil(t, cx, "%s passed", r.Decl.Name)
+		require.Contains(t, cx.Reason, "values:", "%s is caught by its values", r.Decl.Name)
+		require.NotNil(t, cx.Program)
+	}
 }

@@ -4,9 +4,10 @@
 // Today it exposes what exists: the e-graph engine (egraph: load an
 // egraph-serialize JSON file, report its size, draw it with Graphviz),
 // extraction (extract: tree, greedy DAG and exact DAG extraction of such a
-// file), and the corpus of model graphs (corpus: list, print and run them in
-// the reference interpreter, ONNX models included). The compiler commands
-// (optimize, compile, ...) come with the packages they need.
+// file), the corpus of model graphs (corpus: list, print and run them in
+// the reference interpreter, ONNX models included), and the rule verifier
+// (rules check). The compiler commands (optimize, compile, ...) come with the
+// packages they need.
 //
 // Usage:
 //

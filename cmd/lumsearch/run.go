@@ -20,7 +20,7 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{corpusCommand, egraphCommand, extractCommand, versionCommand, helpCommand}
+	commands = []*command{corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand}
 }
 
 // lookup returns the subcommand called name, or nil.

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRulesCheck(t *testing.T) {
+	r := runArgs(t, "rules", "check")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^comm-add +ok +20 +algebra\.rules:\d+:1$`, r.stdout)
+	assert.Regexp(t, `(?m)^\d+ rules sound$`, r.stdout)
+
+	bad := filepath.Join(t.TempDir(), "bad.rules")
+	require.NoError(t, os.WriteFile(bad, []byte("rule flip: (sub ?a ?b) => (sub ?b ?a)\n"), 0o644))
+	r = runArgs(t, "rules", "check", bad)
+	require.Equal(t, 1, r.code)
+	assert.Contains(t, r.stdout, "rule flip is unsound")
+	assert.Contains(t, r.stderr, "some rules are unsound")
+
+	require.NoError(t, os.WriteFile(bad, []byte("rule broken (sub ?a ?b) => ?a\n"), 0o644))
+	r = runArgs(t, "rules", "check", bad)
+	require.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "bad.rules:1:")
+
+	r = runArgs(t, "rules")
+	require.Equal(t, exitUsage, r.code)
+}
