@@ -1,0 +1,131 @@
+package ir
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Canonical puts a kernel body in canonical form, so that bodies computing
+// the same thing up to the order of commutative operands, the numbering of
+// arguments and repeated subterms print, hash and intern alike:
+//   - operands of commutative ops are sorted by a structure key that
+//     ignores which argument is which;
+//   - arguments are renamed $0, $1, ... in order of first use, walking the
+//     outputs in order and operands in sorted order;
+//   - equal subterms are merged.
+//
+// The body's inputs are its arguments. Canonical returns the new body and
+// order, where order[i] is the index (among body.Inputs()) of the argument
+// that became $i; unused arguments are dropped. Two operands whose
+// structure keys tie keep their relative order, so bodies that differ only
+// there may stay distinct: a missed merge, never a wrong one.
+func Canonical(body *Graph) (*Graph, []int, error) {
+	if err := body.Check(); err != nil {
+		return nil, nil, fmt.Errorf("canonical: %w", err)
+	}
+	argIndex := map[Value]int{}
+	for i, v := range body.Inputs() {
+		argIndex[v] = i
+	}
+	// Structure keys, arguments anonymous.
+	keys := make([]string, len(body.Nodes))
+	for i, n := range body.Nodes {
+		var b strings.Builder
+		if n.Op == OpInput {
+			fmt.Fprintf(&b, "$%s%v", n.DType, n.Shape)
+		} else {
+			fmt.Fprintf(&b, "%s%#v:%s%v(", n.Op, n.Op.Normalize(n.Attrs), n.DType, n.Shape)
+			kids := make([]string, len(n.Inputs))
+			for k, in := range n.Inputs {
+				kids[k] = keys[in]
+			}
+			if commutative(n.Op) {
+				slices.Sort(kids)
+			}
+			b.WriteString(strings.Join(kids, ","))
+			b.WriteByte(')')
+		}
+		keys[i] = b.String()
+	}
+	operands := func(n *Node) []Value {
+		ins := slices.Clone(n.Inputs)
+		if commutative(n.Op) {
+			slices.SortStableFunc(ins, func(a, b Value) int { return strings.Compare(keys[a], keys[b]) })
+		}
+		return ins
+	}
+	// Number arguments by first use.
+	var order []int
+	seen := map[Value]bool{}
+	var number func(v Value)
+	number = func(v Value) {
+		if seen[v] {
+			return
+		}
+		seen[v] = true
+		n := body.Nodes[v]
+		if n.Op == OpInput {
+			order = append(order, argIndex[v])
+			return
+		}
+		for _, in := range operands(n) {
+			number(in)
+		}
+	}
+	for _, o := range body.Outputs {
+		number(o.Value)
+	}
+	// Rebuild with the new names, merging equal subterms.
+	b := NewBuilder("kernel")
+	newArg := map[int]Value{}
+	for i, a := range order {
+		n := body.Nodes[body.Inputs()[a]]
+		newArg[a] = b.Input(fmt.Sprintf("$%d", i), n.DType, n.Shape...)
+	}
+	exact := map[string]Value{}
+	built := map[Value]Value{}
+	var build func(v Value) Value
+	build = func(v Value) Value {
+		if nv, ok := built[v]; ok {
+			return nv
+		}
+		n := body.Nodes[v]
+		var nv Value
+		if n.Op == OpInput {
+			nv = newArg[argIndex[v]]
+		} else {
+			ins := operands(n)
+			args := make([]Value, len(ins))
+			for k, in := range ins {
+				args[k] = build(in)
+			}
+			key := fmt.Sprintf("%s%#v%v", n.Op, n.Op.Normalize(n.Attrs), args)
+			if prev, ok := exact[key]; ok {
+				nv = prev
+			} else {
+				nv = b.Apply(n.Op, n.Attrs, args...)
+				exact[key] = nv
+			}
+		}
+		built[v] = nv
+		return nv
+	}
+	for i, o := range body.Outputs {
+		b.Output(fmt.Sprintf("out%d", i), build(o.Value))
+	}
+	g, err := b.Build()
+	if err != nil {
+		return nil, nil, fmt.Errorf("canonical: %w", err)
+	}
+	return g, order, nil
+}
+
+// commutative ops take their operands in any order.
+func commutative(op Op) bool {
+	switch op {
+	case OpAdd, OpMul, OpMax, OpMin, OpAnd, OpOr, OpEq, OpNe:
+		return true
+	}
+	return false
+}
