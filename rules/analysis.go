@@ -61,6 +61,15 @@ func (a *Analysis) Conflicts() []Conflict {
 
 // Make implements egraph.Analysis.
 func (a *Analysis) Make(g *egraph.EGraph[Data], n egraph.Node) Data {
+	if n.Op == KernelSymbol {
+		kids := make([]Data, len(n.Children))
+		for i, c := range n.Children {
+			if kids[i] = g.Data(c); kids[i].Err != "" {
+				return Data{Err: kids[i].Err}
+			}
+		}
+		return kernelData(n, kids)
+	}
 	op, ok := OpOf(n.Op)
 	if !ok {
 		return Data{Err: fmt.Sprintf("%s is not a tensor op", n.Op)}

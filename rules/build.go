@@ -66,12 +66,8 @@ func ToGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.Cla
 			return ir.NoValue, fmt.Errorf("to graph %s: class %d has no chosen node", name, c)
 		}
 		n := eg.Node(nid)
-		op, ok := OpOf(n.Op)
-		if !ok {
-			return ir.NoValue, fmt.Errorf("to graph %s: class %d chose %s, which is not a tensor op", name, c, n.Op)
-		}
-		attrs, _ := Attrs(n.Payload)
 		children := append([]egraph.ClassID(nil), n.Children...)
+		pay := n.Payload
 		ins := make([]ir.Value, len(children))
 		for i, k := range children {
 			v, err := visit(k)
@@ -80,7 +76,23 @@ func ToGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.Cla
 			}
 			ins[i] = v
 		}
-		v := b.Apply(op, attrs, ins...)
+		var v ir.Value
+		if n.Op == KernelSymbol {
+			// A kernel's body is inlined: the program computes the same,
+			// and the interpreter checks the body with everything else.
+			body, ok := Spec(pay)
+			if !ok {
+				return ir.NoValue, fmt.Errorf("to graph %s: class %d chose a kernel with an unknown body", name, c)
+			}
+			v = inline(b, body, ins)
+		} else {
+			op, ok := OpOf(n.Op)
+			if !ok {
+				return ir.NoValue, fmt.Errorf("to graph %s: class %d chose %s, which is not a tensor op", name, c, n.Op)
+			}
+			attrs, _ := Attrs(pay)
+			v = b.Apply(op, attrs, ins...)
+		}
 		if err := b.Err(); err != nil {
 			return ir.NoValue, fmt.Errorf("to graph %s: class %d: %w", name, c, err)
 		}
@@ -116,4 +128,27 @@ func GraphRoots(g *ir.Graph, classes []egraph.ClassID) []Root {
 		roots = append(roots, Root{Class: classes[u.Value], State: classes[u.State], IsUpdate: true})
 	}
 	return roots
+}
+
+// inline adds a kernel body's nodes to b with its arguments bound to args,
+// and returns the body's (first) output.
+func inline(b *ir.Builder, body *ir.Graph, args []ir.Value) ir.Value {
+	vals := make([]ir.Value, len(body.Nodes))
+	arg := 0
+	for i, n := range body.Nodes {
+		if n.Op == ir.OpInput {
+			if arg >= len(args) {
+				return ir.NoValue
+			}
+			vals[i] = args[arg]
+			arg++
+			continue
+		}
+		ins := make([]ir.Value, len(n.Inputs))
+		for k, in := range n.Inputs {
+			ins[k] = vals[in]
+		}
+		vals[i] = b.Apply(n.Op, n.Attrs, ins...)
+	}
+	return vals[body.Outputs[0].Value]
 }

@@ -1,0 +1,186 @@
+package rules
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// KernelSymbol is the operator of kernel terms (kernel SPEC x1 ... xn): one
+// GPU launch computing its class from the classes x1..xn, which are
+// materialized in memory. SPEC is the fused body, an ir graph over inputs
+// $0..$n-1 in canonical form, interned into the payload.
+var KernelSymbol = egraph.Intern("kernel")
+
+var specTable = struct {
+	sync.RWMutex
+	ids    map[string]egraph.Payload
+	bodies []*ir.Graph // index = payload - 1
+}{ids: map[string]egraph.Payload{}}
+
+// SpecPayload interns a canonical kernel body (see ir.Canonical).
+func SpecPayload(body *ir.Graph) egraph.Payload {
+	key := body.String()
+	specTable.RLock()
+	p, ok := specTable.ids[key]
+	specTable.RUnlock()
+	if ok {
+		return p
+	}
+	specTable.Lock()
+	defer specTable.Unlock()
+	if p, ok := specTable.ids[key]; ok {
+		return p
+	}
+	specTable.bodies = append(specTable.bodies, body)
+	p = egraph.Payload(len(specTable.bodies))
+	specTable.ids[key] = p
+	return p
+}
+
+// Spec returns the body a kernel payload stands for.
+func Spec(p egraph.Payload) (*ir.Graph, bool) {
+	specTable.RLock()
+	defer specTable.RUnlock()
+	if p == 0 || uint64(p) > uint64(len(specTable.bodies)) {
+		return nil, false
+	}
+	return specTable.bodies[p-1], true
+}
+
+// kernelData types a kernel term from its body and its arguments' data.
+func kernelData(n egraph.Node, kids []Data) Data {
+	body, ok := Spec(n.Payload)
+	if !ok {
+		return Data{Err: fmt.Sprintf("kernel with unknown body %d", n.Payload)}
+	}
+	ins := body.Inputs()
+	if len(ins) != len(kids) {
+		return Data{Err: fmt.Sprintf("kernel body takes %d arguments, got %d", len(ins), len(kids))}
+	}
+	weightOnly := true
+	for i, v := range ins {
+		in := body.Node(v)
+		if !kids[i].Shape.Equal(in.Shape) || kids[i].DType != in.DType {
+			return Data{Err: fmt.Sprintf("kernel argument $%d is %s%v, its body wants %s%v", i, kids[i].DType, kids[i].Shape, in.DType, in.Shape)}
+		}
+		weightOnly = weightOnly && kids[i].WeightOnly
+	}
+	if len(body.Outputs) != 1 {
+		return Data{Err: "kernels with several outputs are not supported yet"}
+	}
+	out := body.Node(body.Outputs[0].Value)
+	return Data{Shape: out.Shape.Clone(), DType: out.DType, WeightOnly: weightOnly}
+}
+
+// OneOpKernel builds the kernel term computing one tensor op over the given
+// argument classes, and returns its class. It is the applier of the lower
+// rules.
+func OneOpKernel(g *egraph.EGraph[Data], op ir.Op, attrs ir.Attrs, args []egraph.ClassID) (egraph.ClassID, bool) {
+	b := ir.NewBuilder("kernel")
+	ins := make([]ir.Value, len(args))
+	for i, a := range args {
+		d := g.Data(a)
+		if !d.Valid() {
+			return 0, false
+		}
+		ins[i] = b.Input(fmt.Sprintf("$%d", i), d.DType, d.Shape...)
+	}
+	b.Output("out", b.Apply(op, attrs, ins...))
+	body, err := b.Build()
+	if err != nil {
+		return 0, false
+	}
+	canon, order, err := ir.Canonical(body)
+	if err != nil {
+		return 0, false
+	}
+	kids := make([]egraph.ClassID, len(order))
+	for i, o := range order {
+		kids[i] = args[o]
+	}
+	c, err := g.Add(egraph.Node{Op: KernelSymbol, Payload: SpecPayload(canon), Children: kids})
+	return c, err == nil
+}
+
+// LowerRewrites are the lower rule set: every tensor op that computes
+// something (not a leaf) gets a one-op kernel. They are written in Go
+// because one rule per op and arity says it more plainly than a file.
+func LowerRewrites() []*egraph.Rewrite[Data] {
+	var out []*egraph.Rewrite[Data]
+	for _, op := range ir.Ops() {
+		if op.Class() == ir.ClassLeaf {
+			continue
+		}
+		arities := []int{op.Arity()}
+		if op.Arity() < 0 {
+			arities = []int{2, 3, 4}
+		}
+		for _, n := range arities {
+			kids := make([]egraph.PatternTerm, n)
+			for i := range kids {
+				kids[i] = egraph.PatternTerm{Var: fmt.Sprintf("?x%d", i)}
+			}
+			p, err := egraph.NewPattern(egraph.PatternTerm{Op: Symbol(op), PayloadVar: "?attrs", Children: kids})
+			if err != nil {
+				panic(err) // the patterns are built here, from valid parts
+			}
+			op := op
+			rw, err := egraph.NewFuncRewrite(fmt.Sprintf("lower-%s-%d", op, n), egraph.Searcher(p),
+				func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
+					attrs, ok := Attrs(m.GetPayload("?attrs"))
+					if !ok {
+						return 0, false
+					}
+					return OneOpKernel(g, op, attrs, m.Subst)
+				})
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, rw)
+		}
+	}
+	return out
+}
+
+// Launch and bandwidth figures of the simple estimate: an H100's HBM3 and a
+// typical kernel launch. The cost model of package cost replaces them.
+const (
+	estimateBandwidth = 3.35e12 // bytes per second
+	estimateLaunch    = 3e-6    // seconds per kernel
+)
+
+// SimpleCost is the cost estimate extraction uses until the cost model
+// exists: a kernel costs the bytes it moves (its arguments and its result)
+// at HBM bandwidth plus a launch; leaves and views (which consumers read
+// through strided indexes) are free; every other tensor op cannot execute
+// on its own (+Inf), so only kernel programs are extracted.
+func SimpleCost(eg *egraph.EGraph[Data]) extract.CostFunc {
+	return func(g *egraph.Graph, id egraph.NodeID) float64 {
+		n := g.Node(id)
+		d := eg.Data(g.NodeClass(id))
+		if !d.Valid() {
+			return math.Inf(1)
+		}
+		if n.Op == KernelSymbol {
+			bytes := float64(d.Shape.NumElements()) * float64(d.DType.Size())
+			for _, k := range n.Children {
+				kd := eg.Data(k)
+				bytes += float64(kd.Shape.NumElements()) * float64(kd.DType.Size())
+			}
+			return bytes/estimateBandwidth + estimateLaunch
+		}
+		op, ok := OpOf(n.Op)
+		switch {
+		case !ok:
+			return math.Inf(1)
+		case op.Class() == ir.ClassLeaf, op.Class() == ir.ClassView:
+			return 0
+		}
+		return math.Inf(1)
+	}
+}

@@ -1,0 +1,103 @@
+package rules
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLowerAndExtract lowers corpus graphs to one-op kernels, extracts the
+// cheapest kernel program with the simple estimate and checks that it
+// computes what the graph does, with one kernel per computing op.
+func TestLowerAndExtract(t *testing.T) {
+	for _, name := range []string{"tiny-llama:mlp", "tiny-gpt2:block", "tiny-llama:layer"} {
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 4})
+			require.NoError(t, err)
+			eg, an := NewEGraph(false)
+			classes, err := AddGraph(eg, g)
+			require.NoError(t, err)
+			r := egraph.Runner[Data]{IterLimit: 3, NodeLimit: 50_000}
+			rep, err := r.Run(context.Background(), eg, LowerRewrites())
+			require.NoError(t, err)
+			require.Equal(t, egraph.Saturated, rep.Stop)
+			require.Empty(t, an.Conflicts())
+			roots := GraphRoots(g, classes)
+			var rootIDs []egraph.ClassID
+			for _, rt := range roots {
+				rootIDs = append(rootIDs, rt.Class)
+			}
+			p, err := extract.NewProblem(&eg.Graph, rootIDs, SimpleCost(eg), nil)
+			require.NoError(t, err)
+			sol, cost, err := extract.GreedyDAG(context.Background(), p)
+			require.NoError(t, err)
+			require.Positive(t, cost)
+			kernels := 0
+			order, err := sol.Needed(p)
+			require.NoError(t, err)
+			for _, c := range order {
+				if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
+					kernels++
+				}
+			}
+			computing := 0
+			for _, n := range g.Nodes {
+				if n.Op.Class() != ir.ClassLeaf && n.Op.Class() != ir.ClassView {
+					computing++
+				}
+			}
+			require.LessOrEqual(t, kernels, computing, "one kernel per computing op at most (hash-consing may merge)")
+			require.Positive(t, kernels)
+			t.Logf("%s: %d kernels for %d computing ops, estimated %.3g s", name, kernels, computing, cost)
+
+			back, err := ToGraph(&eg.Graph, g.Name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
+				i := classIndex(p, c)
+				if i < 0 || sol.Choice[i] < 0 {
+					return 0, false
+				}
+				return p.NodeIDs[sol.Choice[i]], true
+			})
+			require.NoError(t, err)
+			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
+			require.NoError(t, err)
+			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{})
+			require.NoError(t, err)
+			got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
+			require.NoError(t, err)
+			for out, w := range want.Outputs {
+				require.Equal(t, w.Float64s(), got.Outputs[out].Float64s(), "output %s", out)
+			}
+		})
+	}
+}
+
+func TestKernelTyping(t *testing.T) {
+	eg, _ := NewEGraph(false)
+	x := eg.MustAdd(egraph.Node{Op: Symbol(ir.OpInput), Payload: AttrPayload(ir.OpInput, ir.Attrs{Name: "x", DType: ir.F32, To: ir.Shape{2, 3}})})
+	y := eg.MustAdd(egraph.Node{Op: Symbol(ir.OpInput), Payload: AttrPayload(ir.OpInput, ir.Attrs{Name: "y", DType: ir.F32, To: ir.Shape{2, 3}})})
+	eg.Rebuild()
+	k1, ok := OneOpKernel(eg, ir.OpAdd, ir.Attrs{}, []egraph.ClassID{x, y})
+	require.True(t, ok)
+	k2, ok := OneOpKernel(eg, ir.OpAdd, ir.Attrs{}, []egraph.ClassID{y, x})
+	require.True(t, ok)
+	eg.Rebuild()
+	d := eg.Data(k1)
+	require.True(t, d.Valid(), d.Err)
+	require.Equal(t, ir.Shape{2, 3}, d.Shape)
+	// The two argument orders share one canonical body: add($0, $1).
+	n1, n2 := eg.Node(eg.ClassNodes(k1)[0]), eg.Node(eg.ClassNodes(k2)[0])
+	require.Equal(t, n1.Payload, n2.Payload)
+	body, ok := Spec(n1.Payload)
+	require.True(t, ok)
+	require.Contains(t, body.String(), "add %0, %1")
+	// A kernel whose arguments do not fit its body is marked.
+	z := eg.MustAdd(egraph.Node{Op: Symbol(ir.OpInput), Payload: AttrPayload(ir.OpInput, ir.Attrs{Name: "z", DType: ir.F32, To: ir.Shape{4}})})
+	bad := eg.MustAdd(egraph.Node{Op: KernelSymbol, Payload: n1.Payload, Children: []egraph.ClassID{x, z}})
+	eg.Rebuild()
+	require.Contains(t, eg.Data(bad).Err, "kernel argument $1 is f32[4], its body wants f32[2,3]")
+}
