@@ -101,3 +101,74 @@ func TestKernelTyping(t *testing.T) {
 	eg.Rebuild()
 	require.Contains(t, eg.Data(bad).Err, "kernel argument $1 is f32[4], its body wants f32[2,3]")
 }
+
+// TestFuseAndExtract lowers and fuses corpus graphs, checks that the
+// extracted program has fewer kernels and a lower estimate than the naive
+// one, and that it, and random extractions, compute what the graph does.
+func TestFuseAndExtract(t *testing.T) {
+	for _, name := range []string{"tiny-llama:mlp", "tiny-llama:rmsnorm", "tiny-gpt2:mlp"} {
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 4})
+			require.NoError(t, err)
+			eg, an := NewEGraph(false)
+			classes, err := AddGraph(eg, g)
+			require.NoError(t, err)
+			r := egraph.Runner[Data]{IterLimit: 12, NodeLimit: 20_000}
+			rep, err := r.Run(context.Background(), eg, append(LowerRewrites(), FuseRewrites()...))
+			require.NoError(t, err)
+			require.Empty(t, an.Conflicts())
+			roots := GraphRoots(g, classes)
+			var rootIDs []egraph.ClassID
+			for _, rt := range roots {
+				rootIDs = append(rootIDs, rt.Class)
+			}
+			p, err := extract.NewProblem(&eg.Graph, rootIDs, SimpleCost(eg), nil)
+			require.NoError(t, err)
+			sol, cost, err := extract.GreedyDAG(context.Background(), p)
+			require.NoError(t, err)
+			order, err := sol.Needed(p)
+			require.NoError(t, err)
+			kernels, computing := 0, 0
+			for _, c := range order {
+				if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
+					kernels++
+				}
+			}
+			for _, n := range g.Nodes {
+				if n.Op.Class() != ir.ClassLeaf && n.Op.Class() != ir.ClassView {
+					computing++
+				}
+			}
+			t.Logf("%s: %d e-nodes (%s); %d kernels instead of %d, estimated %.3g s", name, eg.NumNodes(), rep.Stop, kernels, computing, cost)
+			require.Less(t, kernels, computing)
+
+			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
+			require.NoError(t, err)
+			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+			require.NoError(t, err)
+			sols := []*extract.Solution{sol}
+			for seed := range uint64(6) {
+				s, err := extract.Random(p, seed)
+				require.NoError(t, err)
+				sols = append(sols, s)
+			}
+			for i, s := range sols {
+				back, err := ToGraph(&eg.Graph, g.Name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
+					k := classIndex(p, c)
+					if k < 0 || s.Choice[k] < 0 {
+						return 0, false
+					}
+					return p.NodeIDs[s.Choice[k]], true
+				})
+				require.NoError(t, err)
+				got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
+				require.NoError(t, err)
+				for out, w := range want.Outputs {
+					mm, err := ir.Compare(got.Outputs[out], w, want.Magnitudes[out], 64)
+					require.NoError(t, err)
+					require.Nil(t, mm, "extraction %d, output %s: %v", i, out, mm)
+				}
+			}
+		})
+	}
+}
