@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // The matcher is a small virtual machine in the style of de Moura and
@@ -153,7 +154,8 @@ type matchSet struct {
 	limit         int             // stop after this many matches; 0 means no limit
 	ctx           context.Context // checked between root classes; nil for none
 	interrupted   bool
-	skipped       bool // the scheduler did not run the rule this iteration
+	skipped       bool          // the scheduler did not run the rule this iteration
+	took          time.Duration // how long the search took
 	// incremental asks only for matches that bind a node that changed
 	// after stamp since: added or recanonicalized, or, below a pattern's
 	// root, moved to another class by a union. Every other match was found
@@ -192,7 +194,7 @@ func (ms *matchSet) at(i int) (roots, subst []ClassID, payloads []Payload) {
 
 // reset empties the set for a new search, keeping its buffers.
 func (ms *matchSet) reset() {
-	ms.data, ms.payloads = ms.data[:0], ms.payloads[:0]
+	ms.data, ms.payloads, ms.took = ms.data[:0], ms.payloads[:0], 0
 }
 
 type machine struct {

@@ -94,6 +94,11 @@ type RuleIteration struct {
 	// Banned is true when the scheduler kept the rule from running or
 	// banned it on this iteration's matches.
 	Banned bool
+	// NewNodes is how many e-nodes applying the rule added (before the
+	// rebuild merged any).
+	NewNodes int
+	// Search and Apply are the time the rule took in each phase.
+	Search, Apply time.Duration
 }
 
 // Iteration reports one iteration of a run.
@@ -205,8 +210,10 @@ func (r *Runner[D]) Run(ctx context.Context, g *EGraph[D], rules []*Rewrite[D]) 
 				ri.Banned = true
 				continue
 			}
+			ri.Search = ms.took
+			t1, n1 := time.Now(), g.NumNodes()
 			applied, complete, err := rw.applyAll(g, ms, descs[i], nodeLimit)
-			ri.Applied = applied
+			ri.Applied, ri.Apply, ri.NewNodes = applied, time.Since(t1), g.NumNodes()-n1
 			if err != nil {
 				rep.Iterations = append(rep.Iterations, it)
 				return finish(Failed, err)
@@ -282,7 +289,9 @@ func (r *Runner[D]) search(ctx context.Context, g *EGraph[D], rules []*Rewrite[D
 	}
 	one := func(i int) {
 		if run[i] {
+			t := time.Now()
 			rules[i].search.program().search(&g.Graph, sets[i])
+			sets[i].took = time.Since(t)
 		}
 	}
 	if r.Workers <= 1 {

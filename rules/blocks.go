@@ -464,8 +464,12 @@ func (f *repeatFinder) grow(anchor, cuts []ir.Value) [][]ir.Value {
 		var claimed []ir.Value
 		ok := true
 		for j, v := range tuple {
+			if v < 0 {
+				ok = false
+				break
+			}
 			n := g.Nodes[v]
-			if v < 0 || f.taken[v] || f.ownStamp[v] == s || n.Op == ir.OpInput || perCopyLeaf(n.Op) ||
+			if f.taken[v] || f.ownStamp[v] == s || n.Op == ir.OpInput || perCopyLeaf(n.Op) ||
 				!allowed(j, v) || !f.sameNode(v, tuple[0]) {
 				ok = false
 				break
@@ -493,12 +497,14 @@ func (f *repeatFinder) grow(anchor, cuts []ir.Value) [][]ir.Value {
 			}
 			add(tuple)
 		}
-		// Users correspond by input slot and local hash; several alike
+		// Users correspond by input slot and signature; several alike
 		// (q, k and v projections of one view) pair up in graph order.
+		// Not by local hash: that of the first layer's residual adds sees
+		// the embedding, which the other layers' do not.
 		for r, u := range f.users[cur[0]] {
 			rank := 0
 			for _, w := range f.users[cur[0]][:r] {
-				if w.idx == u.idx && f.local[w.node] == f.local[u.node] {
+				if w.idx == u.idx && f.sig[w.node] == f.sig[u.node] {
 					rank++
 				}
 			}
@@ -507,7 +513,7 @@ func (f *repeatFinder) grow(anchor, cuts []ir.Value) [][]ir.Value {
 				tuple[j] = -1
 				n := 0
 				for _, w := range f.users[v] {
-					if w.idx == u.idx && f.local[w.node] == f.local[u.node] {
+					if w.idx == u.idx && f.sig[w.node] == f.sig[u.node] {
 						if n == rank {
 							tuple[j] = w.node
 							break

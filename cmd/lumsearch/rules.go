@@ -10,14 +10,21 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/rules"
 )
+
+// listFlag collects a repeated string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 // rulesCommand checks rule files with the rule verifier.
 var rulesCommand = &command{
 	name:     "rules",
-	summary:  "check rewrite rules for soundness",
-	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N]",
+	summary:  "check rewrite rules for soundness, or measure them on a model",
+	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N] | rules stats MODEL [--rules FILE] [--disable SET] [--seq N]",
 	doc: `
 "rules check" verifies rules: for every rule, random legal instances (shapes
 for its variables, attributes for its payload variables, random and stress
@@ -28,16 +35,31 @@ rule is printed with its counterexample; the command then exits with status 1.
 
 Without files it checks the built-in rule sets (` + strings.Join(rules.BuiltinSets(), ", ") + `). Rules
 whose right side is a Go applier are listed as skipped: the e-graph fuzz test
-checks them.`,
+checks them.
+
+"rules stats MODEL" saturates a corpus model with every rule set (less those
+named by --disable, plus the files given with --rules), then prints, per rule,
+its matches, applications, new e-nodes and time; the e-graph's size per
+iteration; the best kernel program by the simple cost estimate; and an
+ablation table: the program found without each rule set.`,
 	example: `
 lumsearch rules check
-lumsearch rules check my.rules --instances 50`,
+lumsearch rules check my.rules --instances 50
+lumsearch rules stats tiny-llama:layer --seq 16
+lumsearch rules stats gpt2:block --disable algebra`,
 	setup: func(fs *flag.FlagSet) action {
 		instances := fs.Int("instances", 20, "valid instances each rule needs")
 		seed := fs.Uint64("seed", 1, "seed of the random instances")
+		var files, disable listFlag
+		fs.Var(&files, "rules", "stats: a rule file to add (repeatable)")
+		fs.Var(&disable, "disable", "stats: a rule set to leave out (repeatable)")
+		seq := fs.Int("seq", corpus.DefaultSeq, "stats: tokens per sequence")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
+			if len(pos) == 2 && pos[0] == "stats" {
+				return rulesStats(ctx, pos[1], files, disable, corpus.Options{Seq: *seq}, stdout)
+			}
 			if len(pos) == 0 || pos[0] != "check" {
-				return usagef("want: rules check [FILE.rules ...]")
+				return usagef("want: rules check [FILE.rules ...] or rules stats MODEL")
 			}
 			if *instances <= 0 {
 				return usagef("--instances must be positive")

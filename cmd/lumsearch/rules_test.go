@@ -30,3 +30,13 @@ func TestRulesCheck(t *testing.T) {
 	r = runArgs(t, "rules")
 	require.Equal(t, exitUsage, r.code)
 }
+
+func TestRulesStats(t *testing.T) {
+	r := runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^model tiny-llama:mlp \(\d+ ops\): \d+ e-nodes`, r.stdout)
+	assert.Regexp(t, `(?m)^best program: \d+ kernels \(the naive program has 6\)`, r.stdout)
+	assert.Regexp(t, `(?m)^lower +- +no kernel program$`, r.stdout)
+	r = runArgs(t, "rules", "stats", "tiny-llama:mlp", "--disable", "nope")
+	require.Equal(t, exitUsage, r.code)
+}

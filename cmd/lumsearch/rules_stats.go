@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/rules"
+)
+
+// rulesStats saturates a corpus model with the rule sets (minus the
+// disabled ones, plus rule files) and prints per-rule figures, the e-graph's
+// growth, the extracted program and an ablation table.
+func rulesStats(ctx context.Context, model string, files, disable []string, opt corpus.Options, stdout io.Writer) error {
+	g, err := corpus.Build(model, opt)
+	if err != nil {
+		return err
+	}
+	var sets []string
+	for _, s := range rules.Sets() {
+		if !slices.Contains(disable, s) {
+			sets = append(sets, s)
+		}
+	}
+	for _, d := range disable {
+		if !slices.Contains(rules.Sets(), d) {
+			return usagef("--disable %s: no such rule set (have %s)", d, strings.Join(rules.Sets(), ", "))
+		}
+	}
+	var rws []*egraph.Rewrite[rules.Data]
+	for _, s := range sets {
+		r, err := rules.SetRewrites(s)
+		if err != nil {
+			return err
+		}
+		rws = append(rws, r...)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		parsed, err := rules.ParseRules(f, src, rules.Atom)
+		if err != nil {
+			return err
+		}
+		rs, err := rules.Compile(parsed)
+		if err != nil {
+			return err
+		}
+		rws = append(rws, rules.Rewrites(rs)...)
+	}
+	sat := rules.SaturateOptions{}
+	prog, err := rules.Saturate(ctx, g, rws, sat)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "model %s (%d ops): %d e-nodes, %d e-classes after %d iterations in %v (%s)\n\n",
+		model, len(g.Nodes), prog.EGraph.NumNodes(), prog.EGraph.NumClasses(), len(prog.Report.Iterations), prog.Time.Round(1e6), prog.Report.Stop)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "RULE\tMATCHES\tAPPLIED\tNEW E-NODES\tTIME\t")
+	for _, s := range rules.RuleStats(prog.Report) {
+		if s.Matches == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%v\t\n", s.Name, s.Matches, s.Applied, s.NewNodes, s.Time.Round(1000))
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "ITERATION\tE-NODES\tE-CLASSES\t")
+	for _, it := range prog.Report.Iterations {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t\n", it.Index, it.Nodes, it.Classes)
+	}
+	tw.Flush()
+	computing := 0
+	for _, n := range g.Nodes {
+		if n.Op.Class() != ir.ClassLeaf && n.Op.Class() != ir.ClassView {
+			computing++
+		}
+	}
+	fmt.Fprintf(stdout, "\nbest program: %d kernels (the naive program has %d), estimated %.3g s\n\n", prog.Kernels, computing, prog.Cost)
+	abl, err := rules.Ablate(ctx, g, sets, sat)
+	if err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WITHOUT\tKERNELS\tESTIMATE")
+	for _, a := range abl {
+		if a.Err != nil {
+			fmt.Fprintf(tw, "%s\t-\tno kernel program\n", a.Without)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3g s\n", a.Without, a.Kernels, a.Cost)
+	}
+	return tw.Flush()
+}

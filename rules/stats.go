@@ -1,0 +1,180 @@
+package rules
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Sets lists every rule set by name: the built-in rule files and the rule
+// sets written in Go (lower, fuse).
+func Sets() []string { return append(BuiltinSets(), "lower", "fuse") }
+
+// SetRewrites returns a rule set's rewrites by name.
+func SetRewrites(name string) ([]*egraph.Rewrite[Data], error) {
+	switch name {
+	case "lower":
+		return LowerRewrites(), nil
+	case "fuse":
+		return FuseRewrites(), nil
+	}
+	rs, err := Builtin(name)
+	if err != nil {
+		return nil, err
+	}
+	return Rewrites(rs), nil
+}
+
+// SaturateOptions limit a saturation.
+type SaturateOptions struct {
+	IterLimit int           // default 30
+	NodeLimit int           // default 200,000
+	TimeLimit time.Duration // default 60 s
+}
+
+// Program is the result of saturating a graph and extracting the cheapest
+// kernel program by the simple estimate.
+type Program struct {
+	EGraph  *egraph.EGraph[Data]
+	Report  *egraph.Report
+	Roots   []Root
+	Kernels int
+	Cost    float64 // estimated seconds
+	Graph   *ir.Graph
+	Time    time.Duration // saturation time
+}
+
+// Saturate builds g's e-graph, runs the rewrites, and extracts the
+// cheapest kernel program (greedy DAG over the simple estimate), returned
+// as an ir graph with kernel bodies inlined.
+func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt SaturateOptions) (*Program, error) {
+	if opt.IterLimit <= 0 {
+		opt.IterLimit = 30
+	}
+	if opt.NodeLimit <= 0 {
+		opt.NodeLimit = 200_000
+	}
+	if opt.TimeLimit <= 0 {
+		opt.TimeLimit = time.Minute
+	}
+	eg, an := NewEGraph(false)
+	classes, err := AddGraph(eg, g)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r := egraph.Runner[Data]{IterLimit: opt.IterLimit, NodeLimit: opt.NodeLimit, TimeLimit: opt.TimeLimit}
+	rep, err := r.Run(ctx, eg, rws)
+	if err != nil {
+		return nil, fmt.Errorf("saturate %s: %w", g.Name, err)
+	}
+	prog := &Program{EGraph: eg, Report: rep, Roots: GraphRoots(g, classes), Time: time.Since(start)}
+	if c := an.Conflicts(); len(c) > 0 {
+		return nil, fmt.Errorf("saturate %s: a rule merged incompatible classes: %s", g.Name, c[0])
+	}
+	var rootIDs []egraph.ClassID
+	for _, rt := range prog.Roots {
+		rootIDs = append(rootIDs, rt.Class)
+		if rt.IsUpdate {
+			rootIDs = append(rootIDs, rt.State)
+		}
+	}
+	p, err := extract.NewProblem(&eg.Graph, rootIDs, SimpleCost(eg), nil)
+	if err != nil {
+		return nil, fmt.Errorf("saturate %s: no kernel program: %w", g.Name, err)
+	}
+	sol, cost, err := extract.GreedyDAG(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	order, err := sol.Needed(p)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range order {
+		if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
+			prog.Kernels++
+		}
+	}
+	prog.Cost = cost
+	index := map[egraph.ClassID]int{}
+	for i, id := range p.ClassIDs {
+		index[id] = i
+	}
+	prog.Graph, err = ToGraph(&eg.Graph, g.Name, prog.Roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
+		i, ok := index[c]
+		if !ok || sol.Choice[i] < 0 {
+			return 0, false
+		}
+		return p.NodeIDs[sol.Choice[i]], true
+	})
+	return prog, err
+}
+
+// RuleStat sums one rule's share of a saturation.
+type RuleStat struct {
+	Name             string
+	Matches, Applied int
+	NewNodes         int
+	Time             time.Duration
+}
+
+// RuleStats sums a report per rule, in rule order.
+func RuleStats(rep *egraph.Report) []RuleStat {
+	var out []RuleStat
+	index := map[string]int{}
+	for _, it := range rep.Iterations {
+		for _, r := range it.Rules {
+			i, ok := index[r.Name]
+			if !ok {
+				i = len(out)
+				index[r.Name] = i
+				out = append(out, RuleStat{Name: r.Name})
+			}
+			s := &out[i]
+			s.Matches += r.Matches
+			s.Applied += r.Applied
+			s.NewNodes += r.NewNodes
+			s.Time += r.Search + r.Apply
+		}
+	}
+	return out
+}
+
+// Ablation is the program found without one rule set.
+type Ablation struct {
+	Without string
+	Kernels int
+	Cost    float64
+	Err     error
+}
+
+// Ablate saturates g once per rule set, leaving that set out.
+func Ablate(ctx context.Context, g *ir.Graph, sets []string, opt SaturateOptions) ([]Ablation, error) {
+	var out []Ablation
+	for _, leave := range sets {
+		var rws []*egraph.Rewrite[Data]
+		for _, s := range sets {
+			if s == leave {
+				continue
+			}
+			r, err := SetRewrites(s)
+			if err != nil {
+				return nil, err
+			}
+			rws = append(rws, r...)
+		}
+		a := Ablation{Without: leave}
+		if prog, err := Saturate(ctx, g, rws, opt); err != nil {
+			a.Err = err
+		} else {
+			a.Kernels, a.Cost = prog.Kernels, prog.Cost
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
