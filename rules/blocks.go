@@ -277,9 +277,9 @@ func (f *repeatFinder) best(minNodes int) (*candidate, bool) {
 		}
 		classes[h] = append(classes[h], ir.Value(i))
 	}
-	// covered[v] = copy index+1 in a verified candidate with that many
-	// copies: an anchor inside an earlier candidate's copies, one member
-	// per copy, would find the same seams again.
+	// covered[v] is the number of copies of a verified candidate that
+	// holds v, and v's copy: an anchor inside an earlier candidate's
+	// copies, member j in copy j, would find the same seams again.
 	type cover struct{ k, j int }
 	covered := map[ir.Value]cover{}
 	var best *candidate
@@ -299,7 +299,7 @@ func (f *repeatFinder) best(minNodes int) (*candidate, bool) {
 		if seen {
 			continue
 		}
-		for _, c := range f.tryAnchor(anchor, minNodes) {
+		for _, c := range f.tryAnchor(anchor, minNodes, best) {
 			for j, b := range c.blocks {
 				for _, v := range b.Nodes {
 					covered[v] = cover{k, j}
@@ -314,8 +314,9 @@ func (f *repeatFinder) best(minNodes int) (*candidate, bool) {
 }
 
 // tryAnchor returns the verified candidates seeded by anchor, one per
-// candidate seam.
-func (f *repeatFinder) tryAnchor(anchor []ir.Value, minNodes int) []*candidate {
+// candidate seam; it skips verifying copies that cover fewer nodes than
+// best.
+func (f *repeatFinder) tryAnchor(anchor []ir.Value, minNodes int, best *candidate) []*candidate {
 	k := len(anchor)
 	gaps := make([][]ir.Value, k-1)
 	for j := range k - 1 {
@@ -339,7 +340,7 @@ func (f *repeatFinder) tryAnchor(anchor []ir.Value, minNodes int) []*candidate {
 			continue
 		}
 		copies := f.grow(anchor, cuts)
-		if len(copies) == 0 || len(copies[0]) < minNodes {
+		if len(copies) == 0 || len(copies[0]) < minNodes || (best != nil && k*len(copies[0]) < best.coverage()) {
 			continue
 		}
 		blocks, err := f.verifyCopies(copies)
