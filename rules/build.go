@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -151,4 +152,33 @@ func inline(b *ir.Builder, body *ir.Graph, args []ir.Value) ir.Value {
 		vals[i] = b.Apply(n.Op, n.Attrs, ins...)
 	}
 	return vals[body.Outputs[0].Value]
+}
+
+// SolutionGraph builds the ir graph of an extraction: the nodes sol chooses
+// in problem p of e-graph eg, computing roots.
+func SolutionGraph(eg *egraph.Graph, name string, roots []Root, p *extract.Problem, sol *extract.Solution) (*ir.Graph, error) {
+	index := make(map[egraph.ClassID]int, len(p.ClassIDs))
+	for i, id := range p.ClassIDs {
+		index[id] = i
+	}
+	return ToGraph(eg, name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
+		i, ok := index[c]
+		if !ok || sol.Choice[i] < 0 {
+			return 0, false
+		}
+		return p.NodeIDs[sol.Choice[i]], true
+	})
+}
+
+// RootClasses lists the classes an extraction must compute for roots: the
+// roots, and the state buffers that updates write.
+func RootClasses(roots []Root) []egraph.ClassID {
+	var out []egraph.ClassID
+	for _, r := range roots {
+		out = append(out, r.Class)
+		if r.IsUpdate {
+			out = append(out, r.State)
+		}
+	}
+	return out
 }

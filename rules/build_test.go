@@ -31,14 +31,7 @@ func TestRoundTripThroughEGraph(t *testing.T) {
 				require.Equal(t, n.DType, d.DType, "node %%%d", i)
 			}
 			roots := GraphRoots(g, classes)
-			var rootIDs []egraph.ClassID
-			for _, r := range roots {
-				rootIDs = append(rootIDs, r.Class)
-				if r.IsUpdate {
-					rootIDs = append(rootIDs, r.State)
-				}
-			}
-			p, err := extract.NewProblem(&eg.Graph, rootIDs, func(*egraph.Graph, egraph.NodeID) float64 { return 1 }, nil)
+			p, err := extract.NewProblem(&eg.Graph, RootClasses(roots), func(*egraph.Graph, egraph.NodeID) float64 { return 1 }, nil)
 			require.NoError(t, err)
 			feeds, err := ir.RandomFeeds(g, 3, ir.Typical)
 			require.NoError(t, err)
@@ -47,14 +40,7 @@ func TestRoundTripThroughEGraph(t *testing.T) {
 			for seed := range uint64(3) {
 				sol, err := extract.Random(p, seed)
 				require.NoError(t, err)
-				back, err := ToGraph(&eg.Graph, g.Name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
-					for i, id := range p.ClassIDs {
-						if id == c && sol.Choice[i] >= 0 {
-							return p.NodeIDs[sol.Choice[i]], true
-						}
-					}
-					return 0, false
-				})
+				back, err := SolutionGraph(&eg.Graph, g.Name, roots, p, sol)
 				require.NoError(t, err)
 				got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
 				require.NoError(t, err)

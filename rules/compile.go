@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -242,4 +243,17 @@ func (r *Rule) Verify(ctx context.Context, opt VerifyOptions) (checked bool, ins
 	}
 	m, cx, err := VerifyRule(ctx, d.Name+"-rev", d.RHS, d.LHS, cond, opt)
 	return true, n + m, cx, err
+}
+
+// LoadFile reads, parses and compiles a rule file.
+func LoadFile(name string) ([]*Rule, error) {
+	src, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := ParseRules(name, src, Atom)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(f)
 }

@@ -60,11 +60,7 @@ func TestSaturatedExtractionsAgree(t *testing.T) {
 			t.Logf("%s: %d e-nodes, %d e-classes, stop: %s", name, eg.NumNodes(), eg.NumClasses(), rep.Stop)
 			require.Empty(t, an.Conflicts(), "an algebra rule merged incompatible classes")
 			roots := GraphRoots(g, classes)
-			var rootIDs []egraph.ClassID
-			for _, rt := range roots {
-				rootIDs = append(rootIDs, rt.Class)
-			}
-			p, err := extract.NewProblem(&eg.Graph, rootIDs, func(g *egraph.Graph, n egraph.NodeID) float64 {
+			p, err := extract.NewProblem(&eg.Graph, RootClasses(roots), func(g *egraph.Graph, n egraph.NodeID) float64 {
 				if eg.Data(g.NodeClass(n)).Valid() {
 					return 1
 				}
@@ -78,13 +74,7 @@ func TestSaturatedExtractionsAgree(t *testing.T) {
 			for seed := range uint64(8) {
 				sol, err := extract.Random(p, seed)
 				require.NoError(t, err)
-				back, err := ToGraph(&eg.Graph, g.Name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
-					i := classIndex(p, c)
-					if i < 0 || sol.Choice[i] < 0 {
-						return 0, false
-					}
-					return p.NodeIDs[sol.Choice[i]], true
-				})
+				back, err := SolutionGraph(&eg.Graph, g.Name, roots, p, sol)
 				require.NoError(t, err)
 				got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
 				require.NoError(t, err)
@@ -96,15 +86,6 @@ func TestSaturatedExtractionsAgree(t *testing.T) {
 			}
 		})
 	}
-}
-
-func classIndex(p *extract.Problem, c egraph.ClassID) int {
-	for i, id := range p.ClassIDs {
-		if id == c {
-			return i
-		}
-	}
-	return -1
 }
 
 func TestUnsoundRulesRejected(t *testing.T) {

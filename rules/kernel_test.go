@@ -28,11 +28,7 @@ func TestLowerAndExtract(t *testing.T) {
 			require.Equal(t, egraph.Saturated, rep.Stop)
 			require.Empty(t, an.Conflicts())
 			roots := GraphRoots(g, classes)
-			var rootIDs []egraph.ClassID
-			for _, rt := range roots {
-				rootIDs = append(rootIDs, rt.Class)
-			}
-			p, err := extract.NewProblem(&eg.Graph, rootIDs, SimpleCost(eg), nil)
+			p, err := extract.NewProblem(&eg.Graph, RootClasses(roots), SimpleCost(eg), nil)
 			require.NoError(t, err)
 			sol, cost, err := extract.GreedyDAG(context.Background(), p)
 			require.NoError(t, err)
@@ -55,13 +51,7 @@ func TestLowerAndExtract(t *testing.T) {
 			require.Positive(t, kernels)
 			t.Logf("%s: %d kernels for %d computing ops, estimated %.3g s", name, kernels, computing, cost)
 
-			back, err := ToGraph(&eg.Graph, g.Name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
-				i := classIndex(p, c)
-				if i < 0 || sol.Choice[i] < 0 {
-					return 0, false
-				}
-				return p.NodeIDs[sol.Choice[i]], true
-			})
+			back, err := SolutionGraph(&eg.Graph, g.Name, roots, p, sol)
 			require.NoError(t, err)
 			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
 			require.NoError(t, err)
@@ -118,11 +108,7 @@ func TestFuseAndExtract(t *testing.T) {
 			require.NoError(t, err)
 			require.Empty(t, an.Conflicts())
 			roots := GraphRoots(g, classes)
-			var rootIDs []egraph.ClassID
-			for _, rt := range roots {
-				rootIDs = append(rootIDs, rt.Class)
-			}
-			p, err := extract.NewProblem(&eg.Graph, rootIDs, SimpleCost(eg), nil)
+			p, err := extract.NewProblem(&eg.Graph, RootClasses(roots), SimpleCost(eg), nil)
 			require.NoError(t, err)
 			sol, cost, err := extract.GreedyDAG(context.Background(), p)
 			require.NoError(t, err)
@@ -153,13 +139,7 @@ func TestFuseAndExtract(t *testing.T) {
 				sols = append(sols, s)
 			}
 			for i, s := range sols {
-				back, err := ToGraph(&eg.Graph, g.Name, roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
-					k := classIndex(p, c)
-					if k < 0 || s.Choice[k] < 0 {
-						return 0, false
-					}
-					return p.NodeIDs[s.Choice[k]], true
-				})
+				back, err := SolutionGraph(&eg.Graph, g.Name, roots, p, s)
 				require.NoError(t, err)
 				got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
 				require.NoError(t, err)

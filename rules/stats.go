@@ -76,14 +76,7 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if c := an.Conflicts(); len(c) > 0 {
 		return nil, fmt.Errorf("saturate %s: a rule merged incompatible classes: %s", g.Name, c[0])
 	}
-	var rootIDs []egraph.ClassID
-	for _, rt := range prog.Roots {
-		rootIDs = append(rootIDs, rt.Class)
-		if rt.IsUpdate {
-			rootIDs = append(rootIDs, rt.State)
-		}
-	}
-	p, err := extract.NewProblem(&eg.Graph, rootIDs, SimpleCost(eg), nil)
+	p, err := extract.NewProblem(&eg.Graph, RootClasses(prog.Roots), SimpleCost(eg), nil)
 	if err != nil {
 		return nil, fmt.Errorf("saturate %s: no kernel program: %w", g.Name, err)
 	}
@@ -101,17 +94,7 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 		}
 	}
 	prog.Cost = cost
-	index := map[egraph.ClassID]int{}
-	for i, id := range p.ClassIDs {
-		index[id] = i
-	}
-	prog.Graph, err = ToGraph(&eg.Graph, g.Name, prog.Roots, func(c egraph.ClassID) (egraph.NodeID, bool) {
-		i, ok := index[c]
-		if !ok || sol.Choice[i] < 0 {
-			return 0, false
-		}
-		return p.NodeIDs[sol.Choice[i]], true
-	})
+	prog.Graph, err = SolutionGraph(&eg.Graph, g.Name, prog.Roots, p, sol)
 	return prog, err
 }
 

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -82,15 +81,7 @@ func rulesCheck(ctx context.Context, files []string, opt rules.VerifyOptions, st
 		all = rs
 	}
 	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		parsed, err := rules.ParseRules(f, src, rules.Atom)
-		if err != nil {
-			return err
-		}
-		rs, err := rules.Compile(parsed)
+		rs, err := rules.LoadFile(f)
 		if err != nil {
 			return err
 		}

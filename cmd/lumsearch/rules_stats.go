@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -43,15 +42,7 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 		rws = append(rws, r...)
 	}
 	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		parsed, err := rules.ParseRules(f, src, rules.Atom)
-		if err != nil {
-			return err
-		}
-		rs, err := rules.Compile(parsed)
+		rs, err := rules.LoadFile(f)
 		if err != nil {
 			return err
 		}
