@@ -10,7 +10,7 @@ import (
 // Bounds on what fusion builds, so that the e-graph stays small: the body
 // size and the argument count of a fused kernel.
 const (
-	maxBodyNodes  = 32
+	maxBodyNodes  = 48
 	maxKernelArgs = 6
 	// maxAlternatives bounds the kernels one class keeps: fusion adds no
 	// more once a class has this many. (A beam by predicted cost replaces
@@ -19,28 +19,68 @@ const (
 )
 
 // Legal says whether lowering will accept a kernel body. It is the one
-// place that decides, and fusion asks it before building anything. For now
-// a body is legal when it is small and has at most one op that is neither
-// elementwise nor a view (its anchor: a reduction, matmul, softmax, norm,
-// attention, gather, ...), with elementwise prologues on the anchor's
-// inputs and an elementwise epilogue on its result. The lowering issue
-// refines the forms.
+// place that decides, and fusion asks it before building anything. The
+// forms, besides elementwise ops and views anywhere:
+//   - an elementwise chain;
+//   - one other op (a reduction, gather, concat, ...) with elementwise
+//     prologues and epilogue;
+//   - a row kernel: reductions along the last axis of same-shaped tensors
+//     (softmax, layer norm, RMS norm, residual add plus norm);
+//   - a matmul with a prologue (elementwise, or a row kernel normalizing the
+//     rows of its left operand) and an elementwise epilogue;
+//   - attention: two matmuls with a row kernel (the softmax) between them.
+//
+// The lowering issue refines these; the bounds (body size, argument count)
+// keep the e-graph small.
 func Legal(body *ir.Graph) bool {
 	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) != 1 {
 		return false
 	}
-	anchors := 0
+	matmuls, others := 0, 0
+	var rowShape ir.Shape
+	rowsAgree := true
 	for _, n := range body.Nodes {
 		switch n.Op.Class() {
 		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView:
-		default:
-			if n.Op == ir.OpCast {
+			continue
+		}
+		switch {
+		case n.Op == ir.OpCast:
+		case n.Op == ir.OpMatMul:
+			matmuls++
+		case n.Op.Class() == ir.ClassReduce || n.Op == ir.OpSoftmax || n.Op == ir.OpLayerNorm || n.Op == ir.OpRMSNorm:
+			in := body.Node(n.Inputs[0]).Shape
+			ax := n.Axis
+			if ax < 0 {
+				ax += len(in)
+			}
+			if n.Op.Class() == ir.ClassReduce && ax != len(in)-1 {
+				others++ // a reduction across rows is its own kind of kernel
 				continue
 			}
-			anchors++
+			if rowShape == nil {
+				rowShape = in
+			} else if !rowShape.Equal(in) {
+				rowsAgree = false
+			}
+		default:
+			others++
 		}
 	}
-	return anchors <= 1
+	rows := rowShape != nil
+	switch {
+	case matmuls == 0 && !rows:
+		return others <= 1
+	case others > 0 || !rowsAgree:
+		return false
+	case matmuls == 0:
+		return true // a row kernel
+	case matmuls == 1:
+		return true // a matmul, its prologue possibly a row kernel
+	case matmuls == 2:
+		return rows // attention: the softmax between the matmuls
+	}
+	return false
 }
 
 // FuseRewrites are the fuse rule set: a kernel absorbs the kernel that
