@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
@@ -12,9 +13,9 @@ import (
 const (
 	maxBodyNodes  = 48
 	maxKernelArgs = 6
-	// maxAlternatives bounds the kernels one class keeps: fusion adds no
-	// more once a class has this many. (A beam by predicted cost replaces
-	// the plain count once the cost model exists.)
+	// maxAlternatives bounds the kernels one class keeps: past it, fusion
+	// adds only bodies larger than the class's largest. (A beam by
+	// predicted cost replaces this once the cost model exists.)
 	maxAlternatives = 12
 )
 
@@ -123,57 +124,112 @@ func FuseRewrites() []*egraph.Rewrite[Data] {
 // fuse builds consumer∘producer: the consumer's body with argument pos
 // replaced by the producer's body over the producer's arguments.
 func fuse(g *egraph.EGraph[Data], mt egraph.Match, n, m, pos int) (egraph.ClassID, bool) {
-	kernels := 0
+	// Past the cap a class only takes bodies larger than any it has: a
+	// bigger fusion saves launches and memory traffic, so growth is what
+	// the search wants to keep, and body size bounds it.
+	kernels, largest := 0, 0
 	for _, nid := range g.ClassNodes(mt.Root()) {
-		if g.Node(nid).Op == KernelSymbol {
+		if n := g.Node(nid); n.Op == KernelSymbol {
 			kernels++
-		}
-	}
-	if kernels >= maxAlternatives {
-		return 0, false
-	}
-	cBody, ok1 := Spec(mt.GetPayload("?c"))
-	pBody, ok2 := Spec(mt.GetPayload("?p"))
-	if !ok1 || !ok2 || len(cBody.Nodes)+len(pBody.Nodes) > maxBodyNodes+maxKernelArgs {
-		return 0, false
-	}
-	var args []egraph.ClassID
-	for i := range n {
-		if i == pos {
-			for j := range m {
-				args = append(args, mt.Get(fmt.Sprintf("?b%d", j)))
+			if b, ok := Spec(n.Payload); ok {
+				largest = max(largest, len(b.Nodes))
 			}
-			continue
 		}
-		args = append(args, mt.Get(fmt.Sprintf("?a%d", i)))
 	}
-	if len(args) > maxKernelArgs+1 { // duplicates merge in canonical form
+	// The searcher's variables are ?a0..?a(n-1) with ?a(pos) replaced by
+	// ?b0..?b(m-1), in that order of first occurrence, so the match's
+	// substitution is already the merged body's argument list.
+	args := mt.Subst
+	f, ok := fusedBody(mt.GetPayload("?c"), mt.GetPayload("?p"), m, pos)
+	if !ok || (kernels >= maxAlternatives && f.nodes <= largest) {
 		return 0, false
 	}
-	b := ir.NewBuilder("kernel")
-	ins := make([]ir.Value, len(args))
-	for i, a := range args {
-		d := g.Data(a)
-		if !d.Valid() {
-			return 0, false
-		}
-		ins[i] = b.Input(fmt.Sprintf("$%d", i), d.DType, d.Shape...)
-	}
-	produced := inline(b, pBody, ins[pos:pos+m])
-	cArgs := append(append(append([]ir.Value(nil), ins[:pos]...), produced), ins[pos+m:]...)
-	b.Output("out", inline(b, cBody, cArgs))
-	body, err := b.Build()
-	if err != nil {
-		return 0, false
-	}
-	canon, order, err := ir.Canonical(body)
-	if err != nil || !Legal(canon) {
-		return 0, false
-	}
+	order := f.order
 	kids := make([]egraph.ClassID, len(order))
 	for i, o := range order {
 		kids[i] = args[o]
 	}
-	c, err := g.Add(egraph.Node{Op: KernelSymbol, Payload: SpecPayload(canon), Children: kids})
+	c, err := g.Add(egraph.Node{Op: KernelSymbol, Payload: f.spec, Children: kids})
 	return c, err == nil
+}
+
+// fusion is a merged body, remembered by the bodies it was made from: the
+// same two kernels meet again and again during saturation (the fuse rules
+// are Go appliers, so every iteration sees all their matches), and building
+// and canonicalizing the body is the expensive part.
+type fusion struct {
+	spec  egraph.Payload
+	order []int // argument i of the merged body is the match's argument order[i]
+	nodes int
+	legal bool
+}
+
+type fusionKey struct {
+	consumer, producer egraph.Payload
+	m, pos             int
+}
+
+var fusions = struct {
+	sync.Mutex
+	m map[fusionKey]fusion
+}{m: map[fusionKey]fusion{}}
+
+// fusedBody merges producer body p into argument pos of consumer body c
+// (p takes m arguments) and reports whether the result is Legal. The
+// merged body's arguments are c's before pos, p's, then c's after pos.
+func fusedBody(c, p egraph.Payload, m, pos int) (fusion, bool) {
+	key := fusionKey{c, p, m, pos}
+	fusions.Lock()
+	f, ok := fusions.m[key]
+	fusions.Unlock()
+	if ok {
+		return f, f.legal
+	}
+	f = buildFusion(c, p, m, pos)
+	fusions.Lock()
+	fusions.m[key] = f
+	fusions.Unlock()
+	return f, f.legal
+}
+
+func buildFusion(cPay, pPay egraph.Payload, m, pos int) fusion {
+	cBody, ok1 := Spec(cPay)
+	pBody, ok2 := Spec(pPay)
+	if !ok1 || !ok2 || len(cBody.Nodes)+len(pBody.Nodes) > maxBodyNodes+maxKernelArgs {
+		return fusion{}
+	}
+	cIns, pIns := cBody.Inputs(), pBody.Inputs()
+	if len(pIns) != m || pos >= len(cIns) {
+		return fusion{}
+	}
+	b := ir.NewBuilder("kernel")
+	var ins []ir.Value
+	arg := func(body *ir.Graph, v ir.Value) ir.Value {
+		n := body.Node(v)
+		x := b.Input(fmt.Sprintf("$%d", len(ins)), n.DType, n.Shape...)
+		ins = append(ins, x)
+		return x
+	}
+	var cArgs []ir.Value
+	for i, v := range cIns {
+		if i == pos {
+			var pArgs []ir.Value
+			for _, w := range pIns {
+				pArgs = append(pArgs, arg(pBody, w))
+			}
+			cArgs = append(cArgs, inline(b, pBody, pArgs))
+			continue
+		}
+		cArgs = append(cArgs, arg(cBody, v))
+	}
+	b.Output("out", inline(b, cBody, cArgs))
+	body, err := b.Build()
+	if err != nil {
+		return fusion{}
+	}
+	canon, order, err := ir.Canonical(body)
+	if err != nil || !Legal(canon) {
+		return fusion{}
+	}
+	return fusion{spec: SpecPayload(canon), order: order, nodes: len(canon.Nodes), legal: true}
 }
