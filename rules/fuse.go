@@ -31,8 +31,9 @@ const (
 //     rows of its left operand) and an elementwise epilogue;
 //   - attention: two matmuls with a row kernel (the softmax) between them.
 //
-// The lowering issue refines these; the bounds (body size, argument count)
-// keep the e-graph small.
+// Casts and concats count as views: they only say where elements come
+// from. The lowering issue refines these; the bounds (body size, argument
+// count) keep the e-graph small.
 func Legal(body *ir.Graph) bool {
 	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) != 1 {
 		return false
@@ -46,7 +47,9 @@ func Legal(body *ir.Graph) bool {
 			continue
 		}
 		switch {
-		case n.Op == ir.OpCast:
+		case n.Op == ir.OpCast, n.Op == ir.OpConcat:
+			// A concat, like a view, only says where its elements come
+			// from: a kernel reads through it (rotary's rotate_half).
 		case n.Op == ir.OpMatMul:
 			matmuls++
 		case n.Op.Class() == ir.ClassReduce || n.Op == ir.OpSoftmax || n.Op == ir.OpLayerNorm || n.Op == ir.OpRMSNorm:
