@@ -110,18 +110,10 @@ func exactSubset(s, t []int32) bool {
 // class), but running it makes that a checked fact rather than an argument.
 func (m *exactModel) fixpoint() {
 	p := m.p
-	parents := make([][]int32, p.NumClasses())
-	missing := make([]int, len(p.Nodes))
+	parents, missing := m.readers()
 	var ready []int32
 	for i := range p.Nodes {
-		if !m.alive[i] {
-			continue
-		}
-		for _, k := range m.kids[i] {
-			parents[k] = append(parents[k], int32(i))
-		}
-		missing[i] = len(m.kids[i])
-		if missing[i] == 0 {
+		if m.alive[i] && missing[i] == 0 {
 			ready = append(ready, int32(i))
 		}
 	}
@@ -266,8 +258,7 @@ func exactIntersect(s, t []int32) []int32 {
 // acyclicity: a value is only ever built from classes settled before.
 func (m *exactModel) pathBound() float64 {
 	p := m.p
-	parents := make([][]int32, p.NumClasses())
-	missing := make([]int, len(p.Nodes))
+	parents, missing := m.readers()
 	value := make([]float64, p.NumClasses())
 	for c := range value {
 		value[c] = math.Inf(1)
@@ -280,14 +271,7 @@ func (m *exactModel) pathBound() float64 {
 		}
 	}
 	for i := range p.Nodes {
-		if !m.alive[i] {
-			continue
-		}
-		for _, k := range m.kids[i] {
-			parents[k] = append(parents[k], int32(i))
-		}
-		missing[i] = len(m.kids[i])
-		if missing[i] == 0 {
+		if m.alive[i] && missing[i] == 0 {
 			push(int32(i), p.Nodes[i].Cost)
 		}
 	}
@@ -315,4 +299,22 @@ func (m *exactModel) pathBound() float64 {
 		lb = math.Max(lb, value[r])
 	}
 	return lb
+}
+
+// readers indexes the alive nodes by the classes they read, and counts each
+// node's child classes: the state of every bottom-up pass over the model (a
+// node becomes ready when its count reaches zero).
+func (m *exactModel) readers() (parents [][]int32, missing []int) {
+	parents = make([][]int32, m.p.NumClasses())
+	missing = make([]int, len(m.p.Nodes))
+	for i := range m.p.Nodes {
+		if !m.alive[i] {
+			continue
+		}
+		for _, k := range m.kids[i] {
+			parents[k] = append(parents[k], int32(i))
+		}
+		missing[i] = len(m.kids[i])
+	}
+	return parents, missing
 }

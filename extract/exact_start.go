@@ -29,22 +29,14 @@ func (m *exactModel) bottomUp(weight func(n int32) float64) *Solution {
 func (m *exactModel) bottomUpAgg(weight func(n int32) float64, chain bool) *Solution {
 	p := m.p
 	sol := NewSolution(p)
-	parents := make([][]int32, p.NumClasses())
-	missing := make([]int, len(p.Nodes))
+	parents, missing := m.readers()
 	value := make([]float64, p.NumClasses())
 	for c := range value {
 		value[c] = math.Inf(1)
 	}
 	var q exactHeap
 	for i := range p.Nodes {
-		if !m.alive[i] {
-			continue
-		}
-		for _, k := range m.kids[i] {
-			parents[k] = append(parents[k], int32(i))
-		}
-		missing[i] = len(m.kids[i])
-		if missing[i] == 0 {
+		if m.alive[i] && missing[i] == 0 {
 			m.offer(&q, sol, value, int32(i), weight(int32(i)))
 		}
 	}
