@@ -6,10 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/egraph"
-	"github.com/lumsearch/lumsearch/extract"
-	"github.com/lumsearch/lumsearch/ir"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,41 +46,15 @@ func TestSaturatedExtractionsAgree(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{"tiny-llama:mlp", "tiny-gpt2:attention", "tiny-llama:rmsnorm"} {
 		t.Run(name, func(t *testing.T) {
-			g, err := corpus.Build(name, corpus.Options{Seq: 4})
-			require.NoError(t, err)
-			eg, an := NewEGraph(true)
-			classes, err := AddGraph(eg, g)
-			require.NoError(t, err)
-			r := egraph.Runner[Data]{IterLimit: 4, NodeLimit: 20_000}
-			rep, err := r.Run(context.Background(), eg, Rewrites(rules))
-			require.NoError(t, err)
-			t.Logf("%s: %d e-nodes, %d e-classes, stop: %s", name, eg.NumNodes(), eg.NumClasses(), rep.Stop)
-			require.Empty(t, an.Conflicts(), "an algebra rule merged incompatible classes")
-			roots := GraphRoots(g, classes)
-			p, err := extract.NewProblem(&eg.Graph, RootClasses(roots), func(g *egraph.Graph, n egraph.NodeID) float64 {
-				if eg.Data(g.NodeClass(n)).Valid() {
+			s := saturate(t, name, true, egraph.Runner[Data]{IterLimit: 4, NodeLimit: 20_000}, Rewrites(rules))
+			t.Logf("%s: %d e-nodes, %d e-classes, stop: %s", name, s.eg.NumNodes(), s.eg.NumClasses(), s.report.Stop)
+			p := s.problem(t, func(g *egraph.Graph, n egraph.NodeID) float64 {
+				if s.eg.Data(g.NodeClass(n)).Valid() {
 					return 1
 				}
 				return math.Inf(1) // ill-typed nodes never execute
-			}, nil)
-			require.NoError(t, err)
-			feeds, err := ir.RandomFeeds(g, 11, ir.Typical)
-			require.NoError(t, err)
-			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
-			require.NoError(t, err)
-			for seed := range uint64(8) {
-				sol, err := extract.Random(p, seed)
-				require.NoError(t, err)
-				back, err := SolutionGraph(&eg.Graph, g.Name, roots, p, sol)
-				require.NoError(t, err)
-				got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
-				require.NoError(t, err)
-				for out, w := range want.Outputs {
-					mm, err := ir.Compare(got.Outputs[out], w, want.Magnitudes[out], 64)
-					require.NoError(t, err)
-					require.Nil(t, mm, "extraction %d of %s, output %s: %v", seed, name, out, mm)
-				}
-			}
+			})
+			s.requireAgree(t, p, randomSolutions(t, p, 8), 11, false)
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
@@ -17,51 +16,19 @@ import (
 func TestLowerAndExtract(t *testing.T) {
 	for _, name := range []string{"tiny-llama:mlp", "tiny-gpt2:block", "tiny-llama:layer"} {
 		t.Run(name, func(t *testing.T) {
-			g, err := corpus.Build(name, corpus.Options{Seq: 4})
-			require.NoError(t, err)
-			eg, an := NewEGraph(false)
-			classes, err := AddGraph(eg, g)
-			require.NoError(t, err)
-			r := egraph.Runner[Data]{IterLimit: 3, NodeLimit: 50_000}
-			rep, err := r.Run(context.Background(), eg, LowerRewrites())
-			require.NoError(t, err)
-			require.Equal(t, egraph.Saturated, rep.Stop)
-			require.Empty(t, an.Conflicts())
-			roots := GraphRoots(g, classes)
-			p, err := extract.NewProblem(&eg.Graph, RootClasses(roots), SimpleCost(eg), nil)
-			require.NoError(t, err)
+			s := saturate(t, name, false, egraph.Runner[Data]{IterLimit: 3, NodeLimit: 50_000}, LowerRewrites())
+			require.Equal(t, egraph.Saturated, s.report.Stop)
+			p := s.problem(t, SimpleCost(s.eg))
 			sol, cost, err := extract.GreedyDAG(context.Background(), p)
 			require.NoError(t, err)
 			require.Positive(t, cost)
-			kernels := 0
-			order, err := sol.Needed(p)
+			kernels, err := CountKernels(&s.eg.Graph, p, sol)
 			require.NoError(t, err)
-			for _, c := range order {
-				if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
-					kernels++
-				}
-			}
-			computing := 0
-			for _, n := range g.Nodes {
-				if n.Op.Class() != ir.ClassLeaf && n.Op.Class() != ir.ClassView {
-					computing++
-				}
-			}
-			require.LessOrEqual(t, kernels, computing, "one kernel per computing op at most (hash-consing may merge)")
+			naive := NaiveKernels(s.g)
+			require.LessOrEqual(t, kernels, naive, "one kernel per computing op at most (hash-consing may merge)")
 			require.Positive(t, kernels)
-			t.Logf("%s: %d kernels for %d computing ops, estimated %.3g s", name, kernels, computing, cost)
-
-			back, err := SolutionGraph(&eg.Graph, g.Name, roots, p, sol)
-			require.NoError(t, err)
-			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
-			require.NoError(t, err)
-			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{})
-			require.NoError(t, err)
-			got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
-			require.NoError(t, err)
-			for out, w := range want.Outputs {
-				require.Equal(t, w.Float64s(), got.Outputs[out].Float64s(), "output %s", out)
-			}
+			t.Logf("%s: %d kernels for %d computing ops, estimated %.3g s", name, kernels, naive, cost)
+			s.requireAgree(t, p, []*extract.Solution{sol}, 5, true)
 		})
 	}
 }
@@ -98,57 +65,16 @@ func TestKernelTyping(t *testing.T) {
 func TestFuseAndExtract(t *testing.T) {
 	for _, name := range []string{"tiny-llama:mlp", "tiny-llama:rmsnorm", "tiny-gpt2:mlp"} {
 		t.Run(name, func(t *testing.T) {
-			g, err := corpus.Build(name, corpus.Options{Seq: 4})
-			require.NoError(t, err)
-			eg, an := NewEGraph(false)
-			classes, err := AddGraph(eg, g)
-			require.NoError(t, err)
-			r := egraph.Runner[Data]{IterLimit: 12, NodeLimit: 20_000}
-			rep, err := r.Run(context.Background(), eg, append(LowerRewrites(), FuseRewrites()...))
-			require.NoError(t, err)
-			require.Empty(t, an.Conflicts())
-			roots := GraphRoots(g, classes)
-			p, err := extract.NewProblem(&eg.Graph, RootClasses(roots), SimpleCost(eg), nil)
-			require.NoError(t, err)
+			s := saturate(t, name, false, egraph.Runner[Data]{IterLimit: 12, NodeLimit: 20_000}, append(LowerRewrites(), FuseRewrites()...))
+			p := s.problem(t, SimpleCost(s.eg))
 			sol, cost, err := extract.GreedyDAG(context.Background(), p)
 			require.NoError(t, err)
-			order, err := sol.Needed(p)
+			kernels, err := CountKernels(&s.eg.Graph, p, sol)
 			require.NoError(t, err)
-			kernels, computing := 0, 0
-			for _, c := range order {
-				if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
-					kernels++
-				}
-			}
-			for _, n := range g.Nodes {
-				if n.Op.Class() != ir.ClassLeaf && n.Op.Class() != ir.ClassView {
-					computing++
-				}
-			}
-			t.Logf("%s: %d e-nodes (%s); %d kernels instead of %d, estimated %.3g s", name, eg.NumNodes(), rep.Stop, kernels, computing, cost)
-			require.Less(t, kernels, computing)
-
-			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
-			require.NoError(t, err)
-			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
-			require.NoError(t, err)
-			sols := []*extract.Solution{sol}
-			for seed := range uint64(6) {
-				s, err := extract.Random(p, seed)
-				require.NoError(t, err)
-				sols = append(sols, s)
-			}
-			for i, s := range sols {
-				back, err := SolutionGraph(&eg.Graph, g.Name, roots, p, s)
-				require.NoError(t, err)
-				got, err := ir.Eval(context.Background(), back, feeds, ir.EvalOptions{})
-				require.NoError(t, err)
-				for out, w := range want.Outputs {
-					mm, err := ir.Compare(got.Outputs[out], w, want.Magnitudes[out], 64)
-					require.NoError(t, err)
-					require.Nil(t, mm, "extraction %d, output %s: %v", i, out, mm)
-				}
-			}
+			naive := NaiveKernels(s.g)
+			t.Logf("%s: %d e-nodes (%s); %d kernels instead of %d, estimated %.3g s", name, s.eg.NumNodes(), s.report.Stop, kernels, naive, cost)
+			require.Less(t, kernels, naive)
+			s.requireAgree(t, p, append([]*extract.Solution{sol}, randomSolutions(t, p, 6)...), 5, false)
 		})
 	}
 }

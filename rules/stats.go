@@ -84,14 +84,8 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if err != nil {
 		return nil, err
 	}
-	order, err := sol.Needed(p)
-	if err != nil {
+	if prog.Kernels, err = CountKernels(&eg.Graph, p, sol); err != nil {
 		return nil, err
-	}
-	for _, c := range order {
-		if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
-			prog.Kernels++
-		}
 	}
 	prog.Cost = cost
 	prog.Graph, err = SolutionGraph(&eg.Graph, g.Name, prog.Roots, p, sol)
@@ -160,4 +154,32 @@ func Ablate(ctx context.Context, g *ir.Graph, sets []string, opt SaturateOptions
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// CountKernels counts the kernel launches of an extraction: the needed
+// classes whose chosen node is a kernel term.
+func CountKernels(eg *egraph.Graph, p *extract.Problem, sol *extract.Solution) (int, error) {
+	order, err := sol.Needed(p)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range order {
+		if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// NaiveKernels is the kernel count of the naive program: one launch per op
+// that computes (views and leaves are free).
+func NaiveKernels(g *ir.Graph) int {
+	n := 0
+	for _, node := range g.Nodes {
+		if c := node.Op.Class(); c != ir.ClassLeaf && c != ir.ClassView {
+			n++
+		}
+	}
+	return n
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/egraph"
-	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -71,13 +70,7 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 		fmt.Fprintf(tw, "%d\t%d\t%d\t\n", it.Index, it.Nodes, it.Classes)
 	}
 	tw.Flush()
-	computing := 0
-	for _, n := range g.Nodes {
-		if n.Op.Class() != ir.ClassLeaf && n.Op.Class() != ir.ClassView {
-			computing++
-		}
-	}
-	fmt.Fprintf(stdout, "\nbest program: %d kernels (the naive program has %d), estimated %.3g s\n\n", prog.Kernels, computing, prog.Cost)
+	fmt.Fprintf(stdout, "\nbest program: %d kernels (the naive program has %d), estimated %.3g s\n\n", prog.Kernels, rules.NaiveKernels(g), prog.Cost)
 	abl, err := rules.Ablate(ctx, g, sets, sat)
 	if err != nil {
 		return err
