@@ -8,84 +8,14 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// Bounds on what fusion builds, so that the e-graph stays small: the body
-// size and the argument count of a fused kernel.
+// maxAlternatives bounds the kernels one class keeps through pairwise
+// fusion: past it, fusion adds only bodies larger than the class's
+// largest. maxPairBody bounds the bodies pairwise fusion builds, below
+// Legal's bound, because it builds every intermediate step.
 const (
-	maxBodyNodes  = 48
-	maxKernelArgs = 6
-	// maxAlternatives bounds the kernels one class keeps: past it, fusion
-	// adds only bodies larger than the class's largest. (A beam by
-	// predicted cost replaces this once the cost model exists.)
 	maxAlternatives = 12
+	maxPairBody     = 48
 )
-
-// Legal says whether lowering will accept a kernel body. It is the one
-// place that decides, and fusion asks it before building anything. The
-// forms, besides elementwise ops and views anywhere:
-//   - an elementwise chain;
-//   - one other op (a reduction, gather, concat, ...) with elementwise
-//     prologues and epilogue;
-//   - a row kernel: reductions along the last axis of same-shaped tensors
-//     (softmax, layer norm, RMS norm, residual add plus norm);
-//   - a matmul with a prologue (elementwise, or a row kernel normalizing the
-//     rows of its left operand) and an elementwise epilogue;
-//   - attention: two matmuls with a row kernel (the softmax) between them.
-//
-// Casts and concats count as views: they only say where elements come
-// from. The lowering issue refines these; the bounds (body size, argument
-// count) keep the e-graph small.
-func Legal(body *ir.Graph) bool {
-	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) != 1 {
-		return false
-	}
-	matmuls, others := 0, 0
-	var rowShape ir.Shape
-	rowsAgree := true
-	for _, n := range body.Nodes {
-		switch n.Op.Class() {
-		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView:
-			continue
-		}
-		switch {
-		case n.Op == ir.OpCast, n.Op == ir.OpConcat:
-			// A concat, like a view, only says where its elements come
-			// from: a kernel reads through it (rotary's rotate_half).
-		case n.Op == ir.OpMatMul:
-			matmuls++
-		case n.Op.Class() == ir.ClassReduce || n.Op == ir.OpSoftmax || n.Op == ir.OpLayerNorm || n.Op == ir.OpRMSNorm:
-			in := body.Node(n.Inputs[0]).Shape
-			ax := n.Axis
-			if ax < 0 {
-				ax += len(in)
-			}
-			if n.Op.Class() == ir.ClassReduce && ax != len(in)-1 {
-				others++ // a reduction across rows is its own kind of kernel
-				continue
-			}
-			if rowShape == nil {
-				rowShape = in
-			} else if !rowShape.Equal(in) {
-				rowsAgree = false
-			}
-		default:
-			others++
-		}
-	}
-	rows := rowShape != nil
-	switch {
-	case matmuls == 0 && !rows:
-		return others <= 1
-	case others > 0 || !rowsAgree:
-		return false
-	case matmuls == 0:
-		return true // a row kernel
-	case matmuls == 1:
-		return true // a matmul, its prologue possibly a row kernel
-	case matmuls == 2:
-		return rows // attention: the softmax between the matmuls
-	}
-	return false
-}
 
 // FuseRewrites are the fuse rule set: a kernel absorbs the kernel that
 // produces one of its arguments when the merged body is Legal. One rule per
@@ -198,7 +128,7 @@ func fusedBody(c, p egraph.Payload, m, pos int) (fusion, bool) {
 func buildFusion(cPay, pPay egraph.Payload, m, pos int) fusion {
 	cBody, ok1 := Spec(cPay)
 	pBody, ok2 := Spec(pPay)
-	if !ok1 || !ok2 || len(cBody.Nodes)+len(pBody.Nodes) > maxBodyNodes+maxKernelArgs {
+	if !ok1 || !ok2 || len(cBody.Nodes)+len(pBody.Nodes) > maxPairBody+maxKernelArgs {
 		return fusion{}
 	}
 	cIns, pIns := cBody.Inputs(), pBody.Inputs()
@@ -231,7 +161,7 @@ func buildFusion(cPay, pPay egraph.Payload, m, pos int) fusion {
 		return fusion{}
 	}
 	canon, order, err := ir.Canonical(body)
-	if err != nil || !Legal(canon) {
+	if err != nil || len(canon.Nodes) > maxPairBody || !Legal(canon) {
 		return fusion{}
 	}
 	return fusion{spec: SpecPayload(canon), order: order, nodes: len(canon.Nodes), legal: true}

@@ -20,6 +20,8 @@ func SetRewrites(name string) ([]*egraph.Rewrite[Data], error) {
 	case "lower":
 		return LowerRewrites(), nil
 	case "fuse":
+		return RegionRewrites(), nil
+	case "fuse-pairs":
 		return FuseRewrites(), nil
 	}
 	rs, err := Builtin(name)

@@ -1,0 +1,168 @@
+package rules
+
+import (
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Bounds on what a kernel body may hold: its node count and its argument
+// count. Past them a body is not Legal, whatever its form.
+const (
+	maxBodyNodes  = 96
+	maxKernelArgs = 8
+)
+
+// Legal says whether lowering will accept a kernel body. It is the one
+// place that decides, and fusion asks it before building anything. The
+// forms, besides elementwise ops and views anywhere:
+//   - an elementwise chain;
+//   - one other op (a reduction across rows, gather, ...) with elementwise
+//     prologues and epilogue;
+//   - a row kernel: reductions along the last axis of same-shaped tensors
+//     (softmax, layer norm, RMS norm, residual add plus norm);
+//   - a matmul with a prologue (elementwise, or a row kernel normalizing the
+//     rows of its left operand) and an elementwise epilogue; a row
+//     reduction after the matmul is not one of them (a tile does not hold
+//     whole rows);
+//   - attention: two matmuls with a softmax between them, the first
+//     feeding the second only through it, elementwise prologues (rotary,
+//     scale, mask) on their operands.
+//
+// Casts and concats count as views: they only say where elements come
+// from.
+func Legal(body *ir.Graph) bool {
+	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) != 1 {
+		return false
+	}
+	nodes := make([]formNode, len(body.Nodes))
+	for i, n := range body.Nodes {
+		nodes[i] = formOf(n.Op, n.Axis, n.Inputs, func(v ir.Value) ir.Shape { return body.Node(v).Shape })
+		nodes[i].kids = make([]int32, len(n.Inputs))
+		for k, in := range n.Inputs {
+			nodes[i].kids[k] = int32(in)
+		}
+	}
+	return legalForm(nodes, false)
+}
+
+// formKind is what a body node means to the kernel forms.
+type formKind uint8
+
+const (
+	formFree    formKind = iota // leaves, elementwise ops, views, casts, concats
+	formMatMul                  // a matmul
+	formRow                     // a reduction along the last axis, or a row op (softmax, norms)
+	formSoftmax                 // a row op that makes it a softmax: reduce_max along the last axis, or softmax
+	formOther                   // anything else: one per kernel, alone
+)
+
+// formNode is a body node as legalForm sees it; kids index the same slice
+// and come before their parents.
+type formNode struct {
+	kind     formKind
+	exp      bool     // an exp, a softmax's first op on the way up from its output
+	rowShape ir.Shape // the shape a row op reduces, for formRow and formSoftmax
+	kids     []int32
+}
+
+// formOf classifies one op; shape gives its inputs' shapes.
+func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape) formNode {
+	switch op.Class() {
+	case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView:
+		return formNode{kind: formFree, exp: op == ir.OpExp}
+	}
+	switch {
+	case op == ir.OpCast, op == ir.OpConcat:
+		// A concat, like a view, only says where its elements come
+		// from: a kernel reads through it (rotary's rotate_half).
+		return formNode{kind: formFree}
+	case op == ir.OpMatMul:
+		return formNode{kind: formMatMul}
+	case op.Class() == ir.ClassReduce || op == ir.OpSoftmax || op == ir.OpLayerNorm || op == ir.OpRMSNorm:
+		in := shape(inputs[0])
+		ax := axis
+		if ax < 0 {
+			ax += len(in)
+		}
+		if op.Class() == ir.ClassReduce && ax != len(in)-1 {
+			return formNode{kind: formOther} // a reduction across rows is its own kind of kernel
+		}
+		if op == ir.OpMaxReduce || op == ir.OpSoftmax {
+			return formNode{kind: formSoftmax, rowShape: in}
+		}
+		return formNode{kind: formRow, rowShape: in}
+	}
+	return formNode{kind: formOther}
+}
+
+// legalForm decides Legal's forms on classified nodes. A partial body
+// (one still growing) may hold two matmuls with only an exp between them:
+// growth reaches the first matmul of attention through the softmax's exp
+// before the softmax's reductions.
+func legalForm(nodes []formNode, partial bool) bool {
+	var matmuls []int
+	others, softmax, exp := 0, false, false
+	var rowShape ir.Shape
+	var rows []int
+	for i, n := range nodes {
+		switch n.kind {
+		case formMatMul:
+			matmuls = append(matmuls, i)
+		case formOther:
+			others++
+		case formFree:
+			exp = exp || n.exp
+		case formRow, formSoftmax:
+			if rowShape == nil {
+				rowShape = n.rowShape
+			} else if !rowShape.Equal(n.rowShape) {
+				return false
+			}
+			rows = append(rows, i)
+			softmax = softmax || n.kind == formSoftmax
+		}
+	}
+	switch {
+	case len(matmuls) == 0 && len(rows) == 0:
+		return others <= 1
+	case others > 0 || len(matmuls) > 2:
+		return false
+	case len(matmuls) == 0:
+		return true // a row kernel
+	}
+	// feeds[i] has bit j set when node i is matmul j or flows into it.
+	feeds := make([]uint8, len(nodes))
+	for j, m := range matmuls {
+		feeds[m] |= 1 << j
+	}
+	for i := len(nodes) - 1; i >= 0; i-- {
+		for _, k := range nodes[i].kids {
+			feeds[k] |= feeds[i]
+		}
+	}
+	if len(matmuls) == 1 {
+		for _, r := range rows {
+			if feeds[r] == 0 {
+				return false // a row reduction after the matmul
+			}
+		}
+		return true
+	}
+	// Attention: matmul 0 feeds matmul 1, and every row op lies between.
+	first := matmuls[0]
+	if feeds[first]&2 == 0 || !softmax && !(partial && exp) {
+		return false
+	}
+	after := make([]bool, len(nodes)) // depends on the first matmul
+	after[first] = true
+	for i := first + 1; i < len(nodes); i++ {
+		for _, k := range nodes[i].kids {
+			after[i] = after[i] || after[k]
+		}
+	}
+	for _, r := range rows {
+		if !after[r] || feeds[r]&2 == 0 {
+			return false
+		}
+	}
+	return true
+}

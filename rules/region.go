@@ -1,0 +1,471 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Region fusion builds whole kernels in one step: from a tensor node, it
+// grows a body over the node's producers for as long as the body stays
+// Legal, and adds the kernel computing the node's class from the classes
+// left at the body's edge. Pairwise fusion (fuse.go) reaches the same
+// kernels one merge at a time, which takes many iterations and an e-node
+// per intermediate step; a region is built once per node.
+//
+// One body per node would pick for the program where every shared value
+// is materialized, so a node gets a few, grown under different policies
+// (regionPolicy); extraction chooses among them.
+
+// regionPolicy says how a region grows.
+type regionPolicy struct {
+	// first is the root operand explored first: growth is depth first,
+	// and when two operands lead to matmuls, the one explored first gets
+	// the kernel's matmul (a residual add's epilogue belongs to either
+	// operand's matmul).
+	first int
+	// stopAtMatMuls leaves as arguments the values computed from a matmul
+	// through elementwise ops and views, once the body holds a matmul: a
+	// norm prologue then reads a residual sum materialized by the matmul
+	// kernel that produced it, instead of recomputing its matmul.
+	stopAtMatMuls bool
+	// elementwise grows through elementwise ops and views only.
+	elementwise bool
+}
+
+// regionPolicies lists the policies tried on a node with arity operands.
+func regionPolicies(arity int) []regionPolicy {
+	var out []regionPolicy
+	for first := range max(arity, 1) {
+		out = append(out, regionPolicy{first: first}, regionPolicy{first: first, stopAtMatMuls: true})
+	}
+	return append(out, regionPolicy{elementwise: true})
+}
+
+// RegionRewrites are the region fusion rules: one per tensor op and arity,
+// each adding to a node's class the kernels grown from it.
+func RegionRewrites() []*egraph.Rewrite[Data] {
+	memo := &regionMemo{}
+	var out []*egraph.Rewrite[Data]
+	for _, op := range ir.Ops() {
+		if op.Class() == ir.ClassLeaf {
+			continue
+		}
+		arities := []int{op.Arity()}
+		if op.Arity() < 0 {
+			arities = []int{2, 3, 4}
+		}
+		for _, n := range arities {
+			kids := make([]egraph.PatternTerm, n)
+			for i := range kids {
+				kids[i] = egraph.PatternTerm{Var: fmt.Sprintf("?x%d", i)}
+			}
+			p, err := egraph.NewPattern(egraph.PatternTerm{Op: Symbol(op), PayloadVar: "?attrs", Children: kids})
+			if err != nil {
+				panic(err) // the patterns are built here, from valid parts
+			}
+			name := fmt.Sprintf("region-%s-%d", op, n)
+			rw, err := egraph.NewFuncRewrite(name, egraph.Searcher(p),
+				func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
+					root := egraph.Node{Op: Symbol(op), Payload: m.GetPayload("?attrs"), Children: slices.Clone(m.Subst)}
+					return growRegions(g, memo, name, root, m.Root())
+				})
+			if err != nil {
+				panic(err)
+			}
+			out = append(out, rw)
+		}
+	}
+	return out
+}
+
+// regionMemo remembers the nodes whose regions were grown, per e-graph: the
+// rules are Go appliers, so every iteration sees every match again.
+type regionMemo struct {
+	mu   sync.Mutex
+	g    *egraph.EGraph[Data]
+	done map[string]bool
+}
+
+// first reports whether key is new for g, and records it.
+func (m *regionMemo) first(g *egraph.EGraph[Data], key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.g != g {
+		m.g, m.done = g, map[string]bool{}
+	}
+	if m.done[key] {
+		return false
+	}
+	m.done[key] = true
+	return true
+}
+
+// growRegions adds the kernels grown from root (a node of class c) under
+// every policy and returns the first one's class for the engine to union
+// with c; it unions the others itself, in the rule's name.
+func growRegions(g *egraph.EGraph[Data], memo *regionMemo, rule string, root egraph.Node, c egraph.ClassID) (egraph.ClassID, bool) {
+	for i, k := range root.Children {
+		root.Children[i] = g.Find(k)
+	}
+	if !memo.first(g, fmt.Sprint(root.Op, root.Payload, root.Children)) {
+		return 0, false
+	}
+	if !g.Data(c).Valid() || slices.Contains(root.Children, g.Find(c)) {
+		return 0, false // a node reading its own class (x*1 in x's class) computes nothing
+	}
+	first, added := egraph.ClassID(0), false
+	for _, pol := range regionPolicies(len(root.Children)) {
+		r := newRegion(g, c, pol)
+		if !r.grow(c, root) {
+			continue
+		}
+		body, args, ok := r.body()
+		if !ok {
+			continue
+		}
+		k, err := g.Add(egraph.Node{Op: KernelSymbol, Payload: SpecPayload(body), Children: args})
+		if err != nil {
+			continue
+		}
+		if !added {
+			first, added = k, true
+		} else if g.Find(k) != g.Find(first) {
+			g.Union(k, first, rule)
+		}
+	}
+	return first, added
+}
+
+// region is a kernel body being grown: nodes chosen for the classes it
+// computes, the classes it reads as arguments, and constants it folds in.
+type region struct {
+	g    *egraph.EGraph[Data]
+	pol  regionPolicy
+	prep bool // the root depends on weights only: grow through weight-only values
+
+	// nodes[i] computes class classes[i]; kids index nodes when
+	// inlined, args when not (see ref).
+	classes []egraph.ClassID
+	nodes   []egraph.Node
+	at      map[egraph.ClassID]int
+	args    []egraph.ClassID
+	argAt   map[egraph.ClassID]int
+	consts  map[egraph.ClassID]bool
+	matmuls int
+	derived map[egraph.ClassID]bool // memo of matmulDerived
+}
+
+func newRegion(g *egraph.EGraph[Data], root egraph.ClassID, pol regionPolicy) *region {
+	return &region{
+		g: g, pol: pol, prep: g.Data(root).WeightOnly,
+		at: map[egraph.ClassID]int{}, argAt: map[egraph.ClassID]int{},
+		consts: map[egraph.ClassID]bool{}, derived: map[egraph.ClassID]bool{},
+	}
+}
+
+// grow builds the region from root, depth first, and reports whether it
+// holds anything besides the root (a one-op kernel is the lower rules').
+func (r *region) grow(rootClass egraph.ClassID, root egraph.Node) bool {
+	if !r.try(r.g.Find(rootClass), root) {
+		return false
+	}
+	order := slices.Clone(root.Children)
+	if r.pol.first > 0 && r.pol.first < len(order) {
+		order = append(order[r.pol.first:], order[:r.pol.first]...)
+	}
+	for _, k := range order {
+		r.visit(k)
+	}
+	return len(r.nodes) > 1 || len(r.consts) > 0
+}
+
+// visit decides what class c is to the region: folded constant, argument,
+// or computed inside (then its operands are visited in turn).
+func (r *region) visit(c egraph.ClassID) {
+	c = r.g.Find(c)
+	if _, ok := r.at[c]; ok {
+		return
+	}
+	if _, ok := r.argAt[c]; ok {
+		return
+	}
+	if r.consts[c] {
+		return
+	}
+	d := r.g.Data(c)
+	if d.IsConst && d.Valid() {
+		r.consts[c] = true
+		return
+	}
+	n, ok := r.pick(c)
+	switch {
+	case !ok, d.WeightOnly && !r.prep, r.pol.stopAtMatMuls && r.matmuls > 0 && r.matmulDerived(c, 0):
+		r.arg(c)
+		return
+	}
+	if !r.try(c, n) {
+		r.arg(c)
+		return
+	}
+	for _, k := range n.Children {
+		r.visit(k)
+	}
+}
+
+func (r *region) arg(c egraph.ClassID) {
+	r.argAt[c] = len(r.args)
+	r.args = append(r.args, c)
+}
+
+// pick chooses the node a class is computed by inside a body: the oldest
+// tensor op (the model's own, or the earliest rewrite of it) that does not
+// read a class the region computes from this one (a cycle). Classes with
+// a leaf are arguments.
+func (r *region) pick(c egraph.ClassID) (egraph.Node, bool) {
+	best, found := egraph.NodeID(0), false
+	for _, id := range r.g.ClassNodes(c) {
+		n := r.g.Node(id)
+		if n.Op == KernelSymbol {
+			continue
+		}
+		op, ok := OpOf(n.Op)
+		if !ok {
+			continue
+		}
+		if op.Class() == ir.ClassLeaf {
+			return egraph.Node{}, false
+		}
+		if found && id >= best {
+			continue
+		}
+		cyclic := false
+		for _, k := range n.Children {
+			if r.g.Find(k) == c || r.reaches(r.g.Find(k), c) {
+				cyclic = true
+				break
+			}
+		}
+		if !cyclic {
+			best, found = id, true
+		}
+	}
+	if !found {
+		return egraph.Node{}, false
+	}
+	n := r.g.Node(best)
+	n.Children = slices.Clone(n.Children)
+	for i, k := range n.Children {
+		n.Children[i] = r.g.Find(k)
+	}
+	return n, true
+}
+
+// reaches reports whether the region computes class to from class from.
+func (r *region) reaches(from, to egraph.ClassID) bool {
+	i, ok := r.at[from]
+	if !ok {
+		return false
+	}
+	seen := map[int]bool{}
+	stack := []int{i}
+	for len(stack) > 0 {
+		j := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[j] {
+			continue
+		}
+		seen[j] = true
+		for _, k := range r.nodes[j].Children {
+			k = r.g.Find(k)
+			if k == to {
+				return true
+			}
+			if at, ok := r.at[k]; ok {
+				stack = append(stack, at)
+			}
+		}
+	}
+	return false
+}
+
+// matmulDerived reports whether class c is what a matmul kernel with an
+// epilogue produces: a matmul's result, possibly through elementwise ops
+// and views whose other operands are weights, constants or other such
+// results (a bias, a residual input, a gated product). A value that also
+// reads a reduction of the matmul's result (a norm of it) is not.
+func (r *region) matmulDerived(c egraph.ClassID, depth int) bool {
+	c = r.g.Find(c)
+	if v, ok := r.derived[c]; ok {
+		return v
+	}
+	r.derived[c] = false // cycles read as not derived
+	n, ok := r.pick(c)
+	if !ok || depth > 24 {
+		return false
+	}
+	op, _ := OpOf(n.Op)
+	v := false
+	switch op.Class() {
+	case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView:
+		for _, k := range n.Children {
+			switch d := r.g.Data(k); {
+			case d.WeightOnly || d.IsConst || r.isLeaf(k):
+			case r.matmulDerived(k, depth+1):
+				v = true
+			default:
+				r.derived[c] = false
+				return false
+			}
+		}
+	default:
+		v = op == ir.OpMatMul
+	}
+	r.derived[c] = v
+	return v
+}
+
+// isLeaf reports whether class c holds a leaf (an input, weight or state).
+func (r *region) isLeaf(c egraph.ClassID) bool {
+	for _, id := range r.g.ClassNodes(r.g.Find(c)) {
+		if op, ok := OpOf(r.g.Node(id).Op); ok && op.Class() == ir.ClassLeaf {
+			return true
+		}
+	}
+	return false
+}
+
+// try adds node n computing class c when the body stays Legal with it,
+// its operands not yet decided counting as arguments.
+func (r *region) try(c egraph.ClassID, n egraph.Node) bool {
+	op, ok := OpOf(n.Op)
+	if !ok {
+		return false
+	}
+	if r.pol.elementwise && len(r.nodes) > 0 {
+		switch op.Class() {
+		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView:
+		default:
+			if op != ir.OpCast && op != ir.OpConcat {
+				return false
+			}
+		}
+	}
+	if len(r.nodes)+len(r.args)+len(n.Children)+1 > maxBodyNodes {
+		return false
+	}
+	r.at[c] = len(r.nodes)
+	r.classes = append(r.classes, c)
+	r.nodes = append(r.nodes, n)
+	if !legalForm(r.forms(), true) {
+		delete(r.at, c)
+		r.classes = r.classes[:len(r.classes)-1]
+		r.nodes = r.nodes[:len(r.nodes)-1]
+		return false
+	}
+	if op == ir.OpMatMul {
+		r.matmuls++
+	}
+	return true
+}
+
+// forms lists the region's nodes as legalForm wants them: producers
+// before consumers. The region was grown consumers first, so reversed
+// discovery order is topological once each node's inlined operands are
+// placed before it.
+func (r *region) forms() []formNode {
+	order := r.topo()
+	pos := make(map[int]int32, len(order))
+	for i, j := range order {
+		pos[j] = int32(i)
+	}
+	out := make([]formNode, len(order))
+	for i, j := range order {
+		n := r.nodes[j]
+		op, _ := OpOf(n.Op)
+		attrs, _ := Attrs(n.Payload)
+		out[i] = formOf(op, attrs.Axis, n.Children, func(k egraph.ClassID) ir.Shape { return r.g.Data(k).Shape })
+		for _, k := range n.Children {
+			if at, ok := r.at[r.g.Find(k)]; ok {
+				out[i].kids = append(out[i].kids, pos[at])
+			}
+		}
+	}
+	return out
+}
+
+// topo orders the region's nodes producers first.
+func (r *region) topo() []int {
+	order := make([]int, 0, len(r.nodes))
+	state := make([]uint8, len(r.nodes))
+	var walk func(int)
+	walk = func(j int) {
+		if state[j] != 0 {
+			return
+		}
+		state[j] = 1
+		for _, k := range r.nodes[j].Children {
+			if at, ok := r.at[r.g.Find(k)]; ok {
+				walk(at)
+			}
+		}
+		state[j] = 2
+		order = append(order, j)
+	}
+	for j := range r.nodes {
+		walk(j)
+	}
+	return order
+}
+
+// body builds the region's kernel body in canonical form and the argument
+// classes in the body's input order.
+func (r *region) body() (*ir.Graph, []egraph.ClassID, bool) {
+	b := ir.NewBuilder("kernel")
+	vals := map[egraph.ClassID]ir.Value{}
+	var inputs []egraph.ClassID
+	var value func(c egraph.ClassID) ir.Value
+	value = func(c egraph.ClassID) ir.Value {
+		c = r.g.Find(c)
+		if v, ok := vals[c]; ok {
+			return v
+		}
+		d := r.g.Data(c)
+		var v ir.Value
+		switch at, inside := r.at[c]; {
+		case r.consts[c]:
+			v = b.BroadcastTo(b.Scalar(d.DType, d.Const), d.Shape)
+		case inside:
+			n := r.nodes[at]
+			op, _ := OpOf(n.Op)
+			attrs, _ := Attrs(n.Payload)
+			ins := make([]ir.Value, len(n.Children))
+			for i, k := range n.Children {
+				ins[i] = value(k)
+			}
+			v = b.Apply(op, attrs, ins...)
+		default:
+			v = b.Input(fmt.Sprintf("$%d", len(inputs)), d.DType, d.Shape...)
+			inputs = append(inputs, c)
+		}
+		vals[c] = v
+		return v
+	}
+	b.Output("out", value(r.classes[0]))
+	body, err := b.Build()
+	if err != nil || !Legal(body) {
+		return nil, nil, false
+	}
+	canon, order, err := ir.Canonical(body)
+	if err != nil {
+		return nil, nil, false
+	}
+	kids := make([]egraph.ClassID, len(order))
+	for i, o := range order {
+		kids[i] = inputs[o]
+	}
+	return canon, kids, true
+}
