@@ -119,6 +119,11 @@ func (g *Graph) Node(id NodeID) Node {
 // NodeClass returns the canonical class a node belongs to.
 func (g *Graph) NodeClass(id NodeID) ClassID { return g.find(g.nodes[id].class) }
 
+// NodeOrigin returns the class id a node was added with, before any union:
+// Explain(NodeOrigin(a), NodeOrigin(b)) lists the unions that made two
+// nodes of one class equal.
+func (g *Graph) NodeOrigin(id NodeID) ClassID { return g.nodes[id].class }
+
 // Lookup returns the class that holds a node equal to n once n's children
 // are canonicalized. Between a mutation and the next Rebuild it can miss a
 // node that is only congruent to a stored one.

@@ -48,6 +48,16 @@ type Root struct {
 // computing the roots. choose returns a class's chosen node. Classes reached
 // twice become one value; a cycle or a missing choice is an error.
 func ToGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.ClassID) (egraph.NodeID, bool)) (*ir.Graph, error) {
+	return toGraph(eg, name, roots, choose, nil)
+}
+
+// classOutput names the output toGraph adds for a class it was asked to
+// show.
+func classOutput(c egraph.ClassID) string { return fmt.Sprintf("class %d", c) }
+
+// toGraph is ToGraph that also outputs the value of each class in show the
+// program computes (named by classOutput), for checking it class by class.
+func toGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.ClassID) (egraph.NodeID, bool), show []egraph.ClassID) (*ir.Graph, error) {
 	b := ir.NewBuilder(name)
 	val := map[egraph.ClassID]ir.Value{}
 	onPath := map[egraph.ClassID]bool{}
@@ -113,6 +123,14 @@ func ToGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.Cla
 			b.UpdateState(s, v)
 		} else {
 			b.Output(r.Name, v)
+		}
+	}
+	shown := map[egraph.ClassID]bool{}
+	for _, c := range show {
+		c = eg.Find(c)
+		if v, ok := val[c]; ok && !shown[c] {
+			shown[c] = true
+			b.Output(classOutput(c), v)
 		}
 	}
 	return b.Build()

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
@@ -147,19 +148,15 @@ func LowerRewrites() []*egraph.Rewrite[Data] {
 	return out
 }
 
-// Launch and bandwidth figures of the simple estimate: an H100's HBM3 and a
-// typical kernel launch. The cost model of package cost replaces them.
-const (
-	estimateBandwidth = 3.35e12 // bytes per second
-	estimateLaunch    = 3e-6    // seconds per kernel
-)
-
 // SimpleCost is the cost estimate extraction uses until the cost model
-// exists: a kernel costs the bytes it moves (its arguments and its result)
-// at HBM bandwidth plus a launch; leaves and views (which consumers read
-// through strided indexes) are free; every other tensor op cannot execute
-// on its own (+Inf), so only kernel programs are extracted.
+// exists (cost.DefaultSimple): a kernel costs the bytes it moves (its
+// arguments and its result) at memory bandwidth plus a launch, and a
+// kernel that depends on weights only runs once at load time and is
+// charged a share of that; leaves and views (which consumers read through
+// strided indexes) are free; every other tensor op cannot execute on its
+// own (+Inf), so only kernel programs are extracted.
 func SimpleCost(eg *egraph.EGraph[Data]) extract.CostFunc {
+	est := cost.DefaultSimple
 	return func(g *egraph.Graph, id egraph.NodeID) float64 {
 		n := g.Node(id)
 		d := eg.Data(g.NodeClass(id))
@@ -167,12 +164,16 @@ func SimpleCost(eg *egraph.EGraph[Data]) extract.CostFunc {
 			return math.Inf(1)
 		}
 		if n.Op == KernelSymbol {
-			bytes := float64(d.Shape.NumElements()) * float64(d.DType.Size())
+			out := d.Shape.NumElements() * int64(d.DType.Size())
+			var in int64
 			for _, k := range n.Children {
 				kd := eg.Data(k)
-				bytes += float64(kd.Shape.NumElements()) * float64(kd.DType.Size())
+				in += kd.Shape.NumElements() * int64(kd.DType.Size())
 			}
-			return bytes/estimateBandwidth + estimateLaunch
+			if d.WeightOnly {
+				return est.Prep(in, out)
+			}
+			return est.Kernel(in, out)
 		}
 		op, ok := OpOf(n.Op)
 		switch {

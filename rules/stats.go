@@ -44,7 +44,10 @@ type Program struct {
 	EGraph  *egraph.EGraph[Data]
 	Report  *egraph.Report
 	Roots   []Root
+	// Kernels counts the launches of one run; Prep the kernels that
+	// depend on weights only and run once at load time.
 	Kernels int
+	Prep    int
 	Cost    float64 // estimated seconds
 	Graph   *ir.Graph
 	Time    time.Duration // saturation time
@@ -86,7 +89,7 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if err != nil {
 		return nil, err
 	}
-	if prog.Kernels, err = CountKernels(&eg.Graph, p, sol); err != nil {
+	if prog.Kernels, prog.Prep, err = CountKernels(eg, p, sol); err != nil {
 		return nil, err
 	}
 	prog.Cost = cost
@@ -128,6 +131,7 @@ func RuleStats(rep *egraph.Report) []RuleStat {
 type Ablation struct {
 	Without string
 	Kernels int
+	Prep    int
 	Cost    float64
 	Err     error
 }
@@ -151,27 +155,32 @@ func Ablate(ctx context.Context, g *ir.Graph, sets []string, opt SaturateOptions
 		if prog, err := Saturate(ctx, g, rws, opt); err != nil {
 			a.Err = err
 		} else {
-			a.Kernels, a.Cost = prog.Kernels, prog.Cost
+			a.Kernels, a.Prep, a.Cost = prog.Kernels, prog.Prep, prog.Cost
 		}
 		out = append(out, a)
 	}
 	return out, nil
 }
 
-// CountKernels counts the kernel launches of an extraction: the needed
-// classes whose chosen node is a kernel term.
-func CountKernels(eg *egraph.Graph, p *extract.Problem, sol *extract.Solution) (int, error) {
+// CountKernels counts the kernels of an extraction: the needed classes
+// whose chosen node is a kernel term, those of one run (the launches) and
+// those that depend on weights only (prepared once at load time).
+func CountKernels(eg *egraph.EGraph[Data], p *extract.Problem, sol *extract.Solution) (run, prep int, err error) {
 	order, err := sol.Needed(p)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
 	for _, c := range order {
-		if eg.Node(p.NodeIDs[sol.Choice[c]]).Op == KernelSymbol {
-			n++
+		if eg.Node(p.NodeIDs[sol.Choice[c]]).Op != KernelSymbol {
+			continue
+		}
+		if eg.Data(p.ClassIDs[c]).WeightOnly {
+			prep++
+		} else {
+			run++
 		}
 	}
-	return n, nil
+	return run, prep, nil
 }
 
 // NaiveKernels is the kernel count of the naive program: one launch per op
