@@ -22,7 +22,7 @@ type Disagreement struct {
 	Original string
 	// Chosen is the node the extraction chose for the class (a kernel's
 	// body printed in full).
-	Chosen   string
+	Chosen string
 	// Culprit, when the chosen node is a kernel (built by a rule from some
 	// tensor node of the class), is a tensor node of the class that
 	// computes the wrong value from its operands' right values; Unions

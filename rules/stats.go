@@ -41,9 +41,9 @@ type SaturateOptions struct {
 // Program is the result of saturating a graph and extracting the cheapest
 // kernel program by the simple estimate.
 type Program struct {
-	EGraph  *egraph.EGraph[Data]
-	Report  *egraph.Report
-	Roots   []Root
+	EGraph *egraph.EGraph[Data]
+	Report *egraph.Report
+	Roots  []Root
 	// Kernels counts the launches of one run; Prep the kernels that
 	// depend on weights only and run once at load time.
 	Kernels int
