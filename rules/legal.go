@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"fmt"
+
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -165,4 +167,85 @@ func legalForm(nodes []formNode, partial bool) bool {
 		}
 	}
 	return true
+}
+
+// Form describes a kernel body the way a performance engineer would name
+// it: its kind, and for a matmul what its prologue and epilogue hold.
+type Form struct {
+	// Kind is "attention", "matmul", "row" (softmax, norms), "elementwise",
+	// or the one other op's name (a reduction across rows, a gather...).
+	Kind string
+	// RowPrologue says a matmul's left operand is normalized by a row
+	// kernel inside it (an RMS or layer norm prologue).
+	RowPrologue bool
+	// Prologue and Epilogue list the computing ops (views aside) before
+	// and after a matmul, in body order.
+	Prologue, Epilogue []string
+}
+
+// String prints the form on one line: "matmul, prologue [rsqrt mul]
+// with a row reduction, epilogue [add]".
+func (f Form) String() string {
+	s := f.Kind
+	if len(f.Prologue) > 0 {
+		s += fmt.Sprintf(", prologue %v", f.Prologue)
+		if f.RowPrologue {
+			s += " with a row reduction"
+		}
+	}
+	if len(f.Epilogue) > 0 {
+		s += fmt.Sprintf(", epilogue %v", f.Epilogue)
+	}
+	return s
+}
+
+// FormOf classifies a kernel body.
+func FormOf(body *ir.Graph) Form {
+	var matmuls []int
+	var other string
+	rows := false
+	for i, n := range body.Nodes {
+		switch f := formOf(n.Op, n.Axis, n.Inputs, func(v ir.Value) ir.Shape { return body.Node(v).Shape }); f.kind {
+		case formMatMul:
+			matmuls = append(matmuls, i)
+		case formRow, formSoftmax:
+			rows = true
+		case formOther:
+			other = n.Op.String()
+		}
+	}
+	switch {
+	case len(matmuls) >= 2:
+		return Form{Kind: "attention"}
+	case len(matmuls) == 0 && rows:
+		return Form{Kind: "row"}
+	case len(matmuls) == 0 && other != "":
+		return Form{Kind: other}
+	case len(matmuls) == 0:
+		return Form{Kind: "elementwise"}
+	}
+	m := matmuls[0]
+	feeds := make([]bool, len(body.Nodes))
+	feeds[m] = true
+	for i := len(body.Nodes) - 1; i >= 0; i-- {
+		if feeds[i] {
+			for _, k := range body.Nodes[i].Inputs {
+				feeds[k] = true
+			}
+		}
+	}
+	f := Form{Kind: "matmul"}
+	for i, n := range body.Nodes {
+		c := n.Op.Class()
+		if i == m || c == ir.ClassLeaf || c == ir.ClassView || n.Op == ir.OpConcat || n.Op == ir.OpCast {
+			continue
+		}
+		if feeds[i] {
+			f.Prologue = append(f.Prologue, n.Op.String())
+			f.RowPrologue = f.RowPrologue || c == ir.ClassReduce || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm
+		} else {
+			f.Epilogue = append(f.Epilogue, n.Op.String())
+		}
+	}
+	return f
 }

@@ -117,6 +117,18 @@ func growRegions(g *egraph.EGraph[Data], memo *regionMemo, rule string, root egr
 	if !g.Data(c).Valid() || slices.Contains(root.Children, g.Find(c)) {
 		return 0, false // a node reading its own class (x*1 in x's class) computes nothing
 	}
+	// A class keeps at most maxAlternatives kernels: algebra gives a class
+	// many nodes, and the first ones grown (the model's own node's
+	// regions come in the first iteration) are the ones a fusion needs.
+	kernels := 0
+	for _, id := range g.ClassNodes(c) {
+		if g.Node(id).Op == KernelSymbol {
+			kernels++
+		}
+	}
+	if kernels >= maxAlternatives {
+		return 0, false
+	}
 	first, added := egraph.ClassID(0), false
 	for _, pol := range regionPolicies(len(root.Children)) {
 		r := newRegion(g, c, pol)

@@ -48,7 +48,8 @@ type Program struct {
 	// depend on weights only and run once at load time.
 	Kernels int
 	Prep    int
-	Cost    float64 // estimated seconds
+	List    []Kernel // the kernels, in evaluation order
+	Cost    float64  // estimated seconds
 	Graph   *ir.Graph
 	Time    time.Duration // saturation time
 }
@@ -89,8 +90,15 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if err != nil {
 		return nil, err
 	}
-	if prog.Kernels, prog.Prep, err = CountKernels(eg, p, sol); err != nil {
+	if prog.List, err = ProgramKernels(eg, p, sol); err != nil {
 		return nil, err
+	}
+	for _, k := range prog.List {
+		if k.Prep {
+			prog.Prep++
+		} else {
+			prog.Kernels++
+		}
 	}
 	prog.Cost = cost
 	prog.Graph, err = SolutionGraph(&eg.Graph, g.Name, prog.Roots, p, sol)
@@ -132,6 +140,9 @@ type Ablation struct {
 	Without string
 	Kernels int
 	Prep    int
+	Nodes   int
+	Stop    egraph.StopReason
+	Time    time.Duration
 	Cost    float64
 	Err     error
 }
@@ -156,31 +167,59 @@ func Ablate(ctx context.Context, g *ir.Graph, sets []string, opt SaturateOptions
 			a.Err = err
 		} else {
 			a.Kernels, a.Prep, a.Cost = prog.Kernels, prog.Prep, prog.Cost
+			a.Nodes, a.Stop, a.Time = prog.EGraph.NumNodes(), prog.Report.Stop, prog.Time
 		}
 		out = append(out, a)
 	}
 	return out, nil
 }
 
-// CountKernels counts the kernels of an extraction: the needed classes
-// whose chosen node is a kernel term, those of one run (the launches) and
-// those that depend on weights only (prepared once at load time).
-func CountKernels(eg *egraph.EGraph[Data], p *extract.Problem, sol *extract.Solution) (run, prep int, err error) {
+// Kernel is one kernel of an extracted program.
+type Kernel struct {
+	Class egraph.ClassID
+	Shape ir.Shape
+	// Prep says it depends on weights only and runs once at load time.
+	Prep bool
+	Body *ir.Graph
+	Form Form
+}
+
+// ProgramKernels lists the kernels of an extraction, in evaluation order:
+// the needed classes whose chosen node is a kernel term.
+func ProgramKernels(eg *egraph.EGraph[Data], p *extract.Problem, sol *extract.Solution) ([]Kernel, error) {
 	order, err := sol.Needed(p)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
+	var out []Kernel
 	for _, c := range order {
-		if eg.Node(p.NodeIDs[sol.Choice[c]]).Op != KernelSymbol {
+		n := eg.Node(p.NodeIDs[sol.Choice[c]])
+		if n.Op != KernelSymbol {
 			continue
 		}
-		if eg.Data(p.ClassIDs[c]).WeightOnly {
+		body, ok := Spec(n.Payload)
+		if !ok {
+			return nil, fmt.Errorf("class %d: a kernel with an unknown body", p.ClassIDs[c])
+		}
+		d := eg.Data(p.ClassIDs[c])
+		out = append(out, Kernel{Class: p.ClassIDs[c], Shape: d.Shape, Prep: d.WeightOnly, Body: body, Form: FormOf(body)})
+	}
+	return out, nil
+}
+
+// CountKernels counts the kernels of an extraction: those of one run (the
+// launches) and those that depend on weights only (prepared once at load
+// time).
+func CountKernels(eg *egraph.EGraph[Data], p *extract.Problem, sol *extract.Solution) (run, prep int, err error) {
+	ks, err := ProgramKernels(eg, p, sol)
+	for _, k := range ks {
+		if k.Prep {
 			prep++
 		} else {
 			run++
 		}
 	}
-	return run, prep, nil
+	return run, prep, err
 }
 
 // NaiveKernels is the kernel count of the naive program: one launch per op

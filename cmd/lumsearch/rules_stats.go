@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/egraph"
@@ -33,10 +34,14 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 		}
 	}
 	var rws []*egraph.Rewrite[rules.Data]
+	setOf := map[string]string{} // rule name -> its set (or file)
 	for _, s := range sets {
 		r, err := rules.SetRewrites(s)
 		if err != nil {
 			return err
+		}
+		for _, rw := range r {
+			setOf[rw.Name()] = s
 		}
 		rws = append(rws, r...)
 	}
@@ -44,6 +49,9 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 		rs, err := rules.LoadFile(f)
 		if err != nil {
 			return err
+		}
+		for _, rw := range rules.Rewrites(rs) {
+			setOf[rw.Name()] = f
 		}
 		rws = append(rws, rules.Rewrites(rs)...)
 	}
@@ -64,25 +72,62 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 	}
 	tw.Flush()
 	fmt.Fprintln(stdout)
+	type setSum struct {
+		rules, matches, applied, nodes int
+		time                           time.Duration
+	}
+	perSet := map[string]*setSum{}
+	var setOrder []string
+	for _, st := range rules.RuleStats(prog.Report) {
+		name := setOf[st.Name]
+		sum := perSet[name]
+		if sum == nil {
+			sum = &setSum{}
+			perSet[name] = sum
+			setOrder = append(setOrder, name)
+		}
+		sum.rules++
+		sum.matches += st.Matches
+		sum.applied += st.Applied
+		sum.nodes += st.NewNodes
+		sum.time += st.Time
+	}
+	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "RULE SET\tRULES\tMATCHES\tAPPLIED\tNEW E-NODES\tTIME\t")
+	for _, name := range setOrder {
+		sum := perSet[name]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%v\t\n", name, sum.rules, sum.matches, sum.applied, sum.nodes, sum.time.Round(1000))
+	}
+	tw.Flush()
+	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "ITERATION\tE-NODES\tE-CLASSES\t")
 	for _, it := range prog.Report.Iterations {
 		fmt.Fprintf(tw, "%d\t%d\t%d\t\n", it.Index, it.Nodes, it.Classes)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nbest program: %d kernels (the naive program has %d), estimated %.3g s\n\n", prog.Kernels, rules.NaiveKernels(g), prog.Cost)
+	fmt.Fprintf(stdout, "\nbest program: %d kernels per run and %d at load time (the naive program has %d), estimated %.3g s per run\n",
+		prog.Kernels, prog.Prep, rules.NaiveKernels(g), prog.Cost)
+	for _, k := range prog.List {
+		when := "run "
+		if k.Prep {
+			when = "load"
+		}
+		fmt.Fprintf(stdout, "  %s %-16v %s\n", when, k.Shape, k.Form)
+	}
+	fmt.Fprintln(stdout)
 	abl, err := rules.Ablate(ctx, g, sets, sat)
 	if err != nil {
 		return err
 	}
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WITHOUT\tKERNELS\tESTIMATE")
+	fmt.Fprintln(tw, "WITHOUT\tKERNELS\tAT LOAD\tE-NODES\tSTOP\tSATURATION\tESTIMATE")
 	for _, a := range abl {
 		if a.Err != nil {
-			fmt.Fprintf(tw, "%s\t-\tno kernel program\n", a.Without)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno kernel program\n", a.Without)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3g s\n", a.Without, a.Kernels, a.Cost)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%v\t%.3g s\n", a.Without, a.Kernels, a.Prep, a.Nodes, a.Stop, a.Time.Round(1e6), a.Cost)
 	}
 	return tw.Flush()
 }

@@ -35,8 +35,10 @@ func TestRulesStats(t *testing.T) {
 	r := runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^model tiny-llama:mlp \(\d+ ops\): \d+ e-nodes`, r.stdout)
-	assert.Regexp(t, `(?m)^best program: \d+ kernels \(the naive program has 6\)`, r.stdout)
-	assert.Regexp(t, `(?m)^lower +- +no kernel program$`, r.stdout)
+	assert.Regexp(t, `(?m)^best program: 3 kernels per run and 0 at load time \(the naive program has 6\)`, r.stdout)
+	assert.Regexp(t, `(?m)^  run  \[1,4,128\] +matmul, epilogue \[sigmoid mul mul\]$`, r.stdout)
+	assert.Regexp(t, `(?m)^ *RULE SET +RULES +MATCHES +APPLIED +NEW E-NODES +TIME$`, r.stdout)
+	assert.Regexp(t, `(?m)^fuse +6 +0 +\d+ +saturated +\S+ +\S+ s$`, r.stdout, "without fusion, one kernel per op")
 	r = runArgs(t, "rules", "stats", "tiny-llama:mlp", "--disable", "nope")
 	require.Equal(t, exitUsage, r.code)
 }
