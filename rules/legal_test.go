@@ -1,0 +1,117 @@
+package rules
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLegal checks each kernel form Legal accepts, and the near misses it
+// must reject.
+func TestLegal(t *testing.T) {
+	rmsNorm := func(b *ir.Builder, x ir.Value) ir.Value {
+		ss := b.Sum(b.Mul(x, x), 1)
+		return b.Mul(x, b.BroadcastTo(b.Rsqrt(ss), b.Shape(x)))
+	}
+	softmax := func(b *ir.Builder, s ir.Value) ir.Value {
+		m := b.ReduceMax(s, 1)
+		e := b.Exp(b.Sub(s, b.BroadcastTo(m, b.Shape(s))))
+		return b.Div(e, b.BroadcastTo(b.Sum(e, 1), b.Shape(e)))
+	}
+	tests := []struct {
+		name  string
+		build func(b *ir.Builder) ir.Value
+		legal bool
+		form  string
+	}{
+		{"elementwise chain", func(b *ir.Builder) ir.Value {
+			x := b.Input("x", ir.F32, 8, 16)
+			return b.Exp(b.Add(x, b.Neg(x)))
+		}, true, "elementwise"},
+		{"row kernel", func(b *ir.Builder) ir.Value {
+			return rmsNorm(b, b.Input("x", ir.F32, 8, 16))
+		}, true, "row"},
+		{"matmul with norm prologue and epilogue", func(b *ir.Builder) ir.Value {
+			x := b.Input("x", ir.F32, 8, 16)
+			w := b.Weight("w", ir.F32, 16, 4)
+			return b.Add(b.MatMul(rmsNorm(b, x), w), b.Input("r", ir.F32, 8, 4))
+		}, true, "matmul, prologue [mul sum rsqrt mul] with a row reduction, epilogue [add]"},
+		{"row reduction after a matmul", func(b *ir.Builder) ir.Value {
+			x := b.Input("x", ir.F32, 8, 16)
+			return rmsNorm(b, b.MatMul(x, b.Weight("w", ir.F32, 16, 16)))
+		}, false, ""},
+		{"attention", func(b *ir.Builder) ir.Value {
+			q := b.Input("q", ir.F32, 8, 4)
+			k := b.Input("k", ir.F32, 4, 8)
+			v := b.Input("v", ir.F32, 8, 4)
+			return b.MatMul(softmax(b, b.MatMul(q, k)), v)
+		}, true, "attention"},
+		{"two matmuls without a softmax", func(b *ir.Builder) ir.Value {
+			x := b.Input("x", ir.F32, 8, 16)
+			h := b.Exp(b.MatMul(x, b.Weight("w1", ir.F32, 16, 16)))
+			return b.MatMul(rmsNorm(b, h), b.Weight("w2", ir.F32, 16, 4))
+		}, false, ""},
+		{"three matmuls", func(b *ir.Builder) ir.Value {
+			q := b.Input("q", ir.F32, 8, 4)
+			k := b.Input("k", ir.F32, 4, 8)
+			v := b.Input("v", ir.F32, 8, 4)
+			return b.MatMul(b.MatMul(softmax(b, b.MatMul(q, k)), v), b.Weight("o", ir.F32, 4, 4))
+		}, false, ""},
+		{"one reduction across rows", func(b *ir.Builder) ir.Value {
+			return b.Sum(b.Exp(b.Input("x", ir.F32, 8, 16)), 0)
+		}, true, "sum"},
+		{"two reductions across rows", func(b *ir.Builder) ir.Value {
+			x := b.Input("x", ir.F32, 8, 16)
+			return b.Add(b.Sum(x, 0), b.Sum(b.Exp(x), 0))
+		}, false, ""},
+		{"too many arguments", func(b *ir.Builder) ir.Value {
+			s := b.Input("x0", ir.F32, 4)
+			for i := 1; i <= maxKernelArgs; i++ {
+				s = b.Add(s, b.Input("x"+string(rune('0'+i)), ir.F32, 4))
+			}
+			return s
+		}, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := ir.NewBuilder("kernel")
+			b.Output("out", tt.build(b))
+			body, err := b.Build()
+			require.NoError(t, err)
+			assert.Equal(t, tt.legal, Legal(body))
+			if tt.legal {
+				assert.Equal(t, tt.form, FormOf(body).String())
+			}
+		})
+	}
+}
+
+// TestCorpusKernelBars saturates a Llama 3 8B and a GPT-2 layer with every
+// rule set and checks the program extraction picks under the simple
+// estimate: at most 8 kernels per run, among them a fused attention kernel,
+// a matmul with a fused epilogue and a matmul with a norm prologue.
+func TestCorpusKernelBars(t *testing.T) {
+	for _, name := range []string{"llama-3-8b:layer", "gpt2:block"} {
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 16})
+			require.NoError(t, err)
+			prog, err := Saturate(context.Background(), g, allRewrites(t), SaturateOptions{NodeLimit: 200_000})
+			require.NoError(t, err)
+			t.Logf("%s: %d e-nodes (%s), %d kernels per run, %d at load", name, prog.EGraph.NumNodes(), prog.Report.Stop, prog.Kernels, prog.Prep)
+			require.LessOrEqual(t, prog.Kernels, 8)
+			var attention, epilogue, prologue bool
+			for _, k := range prog.List {
+				attention = attention || k.Form.Kind == "attention"
+				epilogue = epilogue || k.Form.Kind == "matmul" && len(k.Form.Epilogue) > 0
+				prologue = prologue || k.Form.Kind == "matmul" && k.Form.RowPrologue
+			}
+			assert.True(t, attention, "a fused attention kernel")
+			assert.True(t, epilogue, "a matmul with a fused epilogue")
+			assert.True(t, prologue, "a matmul with a norm prologue")
+		})
+	}
+}
