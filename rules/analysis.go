@@ -20,13 +20,20 @@ type Data struct {
 	// WeightOnly says the value depends on weights and constants only, so
 	// it can be computed once at load time.
 	WeightOnly bool
+	// Outputs, for the class of a kernel with several outputs, are their
+	// types; such a class is no tensor (Shape and DType are unset), and
+	// (proj i K) nodes take its outputs apart.
+	Outputs []ir.ValueType
 	// Err is set when the class's nodes are ill-typed: a rule built a term
 	// the type checker rejects. Sound rules never do.
 	Err string
 }
 
-// Valid reports whether the class has a type.
+// Valid reports whether the class is a tensor with a type.
 func (d Data) Valid() bool { return d.Err == "" && d.DType.Valid() }
+
+// IsTuple reports whether the class is a multi-output kernel's outputs.
+func (d Data) IsTuple() bool { return d.Err == "" && len(d.Outputs) > 0 }
 
 // Analysis is the tensor analysis. Conflicts between the facts of merged
 // classes (two shapes for one value, two constants) can only come from an
@@ -69,6 +76,9 @@ func (a *Analysis) Make(g *egraph.EGraph[Data], n egraph.Node) Data {
 			}
 		}
 		return kernelData(n, kids)
+	}
+	if n.Op == ProjSymbol {
+		return projData(n, g.Data(n.Children[0]))
 	}
 	op, ok := OpOf(n.Op)
 	if !ok {
@@ -165,7 +175,7 @@ func (a *Analysis) Merge(to *Data, from Data) egraph.DidMerge {
 		return egraph.DidMerge{From: to.Err == ""}
 	}
 	var dm egraph.DidMerge
-	if !to.Shape.Equal(from.Shape) || to.DType != from.DType ||
+	if !sameTypes(to.Outputs, from.Outputs) || !to.Shape.Equal(from.Shape) || to.DType != from.DType ||
 		(to.IsConst && from.IsConst && to.Const != from.Const && !(math.IsNaN(to.Const) && math.IsNaN(from.Const))) {
 		a.mu.Lock()
 		a.conflicts = append(a.conflicts, Conflict{A: *to, B: from})
@@ -185,6 +195,19 @@ func (a *Analysis) Merge(to *Data, from Data) egraph.DidMerge {
 		dm.From = true
 	}
 	return dm
+}
+
+// sameTypes reports whether two output lists agree.
+func sameTypes(a, b []ir.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Shape.Equal(b[i].Shape) || a[i].DType != b[i].DType {
+			return false
+		}
+	}
+	return true
 }
 
 // Modify implements egraph.Analysis: with Fold, a class known to be a splat

@@ -60,6 +60,7 @@ func classOutput(c egraph.ClassID) string { return fmt.Sprintf("class %d", c) }
 func toGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.ClassID) (egraph.NodeID, bool), show []egraph.ClassID) (*ir.Graph, error) {
 	b := ir.NewBuilder(name)
 	val := map[egraph.ClassID]ir.Value{}
+	tuples := map[egraph.ClassID][]ir.Value{} // multi-output kernels' outputs
 	onPath := map[egraph.ClassID]bool{}
 	var visit func(c egraph.ClassID) (ir.Value, error)
 	visit = func(c egraph.ClassID) (ir.Value, error) {
@@ -88,15 +89,26 @@ func toGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.Cla
 			ins[i] = v
 		}
 		var v ir.Value
-		if n.Op == KernelSymbol {
+		switch n.Op {
+		case KernelSymbol:
 			// A kernel's body is inlined: the program computes the same,
 			// and the interpreter checks the body with everything else.
 			body, ok := Spec(pay)
 			if !ok {
 				return ir.NoValue, fmt.Errorf("to graph %s: class %d chose a kernel with an unknown body", name, c)
 			}
-			v = inline(b, body, ins)
-		} else {
+			outs := inline(b, body, ins)
+			v = outs[0]
+			if len(outs) > 1 {
+				tuples[c] = outs
+			}
+		case ProjSymbol:
+			outs, ok := tuples[eg.Find(children[0])]
+			if !ok || uint64(pay) >= uint64(len(outs)) {
+				return ir.NoValue, fmt.Errorf("to graph %s: class %d chose proj %d of a class that is no multi-output kernel", name, c, pay)
+			}
+			v = outs[pay]
+		default:
 			op, ok := OpOf(n.Op)
 			if !ok {
 				return ir.NoValue, fmt.Errorf("to graph %s: class %d chose %s, which is not a tensor op", name, c, n.Op)
@@ -150,14 +162,14 @@ func GraphRoots(g *ir.Graph, classes []egraph.ClassID) []Root {
 }
 
 // inline adds a kernel body's nodes to b with its arguments bound to args,
-// and returns the body's (first) output.
-func inline(b *ir.Builder, body *ir.Graph, args []ir.Value) ir.Value {
+// and returns the body's outputs.
+func inline(b *ir.Builder, body *ir.Graph, args []ir.Value) []ir.Value {
 	vals := make([]ir.Value, len(body.Nodes))
 	arg := 0
 	for i, n := range body.Nodes {
 		if n.Op == ir.OpInput {
 			if arg >= len(args) {
-				return ir.NoValue
+				return []ir.Value{ir.NoValue}
 			}
 			vals[i] = args[arg]
 			arg++
@@ -169,7 +181,11 @@ func inline(b *ir.Builder, body *ir.Graph, args []ir.Value) ir.Value {
 		}
 		vals[i] = b.Apply(n.Op, n.Attrs, ins...)
 	}
-	return vals[body.Outputs[0].Value]
+	outs := make([]ir.Value, len(body.Outputs))
+	for i, o := range body.Outputs {
+		outs[i] = vals[o.Value]
+	}
+	return outs
 }
 
 // SolutionGraph builds the ir graph of an extraction: the nodes sol chooses

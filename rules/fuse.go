@@ -150,12 +150,12 @@ func buildFusion(cPay, pPay egraph.Payload, m, pos int) fusion {
 			for _, w := range pIns {
 				pArgs = append(pArgs, arg(pBody, w))
 			}
-			cArgs = append(cArgs, inline(b, pBody, pArgs))
+			cArgs = append(cArgs, inline(b, pBody, pArgs)[0])
 			continue
 		}
 		cArgs = append(cArgs, arg(cBody, v))
 	}
-	b.Output("out", inline(b, cBody, cArgs))
+	b.Output("out", inline(b, cBody, cArgs)[0])
 	body, err := b.Build()
 	if err != nil {
 		return fusion{}

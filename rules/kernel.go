@@ -17,6 +17,11 @@ import (
 // $0..$n-1 in canonical form, interned into the payload.
 var KernelSymbol = egraph.Intern("kernel")
 
+// ProjSymbol is the operator of (proj K) with payload i: output i of the
+// multi-output kernel whose class is K. It moves nothing: consumers read
+// the output the kernel wrote.
+var ProjSymbol = egraph.Intern("proj")
+
 var specTable = struct {
 	sync.RWMutex
 	ids    map[string]egraph.Payload
@@ -71,11 +76,46 @@ func kernelData(n egraph.Node, kids []Data) Data {
 		}
 		weightOnly = weightOnly && kids[i].WeightOnly
 	}
-	if len(body.Outputs) != 1 {
-		return Data{Err: "kernels with several outputs are not supported yet"}
+	switch len(body.Outputs) {
+	case 0:
+		return Data{Err: "kernel without outputs"}
+	case 1:
+		out := body.Node(body.Outputs[0].Value)
+		return Data{Shape: out.Shape.Clone(), DType: out.DType, WeightOnly: weightOnly}
 	}
-	out := body.Node(body.Outputs[0].Value)
-	return Data{Shape: out.Shape.Clone(), DType: out.DType, WeightOnly: weightOnly}
+	d := Data{WeightOnly: weightOnly}
+	for _, o := range body.Outputs {
+		n := body.Node(o.Value)
+		d.Outputs = append(d.Outputs, ir.ValueType{Shape: n.Shape.Clone(), DType: n.DType})
+	}
+	return d
+}
+
+// projData types (proj i K) from K's outputs.
+func projData(n egraph.Node, k Data) Data {
+	switch {
+	case k.Err != "":
+		return Data{Err: k.Err}
+	case !k.IsTuple():
+		return Data{Err: "proj of a class that is not a multi-output kernel"}
+	case uint64(n.Payload) >= uint64(len(k.Outputs)):
+		return Data{Err: fmt.Sprintf("proj %d of a kernel with %d outputs", n.Payload, len(k.Outputs))}
+	}
+	t := k.Outputs[n.Payload]
+	return Data{Shape: t.Shape.Clone(), DType: t.DType, WeightOnly: k.WeightOnly}
+}
+
+// dataBytes is the size of a class's value: a tensor, or all of a
+// multi-output kernel's outputs.
+func dataBytes(d Data) int64 {
+	if d.IsTuple() {
+		var n int64
+		for _, t := range d.Outputs {
+			n += t.Shape.NumElements() * int64(t.DType.Size())
+		}
+		return n
+	}
+	return d.Shape.NumElements() * int64(d.DType.Size())
 }
 
 // OneOpKernel builds the kernel term computing one tensor op over the given
@@ -160,15 +200,17 @@ func SimpleCost(eg *egraph.EGraph[Data]) extract.CostFunc {
 	return func(g *egraph.Graph, id egraph.NodeID) float64 {
 		n := g.Node(id)
 		d := eg.Data(g.NodeClass(id))
-		if !d.Valid() {
+		if !d.Valid() && !d.IsTuple() {
 			return math.Inf(1)
 		}
+		if n.Op == ProjSymbol {
+			return 0
+		}
 		if n.Op == KernelSymbol {
-			out := d.Shape.NumElements() * int64(d.DType.Size())
+			out := dataBytes(d)
 			var in int64
 			for _, k := range n.Children {
-				kd := eg.Data(k)
-				in += kd.Shape.NumElements() * int64(kd.DType.Size())
+				in += dataBytes(eg.Data(k))
 			}
 			if d.WeightOnly {
 				return est.Prep(in, out)

@@ -9,8 +9,9 @@ import (
 // Bounds on what a kernel body may hold: its node count and its argument
 // count. Past them a body is not Legal, whatever its form.
 const (
-	maxBodyNodes  = 96
-	maxKernelArgs = 8
+	maxBodyNodes     = 96
+	maxKernelArgs    = 8
+	maxKernelOutputs = 2
 )
 
 // Legal says whether lowering will accept a kernel body. It is the one
@@ -30,9 +31,10 @@ const (
 //     scale, mask) on their operands.
 //
 // Casts and concats count as views: they only say where elements come
-// from.
+// from. A kernel without matmuls may write a second output, a value it
+// computes on the way (a residual sum next to its norm).
 func Legal(body *ir.Graph) bool {
-	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) != 1 {
+	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) == 0 || len(body.Outputs) > maxKernelOutputs {
 		return false
 	}
 	nodes := make([]formNode, len(body.Nodes))
@@ -41,6 +43,13 @@ func Legal(body *ir.Graph) bool {
 		nodes[i].kids = make([]int32, len(n.Inputs))
 		for k, in := range n.Inputs {
 			nodes[i].kids[k] = int32(in)
+		}
+	}
+	if len(body.Outputs) > 1 {
+		for _, n := range nodes {
+			if n.kind == formMatMul {
+				return false // a tiled matmul does not write its prologue's values
+			}
 		}
 	}
 	return legalForm(nodes, false)
@@ -181,6 +190,8 @@ type Form struct {
 	// Prologue and Epilogue list the computing ops (views aside) before
 	// and after a matmul, in body order.
 	Prologue, Epilogue []string
+	// Outputs counts what the kernel writes.
+	Outputs int
 }
 
 // String prints the form on one line: "matmul, prologue [rsqrt mul]
@@ -196,11 +207,20 @@ func (f Form) String() string {
 	if len(f.Epilogue) > 0 {
 		s += fmt.Sprintf(", epilogue %v", f.Epilogue)
 	}
+	if f.Outputs > 1 {
+		s += fmt.Sprintf(", %d outputs", f.Outputs)
+	}
 	return s
 }
 
 // FormOf classifies a kernel body.
 func FormOf(body *ir.Graph) Form {
+	f := formOfBody(body)
+	f.Outputs = len(body.Outputs)
+	return f
+}
+
+func formOfBody(body *ir.Graph) Form {
 	var matmuls []int
 	var other string
 	rows := false

@@ -148,8 +148,90 @@ func growRegions(g *egraph.EGraph[Data], memo *regionMemo, rule string, root egr
 		} else if g.Find(k) != g.Find(first) {
 			g.Union(k, first, rule)
 		}
+		if second, ok := r.secondOutput(); ok {
+			r.addTwoOutputs(rule, c, second)
+		}
 	}
 	return first, added
+}
+
+// secondOutput picks the value a row kernel computes first from its
+// arguments, to write it as well: the residual sum a norm kernel adds
+// before normalizing it, which the next residual add reads again.
+// Extraction takes the two-output kernel where that saves the sum's own
+// kernel.
+func (r *region) secondOutput() (egraph.ClassID, bool) {
+	if r.matmuls > 0 {
+		return 0, false
+	}
+	rows := false
+	for _, f := range r.forms() {
+		rows = rows || f.kind == formRow || f.kind == formSoftmax
+	}
+	if !rows {
+		return 0, false
+	}
+	root := r.g.Data(r.classes[0])
+	for i, n := range r.nodes[1:] {
+		c := r.classes[i+1]
+		op, _ := OpOf(n.Op)
+		if op.Class() == ir.ClassView || !r.g.Data(c).Shape.Equal(root.Shape) {
+			continue
+		}
+		direct := true
+		for _, k := range n.Children {
+			direct = direct && r.readsArgs(k)
+		}
+		if direct {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// readsArgs reports whether class c is, inside the region, an argument, a
+// folded constant, or a view of such.
+func (r *region) readsArgs(c egraph.ClassID) bool {
+	c = r.g.Find(c)
+	if _, ok := r.argAt[c]; ok || r.consts[c] {
+		return true
+	}
+	at, ok := r.at[c]
+	if !ok {
+		return false
+	}
+	n := r.nodes[at]
+	if op, _ := OpOf(n.Op); op.Class() != ir.ClassView {
+		return false
+	}
+	for _, k := range n.Children {
+		if !r.readsArgs(k) {
+			return false
+		}
+	}
+	return true
+}
+
+// addTwoOutputs adds the region's kernel writing its root (class c) and
+// class second, and the projections that take its outputs apart.
+func (r *region) addTwoOutputs(rule string, c, second egraph.ClassID) {
+	body, args, ok := r.bodyOf(r.classes[0], second)
+	if !ok {
+		return
+	}
+	k, err := r.g.Add(egraph.Node{Op: KernelSymbol, Payload: SpecPayload(body), Children: args})
+	if err != nil || !r.g.Data(k).IsTuple() {
+		return
+	}
+	for i, want := range []egraph.ClassID{c, second} {
+		p, err := r.g.Add(egraph.Node{Op: ProjSymbol, Payload: egraph.Payload(i), Children: []egraph.ClassID{k}})
+		if err != nil {
+			return
+		}
+		if r.g.Find(p) != r.g.Find(want) {
+			r.g.Union(p, want, rule)
+		}
+	}
 }
 
 // region is a kernel body being grown: nodes chosen for the classes it
@@ -436,6 +518,11 @@ func (r *region) topo() []int {
 // body builds the region's kernel body in canonical form and the argument
 // classes in the body's input order.
 func (r *region) body() (*ir.Graph, []egraph.ClassID, bool) {
+	return r.bodyOf(r.classes[0])
+}
+
+// bodyOf builds the region's body writing the given classes.
+func (r *region) bodyOf(outs ...egraph.ClassID) (*ir.Graph, []egraph.ClassID, bool) {
 	b := ir.NewBuilder("kernel")
 	vals := map[egraph.ClassID]ir.Value{}
 	var inputs []egraph.ClassID
@@ -466,7 +553,9 @@ func (r *region) body() (*ir.Graph, []egraph.ClassID, bool) {
 		vals[c] = v
 		return v
 	}
-	b.Output("out", value(r.classes[0]))
+	for i, c := range outs {
+		b.Output(fmt.Sprintf("out%d", i), value(c))
+	}
 	body, err := b.Build()
 	if err != nil || !Legal(body) {
 		return nil, nil, false

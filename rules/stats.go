@@ -55,7 +55,8 @@ type Program struct {
 }
 
 // Saturate builds g's e-graph, runs the rewrites, and extracts the
-// cheapest kernel program (greedy DAG over the simple estimate), returned
+// cheapest kernel program (greedy DAG over the simple estimate, then
+// extract.Improve's local search), returned
 // as an ir graph with kernel bodies inlined.
 func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt SaturateOptions) (*Program, error) {
 	if opt.IterLimit <= 0 {
@@ -86,7 +87,11 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if err != nil {
 		return nil, fmt.Errorf("saturate %s: no kernel program: %w", g.Name, err)
 	}
-	sol, cost, err := extract.GreedyDAG(ctx, p)
+	sol, _, err := extract.GreedyDAG(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	sol, cost, err := extract.Improve(ctx, p, sol)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +182,9 @@ func Ablate(ctx context.Context, g *ir.Graph, sets []string, opt SaturateOptions
 // Kernel is one kernel of an extracted program.
 type Kernel struct {
 	Class egraph.ClassID
-	Shape ir.Shape
+	// Outputs are the types of what it writes (one, or a multi-output
+	// kernel's several).
+	Outputs []ir.ValueType
 	// Prep says it depends on weights only and runs once at load time.
 	Prep bool
 	Body *ir.Graph
@@ -202,7 +209,11 @@ func ProgramKernels(eg *egraph.EGraph[Data], p *extract.Problem, sol *extract.So
 			return nil, fmt.Errorf("class %d: a kernel with an unknown body", p.ClassIDs[c])
 		}
 		d := eg.Data(p.ClassIDs[c])
-		out = append(out, Kernel{Class: p.ClassIDs[c], Shape: d.Shape, Prep: d.WeightOnly, Body: body, Form: FormOf(body)})
+		outs := d.Outputs
+		if !d.IsTuple() {
+			outs = []ir.ValueType{{Shape: d.Shape, DType: d.DType}}
+		}
+		out = append(out, Kernel{Class: p.ClassIDs[c], Outputs: outs, Prep: d.WeightOnly, Body: body, Form: FormOf(body)})
 	}
 	return out, nil
 }

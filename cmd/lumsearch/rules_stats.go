@@ -113,7 +113,11 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 		if k.Prep {
 			when = "load"
 		}
-		fmt.Fprintf(stdout, "  %s %-16v %s\n", when, k.Shape, k.Form)
+		var shapes []string
+		for _, o := range k.Outputs {
+			shapes = append(shapes, fmt.Sprint(o.Shape))
+		}
+		fmt.Fprintf(stdout, "  %s %-16s %s\n", when, strings.Join(shapes, " "), k.Form)
 	}
 	fmt.Fprintln(stdout)
 	abl, err := rules.Ablate(ctx, g, sets, sat)

@@ -1,0 +1,119 @@
+package extract
+
+import (
+	"context"
+	"fmt"
+)
+
+// improveRounds bounds Improve's passes over the moves.
+const improveRounds = 4
+
+// Improve refines a solution by local search on its DAG cost. Greedy
+// choices are made class by class, each as if it paid alone for what it
+// reads, so they miss sharing that pays only when several classes move
+// together. Improve tries two kinds of move: one class to another node,
+// and adopting a class X, where every needed class that has a node reading
+// X switches to it at once (the move that lets one multi-output kernel, or
+// one materialized value, serve all its readers). It keeps a move only when
+// the cost drops, so the result is never worse than s; it stops when a
+// round keeps nothing, after a few rounds, or when ctx ends (returning the
+// best so far with ctx's error).
+func Improve(ctx context.Context, p *Problem, s *Solution) (*Solution, float64, error) {
+	if err := s.Check(p); err != nil {
+		return nil, 0, fmt.Errorf("extract: improve: %w", err)
+	}
+	links := newRevLinks(p)
+	// Classes s leaves out take greedy's choices, so that a move may read
+	// a class no needed node read before.
+	base, err := greedyChoices(ctx, p, links)
+	if err != nil {
+		return nil, 0, err
+	}
+	choice := make([]int32, len(s.Choice))
+	for c := range choice {
+		choice[c] = s.Choice[c]
+		if choice[c] < 0 {
+			choice[c] = base[c]
+		}
+	}
+	cost := func() (float64, bool) {
+		v, err := (&Solution{Choice: choice}).DAGCost(p)
+		return v, err == nil
+	}
+	best, _ := cost()
+	needed := func() map[int32]bool {
+		order, _ := (&Solution{Choice: choice}).Needed(p)
+		m := make(map[int32]bool, len(order))
+		for _, c := range order {
+			m[c] = true
+		}
+		return m
+	}
+	type change struct{ class, from int32 }
+	var undo []change
+	set := func(c, n int32) {
+		undo = append(undo, change{c, choice[c]})
+		choice[c] = n
+	}
+	// try keeps the changes made since mark when they lower the cost.
+	try := func(mark int) bool {
+		if len(undo) == mark {
+			return false
+		}
+		if v, ok := cost(); ok && v < best*(1-1e-12) {
+			best = v
+			undo = undo[:mark]
+			return true
+		}
+		for i := len(undo) - 1; i >= mark; i-- {
+			choice[undo[i].class] = undo[i].from
+		}
+		undo = undo[:mark]
+		return false
+	}
+	for range improveRounds {
+		improved := false
+		// Adopt each class by all its needed readers.
+		for x := range int32(p.NumClasses()) {
+			if err := ctx.Err(); err != nil {
+				return finishImprove(p, choice, best, err)
+			}
+			need := needed()
+			mark := len(undo)
+			moved := map[int32]bool{}
+			for _, n := range links.parentsOf(x) {
+				c := p.Nodes[n].Class
+				if !need[c] || moved[c] || choice[c] == n {
+					continue
+				}
+				moved[c] = true
+				set(c, n)
+			}
+			improved = try(mark) || improved
+		}
+		// Move single classes, in program order.
+		order, _ := (&Solution{Choice: choice}).Needed(p)
+		for _, c := range order {
+			for _, n := range p.ClassNodes[c] {
+				if n == choice[c] {
+					continue
+				}
+				mark := len(undo)
+				set(c, n)
+				improved = try(mark) || improved
+			}
+		}
+		if !improved {
+			break
+		}
+	}
+	return finishImprove(p, choice, best, nil)
+}
+
+func finishImprove(p *Problem, choice []int32, cost float64, err error) (*Solution, float64, error) {
+	s, cerr := checkedSolution(p, "Improve", choice)
+	if cerr != nil {
+		return nil, 0, cerr
+	}
+	return s, cost, err
+}

@@ -1,0 +1,61 @@
+package rules
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRegionTwoOutputs checks residual add plus norm as one kernel with two
+// outputs: a graph that returns both the residual sum and its RMS norm is
+// extracted as a single kernel writing both, and random extractions (which
+// mix projections, one-output kernels and one-op kernels) compute the same.
+func TestRegionTwoOutputs(t *testing.T) {
+	b := ir.NewBuilder("residual-norm")
+	x := b.Input("x", ir.F32, 4, 32)
+	r := b.Input("r", ir.F32, 4, 32)
+	w := b.Weight("w", ir.F32, 32)
+	h := b.Add(x, r)
+	ss := b.Mul(b.Sum(b.Mul(h, h), 1), b.BroadcastTo(b.Scalar(ir.F32, 1.0/32), ir.Shape{4, 1}))
+	rs := b.Rsqrt(b.Add(ss, b.BroadcastTo(b.Scalar(ir.F32, 0.0009765625), ir.Shape{4, 1})))
+	b.Output("normed", b.Mul(b.Mul(h, b.BroadcastTo(rs, ir.Shape{4, 32})), b.BroadcastTo(w, ir.Shape{4, 32})))
+	b.Output("sum", h)
+	g, err := b.Build()
+	require.NoError(t, err)
+
+	eg, _ := NewEGraph(false)
+	classes, err := AddGraph(eg, g)
+	require.NoError(t, err)
+	run := egraph.Runner[Data]{IterLimit: 6}
+	_, err = run.Run(context.Background(), eg, append(LowerRewrites(), RegionRewrites()...))
+	require.NoError(t, err)
+	p, err := extract.NewProblem(&eg.Graph, RootClasses(GraphRoots(g, classes)), SimpleCost(eg), nil)
+	require.NoError(t, err)
+	best, _, err := extract.GreedyDAG(context.Background(), p)
+	require.NoError(t, err)
+	best, _, err = extract.Improve(context.Background(), p, best)
+	require.NoError(t, err)
+	ks, err := ProgramKernels(eg, p, best)
+	require.NoError(t, err)
+	require.Len(t, ks, 1, "one kernel writes the norm and the sum")
+	require.Len(t, ks[0].Outputs, 2)
+	require.Equal(t, "row, 2 outputs", ks[0].Form.String())
+
+	feeds, err := ir.RandomFeeds(g, 3, ir.Typical)
+	require.NoError(t, err)
+	sols := []*extract.Solution{best}
+	for seed := range uint64(16) {
+		sol, err := extract.Random(p, seed)
+		require.NoError(t, err)
+		sols = append(sols, sol)
+	}
+	for i, sol := range sols {
+		d, err := CheckExtraction(context.Background(), eg, g, classes, p, sol, feeds)
+		require.NoError(t, err)
+		require.Nil(t, d, "extraction %d: %v", i, d)
+	}
+}
