@@ -388,9 +388,9 @@ func (r *region) reaches(from, to egraph.ClassID) bool {
 
 // matmulDerived reports whether class c is what a matmul kernel with an
 // epilogue produces: a matmul's result, possibly through elementwise ops
-// and views whose other operands are weights, constants or other such
-// results (a bias, a residual input, a gated product). A value that also
-// reads a reduction of the matmul's result (a norm of it) is not.
+// and views whose other operands are anything but a reduction's result
+// (a bias, a residual stream, a gated product). A value that also reads a
+// reduction (a norm of the matmul's result) is not.
 func (r *region) matmulDerived(c egraph.ClassID, depth int) bool {
 	c = r.g.Find(c)
 	if v, ok := r.derived[c]; ok {
@@ -398,7 +398,7 @@ func (r *region) matmulDerived(c egraph.ClassID, depth int) bool {
 	}
 	r.derived[c] = false // cycles read as not derived
 	n, ok := r.pick(c)
-	if !ok || depth > 24 {
+	if !ok || depth > 64 {
 		return false
 	}
 	op, _ := OpOf(n.Op)
@@ -410,8 +410,7 @@ func (r *region) matmulDerived(c egraph.ClassID, depth int) bool {
 			case d.WeightOnly || d.IsConst || r.isLeaf(k):
 			case r.matmulDerived(k, depth+1):
 				v = true
-			default:
-				r.derived[c] = false
+			case r.reduces(k, 0):
 				return false
 			}
 		}
@@ -420,6 +419,28 @@ func (r *region) matmulDerived(c egraph.ClassID, depth int) bool {
 	}
 	r.derived[c] = v
 	return v
+}
+
+// reduces reports whether class c is a reduction's result, possibly
+// through elementwise ops and views.
+func (r *region) reduces(c egraph.ClassID, depth int) bool {
+	n, ok := r.pick(r.g.Find(c))
+	if !ok || depth > 16 {
+		return false
+	}
+	op, _ := OpOf(n.Op)
+	switch op.Class() {
+	case ir.ClassReduce:
+		return true
+	case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView:
+		for _, k := range n.Children {
+			if !r.g.Data(k).WeightOnly && r.reduces(k, depth+1) {
+				return true
+			}
+		}
+		return false
+	}
+	return op == ir.OpSoftmax || op == ir.OpRMSNorm || op == ir.OpLayerNorm
 }
 
 // isLeaf reports whether class c holds a leaf (an input, weight or state).

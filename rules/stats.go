@@ -43,7 +43,13 @@ type SaturateOptions struct {
 type Program struct {
 	EGraph *egraph.EGraph[Data]
 	Report *egraph.Report
-	Roots  []Root
+	// Classes are the e-graph classes of the graph's values (AddGraph's),
+	// Roots the classes the program computes.
+	Classes []egraph.ClassID
+	Roots   []Root
+	// Problem and Solution are the extraction.
+	Problem  *extract.Problem
+	Solution *extract.Solution
 	// Kernels counts the launches of one run; Prep the kernels that
 	// depend on weights only and run once at load time.
 	Kernels int
@@ -52,13 +58,13 @@ type Program struct {
 	Cost    float64  // estimated seconds
 	Graph   *ir.Graph
 	Time    time.Duration // saturation time
+	// Block, when the graph has repeated blocks, says how the search ran
+	// on one pair of them (SaturateModel).
+	Block *BlockSearch
 }
 
-// Saturate builds g's e-graph, runs the rewrites, and extracts the
-// cheapest kernel program (greedy DAG over the simple estimate, then
-// extract.Improve's local search), returned
-// as an ir graph with kernel bodies inlined.
-func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt SaturateOptions) (*Program, error) {
+// withDefaults fills SaturateOptions' defaults in.
+func (opt SaturateOptions) withDefaults() SaturateOptions {
 	if opt.IterLimit <= 0 {
 		opt.IterLimit = 30
 	}
@@ -68,6 +74,15 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if opt.TimeLimit <= 0 {
 		opt.TimeLimit = time.Minute
 	}
+	return opt
+}
+
+// Saturate builds g's e-graph, runs the rewrites, and extracts the
+// cheapest kernel program (greedy DAG over the simple estimate, then
+// extract.Improve's local search), returned as an ir graph with kernel
+// bodies inlined.
+func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt SaturateOptions) (*Program, error) {
+	opt = opt.withDefaults()
 	eg, an := NewEGraph(false)
 	classes, err := AddGraph(eg, g)
 	if err != nil {
@@ -79,25 +94,34 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if err != nil {
 		return nil, fmt.Errorf("saturate %s: %w", g.Name, err)
 	}
-	prog := &Program{EGraph: eg, Report: rep, Roots: GraphRoots(g, classes), Time: time.Since(start)}
+	prog := &Program{EGraph: eg, Report: rep, Classes: classes, Roots: GraphRoots(g, classes), Time: time.Since(start)}
 	if c := an.Conflicts(); len(c) > 0 {
 		return nil, fmt.Errorf("saturate %s: a rule merged incompatible classes: %s", g.Name, c[0])
 	}
+	return prog, prog.extract(ctx, g.Name)
+}
+
+// extract picks the program from the saturated e-graph and fills the
+// extraction's fields in.
+func (prog *Program) extract(ctx context.Context, name string) error {
+	eg := prog.EGraph
 	p, err := extract.NewProblem(&eg.Graph, RootClasses(prog.Roots), SimpleCost(eg), nil)
 	if err != nil {
-		return nil, fmt.Errorf("saturate %s: no kernel program: %w", g.Name, err)
+		return fmt.Errorf("saturate %s: no kernel program: %w", name, err)
 	}
 	sol, _, err := extract.GreedyDAG(ctx, p)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sol, cost, err := extract.Improve(ctx, p, sol)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	prog.Problem, prog.Solution, prog.Cost = p, sol, cost
 	if prog.List, err = ProgramKernels(eg, p, sol); err != nil {
-		return nil, err
+		return err
 	}
+	prog.Kernels, prog.Prep = 0, 0
 	for _, k := range prog.List {
 		if k.Prep {
 			prog.Prep++
@@ -105,9 +129,8 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 			prog.Kernels++
 		}
 	}
-	prog.Cost = cost
-	prog.Graph, err = SolutionGraph(&eg.Graph, g.Name, prog.Roots, p, sol)
-	return prog, err
+	prog.Graph, err = SolutionGraph(&eg.Graph, name, prog.Roots, p, sol)
+	return err
 }
 
 // RuleStat sums one rule's share of a saturation.
@@ -168,7 +191,7 @@ func Ablate(ctx context.Context, g *ir.Graph, sets []string, opt SaturateOptions
 			rws = append(rws, r...)
 		}
 		a := Ablation{Without: leave}
-		if prog, err := Saturate(ctx, g, rws, opt); err != nil {
+		if prog, err := SaturateModel(ctx, g, rws, opt); err != nil {
 			a.Err = err
 		} else {
 			a.Kernels, a.Prep, a.Cost = prog.Kernels, prog.Prep, prog.Cost

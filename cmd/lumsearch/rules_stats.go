@@ -56,15 +56,21 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 		rws = append(rws, rules.Rewrites(rs)...)
 	}
 	sat := rules.SaturateOptions{}
-	prog, err := rules.Saturate(ctx, g, rws, sat)
+	prog, err := rules.SaturateModel(ctx, g, rws, sat)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "model %s (%d ops): %d e-nodes, %d e-classes after %d iterations in %v (%s)\n\n",
-		model, len(g.Nodes), prog.EGraph.NumNodes(), prog.EGraph.NumClasses(), len(prog.Report.Iterations), prog.Time.Round(1e6), prog.Report.Stop)
+	searched := prog
+	if b := prog.Block; b != nil {
+		searched = b.Pair
+		fmt.Fprintf(stdout, "model %s (%d ops): %d copies of a %d-op block; the rules ran on two of them and their seam, and the result was replayed on every copy (%d e-nodes added); the model's e-graph has %d e-nodes in all (%v)\n",
+			model, len(g.Nodes), b.Copies, b.BlockNodes, b.Replayed, prog.EGraph.NumNodes(), prog.Time.Round(1e6))
+	}
+	fmt.Fprintf(stdout, "search %s (%d ops): %d e-nodes, %d e-classes after %d iterations in %v (%s)\n\n",
+		model, len(searched.Classes), searched.EGraph.NumNodes(), searched.EGraph.NumClasses(), len(searched.Report.Iterations), searched.Time.Round(1e6), searched.Report.Stop)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "RULE\tMATCHES\tAPPLIED\tNEW E-NODES\tTIME\t")
-	for _, s := range rules.RuleStats(prog.Report) {
+	for _, s := range rules.RuleStats(searched.Report) {
 		if s.Matches == 0 {
 			continue
 		}
@@ -78,7 +84,7 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 	}
 	perSet := map[string]*setSum{}
 	var setOrder []string
-	for _, st := range rules.RuleStats(prog.Report) {
+	for _, st := range rules.RuleStats(searched.Report) {
 		name := setOf[st.Name]
 		sum := perSet[name]
 		if sum == nil {
@@ -102,7 +108,7 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 	fmt.Fprintln(stdout)
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "ITERATION\tE-NODES\tE-CLASSES\t")
-	for _, it := range prog.Report.Iterations {
+	for _, it := range searched.Report.Iterations {
 		fmt.Fprintf(tw, "%d\t%d\t%d\t\n", it.Index, it.Nodes, it.Classes)
 	}
 	tw.Flush()

@@ -34,7 +34,7 @@ func TestRulesCheck(t *testing.T) {
 func TestRulesStats(t *testing.T) {
 	r := runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Regexp(t, `(?m)^model tiny-llama:mlp \(\d+ ops\): \d+ e-nodes`, r.stdout)
+	assert.Regexp(t, `(?m)^search tiny-llama:mlp \(\d+ ops\): \d+ e-nodes`, r.stdout)
 	assert.Regexp(t, `(?m)^best program: 3 kernels per run and 0 at load time \(the naive program has 6\)`, r.stdout)
 	assert.Regexp(t, `(?m)^  run  \[1,4,128\] +matmul, epilogue \[sigmoid mul mul\]$`, r.stdout)
 	assert.Regexp(t, `(?m)^ *RULE SET +RULES +MATCHES +APPLIED +NEW E-NODES +TIME$`, r.stdout)

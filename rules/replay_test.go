@@ -1,0 +1,49 @@
+package rules
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSaturateModelReplay searches a four-layer model on one pair of its
+// layers and checks that the replayed program runs every layer fused and
+// computes what the model computes, value by value, as do random
+// extractions of the model's e-graph.
+func TestSaturateModelReplay(t *testing.T) {
+	for _, tt := range []struct {
+		model, kind string
+		perLayer    int // kernels per run a layer may take at most (a decode step also writes its K and V caches)
+	}{{"tiny-llama", "model", 8}, {"tiny-gpt2", "model", 7}, {"tiny-llama", "decode", 10}} {
+		t.Run(tt.model+":"+tt.kind, func(t *testing.T) {
+			cfg, err := corpus.EmbeddedConfig(tt.model)
+			require.NoError(t, err)
+			cfg.NumHiddenLayers = 4
+			g, err := corpus.BuildConfig(tt.model+"-4", cfg, tt.kind, corpus.Options{Seq: 4, Past: 2})
+			require.NoError(t, err)
+			prog, err := SaturateModel(context.Background(), g, allRewrites(t), SaturateOptions{IterLimit: 8, NodeLimit: 60_000})
+			require.NoError(t, err)
+			require.NotNil(t, prog.Block, "the layers are found and searched once")
+			require.Equal(t, 4, prog.Block.Copies)
+			t.Logf("%s: %d kernels per run, %d at load; pair %d e-nodes (%s), %d replayed", g.Name, prog.Kernels, prog.Prep, prog.Block.Pair.EGraph.NumNodes(), prog.Block.Pair.Report.Stop, prog.Block.Replayed)
+			require.LessOrEqual(t, prog.Kernels, 4*tt.perLayer+4)
+
+			feeds, err := ir.RandomFeeds(g, 9, ir.Typical)
+			require.NoError(t, err)
+			d, err := CheckExtraction(context.Background(), prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution, feeds)
+			require.NoError(t, err)
+			require.Nil(t, d, "the extracted program: %v", d)
+			for seed := range uint64(6) {
+				sol, err := extract.Random(prog.Problem, seed)
+				require.NoError(t, err)
+				d, err := CheckExtraction(context.Background(), prog.EGraph, g, prog.Classes, prog.Problem, sol, feeds)
+				require.NoError(t, err)
+				require.Nil(t, d, "random extraction %d: %v", seed, d)
+			}
+		})
+	}
+}
