@@ -79,17 +79,34 @@ func Improve(ctx context.Context, p *Problem, s *Solution) (*Solution, float64, 
 				return finishImprove(p, choice, best, err)
 			}
 			need := needed()
-			mark := len(undo)
-			moved := map[int32]bool{}
+			// Each needed reader takes its cheapest node reading x (a
+			// free view rather than a copy kernel), or else its first.
+			cheapest, first := map[int32]int32{}, map[int32]int32{}
+			var readers []int32
 			for _, n := range links.parentsOf(x) {
 				c := p.Nodes[n].Class
-				if !need[c] || moved[c] || choice[c] == n {
+				if !need[c] {
 					continue
 				}
-				moved[c] = true
-				set(c, n)
+				if old, ok := cheapest[c]; !ok {
+					readers = append(readers, c)
+					cheapest[c], first[c] = n, n
+				} else if p.Nodes[n].Cost < p.Nodes[old].Cost {
+					cheapest[c] = n
+				}
 			}
-			improved = try(mark) || improved
+			for _, pick := range []map[int32]int32{cheapest, first} {
+				mark := len(undo)
+				for _, c := range readers {
+					if choice[c] != pick[c] {
+						set(c, pick[c])
+					}
+				}
+				if try(mark) {
+					improved = true
+					break
+				}
+			}
 		}
 		// Move single classes, in program order.
 		order, _ := (&Solution{Choice: choice}).Needed(p)

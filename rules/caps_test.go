@@ -19,7 +19,7 @@ var updateCaps = flag.Bool("update", false, "rewrite testdata/node-caps.txt with
 
 // capModels are the corpus graphs whose e-graph sizes CI watches. They are
 // small enough to saturate with every rule set in a test.
-var capModels = []string{"tiny-llama:mlp", "tiny-llama:rmsnorm", "tiny-llama:attention", "tiny-gpt2:mlp", "tiny-gpt2:layernorm"}
+var capModels = []string{"tiny-llama:mlp", "tiny-llama:rmsnorm", "tiny-llama:attention", "tiny-gpt2:mlp", "tiny-gpt2:layernorm", "tiny-llama:layer", "llama-3-8b:layer"}
 
 // TestNodeCaps saturates corpus graphs with all rule sets and fails when an
 // e-graph grows past its committed cap (testdata/node-caps.txt): a rule
