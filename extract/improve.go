@@ -3,6 +3,7 @@ package extract
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // improveRounds bounds Improve's passes over the moves.
@@ -29,6 +30,33 @@ func Improve(ctx context.Context, p *Problem, s *Solution) (*Solution, float64, 
 	if err != nil {
 		return nil, 0, err
 	}
+	return improve(ctx, p, s, base, links)
+}
+
+// GreedyImproved is GreedyDAG followed by Improve, sharing the greedy
+// pass that both need (on a model's e-graph it is most of the time).
+func GreedyImproved(ctx context.Context, p *Problem) (*Solution, float64, error) {
+	if err := checkRoots(p); err != nil {
+		return nil, 0, err
+	}
+	links := newRevLinks(p)
+	base, err := greedyChoices(ctx, p, links)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, r := range p.Roots {
+		if base[r] < 0 {
+			return nil, 0, fmt.Errorf("extract: root class %s cannot be computed: every node needs a class only reachable through a cycle", p.ClassNames[r])
+		}
+	}
+	s, err := checkedSolution(p, "GreedyDAG", slices.Clone(base))
+	if err != nil {
+		return nil, 0, err
+	}
+	return improve(ctx, p, s, base, links)
+}
+
+func improve(ctx context.Context, p *Problem, s *Solution, base []int32, links *revLinks) (*Solution, float64, error) {
 	choice := make([]int32, len(s.Choice))
 	for c := range choice {
 		choice[c] = s.Choice[c]

@@ -44,6 +44,10 @@ func TestImproveSharing(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, got, cost)
 			assert.Equal(t, tt.wantCost, cost)
+			s2, cost2, err := GreedyImproved(context.Background(), p)
+			require.NoError(t, err)
+			assert.Equal(t, s.Choice, s2.Choice, "GreedyImproved is GreedyDAG then Improve")
+			assert.Equal(t, cost, cost2)
 		})
 	}
 }

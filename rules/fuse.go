@@ -131,6 +131,9 @@ func buildFusion(cPay, pPay egraph.Payload, m, pos int) fusion {
 	if !ok1 || !ok2 || len(cBody.Nodes)+len(pBody.Nodes) > maxPairBody+maxKernelArgs {
 		return fusion{}
 	}
+	if len(cBody.Outputs) != 1 || len(pBody.Outputs) != 1 {
+		return fusion{} // multi-output kernels are region fusion's
+	}
 	cIns, pIns := cBody.Inputs(), pBody.Inputs()
 	if len(pIns) != m || pos >= len(cIns) {
 		return fusion{}

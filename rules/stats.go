@@ -10,9 +10,15 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// Sets lists every rule set by name: the built-in rule files and the rule
-// sets written in Go (lower, fuse).
+// Sets lists every rule set used by default, by name: the built-in rule
+// files and the rule sets written in Go (lower, fuse).
 func Sets() []string { return append(BuiltinSets(), "lower", "fuse") }
+
+// OptionalSets lists the rule sets used only when asked for: fuse-pairs,
+// pairwise kernel fusion (a kernel absorbs one producer kernel per step),
+// which reaches the bodies region fusion builds in one step through every
+// intermediate one, at many times the e-nodes and time.
+func OptionalSets() []string { return []string{"fuse-pairs"} }
 
 // SetRewrites returns a rule set's rewrites by name.
 func SetRewrites(name string) ([]*egraph.Rewrite[Data], error) {
@@ -109,11 +115,7 @@ func (prog *Program) extract(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("saturate %s: no kernel program: %w", name, err)
 	}
-	sol, _, err := extract.GreedyDAG(ctx, p)
-	if err != nil {
-		return err
-	}
-	sol, cost, err := extract.Improve(ctx, p, sol)
+	sol, cost, err := extract.GreedyImproved(ctx, p)
 	if err != nil {
 		return err
 	}

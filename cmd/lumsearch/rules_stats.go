@@ -17,7 +17,7 @@ import (
 // rulesStats saturates a corpus model with the rule sets (minus the
 // disabled ones, plus rule files) and prints per-rule figures, the e-graph's
 // growth, the extracted program and an ablation table.
-func rulesStats(ctx context.Context, model string, files, disable []string, opt corpus.Options, stdout io.Writer) error {
+func rulesStats(ctx context.Context, model string, files, disable, enable []string, opt corpus.Options, stdout io.Writer) error {
 	g, err := corpus.Build(model, opt)
 	if err != nil {
 		return err
@@ -31,6 +31,14 @@ func rulesStats(ctx context.Context, model string, files, disable []string, opt 
 	for _, d := range disable {
 		if !slices.Contains(rules.Sets(), d) {
 			return usagef("--disable %s: no such rule set (have %s)", d, strings.Join(rules.Sets(), ", "))
+		}
+	}
+	for _, e := range enable {
+		if !slices.Contains(rules.OptionalSets(), e) {
+			return usagef("--enable %s: no such opt-in rule set (have %s)", e, strings.Join(rules.OptionalSets(), ", "))
+		}
+		if !slices.Contains(sets, e) {
+			sets = append(sets, e)
 		}
 	}
 	var rws []*egraph.Rewrite[rules.Data]

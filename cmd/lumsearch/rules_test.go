@@ -42,4 +42,9 @@ func TestRulesStats(t *testing.T) {
 	assert.Regexp(t, `(?m)^fuse +[4-6] +\d +\d+ +saturated +\S+ +\S+ s$`, r.stdout, "without fusion, more kernels")
 	r = runArgs(t, "rules", "stats", "tiny-llama:mlp", "--disable", "nope")
 	require.Equal(t, exitUsage, r.code)
+	r = runArgs(t, "rules", "stats", "tiny-llama:mlp", "--enable", "algebra")
+	require.Equal(t, exitUsage, r.code, "algebra is on by default, not an opt-in set")
+	r = runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4", "--enable", "fuse-pairs")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^ *fuse-pairs +\d+ +\d+ +\d+ +\d+ +\S+ *$`, r.stdout)
 }
