@@ -27,12 +27,23 @@ func TestRegionTwoOutputs(t *testing.T) {
 	g, err := b.Build()
 	require.NoError(t, err)
 
-	eg, _ := NewEGraph(false)
+	for _, withPairs := range []bool{false, true} {
+		rws := append(LowerRewrites(), RegionRewrites()...)
+		if withPairs {
+			rws = append(rws, FuseRewrites()...) // which must leave multi-output kernels alone
+		}
+		checkTwoOutputs(t, g, rws)
+	}
+}
+
+func checkTwoOutputs(t *testing.T, g *ir.Graph, rws []*egraph.Rewrite[Data]) {
+	eg, an := NewEGraph(false)
 	classes, err := AddGraph(eg, g)
 	require.NoError(t, err)
 	run := egraph.Runner[Data]{IterLimit: 6}
-	_, err = run.Run(context.Background(), eg, append(LowerRewrites(), RegionRewrites()...))
+	_, err = run.Run(context.Background(), eg, rws)
 	require.NoError(t, err)
+	require.Empty(t, an.Conflicts())
 	p, err := extract.NewProblem(&eg.Graph, RootClasses(GraphRoots(g, classes)), SimpleCost(eg), nil)
 	require.NoError(t, err)
 	best, _, err := extract.GreedyDAG(context.Background(), p)
