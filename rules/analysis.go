@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 
 	"github.com/lumsearch/lumsearch/egraph"
@@ -55,8 +56,19 @@ type Conflict struct {
 
 // String prints both sides' facts.
 func (c Conflict) String() string {
-	return fmt.Sprintf("%s%v (const %v: %v) versus %s%v (const %v: %v)",
-		c.A.DType, c.A.Shape, c.A.IsConst, c.A.Const, c.B.DType, c.B.Shape, c.B.IsConst, c.B.Const)
+	return fmt.Sprintf("%s versus %s", c.A.typeText(), c.B.typeText())
+}
+
+// typeText prints a class's type and constant fact.
+func (d Data) typeText() string {
+	if d.IsTuple() {
+		var parts []string
+		for _, o := range d.Outputs {
+			parts = append(parts, fmt.Sprintf("%s%v", o.DType, o.Shape))
+		}
+		return fmt.Sprintf("a kernel's outputs (%s)", strings.Join(parts, ", "))
+	}
+	return fmt.Sprintf("%s%v (const %v: %v)", d.DType, d.Shape, d.IsConst, d.Const)
 }
 
 // Conflicts returns the conflicts seen so far.
