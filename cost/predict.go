@@ -1,0 +1,93 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+)
+
+// Work is arithmetic a kernel does on one instruction class and dtype.
+type Work struct {
+	Class InstrClass
+	DType string
+	FLOPs float64
+}
+
+// Features are what the model derives from a kernel and its schedule,
+// before any device efficiency enters: the memory traffic its tiling
+// implies, its arithmetic by instruction class, and how its grid fills the
+// device. Calibration fits the device's factors on them.
+type Features struct {
+	// Bytes is the DRAM traffic: arguments (re-read once per tile that
+	// needs them, past what L2 holds), outputs, partials.
+	Bytes float64
+	// Work lists the arithmetic, recomputation of fused producers
+	// included.
+	Work []Work
+	// Blocks is the grid size, PerSM the blocks resident on one
+	// multiprocessor (occupancy); a wave is SMs*PerSM blocks.
+	Blocks, PerSM int
+	// Launches counts the kernel launches (1 for a kernel).
+	Launches int
+}
+
+// Waves is the number of waves the grid takes on d: a last partial wave
+// costs a whole one.
+func (f Features) Waves(d *Device) int {
+	per := max(f.PerSM, 1) * d.SMs
+	return max(1, (f.Blocks+per-1)/per)
+}
+
+// Factors are a device's efficiency factors: the fractions of its peaks
+// kernels achieve, and its launch overhead. The device description gives
+// defaults (Defaults); calibration fits them to measurements.
+type Factors struct {
+	// Memory is the achieved fraction of peak DRAM bandwidth.
+	Memory float64 `json:"memory"`
+	// Compute is the achieved fraction of each peak, keyed "class/dtype".
+	Compute map[string]float64 `json:"compute"`
+	// Launch is the overhead of one launch in seconds.
+	Launch float64 `json:"launch_seconds"`
+}
+
+// computeKey keys Factors.Compute.
+func computeKey(class InstrClass, dtype string) string { return string(class) + "/" + dtype }
+
+// Defaults are the factors a device description states.
+func Defaults(d *Device) Factors {
+	f := Factors{Memory: d.MemoryAchievable, Compute: map[string]float64{}, Launch: d.Launch}
+	for _, p := range d.Peaks {
+		f.Compute[computeKey(p.Class, p.DType)] = p.Achievable
+	}
+	return f
+}
+
+// Predict is the predicted time of a kernel with features x on device d
+// under factors f: memory time and compute time overlap (the larger wins),
+// both stretched by the grid's fill of its waves (a grid that leaves
+// multiprocessors idle in its last wave runs as if it filled them), plus
+// the launch overhead.
+func Predict(d *Device, f Factors, x Features) (float64, error) {
+	mem := x.Bytes / (d.MemoryBandwidth * f.Memory)
+	comp := 0.0
+	for _, w := range x.Work {
+		if w.FLOPs == 0 {
+			continue
+		}
+		p, ok := d.Peak(w.Class, w.DType)
+		if !ok {
+			return 0, fmt.Errorf("predict on %s: no peak for %s %s", d.Name, w.Class, w.DType)
+		}
+		eff := f.Compute[computeKey(w.Class, w.DType)]
+		if eff <= 0 {
+			eff = p.Achievable
+		}
+		comp += w.FLOPs / (p.FLOPS * eff)
+	}
+	fill := 1.0
+	if x.Blocks > 0 {
+		per := max(x.PerSM, 1) * d.SMs
+		fill = float64(x.Blocks) / float64(x.Waves(d)*per)
+	}
+	t := math.Max(mem, comp) / fill
+	return t + float64(max(x.Launches, 1))*f.Launch, nil
+}
