@@ -1,8 +1,22 @@
-// Package cost owns the estimates extraction minimises: what a kernel
-// launch is predicted to cost. Today it holds the simple estimate (bytes
-// moved at memory bandwidth plus a launch overhead), which stands until the
-// hardware cost model, its calibration and the tuning database replace it.
+// Package cost owns what extraction minimises: the predicted time of a
+// kernel on a device.
 //
-// It imports nothing of lumsearch, so that every package that prices
-// kernels can use it.
+//   - Device descriptions (devices.json, embedded; users add their own
+//     files): multiprocessors, memory, caches, limits and the peak rate of
+//     each instruction class and dtype with the fraction kernels achieve and
+//     where that comes from. --target picks one; auto asks the GPU present.
+//   - The kernel cost model (Model): from a kernel body (a canonical
+//     kernel SPEC) and a schedule, the features the schedule implies
+//     (DRAM bytes with the re-reads its tiling causes, arithmetic per
+//     instruction class with fused producers recomputed per tile, grid size
+//     and occupancy), predicted with the device's efficiency factors
+//     (Predict); a kernel costs its best schedule, measured times override
+//     predictions, and results are cached per body.
+//   - Calibration (Fit, CrossCheck): the efficiency factors fitted to
+//     measured records by robust least squares, saved as a profile.
+//   - The simple estimate (Simple): bytes moved plus launches, for
+//     comparison and for callers without a device.
+//
+// Measured times live in the tuning database (package tunedb). The package
+// imports ir only, so that rules and the search can price kernels.
 package cost

@@ -1,0 +1,446 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Schedule is how a kernel runs: its tiles and threads. It is not part of
+// a kernel's identity; a kernel costs its best schedule. Lowering will
+// supply each form's legal schedules; until then Schedules offers a few per
+// form.
+type Schedule struct {
+	// BM and BN are a matmul's output tile (rows, columns), BK its step
+	// along the reduction; for attention BM is the query rows of a block
+	// and BN the keys it takes per step. Elementwise and row kernels use
+	// neither.
+	BM, BN, BK int
+	// Threads per block.
+	Threads int
+	// Stages of the shared-memory pipeline (operand tiles in flight).
+	Stages int
+	// Tensor says matmuls run on tensor cores (mma.sync); it is offered
+	// for f16 and bf16 operands only, so that f32 results keep f32
+	// arithmetic.
+	Tensor bool
+}
+
+// String is the schedule's canonical text, the tuning database's key.
+func (s Schedule) String() string {
+	var b strings.Builder
+	if s.BM > 0 {
+		fmt.Fprintf(&b, "bm=%d,bn=%d,", s.BM, s.BN)
+		if s.BK > 0 {
+			fmt.Fprintf(&b, "bk=%d,", s.BK)
+		}
+	}
+	fmt.Fprintf(&b, "threads=%d", s.Threads)
+	if s.Stages > 0 {
+		fmt.Fprintf(&b, ",stages=%d", s.Stages)
+	}
+	if s.Tensor {
+		b.WriteString(",mma")
+	}
+	return b.String()
+}
+
+// Estimate is a kernel's cost: its best schedule, that schedule's features
+// and time, and whether the time was measured rather than predicted.
+type Estimate struct {
+	Seconds  float64
+	Schedule Schedule
+	Features Features
+	Measured bool
+}
+
+// Measurements are measured kernel times, the tuning database's: a time
+// for a kernel body (its canonical text), a schedule and a device, when one
+// was measured on a GPU.
+type Measurements interface {
+	Measured(spec, schedule, device string) (seconds float64, ok bool)
+}
+
+// Model is the kernel cost model for one device: the features each
+// schedule of a kernel implies, predicted with the device's factors, the
+// best schedule winning; measured times override predictions. It caches
+// by kernel body (bodies are interned, so a pointer is the body's
+// identity) and is safe for concurrent use.
+type Model struct {
+	Device  *Device
+	Factors Factors
+	// Measurements, when set, override the prediction of every schedule
+	// they have a time for.
+	Measurements Measurements
+
+	mu    sync.RWMutex
+	cache map[*ir.Graph]Estimate
+}
+
+// NewModel is the model of device d with factors f.
+func NewModel(d *Device, f Factors) *Model {
+	return &Model{Device: d, Factors: f, cache: map[*ir.Graph]Estimate{}}
+}
+
+// Kernel returns the cost of a kernel body (a canonical kernel SPEC: an ir
+// graph over inputs $0..$n-1) at its best schedule.
+func (m *Model) Kernel(body *ir.Graph) (Estimate, error) {
+	m.mu.RLock()
+	e, ok := m.cache[body]
+	m.mu.RUnlock()
+	if ok {
+		return e, nil
+	}
+	e, err := m.estimate(body)
+	if err != nil {
+		return Estimate{}, err
+	}
+	m.mu.Lock()
+	m.cache[body] = e
+	m.mu.Unlock()
+	return e, nil
+}
+
+func (m *Model) estimate(body *ir.Graph) (Estimate, error) {
+	k, err := analyze(body)
+	if err != nil {
+		return Estimate{}, err
+	}
+	var spec string
+	if m.Measurements != nil {
+		spec = body.String()
+	}
+	best := Estimate{Seconds: math.Inf(1)}
+	for _, s := range k.schedules(m.Device) {
+		x, ok := k.features(s, m.Device)
+		if !ok {
+			continue
+		}
+		e := Estimate{Schedule: s, Features: x}
+		if t, ok := m.measured(spec, s); ok {
+			e.Seconds, e.Measured = t, true
+		} else if e.Seconds, err = Predict(m.Device, m.Factors, x); err != nil {
+			return Estimate{}, err
+		}
+		if e.Seconds < best.Seconds {
+			best = e
+		}
+	}
+	if math.IsInf(best.Seconds, 1) {
+		return Estimate{}, fmt.Errorf("cost of kernel %s on %s: no schedule fits the device", k.describe(), m.Device.Name)
+	}
+	return best, nil
+}
+
+func (m *Model) measured(spec string, s Schedule) (float64, bool) {
+	if m.Measurements == nil {
+		return 0, false
+	}
+	return m.Measurements.Measured(spec, s.String(), m.Device.Name)
+}
+
+// kernelForm is what the model needs of a body: its matmuls, and for every
+// value which matmul operands it flows into.
+type kernelForm struct {
+	body    *ir.Graph
+	matmuls []ir.Value
+	// slots[v] has bit 2i+j set when value v flows into operand j of
+	// matmul i (before reaching any other matmul's output).
+	slots []uint8
+	rows  bool // a reduction along rows, softmax or a norm
+	other int  // ops that are neither elementwise, views, matmuls nor row ops
+}
+
+func analyze(body *ir.Graph) (*kernelForm, error) {
+	if len(body.Outputs) == 0 {
+		return nil, fmt.Errorf("cost: kernel body %s has no output", body.Name)
+	}
+	k := &kernelForm{body: body, slots: make([]uint8, len(body.Nodes))}
+	for i, n := range body.Nodes {
+		switch {
+		case n.Op == ir.OpMatMul:
+			k.matmuls = append(k.matmuls, ir.Value(i))
+		case n.Op.Class() == ir.ClassReduce, n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
+			k.rows = true
+		case n.Op == ir.OpGather, n.Op == ir.OpSliceUpdate, n.Op == ir.OpAttention:
+			k.other++
+		}
+	}
+	if len(k.matmuls) > 2 {
+		return nil, fmt.Errorf("cost: kernel body with %d matmuls is no kernel form", len(k.matmuls))
+	}
+	for i := len(body.Nodes) - 1; i >= 0; i-- {
+		n := body.Nodes[i]
+		for j, in := range n.Inputs {
+			k.slots[in] |= k.slots[i]
+			for mi, mm := range k.matmuls {
+				if mm == ir.Value(i) {
+					k.slots[in] |= 1 << (2*mi + j)
+				}
+			}
+		}
+	}
+	return k, nil
+}
+
+// describe names the form in messages.
+func (k *kernelForm) describe() string {
+	switch len(k.matmuls) {
+	case 2:
+		return "attention"
+	case 1:
+		return "matmul"
+	}
+	if k.rows {
+		return "row"
+	}
+	return "elementwise"
+}
+
+func numel(s ir.Shape) float64 { return float64(s.NumElements()) }
+
+func (k *kernelForm) bytesOf(v ir.Value) float64 {
+	n := k.body.Node(v)
+	return numel(n.Shape) * float64(n.DType.Size())
+}
+
+// opFLOPs is the arithmetic of one non-matmul node, in FMA-class
+// operations: one per element for simple ops, more for the ones the
+// special function unit or several instructions compute.
+func opFLOPs(body *ir.Graph, n *ir.Node) float64 {
+	switch c := n.Op.Class(); {
+	case c == ir.ClassLeaf, c == ir.ClassView, c == ir.ClassMove, n.Op == ir.OpMatMul:
+		return 0
+	case n.Op == ir.OpAttention:
+		q, k := body.Node(n.Inputs[0]).Shape, body.Node(n.Inputs[1]).Shape
+		return 4 * numel(q) * float64(k[len(k)-2])
+	case c == ir.ClassReduce:
+		return numel(body.Node(n.Inputs[0]).Shape)
+	case n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
+		return 8 * numel(n.Shape)
+	}
+	switch n.Op {
+	case ir.OpExp, ir.OpLog, ir.OpSqrt, ir.OpRsqrt, ir.OpRecip, ir.OpDiv, ir.OpSigmoid, ir.OpTanh, ir.OpErf:
+		return 4 * numel(n.Shape)
+	case ir.OpPow:
+		return 8 * numel(n.Shape)
+	}
+	return numel(n.Shape)
+}
+
+// tensorDType is the peak a matmul's operands use: f16 and bf16 on tensor
+// cores when the schedule asks, everything else on FMA in f32.
+func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
+	if tensor && (dt == ir.F16 || dt == ir.BF16) {
+		return MMA, dt.String()
+	}
+	return FMA, "f32"
+}
+
+// schedules lists the schedules the model tries for a kernel.
+func (k *kernelForm) schedules(d *Device) []Schedule {
+	var out []Schedule
+	switch len(k.matmuls) {
+	case 0:
+		for _, t := range []int{128, 256, 512} {
+			out = append(out, Schedule{Threads: t})
+		}
+	case 1:
+		mm := k.body.Node(k.matmuls[0])
+		tensors := []bool{false}
+		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F16 || dt == ir.BF16 {
+			tensors = append(tensors, true)
+		}
+		for _, tc := range tensors {
+			for _, bm := range []int{16, 32, 64, 128} {
+				for _, bn := range []int{32, 64, 128, 256} {
+					stages := 2
+					if tc {
+						stages = 3
+					}
+					out = append(out, Schedule{BM: bm, BN: bn, BK: 32, Threads: 128, Stages: stages, Tensor: tc})
+				}
+			}
+		}
+	case 2:
+		mm := k.body.Node(k.matmuls[0])
+		tensors := []bool{false}
+		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F16 || dt == ir.BF16 {
+			tensors = append(tensors, true)
+		}
+		for _, tc := range tensors {
+			for _, bm := range []int{16, 32, 64, 128} {
+				out = append(out, Schedule{BM: bm, BN: 64, Threads: 128, Stages: 2, Tensor: tc})
+			}
+		}
+	}
+	return out
+}
+
+// rereads is the DRAM traffic of an operand of size bytes that times
+// tiles read, when concurrent of them run in one wave and share what they
+// read through L2: once if L2 keeps the operand (half of L2, the rest
+// being the kernel's other traffic), else once per group of tiles a wave
+// runs together.
+func rereads(bytes float64, times, concurrent int, d *Device) float64 {
+	if times <= 1 || bytes <= float64(d.L2Bytes)/2 {
+		return bytes
+	}
+	return bytes * float64(ceilDiv(times, max(concurrent, 1)))
+}
+
+// waveTiles is the rectangle of output tiles one wave covers, as a grid
+// rasterized in square groups does: about sqrt(wave) tiles each way,
+// bounded by the grid.
+func waveTiles(tilesM, tilesN, wave int) (wM, wN int) {
+	side := int(math.Ceil(math.Sqrt(float64(wave))))
+	wN = max(1, min(tilesN, side))
+	wM = max(1, min(tilesM, ceilDiv(wave, wN)))
+	return wM, wN
+}
+
+// occupancy is the blocks one multiprocessor holds, or 0 when one block
+// does not fit.
+func occupancy(d *Device, threads int, shared, regsPerThread int) int {
+	regs := regsPerThread * threads
+	if shared > d.SharedPerBlock || regs > d.RegistersPerBlock || threads > d.MaxThreadsPerSM {
+		return 0
+	}
+	per := min(d.MaxBlocksPerSM, d.MaxThreadsPerSM/threads)
+	if shared > 0 {
+		per = min(per, d.SharedPerSM/shared)
+	}
+	if regs > 0 {
+		per = min(per, d.RegistersPerSM/regs)
+	}
+	return per
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// features derives a kernel's features under a schedule; false when the
+// schedule does not fit the device or the kernel.
+func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
+	body := k.body
+	var out float64
+	for _, o := range body.Outputs {
+		out += k.bytesOf(o.Value)
+	}
+	switch len(k.matmuls) {
+	case 0:
+		var in, flops, elems float64
+		for _, v := range body.Inputs() {
+			in += k.bytesOf(v)
+		}
+		for _, n := range body.Nodes {
+			flops += opFLOPs(body, n)
+			elems = math.Max(elems, numel(n.Shape))
+		}
+		per := occupancy(d, s.Threads, 0, 32)
+		if per == 0 {
+			return Features{}, false
+		}
+		blocks := max(1, int(math.Ceil(elems/float64(s.Threads*4))))
+		return Features{Bytes: in + out, Work: []Work{{FMA, "f32", flops}}, Blocks: blocks, PerSM: per, Launches: 1}, true
+	case 1:
+		return k.matmulFeatures(s, d, out)
+	}
+	return k.attentionFeatures(s, d, out)
+}
+
+func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	body := k.body
+	mm := body.Node(k.matmuls[0])
+	a, b := body.Node(mm.Inputs[0]).Shape, body.Node(mm.Inputs[1]).Shape
+	M, K, N := int(a[len(a)-2]), int(a[len(a)-1]), int(b[len(b)-1])
+	batch := max(1, int(numel(mm.Shape))/(M*N))
+	if s.BM > 16 && s.BM/2 >= M || s.BN > 32 && s.BN/2 >= N {
+		return Features{}, false // a tile twice the extent computes padding
+	}
+	tilesM, tilesN := ceilDiv(M, s.BM), ceilDiv(N, s.BN)
+	dt := body.Node(mm.Inputs[0]).DType
+	size := dt.Size()
+	shared := (s.BM*s.BK + s.BK*s.BN) * size * max(s.Stages, 1)
+	per := occupancy(d, s.Threads, shared, s.BM*s.BN/s.Threads+32)
+	if per == 0 {
+		return Features{}, false
+	}
+	// An input on the left operand's side is read by every column of
+	// tiles, one on the right's by every row (the tiles of one wave
+	// sharing through L2); one only the epilogue reads, once.
+	wM, wN := waveTiles(tilesM, tilesN, d.SMs*per)
+	var bytes float64
+	for _, v := range body.Inputs() {
+		var b float64
+		if k.slots[v]&1 != 0 {
+			b = rereads(k.bytesOf(v), tilesN, wN, d)
+		}
+		if k.slots[v]&2 != 0 {
+			b = math.Max(b, rereads(k.bytesOf(v), tilesM, wM, d))
+		}
+		bytes += math.Max(b, k.bytesOf(v))
+	}
+	// A prologue runs once per tile that reads it.
+	var flops float64
+	for i, n := range body.Nodes {
+		f := opFLOPs(body, n)
+		switch sl := k.slots[i]; {
+		case sl&1 != 0:
+			f *= float64(tilesN)
+		case sl&2 != 0:
+			f *= float64(tilesM)
+		}
+		flops += f
+	}
+	class, cdt := tensorDType(dt, s.Tensor)
+	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, Launches: 1}, true
+}
+
+// attentionFeatures prices the flash form: a block owns BM query rows of
+// one batch and head and streams every key and value past them, so the
+// query side is read once, the key and value sides once per block of
+// queries (unless L2 keeps them), and the scores never reach memory.
+func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	body := k.body
+	qk, pv := body.Node(k.matmuls[0]), body.Node(k.matmuls[1])
+	q, kt := body.Node(qk.Inputs[0]).Shape, body.Node(qk.Inputs[1]).Shape
+	v := body.Node(pv.Inputs[1]).Shape
+	S, D, T, Dv := int(q[len(q)-2]), int(q[len(q)-1]), int(kt[len(kt)-1]), int(v[len(v)-1])
+	batch := max(1, int(numel(pv.Shape))/(S*Dv))
+	if s.BM > 16 && s.BM/2 >= S {
+		return Features{}, false
+	}
+	tiles := ceilDiv(S, s.BM)
+	dt := body.Node(qk.Inputs[0]).DType
+	shared := (s.BM*D + 2*s.BN*max(D, Dv)) * dt.Size() * max(s.Stages, 1)
+	per := occupancy(d, s.Threads, shared, s.BM*Dv/s.Threads+64)
+	if per == 0 {
+		return Features{}, false
+	}
+	const kSide, vSide = 2, 8 // slots: the first matmul's right operand, the second's
+	// The query blocks of one head that run in one wave share its keys
+	// and values through L2.
+	var bytes float64
+	for _, in := range body.Inputs() {
+		times := 1
+		if k.slots[in]&(kSide|vSide) != 0 {
+			times = tiles
+		}
+		bytes += rereads(k.bytesOf(in), times, d.SMs*per, d)
+	}
+	var flops float64
+	for i, n := range body.Nodes {
+		f := opFLOPs(body, n)
+		if k.slots[i]&(kSide|vSide) != 0 {
+			f *= float64(tiles) // key and value prologues (rotary) run per block of queries
+		}
+		flops += f
+	}
+	class, cdt := tensorDType(dt, s.Tensor)
+	mma := 2 * float64(batch) * float64(S) * float64(T) * float64(D+Dv)
+	return Features{Bytes: bytes + out, Work: []Work{{FMA, "f32", flops}, {class, cdt, mma}}, Blocks: batch * tiles, PerSM: per, Launches: 1}, true
+}
