@@ -41,6 +41,9 @@ type Device struct {
 	Aliases  []string `json:"aliases,omitempty"`
 	FullName string   `json:"full_name"` // as the driver reports it
 	Arch     string   `json:"arch"`      // compute capability, "sm_90"
+	// Source says where the structural numbers (multiprocessors, clock,
+	// memory, caches, per-SM limits) come from.
+	Source string `json:"source,omitempty"`
 
 	SMs           int     `json:"sms"`
 	BoostClockMHz float64 `json:"boost_clock_mhz"`

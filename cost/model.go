@@ -292,13 +292,15 @@ func rereads(bytes float64, times, concurrent int, d *Device) float64 {
 	return bytes * float64(ceilDiv(times, max(concurrent, 1)))
 }
 
-// waveTiles is the rectangle of output tiles one wave covers, as a grid
-// rasterized in square groups does: about sqrt(wave) tiles each way,
-// bounded by the grid.
-func waveTiles(tilesM, tilesN, wave int) (wM, wN int) {
-	side := int(math.Ceil(math.Sqrt(float64(wave))))
+// waveTiles is the rectangle of output tiles that run together and share
+// operand tiles through L2, as a grid rasterized in square groups does:
+// about sqrt(SMs) tiles each way (one block per multiprocessor, the least
+// a wave holds), bounded by the grid. It depends on the tile counts only,
+// so that larger tiles never predict more re-reads.
+func waveTiles(tilesM, tilesN int, d *Device) (wM, wN int) {
+	side := int(math.Ceil(math.Sqrt(float64(d.SMs))))
 	wN = max(1, min(tilesN, side))
-	wM = max(1, min(tilesM, ceilDiv(wave, wN)))
+	wM = max(1, min(tilesM, ceilDiv(d.SMs, wN)))
 	return wM, wN
 }
 
@@ -344,7 +346,7 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 			return Features{}, false
 		}
 		blocks := max(1, int(math.Ceil(elems/float64(s.Threads*4))))
-		return Features{Bytes: in + out, Work: []Work{{FMA, "f32", flops}}, Blocks: blocks, PerSM: per, Launches: 1}, true
+		return Features{Bytes: in + out, Work: []Work{{FMA, "f32", flops}}, Blocks: blocks, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 	case 1:
 		return k.matmulFeatures(s, d, out)
 	}
@@ -371,7 +373,7 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	// An input on the left operand's side is read by every column of
 	// tiles, one on the right's by every row (the tiles of one wave
 	// sharing through L2); one only the epilogue reads, once.
-	wM, wN := waveTiles(tilesM, tilesN, d.SMs*per)
+	wM, wN := waveTiles(tilesM, tilesN, d)
 	var bytes float64
 	for _, v := range body.Inputs() {
 		var b float64
@@ -397,7 +399,7 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	}
 	class, cdt := tensorDType(dt, s.Tensor)
 	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, Launches: 1}, true
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 }
 
 // attentionFeatures prices the flash form: a block owns BM query rows of
@@ -430,7 +432,7 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 		if k.slots[in]&(kSide|vSide) != 0 {
 			times = tiles
 		}
-		bytes += rereads(k.bytesOf(in), times, d.SMs*per, d)
+		bytes += rereads(k.bytesOf(in), times, d.SMs, d)
 	}
 	var flops float64
 	for i, n := range body.Nodes {
@@ -442,5 +444,5 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	}
 	class, cdt := tensorDType(dt, s.Tensor)
 	mma := 2 * float64(batch) * float64(S) * float64(T) * float64(D+Dv)
-	return Features{Bytes: bytes + out, Work: []Work{{FMA, "f32", flops}, {class, cdt, mma}}, Blocks: batch * tiles, PerSM: per, Launches: 1}, true
+	return Features{Bytes: bytes + out, Work: []Work{{FMA, "f32", flops}, {class, cdt, mma}}, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 }

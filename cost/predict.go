@@ -24,17 +24,38 @@ type Features struct {
 	// included.
 	Work []Work
 	// Blocks is the grid size, PerSM the blocks resident on one
-	// multiprocessor (occupancy); a wave is SMs*PerSM blocks.
-	Blocks, PerSM int
+	// multiprocessor (occupancy) and WarpsPerBlock their size.
+	Blocks, PerSM, WarpsPerBlock int
 	// Launches counts the kernel launches (1 for a kernel).
 	Launches int
 }
 
-// Waves is the number of waves the grid takes on d: a last partial wave
-// costs a whole one.
+// Waves is the number of rounds of blocks each multiprocessor works
+// through: the busiest one holds ceil(Blocks/SMs) of them, so a last
+// partial round costs a whole one. (Blocks resident together on one
+// multiprocessor share its throughput, so occupancy hides latency but does
+// not shorten a round.)
 func (f Features) Waves(d *Device) int {
-	per := max(f.PerSM, 1) * d.SMs
-	return max(1, (f.Blocks+per-1)/per)
+	return max(1, (f.Blocks+d.SMs-1)/d.SMs)
+}
+
+// latencyWarps is the resident warps per multiprocessor past which memory
+// and arithmetic latency is hidden; below it a kernel reaches
+// proportionally less of the device's rates.
+const latencyWarps = 16
+
+// occupancyShare is the fraction of the device's achievable rates that a
+// kernel's occupancy lets it reach on d: the warps resident on a busy
+// multiprocessor, which a small grid keeps below what fits.
+func (f Features) occupancyShare(d *Device) float64 {
+	if f.WarpsPerBlock <= 0 {
+		return 1
+	}
+	resident := max(f.PerSM, 1)
+	if f.Blocks > 0 {
+		resident = min(resident, (f.Blocks+d.SMs-1)/d.SMs)
+	}
+	return math.Min(1, float64(resident*f.WarpsPerBlock)/latencyWarps)
 }
 
 // Factors are a device's efficiency factors: the fractions of its peaks
@@ -64,8 +85,8 @@ func Defaults(d *Device) Factors {
 // Predict is the predicted time of a kernel with features x on device d
 // under factors f: memory time and compute time overlap (the larger wins),
 // both stretched by the grid's fill of its waves (a grid that leaves
-// multiprocessors idle in its last wave runs as if it filled them), plus
-// the launch overhead.
+// multiprocessors idle in its last wave runs as if it filled them) and by
+// too low an occupancy to hide latency, plus the launch overhead.
 func Predict(d *Device, f Factors, x Features) (float64, error) {
 	mem := x.Bytes / (d.MemoryBandwidth * f.Memory)
 	comp := 0.0
@@ -85,9 +106,8 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 	}
 	fill := 1.0
 	if x.Blocks > 0 {
-		per := max(x.PerSM, 1) * d.SMs
-		fill = float64(x.Blocks) / float64(x.Waves(d)*per)
+		fill = float64(x.Blocks) / float64(x.Waves(d)*d.SMs)
 	}
-	t := math.Max(mem, comp) / fill
+	t := math.Max(mem, comp) / (fill * x.occupancyShare(d))
 	return t + float64(max(x.Launches, 1))*f.Launch, nil
 }

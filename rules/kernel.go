@@ -227,3 +227,41 @@ func SimpleCost(eg *egraph.EGraph[Data]) extract.CostFunc {
 		return math.Inf(1)
 	}
 }
+
+// ModelCost prices kernels with the cost model m: a kernel costs its best
+// schedule's time (measured where the model has measurements), a kernel
+// that depends on weights only a share of it (it runs once at load time,
+// cost.DefaultSimple.PrepShare), views, leaves and projections nothing,
+// and every other tensor op cannot execute on its own (+Inf). A kernel the
+// model cannot price (no schedule fits the device) is +Inf too.
+func ModelCost(eg *egraph.EGraph[Data], m *cost.Model) extract.CostFunc {
+	return func(g *egraph.Graph, id egraph.NodeID) float64 {
+		n := g.Node(id)
+		d := eg.Data(g.NodeClass(id))
+		if !d.Valid() && !d.IsTuple() {
+			return math.Inf(1)
+		}
+		switch n.Op {
+		case ProjSymbol:
+			return 0
+		case KernelSymbol:
+			body, ok := Spec(n.Payload)
+			if !ok {
+				return math.Inf(1)
+			}
+			e, err := m.Kernel(body)
+			if err != nil {
+				return math.Inf(1)
+			}
+			if d.WeightOnly {
+				return e.Seconds * cost.DefaultSimple.PrepShare
+			}
+			return e.Seconds
+		}
+		op, ok := OpOf(n.Op)
+		if ok && (op.Class() == ir.ClassLeaf || op.Class() == ir.ClassView) {
+			return 0
+		}
+		return math.Inf(1)
+	}
+}

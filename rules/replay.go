@@ -97,7 +97,7 @@ func SaturateModel(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data]
 	}
 	prog := &Program{EGraph: eg, Report: report, Classes: classes, Roots: GraphRoots(g, classes), Time: time.Since(start),
 		Block: &BlockSearch{Copies: len(rep.Copies), BlockNodes: len(rep.Copies[0].Nodes), Pair: pair, Replayed: eg.NumNodes() - before}}
-	return prog, prog.extract(ctx, g.Name)
+	return prog, prog.extract(ctx, g.Name, opt.Cost)
 }
 
 // pairGraph builds the graph of a repeat's first two copies: their nodes,

@@ -37,11 +37,14 @@ func SetRewrites(name string) ([]*egraph.Rewrite[Data], error) {
 	return Rewrites(rs), nil
 }
 
-// SaturateOptions limit a saturation.
+// SaturateOptions limit a saturation and say how extraction prices it.
 type SaturateOptions struct {
 	IterLimit int           // default 30
 	NodeLimit int           // default 200,000
 	TimeLimit time.Duration // default 60 s
+	// Cost prices the e-graph's nodes for extraction; nil means the
+	// simple estimate (SimpleCost). ModelCost gives the cost model's.
+	Cost func(*egraph.EGraph[Data]) extract.CostFunc
 }
 
 // Program is the result of saturating a graph and extracting the cheapest
@@ -104,14 +107,24 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if c := an.Conflicts(); len(c) > 0 {
 		return nil, fmt.Errorf("saturate %s: a rule merged incompatible classes: %s", g.Name, c[0])
 	}
-	return prog, prog.extract(ctx, g.Name)
+	return prog, prog.extract(ctx, g.Name, opt.Cost)
+}
+
+// NaiveProgram is the naive program of g (DESIGN.md): one kernel per
+// tensor op, every intermediate in memory, priced as opt says. Speed-ups
+// are reported against it.
+func NaiveProgram(ctx context.Context, g *ir.Graph, opt SaturateOptions) (*Program, error) {
+	return Saturate(ctx, g, LowerRewrites(), opt)
 }
 
 // extract picks the program from the saturated e-graph and fills the
 // extraction's fields in.
-func (prog *Program) extract(ctx context.Context, name string) error {
+func (prog *Program) extract(ctx context.Context, name string, price func(*egraph.EGraph[Data]) extract.CostFunc) error {
 	eg := prog.EGraph
-	p, err := extract.NewProblem(&eg.Graph, RootClasses(prog.Roots), SimpleCost(eg), nil)
+	if price == nil {
+		price = SimpleCost
+	}
+	p, err := extract.NewProblem(&eg.Graph, RootClasses(prog.Roots), price(eg), nil)
 	if err != nil {
 		return fmt.Errorf("saturate %s: no kernel program: %w", name, err)
 	}

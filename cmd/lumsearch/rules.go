@@ -23,7 +23,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 var rulesCommand = &command{
 	name:     "rules",
 	summary:  "check rewrite rules for soundness, or measure them on a model",
-	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N] | rules stats MODEL [--rules FILE] [--disable SET] [--enable SET] [--seq N]",
+	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N] | rules stats MODEL [--rules FILE] [--disable SET] [--enable SET] [--seq N] [--target NAME] [--cost model|simple]",
 	doc: `
 "rules check" verifies rules: for every rule, random legal instances (shapes
 for its variables, attributes for its payload variables, random and stress
@@ -40,8 +40,11 @@ checks them.
 named by --disable, plus the opt-in sets named by --enable (` + strings.Join(rules.OptionalSets(), ", ") + `) and
 the files given with --rules), then prints, per rule and per rule set, the
 matches, applications, new e-nodes and time; the e-graph's size per
-iteration; the best kernel program by the simple cost estimate, kernel by
-kernel; and an ablation table: the program found without each rule set. A
+iteration; the best kernel program, kernel by kernel, with its predicted
+time per run against the naive program's (one kernel per op), priced by
+the cost model of --target (default h100-sxm; --cost simple for the
+simple estimate); and an ablation table: the program found without each
+rule set. A
 model whose layers repeat is searched on two of its layers and their seam,
 and the result is replayed on every layer.`,
 	example: `
@@ -52,14 +55,20 @@ lumsearch rules stats gpt2:block --disable algebra`,
 	setup: func(fs *flag.FlagSet) action {
 		instances := fs.Int("instances", 20, "valid instances each rule needs")
 		seed := fs.Uint64("seed", 1, "seed of the random instances")
-		var files, disable, enable listFlag
+		var files, disable, enable, targetFiles listFlag
 		fs.Var(&files, "rules", "stats: a rule file to add (repeatable)")
 		fs.Var(&disable, "disable", "stats: a rule set to leave out (repeatable)")
 		fs.Var(&enable, "enable", "stats: an opt-in rule set to add (repeatable)")
 		seq := fs.Int("seq", corpus.DefaultSeq, "stats: tokens per sequence")
+		target := fs.String("target", "h100-sxm", "stats: the device the cost model prices for (a built-in name, one from --target-file, or auto)")
+		fs.Var(&targetFiles, "target-file", "stats: a device description file to add (repeatable)")
+		estimate := fs.String("cost", "model", "stats: how programs are priced: model (the cost model of --target) or simple (bytes moved plus launches)")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) == 2 && pos[0] == "stats" {
-				return rulesStats(ctx, pos[1], files, disable, enable, corpus.Options{Seq: *seq}, stdout)
+				if *estimate != "model" && *estimate != "simple" {
+					return usagef("--cost %s: want model or simple", *estimate)
+				}
+				return rulesStats(ctx, pos[1], files, disable, enable, corpus.Options{Seq: *seq}, pricing{*estimate, *target, targetFiles}, stdout)
 			}
 			if len(pos) == 0 || pos[0] != "check" {
 				return usagef("want: rules check [FILE.rules ...] or rules stats MODEL")

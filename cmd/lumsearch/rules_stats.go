@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
 // rulesStats saturates a corpus model with the rule sets (minus the
 // disabled ones, plus rule files) and prints per-rule figures, the e-graph's
 // growth, the extracted program and an ablation table.
-func rulesStats(ctx context.Context, model string, files, disable, enable []string, opt corpus.Options, stdout io.Writer) error {
+func rulesStats(ctx context.Context, model string, files, disable, enable []string, opt corpus.Options, price pricing, stdout io.Writer) error {
 	g, err := corpus.Build(model, opt)
 	if err != nil {
 		return err
@@ -64,6 +66,16 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		rws = append(rws, rules.Rewrites(rs)...)
 	}
 	sat := rules.SaturateOptions{}
+	costName := "the simple estimate"
+	if price.estimate != "simple" {
+		dev, err := cost.ResolveTarget(ctx, price.target, price.files)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		m := cost.NewModel(dev, cost.Defaults(dev))
+		sat.Cost = func(eg *egraph.EGraph[rules.Data]) extract.CostFunc { return rules.ModelCost(eg, m) }
+		costName = "the cost model on " + dev.Name
+	}
 	prog, err := rules.SaturateModel(ctx, g, rws, sat)
 	if err != nil {
 		return err
@@ -120,8 +132,12 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		fmt.Fprintf(tw, "%d\t%d\t%d\t\n", it.Index, it.Nodes, it.Classes)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nbest program: %d kernels per run and %d at load time (the naive program has %d), estimated %.3g s per run\n",
-		prog.Kernels, prog.Prep, rules.NaiveKernels(g), prog.Cost)
+	naive, err := rules.NaiveProgram(ctx, g, sat)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nbest program: %d kernels per run and %d at load time, %s per run by %s; the naive program: %d kernels, %s (%.2fx)\n",
+		prog.Kernels, prog.Prep, seconds(prog.Cost), costName, naive.Kernels+naive.Prep, seconds(naive.Cost), naive.Cost/prog.Cost)
 	for _, k := range prog.List {
 		when := "run "
 		if k.Prep {
@@ -139,13 +155,32 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		return err
 	}
 	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WITHOUT\tKERNELS\tAT LOAD\tE-NODES\tSTOP\tSATURATION\tESTIMATE")
+	fmt.Fprintln(tw, "WITHOUT\tKERNELS\tAT LOAD\tE-NODES\tSTOP\tSATURATION\tPER RUN")
 	for _, a := range abl {
 		if a.Err != nil {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno kernel program\n", a.Without)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%v\t%.3g s\n", a.Without, a.Kernels, a.Prep, a.Nodes, a.Stop, a.Time.Round(1e6), a.Cost)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%v\t%s\n", a.Without, a.Kernels, a.Prep, a.Nodes, a.Stop, a.Time.Round(1e6), seconds(a.Cost))
 	}
 	return tw.Flush()
+}
+
+// pricing says how rules stats prices programs: the simple estimate, or the
+// cost model of a target device.
+type pricing struct {
+	estimate string   // "model" or "simple"
+	target   string   // a device name or "auto"
+	files    []string // users' device description files
+}
+
+// seconds prints a time with a unit that keeps it readable.
+func seconds(s float64) string {
+	switch {
+	case s >= 1:
+		return fmt.Sprintf("%.3g s", s)
+	case s >= 1e-3:
+		return fmt.Sprintf("%.3g ms", s*1e3)
+	}
+	return fmt.Sprintf("%.3g µs", s*1e6)
 }

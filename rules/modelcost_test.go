@@ -1,0 +1,52 @@
+package rules
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/require"
+)
+
+// modelCost is SaturateOptions.Cost for the cost model of a built-in
+// device.
+func modelCost(t *testing.T, name string) func(*egraph.EGraph[Data]) extract.CostFunc {
+	t.Helper()
+	d, err := cost.LookupDevice(name)
+	require.NoError(t, err)
+	m := cost.NewModel(d, cost.Defaults(d))
+	return func(eg *egraph.EGraph[Data]) extract.CostFunc { return ModelCost(eg, m) }
+}
+
+// TestModelCostCorpus prices every tiny corpus graph with the cost model:
+// the extracted program is predicted no slower than the naive one, and it
+// computes what the graph does.
+func TestModelCostCorpus(t *testing.T) {
+	price := modelCost(t, "h100")
+	for _, name := range corpus.Names() {
+		if !strings.HasPrefix(name, "tiny-llama:") && !strings.HasPrefix(name, "tiny-gpt2:") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
+			require.NoError(t, err)
+			opt := SaturateOptions{IterLimit: 6, NodeLimit: 40_000, Cost: price}
+			prog, err := SaturateModel(context.Background(), g, allRewrites(t), opt)
+			require.NoError(t, err)
+			naive, err := NaiveProgram(context.Background(), g, opt)
+			require.NoError(t, err)
+			t.Logf("%s: %d kernels per run (+%d at load), %.3g µs; naive %d kernels, %.3g µs", name, prog.Kernels, prog.Prep, prog.Cost*1e6, naive.Kernels+naive.Prep, naive.Cost*1e6)
+			require.LessOrEqual(t, prog.Cost, naive.Cost*(1+1e-9))
+			feeds, err := ir.RandomFeeds(g, 4, ir.Typical)
+			require.NoError(t, err)
+			d, err := CheckExtraction(context.Background(), prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution, feeds)
+			require.NoError(t, err)
+			require.Nil(t, d, "%v", d)
+		})
+	}
+}
