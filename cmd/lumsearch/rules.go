@@ -43,7 +43,8 @@ matches, applications, new e-nodes and time; the e-graph's size per
 iteration; the best kernel program, kernel by kernel, with its predicted
 time per run against the naive program's (one kernel per op), priced by
 the cost model of --target (default h100-sxm; --cost simple for the
-simple estimate); and an ablation table: the program found without each
+simple estimate), with the GPU times of the tuning database (--db) in
+place of predictions where it has them; and an ablation table: the program found without each
 rule set. A
 model whose layers repeat is searched on two of its layers and their seam,
 and the result is replayed on every layer.`,
@@ -62,13 +63,14 @@ lumsearch rules stats gpt2:block --disable algebra`,
 		seq := fs.Int("seq", corpus.DefaultSeq, "stats: tokens per sequence")
 		target := fs.String("target", "h100-sxm", "stats: the device the cost model prices for (a built-in name, one from --target-file, or auto)")
 		fs.Var(&targetFiles, "target-file", "stats: a device description file to add (repeatable)")
+		db := fs.String("db", "", "stats: the tuning database whose GPU times override predictions (default $LUMSEARCH_TUNEDB or the user cache's tunedb.jsonl)")
 		estimate := fs.String("cost", "model", "stats: how programs are priced: model (the cost model of --target) or simple (bytes moved plus launches)")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) == 2 && pos[0] == "stats" {
 				if *estimate != "model" && *estimate != "simple" {
 					return usagef("--cost %s: want model or simple", *estimate)
 				}
-				return rulesStats(ctx, pos[1], files, disable, enable, corpus.Options{Seq: *seq}, pricing{*estimate, *target, targetFiles}, stdout)
+				return rulesStats(ctx, pos[1], files, disable, enable, corpus.Options{Seq: *seq}, pricing{*estimate, *target, targetFiles, *db}, stdout)
 			}
 			if len(pos) == 0 || pos[0] != "check" {
 				return usagef("want: rules check [FILE.rules ...] or rules stats MODEL")

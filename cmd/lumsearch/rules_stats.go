@@ -14,6 +14,7 @@ import (
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/tunedb"
 )
 
 // rulesStats saturates a corpus model with the rule sets (minus the
@@ -73,6 +74,17 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 			return usagef("%v", err)
 		}
 		m := cost.NewModel(dev, cost.Defaults(dev))
+		dbPath := price.db
+		if dbPath == "" {
+			if dbPath, err = tunedb.DefaultPath(); err != nil {
+				return err
+			}
+		}
+		db, err := tunedb.Open(dbPath)
+		if err != nil {
+			return err
+		}
+		m.Measurements = cost.NewDBMeasurements(db)
 		sat.Cost = func(eg *egraph.EGraph[rules.Data]) extract.CostFunc { return rules.ModelCost(eg, m) }
 		costName = "the cost model on " + dev.Name
 	}
@@ -172,6 +184,7 @@ type pricing struct {
 	estimate string   // "model" or "simple"
 	target   string   // a device name or "auto"
 	files    []string // users' device description files
+	db       string   // the tuning database whose measured times override predictions ("" for the default)
 }
 
 // seconds prints a time with a unit that keeps it readable.

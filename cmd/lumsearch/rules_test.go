@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/tunedb"
 )
 
 func TestRulesCheck(t *testing.T) {
@@ -32,6 +34,7 @@ func TestRulesCheck(t *testing.T) {
 }
 
 func TestRulesStats(t *testing.T) {
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl")) // no one's measurements
 	r := runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^search tiny-llama:mlp \(\d+ ops\): \d+ e-nodes`, r.stdout)

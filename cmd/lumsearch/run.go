@@ -20,7 +20,7 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand}
+	commands = []*command{corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand}
 }
 
 // lookup returns the subcommand called name, or nil.
