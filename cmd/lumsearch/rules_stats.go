@@ -162,6 +162,9 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		fmt.Fprintf(stdout, "  %s %-16s %s\n", when, strings.Join(shapes, " "), k.Form)
 	}
 	fmt.Fprintln(stdout)
+	if !price.ablate {
+		return nil
+	}
 	abl, err := rules.Ablate(ctx, g, sets, sat)
 	if err != nil {
 		return err
@@ -185,6 +188,7 @@ type pricing struct {
 	target   string   // a device name or "auto"
 	files    []string // users' device description files
 	db       string   // the tuning database whose measured times override predictions ("" for the default)
+	ablate   bool     // print the ablation table
 }
 
 // seconds prints a time with a unit that keeps it readable.
