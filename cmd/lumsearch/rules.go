@@ -23,7 +23,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 var rulesCommand = &command{
 	name:     "rules",
 	summary:  "check rewrite rules for soundness, or measure them on a model",
-	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N] | rules stats MODEL [--rules FILE] [--disable SET] [--enable SET] [--seq N] [--target NAME] [--cost model|simple] [--ablate=false]",
+	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N] | rules stats MODEL [--rules FILE] [--disable SET] [--enable SET] [--seq N] [--target NAME] [--cost model|simple] [--profile FILE] [--ablate=false]",
 	doc: `
 "rules check" verifies rules: for every rule, random legal instances (shapes
 for its variables, attributes for its payload variables, random and stress
@@ -63,6 +63,7 @@ lumsearch rules stats gpt2:block --disable algebra`,
 		seq := fs.Int("seq", corpus.DefaultSeq, "stats: tokens per sequence")
 		target := fs.String("target", "h100-sxm", "stats: the device the cost model prices for (a built-in name, one from --target-file, or auto)")
 		fs.Var(&targetFiles, "target-file", "stats: a device description file to add (repeatable)")
+		profile := fs.String("profile", "", "stats: a calibrated profile of the target's efficiency factors (tunedb calibrate -o)")
 		ablate := fs.Bool("ablate", true, "stats: also saturate once without each rule set (the ablation table)")
 		db := fs.String("db", "", "stats: the tuning database whose GPU times override predictions (default $LUMSEARCH_TUNEDB or the user cache's tunedb.jsonl)")
 		estimate := fs.String("cost", "model", "stats: how programs are priced: model (the cost model of --target) or simple (bytes moved plus launches)")
@@ -71,7 +72,7 @@ lumsearch rules stats gpt2:block --disable algebra`,
 				if *estimate != "model" && *estimate != "simple" {
 					return usagef("--cost %s: want model or simple", *estimate)
 				}
-				return rulesStats(ctx, pos[1], files, disable, enable, corpus.Options{Seq: *seq}, pricing{*estimate, *target, targetFiles, *db, *ablate}, stdout)
+				return rulesStats(ctx, pos[1], files, disable, enable, corpus.Options{Seq: *seq}, pricing{*estimate, *target, targetFiles, *db, *ablate, *profile}, stdout)
 			}
 			if len(pos) == 0 || pos[0] != "check" {
 				return usagef("want: rules check [FILE.rules ...] or rules stats MODEL")

@@ -73,7 +73,18 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		if err != nil {
 			return usagef("%v", err)
 		}
-		m := cost.NewModel(dev, cost.Defaults(dev))
+		factors := cost.Defaults(dev)
+		if price.profile != "" {
+			p, err := cost.LoadProfile(price.profile)
+			if err != nil {
+				return err
+			}
+			if p.Device != dev.Name {
+				return usagef("--profile %s was fitted for %s, not %s", price.profile, p.Device, dev.Name)
+			}
+			factors = p.Factors
+		}
+		m := cost.NewModel(dev, factors)
 		dbPath := price.db
 		if dbPath == "" {
 			if dbPath, err = tunedb.DefaultPath(); err != nil {
@@ -189,6 +200,7 @@ type pricing struct {
 	files    []string // users' device description files
 	db       string   // the tuning database whose measured times override predictions ("" for the default)
 	ablate   bool     // print the ablation table
+	profile  string   // a calibrated profile of the target's factors ("" for the description's)
 }
 
 // seconds prints a time with a unit that keeps it readable.

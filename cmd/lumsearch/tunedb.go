@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -22,10 +23,13 @@ var tunedbStdin io.Reader = os.Stdin
 
 // tunedbFlags says which subcommands each flag of tunedb applies to.
 var tunedbFlags = map[string][]string{
-	"db":         {"stats", "export", "import", "prune"},
+	"db":         {"stats", "export", "import", "prune", "calibrate"},
 	"device":     {"export", "prune"},
 	"where":      {"export"},
-	"o":          {"export"},
+	"o":          {"export", "calibrate"},
+	"target":     {"calibrate"},
+	"held-out":   {"calibrate"},
+	"seed":       {"calibrate"},
 	"keep":       {"prune"},
 	"older-than": {"prune"},
 	"dedup":      {"prune"},
@@ -34,8 +38,8 @@ var tunedbFlags = map[string][]string{
 // tunedbCommand inspects and maintains the tuning database.
 var tunedbCommand = &command{
 	name:     "tunedb",
-	summary:  "show, export, import or prune the tuning database of measured kernel times",
-	synopsis: "tunedb stats | export [--device NAME] [--where gpu|cpu-emulation] [-o FILE] | import FILE|- | prune [--keep N] [--older-than AGE] [--device NAME] [--dedup]  [--db PATH]",
+	summary:  "show, export, import, prune or calibrate from the tuning database of measured kernel times",
+	synopsis: "tunedb stats | export [--device NAME] [--where gpu|cpu-emulation] [-o FILE] | import FILE|- | prune [--keep N] [--older-than AGE] [--device NAME] [--dedup] | calibrate --target NAME [--held-out F] [--seed N] [-o PROFILE]  [--db PATH]",
 	doc: `
 The tuning database holds kernel times measured on a GPU or under CPU
 emulation, keyed by kernel SPEC, schedule, shapes, dtypes, device, driver and
@@ -58,12 +62,20 @@ an invalid line stops it, naming the line, and nothing is added.
 "tunedb prune" rewrites the file atomically without the records it drops:
 all but the newest --keep N of each key and place of measurement, those
 measured more than --older-than ago (a duration such as 720h or 30d), those
-of --device, and with --dedup exact copies. Torn lines go too.`,
+of --device, and with --dedup exact copies. Torn lines go too.
+
+"tunedb calibrate --target NAME" fits the efficiency factors of a device
+description (the achieved fractions of its memory bandwidth and of each
+peak, and its launch overhead) to the database's GPU records of that device,
+by robust least squares on all but a held-out share (--held-out, 0.25), and
+reports the prediction error and Spearman rank correlation on the held-out
+records; -o writes the fitted profile, which rules stats --profile uses.`,
 	example: `
 lumsearch tunedb stats
-lumsearch tunedb export --device "NVIDIA H200" -o h200.jsonl
+lumsearch tunedb export --device h200-sxm -o h200.jsonl
 lumsearch tunedb import h200.jsonl --db other.jsonl
-lumsearch tunedb prune --keep 3 --older-than 30d`,
+lumsearch tunedb prune --keep 3 --older-than 30d
+lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 	setup: func(fs *flag.FlagSet) action {
 		dbPath := fs.String("db", "", "the database `PATH` (default $"+tunedb.EnvPath+" or the cache folder's)")
 		device := fs.String("device", "", "export: keep only, prune: drop, the records of device `NAME`")
@@ -72,13 +84,16 @@ lumsearch tunedb prune --keep 3 --older-than 30d`,
 		keep := fs.Int("keep", 0, "prune: keep the newest `N` records of each key and place of measurement")
 		olderThan := fs.String("older-than", "", "prune: drop records measured more than `AGE` ago (720h, 30d)")
 		dedup := fs.Bool("dedup", false, "prune: drop exact copies of a record")
+		target := fs.String("target", "", "calibrate: the device description to fit (a built-in name)")
+		heldOut := fs.Float64("held-out", 0.25, "calibrate: the share of records held out of the fit to test it on")
+		seed := fs.Uint64("seed", 1, "calibrate: the seed of the held-out split")
 		return func(_ context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) == 0 {
-				return usagef("want: tunedb stats, export, import FILE or prune")
+				return usagef("want: tunedb stats, export, import FILE, prune or calibrate")
 			}
 			sub, args := pos[0], pos[1:]
-			if sub != "stats" && sub != "export" && sub != "import" && sub != "prune" {
-				return usagef("unknown tunedb command %q; want stats, export, import or prune", sub)
+			if sub != "stats" && sub != "export" && sub != "import" && sub != "prune" && sub != "calibrate" {
+				return usagef("unknown tunedb command %q; want stats, export, import, prune or calibrate", sub)
 			}
 			var misplaced error
 			fs.Visit(func(f *flag.Flag) {
@@ -116,6 +131,14 @@ lumsearch tunedb prune --keep 3 --older-than 30d`,
 			switch sub {
 			case "stats":
 				return tunedbStats(path, stdout)
+			case "calibrate":
+				if *target == "" {
+					return usagef("tunedb calibrate needs --target")
+				}
+				if !(*heldOut > 0 && *heldOut < 1) {
+					return usagef("--held-out must lie between 0 and 1")
+				}
+				return tunedbCalibrate(path, *target, *heldOut, *seed, *out, stdout)
 			case "export":
 				if *where != "" && *where != tunedb.WhereGPU && *where != tunedb.WhereEmulated {
 					return usagef("--where is %q, want %s or %s", *where, tunedb.WhereGPU, tunedb.WhereEmulated)
@@ -265,4 +288,54 @@ func tunedbPrune(path string, opt tunedb.PruneOptions, stdout io.Writer) error {
 	left := db.Len()
 	_, err = fmt.Fprintf(stdout, "pruned %d of %d records from %s; %d left\n", n, n+left, path, left)
 	return err
+}
+
+// tunedbCalibrate fits a device's efficiency factors to the database's GPU
+// records of it, reports them against the description's and on held-out
+// records, and writes the profile to out when asked.
+func tunedbCalibrate(path, target string, heldOut float64, seed uint64, out string, stdout io.Writer) error {
+	dev, err := cost.LookupDevice(target)
+	if err != nil {
+		return usagef("--target: %v", err)
+	}
+	db, err := tunedb.Open(path)
+	if err != nil {
+		return err
+	}
+	m := cost.NewModel(dev, cost.Defaults(dev))
+	samples, err := m.SamplesFromRecords(db.Records())
+	if err != nil {
+		return fmt.Errorf("calibrate %s from %s: %w", dev.Name, path, err)
+	}
+	if len(samples) == 0 {
+		return fmt.Errorf("calibrate %s: %s holds no GPU records of %s (run the GPU check script on one to measure some)", dev.Name, path, dev.Name)
+	}
+	f, rep, err := cost.CrossCheck(dev, samples, heldOut, seed, cost.FitOptions{})
+	if err != nil {
+		return fmt.Errorf("calibrate %s: %w", dev.Name, err)
+	}
+	def := cost.Defaults(dev)
+	fmt.Fprintf(stdout, "%s: %d GPU records, %d held out\n\n", dev.Name, len(samples), rep.N)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FACTOR\tDESCRIPTION\tFITTED")
+	fmt.Fprintf(tw, "memory\t%.3f\t%.3f\n", def.Memory, f.Memory)
+	keys := make([]string, 0, len(f.Compute))
+	for k := range f.Compute {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\n", k, def.Compute[k], f.Compute[k])
+	}
+	fmt.Fprintf(tw, "launch\t%.3g s\t%.3g s\n", def.Launch, f.Launch)
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nheld out: median error %.1f%%, worst %.1f%%, Spearman %.3f\n", 100*rep.MedianAbsRelError, 100*rep.MaxAbsRelError, rep.Spearman)
+	if out == "" {
+		return nil
+	}
+	if err := cost.SaveProfile(out, cost.Profile{Device: dev.Name, Factors: f, Fitted: time.Now().UTC(), Samples: len(samples) - rep.N, HeldOut: rep}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "profile written to %s\n", out)
+	return nil
 }

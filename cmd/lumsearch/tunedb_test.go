@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -224,4 +227,61 @@ func TestTunedbUsage(t *testing.T) {
 	}
 	_, err := os.Stat(db)
 	assert.True(t, os.IsNotExist(err))
+}
+
+// TestTunedbCalibrate writes GPU records of kernels timed as a device
+// with known factors would run them, calibrates from them, and prices a
+// model with the written profile.
+func TestTunedbCalibrate(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "tunedb.jsonl")
+	t.Setenv(tunedb.EnvPath, dbPath)
+	dev, err := cost.LookupDevice("h200")
+	require.NoError(t, err)
+	truth := cost.Defaults(dev)
+	truth.Memory, truth.Launch = 0.6, 5e-6
+	m := cost.NewModel(dev, cost.Defaults(dev))
+	db, err := tunedb.Open(dbPath)
+	require.NoError(t, err)
+	var recs []tunedb.Record
+	for i := range 20 {
+		n := ir.Dim(1) << (8 + i)
+		b := ir.NewBuilder("kernel")
+		b.Output("out", b.Exp(b.Input("$0", ir.F32, n)))
+		body, err := b.Build()
+		require.NoError(t, err)
+		e, err := m.Kernel(body)
+		require.NoError(t, err)
+		secs, err := cost.Predict(dev, truth, e.Features)
+		require.NoError(t, err)
+		secs *= 1 + 0.01*float64(i%3-1)
+		recs = append(recs, tunedb.Record{
+			Key:    tunedb.Key{Spec: body.String(), Schedule: e.Schedule.String(), Shapes: fmt.Sprint(n), DTypes: "f32", Device: dev.Name, Driver: "test", Compiler: "test"},
+			Median: secs, Spread: secs / 50, Samples: 10, Where: tunedb.WhereGPU, At: time.Now().UTC(),
+		})
+	}
+	require.NoError(t, db.Append(recs...))
+
+	profile := filepath.Join(dir, "h200.json")
+	r := runArgs(t, "tunedb", "calibrate", "--target", "h200", "--held-out", "0.25", "-o", profile)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "h200-sxm: 20 GPU records, 5 held out")
+	assert.Regexp(t, `(?m)^memory +0\.896 +0\.6\d\d$`, r.stdout)
+	assert.Contains(t, r.stdout, "profile written to "+profile)
+	p, err := cost.LoadProfile(profile)
+	require.NoError(t, err)
+	assert.InEpsilon(t, 0.6, p.Factors.Memory, 0.05)
+	assert.InEpsilon(t, 5e-6, p.Factors.Launch, 0.1)
+
+	r = runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4", "--target", "h200", "--profile", profile, "--ablate=false")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "by the cost model on h200-sxm")
+	r = runArgs(t, "rules", "stats", "tiny-llama:mlp", "--target", "h100", "--profile", profile)
+	require.Equal(t, exitUsage, r.code, "a profile of another device")
+
+	r = runArgs(t, "tunedb", "calibrate", "--target", "a100")
+	require.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, "no GPU records of a100-sxm-80gb")
+	r = runArgs(t, "tunedb", "calibrate")
+	require.Equal(t, exitUsage, r.code)
 }
