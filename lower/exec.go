@@ -1,0 +1,97 @@
+package lower
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Execute runs a lowered program in the reference interpreter, launch by
+// launch, as a device would: load-time preparation once, then one run.
+// feeds holds the inputs, weights and states by name. Temp buffers live in
+// a simulated arena at their planned offsets, so that a plan that lets two
+// live buffers overlap fails here, naming them, instead of giving a wrong
+// answer. It returns the outputs and the states' new contents.
+func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (outputs, states map[string]*ir.Tensor, err error) {
+	vals := make([]*ir.Tensor, len(prog.Buffers))
+	// The arena: which Temp buffer last wrote each placed range.
+	type tenant struct {
+		buf    int
+		lo, hi int64
+	}
+	var arena []tenant
+	clobbered := map[int]int{} // buffer -> the buffer that overwrote it
+	for _, buf := range prog.Buffers {
+		switch buf.Kind {
+		case Input, Weight, State:
+			t, ok := feeds[buf.Name]
+			if !ok {
+				return nil, nil, fmt.Errorf("execute %s: no value for %s %s", prog.Name, buf.Kind, buf.Name)
+			}
+			vals[buf.ID] = t
+		case Constant:
+			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{buf.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
+			res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
+			if err != nil {
+				return nil, nil, fmt.Errorf("execute %s: constant %s: %w", prog.Name, buf.Name, err)
+			}
+			vals[buf.ID] = res.Outputs["out"]
+		}
+	}
+	run := func(l *Launch) error {
+		args := make([]*ir.Tensor, len(l.Args))
+		for i, a := range l.Args {
+			if by, ok := clobbered[a]; ok {
+				return fmt.Errorf("launch %s reads %s after %s overwrote it in the arena", l.Name, prog.Buffers[a].Name, prog.Buffers[by].Name)
+			}
+			if vals[a] == nil {
+				return fmt.Errorf("launch %s reads %s before anything wrote it", l.Name, prog.Buffers[a].Name)
+			}
+			args[i] = vals[a]
+		}
+		outs, err := ir.EvalKernel(ctx, l.Body, args...)
+		if err != nil {
+			return fmt.Errorf("launch %s: %w", l.Name, err)
+		}
+		for i, o := range l.Outs {
+			buf := prog.Buffers[o]
+			vals[o] = outs[i]
+			if buf.Kind != Temp {
+				continue
+			}
+			lo, hi := buf.Offset, buf.Offset+buf.Bytes
+			kept := arena[:0]
+			for _, t := range arena {
+				if t.buf != o && t.lo < hi && lo < t.hi {
+					clobbered[t.buf] = o
+					continue
+				}
+				kept = append(kept, t)
+			}
+			arena = append(kept, tenant{o, lo, hi})
+			delete(clobbered, o)
+		}
+		return nil
+	}
+	for _, l := range prog.Prep {
+		if err := run(l); err != nil {
+			return nil, nil, fmt.Errorf("execute %s: %w", prog.Name, err)
+		}
+	}
+	for _, l := range prog.Run {
+		if err := run(l); err != nil {
+			return nil, nil, fmt.Errorf("execute %s: %w", prog.Name, err)
+		}
+	}
+	outputs, states = map[string]*ir.Tensor{}, map[string]*ir.Tensor{}
+	for name, id := range prog.Outputs {
+		outputs[name] = vals[id]
+	}
+	for _, buf := range prog.Buffers {
+		if _, updated := prog.Updates[buf.Name]; updated && buf.Kind == State {
+			states[buf.Name] = vals[buf.ID]
+		}
+	}
+	return outputs, states, nil
+}
