@@ -4,6 +4,8 @@ go 1.26.0
 
 require github.com/stretchr/testify v1.12.1
 
+require github.com/ebitengine/purego v0.11.3
+
 require (
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
