@@ -1,0 +1,541 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// elementwiseThreads is the block size of elementwise kernels.
+const elementwiseThreads = 256
+
+// elementwise prints a kernel computing every output element
+// independently: a grid-stride loop over the elements of the (first)
+// output, each element's value built by walking the body backwards from it
+// with the element's index, through views (permute, reshape, expand,
+// slice, pad), concatenations, casts, gathers and slice updates, down to
+// loads from the argument buffers. Every output must have the first
+// output's shape.
+type elementwise struct {
+	body  *ir.Graph
+	lines []string
+	temps map[string]string // "node@index" -> temp name, for unguarded values
+	next  int
+}
+
+// index is a multi-index as C expressions, one per dimension.
+type index []string
+
+func (ix index) key() string { return strings.Join(ix, ",") }
+
+func isElementwise(body *ir.Graph) bool {
+	for _, n := range body.Nodes {
+		switch n.Op.Class() {
+		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
+		default:
+			return false
+		}
+		if n.Op == ir.OpConst && len(n.Attrs.Data) > 1 {
+			return false
+		}
+	}
+	out := body.Node(body.Outputs[0].Value).Shape
+	for _, o := range body.Outputs[1:] {
+		if !body.Node(o.Value).Shape.Equal(out) {
+			return false
+		}
+	}
+	return true
+}
+
+// vectorizable reports whether the kernel can move four f32 elements per
+// thread with 16-byte loads and stores: every input read at the output's
+// own element, everything f32, the element count a multiple of four.
+func vectorizable(body *ir.Graph) bool {
+	out := body.Node(body.Outputs[0].Value)
+	if out.Shape.NumElements()%4 != 0 {
+		return false
+	}
+	for _, n := range body.Nodes {
+		if n.DType != ir.F32 {
+			return false
+		}
+		switch n.Op.Class() {
+		case ir.ClassUnary, ir.ClassBinary:
+		case ir.ClassLeaf:
+			if n.Op != ir.OpInput && n.Op != ir.OpConst {
+				return false
+			}
+			if n.Op == ir.OpInput && !n.Shape.Equal(out.Shape) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (e *elementwise) emit(format string, args ...any) {
+	e.lines = append(e.lines, "    "+fmt.Sprintf(format, args...))
+}
+
+func (e *elementwise) temp(typ, expr string) string {
+	name := fmt.Sprintf("v%d", e.next)
+	e.next++
+	e.emit("%s %s = %s;", typ, name, expr)
+	return name
+}
+
+// cType is the C type a value of dt is computed in.
+func cType(dt ir.DType) string {
+	switch dt {
+	case ir.I32, ir.I64:
+		return "long long"
+	case ir.Bool:
+		return "bool"
+	}
+	return "float"
+}
+
+// storageType is the C type of a buffer element of dt.
+func storageType(dt ir.DType) string {
+	switch dt {
+	case ir.F16:
+		return "lum_f16"
+	case ir.BF16:
+		return "lum_bf16"
+	case ir.I32:
+		return "int"
+	case ir.I64:
+		return "long long"
+	case ir.Bool:
+		return "unsigned char"
+	}
+	return "float"
+}
+
+// load converts a stored element to its computing type.
+func load(dt ir.DType, ref string) string {
+	switch dt {
+	case ir.F16:
+		return "lum_f16_to_f32(" + ref + ")"
+	case ir.BF16:
+		return "lum_bf16_to_f32(" + ref + ")"
+	case ir.I32:
+		return "(long long)" + ref
+	case ir.Bool:
+		return "(" + ref + " != 0)"
+	}
+	return ref
+}
+
+// store converts a computed value to its storage type.
+func store(dt ir.DType, v string) string {
+	switch dt {
+	case ir.F16:
+		return "lum_f32_to_f16(" + v + ")"
+	case ir.BF16:
+		return "lum_f32_to_bf16(" + v + ")"
+	case ir.I32:
+		return "(int)" + v
+	case ir.Bool:
+		return "(unsigned char)(" + v + ")"
+	}
+	return v
+}
+
+// literal prints a constant of dt.
+func literal(dt ir.DType, v float64) string {
+	switch dt {
+	case ir.I32, ir.I64:
+		return strconv.FormatInt(int64(v), 10) + "LL"
+	case ir.Bool:
+		if v != 0 {
+			return "true"
+		}
+		return "false"
+	}
+	switch {
+	case math.IsNaN(v):
+		return "NAN"
+	case math.IsInf(v, 1):
+		return "INFINITY"
+	case math.IsInf(v, -1):
+		return "(-INFINITY)"
+	}
+	s := strconv.FormatFloat(float64(float32(v)), 'g', 9, 32)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return s + "f"
+}
+
+// linear is the row-major offset of ix in shape.
+func linear(shape ir.Shape, ix index) string {
+	if len(shape) == 0 {
+		return "0"
+	}
+	var terms []string
+	stride := int64(1)
+	for d := len(shape) - 1; d >= 0; d-- {
+		if shape[d] != 1 && ix[d] != "0" {
+			if stride == 1 {
+				terms = append(terms, ix[d])
+			} else {
+				terms = append(terms, fmt.Sprintf("%s * %dLL", ix[d], stride))
+			}
+		}
+		stride *= int64(shape[d])
+	}
+	if len(terms) == 0 {
+		return "0"
+	}
+	slices.Reverse(terms)
+	return strings.Join(terms, " + ")
+}
+
+// split is the multi-index of linear offset off in shape.
+func split(shape ir.Shape, off string) index {
+	ix := make(index, len(shape))
+	stride := int64(1)
+	for d := len(shape) - 1; d >= 0; d-- {
+		switch {
+		case shape[d] == 1:
+			ix[d] = "0"
+		case stride == 1 && d == 0:
+			ix[d] = off
+		case stride == 1:
+			ix[d] = fmt.Sprintf("((%s) %% %dLL)", off, shape[d])
+		case d == 0:
+			ix[d] = fmt.Sprintf("((%s) / %dLL)", off, stride)
+		default:
+			ix[d] = fmt.Sprintf("(((%s) / %dLL) %% %dLL)", off, stride, shape[d])
+		}
+		stride *= int64(shape[d])
+	}
+	return ix
+}
+
+// value returns the C expression of node v's element at ix. Values
+// computed where every load is safe are kept in temporaries; under a guard
+// (a pad's or concat's branch, a slice update's) they are inlined so that
+// nothing is loaded outside its buffer.
+func (e *elementwise) value(v ir.Value, ix index, guarded bool) (string, error) {
+	key := fmt.Sprintf("%d@%s", v, ix.key())
+	if !guarded {
+		if t, ok := e.temps[key]; ok {
+			return t, nil
+		}
+	}
+	expr, err := e.expr(v, ix, guarded)
+	if err != nil {
+		return "", err
+	}
+	if guarded {
+		return "(" + expr + ")", nil
+	}
+	t := e.temp(cType(e.body.Node(v).DType), expr)
+	e.temps[key] = t
+	return t, nil
+}
+
+func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
+	n := e.body.Node(v)
+	kid := func(k int, kix index) (string, error) { return e.value(n.Inputs[k], kix, guarded) }
+	same := func(k int) (string, error) { return kid(k, ix) }
+	switch n.Op.Class() {
+	case ir.ClassLeaf:
+		switch n.Op {
+		case ir.OpInput:
+			return load(n.DType, fmt.Sprintf("%s[%s]", paramName(e.body, v), linear(n.Shape, ix))), nil
+		case ir.OpConst:
+			if len(n.Attrs.Data) != 1 {
+				return "", fmt.Errorf("a constant of %d values inside a kernel", len(n.Attrs.Data))
+			}
+			return literal(n.DType, n.Attrs.Data[0]), nil
+		case ir.OpIota:
+			ax := n.Attrs.Axis
+			return fmt.Sprintf("(%s)(%s)", cType(n.DType), ix[ax]), nil
+		}
+		return "", fmt.Errorf("%s inside a kernel body", n.Op)
+	case ir.ClassUnary:
+		x, err := same(0)
+		if err != nil {
+			return "", err
+		}
+		return unary(n.Op, x, n.DType)
+	case ir.ClassBinary, ir.ClassCompare:
+		a, err := same(0)
+		if err != nil {
+			return "", err
+		}
+		b, err := same(1)
+		if err != nil {
+			return "", err
+		}
+		return binary(n.Op, a, b, e.body.Node(n.Inputs[0]).DType)
+	case ir.ClassSelect:
+		c, err := same(0)
+		if err != nil {
+			return "", err
+		}
+		a, err := same(1)
+		if err != nil {
+			return "", err
+		}
+		b, err := same(2)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s ? %s : %s", c, a, b), nil
+	}
+	in := func(k int) ir.Shape { return e.body.Node(n.Inputs[k]).Shape }
+	switch n.Op {
+	case ir.OpReshape:
+		return kid(0, split(in(0), linear(n.Shape, ix)))
+	case ir.OpExpand:
+		src := in(0)
+		kix := make(index, len(src))
+		for d := range src {
+			if src[d] == 1 {
+				kix[d] = "0"
+			} else {
+				kix[d] = ix[d]
+			}
+		}
+		return kid(0, kix)
+	case ir.OpPermute:
+		kix := make(index, len(ix))
+		for d, p := range n.Attrs.Perm {
+			kix[p] = ix[d]
+		}
+		return kid(0, kix)
+	case ir.OpSlice:
+		kix := make(index, len(ix))
+		for d := range ix {
+			start, step := n.Attrs.Starts[d], n.Attrs.Steps[d]
+			switch {
+			case start == 0 && step == 1:
+				kix[d] = ix[d]
+			case step == 1:
+				kix[d] = fmt.Sprintf("(%s + %dLL)", ix[d], start)
+			default:
+				kix[d] = fmt.Sprintf("(%dLL + %s * %dLL)", start, ix[d], step)
+			}
+		}
+		return kid(0, kix)
+	case ir.OpPad:
+		src := in(0)
+		kix := make(index, len(ix))
+		var inside []string
+		for d := range ix {
+			before := n.Attrs.Before[d]
+			kix[d] = ix[d]
+			if before != 0 {
+				kix[d] = fmt.Sprintf("(%s - %dLL)", ix[d], before)
+			}
+			if before != 0 || n.Attrs.After[d] != 0 {
+				inside = append(inside, fmt.Sprintf("%s >= 0 && %s < %dLL", kix[d], kix[d], src[d]))
+			}
+		}
+		x, err := e.value(n.Inputs[0], kix, true)
+		if err != nil {
+			return "", err
+		}
+		if len(inside) == 0 {
+			return x, nil
+		}
+		return fmt.Sprintf("(%s) ? %s : %s", strings.Join(inside, " && "), x, literal(n.DType, n.Attrs.Value)), nil
+	case ir.OpConcat:
+		ax := n.Attrs.Axis
+		if ax < 0 {
+			ax += len(n.Shape)
+		}
+		var parts []string
+		off := int64(0)
+		for k := range n.Inputs {
+			size := int64(in(k)[ax])
+			kix := slices.Clone(ix)
+			if off != 0 {
+				kix[ax] = fmt.Sprintf("(%s - %dLL)", ix[ax], off)
+			}
+			x, err := e.value(n.Inputs[k], kix, true)
+			if err != nil {
+				return "", err
+			}
+			if k == len(n.Inputs)-1 {
+				parts = append(parts, x)
+			} else {
+				parts = append(parts, fmt.Sprintf("%s < %dLL ? %s : ", ix[ax], off+size, x))
+			}
+			off += size
+		}
+		return strings.Join(parts, ""), nil
+	case ir.OpCast:
+		x, err := same(0)
+		if err != nil {
+			return "", err
+		}
+		return castExpr(e.body.Node(n.Inputs[0]).DType, n.DType, x), nil
+	case ir.OpGather:
+		// out[i0..i(ax-1), j..., i(ax+1)...] = data[i0.., indices[j...], ...]
+		ax := n.Attrs.Axis
+		data, idx := in(0), in(1)
+		jix := ix[ax : ax+len(idx)]
+		j, err := kid(1, jix)
+		if err != nil {
+			return "", err
+		}
+		// Negative indices count from the end, as the interpreter does.
+		at := fmt.Sprintf("(%s < 0 ? %s + %dLL : %s)", j, j, data[ax], j)
+		kix := append(append(slices.Clone(ix[:ax]), at), ix[ax+len(idx):]...)
+		return e.value(n.Inputs[0], kix, true)
+	case ir.OpSliceUpdate:
+		ax, off := n.Attrs.Axis, n.Attrs.Offset
+		size := int64(in(1)[ax])
+		uix := slices.Clone(ix)
+		uix[ax] = fmt.Sprintf("(%s - %dLL)", ix[ax], off)
+		u, err := e.value(n.Inputs[1], uix, true)
+		if err != nil {
+			return "", err
+		}
+		b, err := e.value(n.Inputs[0], ix, true)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("(%s >= %dLL && %s < %dLL) ? %s : %s", ix[ax], off, ix[ax], off+size, u, b), nil
+	}
+	return "", fmt.Errorf("%s has no elementwise form", n.Op)
+}
+
+// castExpr converts x from dtype from to dtype to, rounding as a stored
+// element of to would be.
+func castExpr(from, to ir.DType, x string) string {
+	switch to {
+	case ir.F32:
+		return "(float)" + x
+	case ir.F16:
+		return fmt.Sprintf("lum_f16_to_f32(lum_f32_to_f16((float)%s))", x)
+	case ir.BF16:
+		return fmt.Sprintf("lum_bf16_to_f32(lum_f32_to_bf16((float)%s))", x)
+	case ir.Bool:
+		return fmt.Sprintf("(%s != 0)", x)
+	case ir.I32:
+		if from.IsFloat() {
+			return fmt.Sprintf("(long long)(int)(%s != %s ? 0.0f : %s)", x, x, x)
+		}
+		return fmt.Sprintf("(long long)(int)%s", x)
+	}
+	if from.IsFloat() {
+		return fmt.Sprintf("(%s != %s ? 0LL : (long long)%s)", x, x, x)
+	}
+	return "(long long)" + x
+}
+
+func unary(op ir.Op, x string, dt ir.DType) (string, error) {
+	if dt.IsInt() || dt == ir.Bool {
+		switch op {
+		case ir.OpNeg:
+			return "-" + x, nil
+		case ir.OpAbs:
+			return fmt.Sprintf("(%s < 0 ? -%s : %s)", x, x, x), nil
+		case ir.OpNot:
+			return "!" + x, nil
+		}
+		return "", fmt.Errorf("%s on %s", op, dt)
+	}
+	switch op {
+	case ir.OpNeg:
+		return "-" + x, nil
+	case ir.OpAbs:
+		return "fabsf(" + x + ")", nil
+	case ir.OpExp:
+		return "expf(" + x + ")", nil
+	case ir.OpLog:
+		return "logf(" + x + ")", nil
+	case ir.OpSqrt:
+		return "sqrtf(" + x + ")", nil
+	case ir.OpRsqrt:
+		return "rsqrtf(" + x + ")", nil
+	case ir.OpRecip:
+		return "1.0f / " + x, nil
+	case ir.OpSin:
+		return "sinf(" + x + ")", nil
+	case ir.OpCos:
+		return "cosf(" + x + ")", nil
+	case ir.OpTanh:
+		return "tanhf(" + x + ")", nil
+	case ir.OpSigmoid:
+		return fmt.Sprintf("(%s >= 0.0f ? 1.0f / (1.0f + expf(-%s)) : expf(%s) / (1.0f + expf(%s)))", x, x, x, x), nil
+	case ir.OpErf:
+		return "erff(" + x + ")", nil
+	case ir.OpRelu:
+		return fmt.Sprintf("(%s > 0.0f || %s != %s ? %s : 0.0f)", x, x, x, x), nil
+	case ir.OpFloor:
+		return "floorf(" + x + ")", nil
+	case ir.OpCeil:
+		return "ceilf(" + x + ")", nil
+	case ir.OpNot:
+		return fmt.Sprintf("(%s == 0.0f)", x), nil
+	}
+	return "", fmt.Errorf("unary %s has no CUDA form", op)
+}
+
+func binary(op ir.Op, a, b string, dt ir.DType) (string, error) {
+	isInt := dt.IsInt() || dt == ir.Bool
+	switch op {
+	case ir.OpAdd:
+		return a + " + " + b, nil
+	case ir.OpSub:
+		return a + " - " + b, nil
+	case ir.OpMul:
+		return a + " * " + b, nil
+	case ir.OpDiv:
+		if isInt {
+			return fmt.Sprintf("(%s == 0 ? 0LL : %s / %s)", b, a, b), nil
+		}
+		return a + " / " + b, nil
+	case ir.OpMod:
+		if isInt {
+			return fmt.Sprintf("(%s == 0 ? 0LL : %s %% %s)", b, a, b), nil
+		}
+		return fmt.Sprintf("fmodf(%s, %s)", a, b), nil
+	case ir.OpPow:
+		if isInt {
+			return "", fmt.Errorf("pow on %s", dt)
+		}
+		return fmt.Sprintf("powf(%s, %s)", a, b), nil
+	case ir.OpMax:
+		if isInt {
+			return fmt.Sprintf("(%s > %s ? %s : %s)", a, b, a, b), nil
+		}
+		return fmt.Sprintf("(%s != %s || %s > %s ? %s : %s)", a, a, a, b, a, b), nil
+	case ir.OpMin:
+		if isInt {
+			return fmt.Sprintf("(%s < %s ? %s : %s)", a, b, a, b), nil
+		}
+		return fmt.Sprintf("(%s != %s || %s < %s ? %s : %s)", a, a, a, b, a, b), nil
+	case ir.OpAnd:
+		return fmt.Sprintf("(%s != 0 && %s != 0)", a, b), nil
+	case ir.OpOr:
+		return fmt.Sprintf("(%s != 0 || %s != 0)", a, b), nil
+	case ir.OpEq:
+		return a + " == " + b, nil
+	case ir.OpNe:
+		return a + " != " + b, nil
+	case ir.OpLt:
+		return a + " < " + b, nil
+	case ir.OpLe:
+		return a + " <= " + b, nil
+	case ir.OpGt:
+		return a + " > " + b, nil
+	case ir.OpGe:
+		return a + " >= " + b, nil
+	}
+	return "", fmt.Errorf("binary %s has no CUDA form", op)
+}

@@ -1,0 +1,182 @@
+// Package cuda owns generated CUDA C: the printer from a lowered kernel to
+// readable, deterministic CUDA source (named extern "C" entry points, a
+// comment with the term each computes, no #include and no asm: every
+// operation below C, such as half-precision conversion, is a call to a
+// named helper that the NVRTC prelude defines with CUDA built-ins and
+// inline PTX and the emulation header in plain C++).
+//
+// Kernel forms are printed one by one as lowering learns them: today the
+// elementwise form (fused chains of elementwise ops, views, concats, casts,
+// gathers and slice updates, with 16-byte vector loads where every operand
+// is read at the output's element). Any other form is refused with an
+// error naming it, never printed wrong.
+package cuda
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Param is one parameter of a generated kernel: a pointer to a buffer.
+type Param struct {
+	Name string
+	Type string // "const float*", "lum_f16*", ...
+}
+
+// Kernel is one printed kernel.
+type Kernel struct {
+	Name string
+	// Text is its CUDA source (no prelude).
+	Text string
+	// Params are the body's inputs in order, then its outputs.
+	Params []Param
+	Inputs int
+	// Grid and Block are the launch shape.
+	Grid, Block [3]int
+	// Vector says the kernel moves 16 bytes per load and store.
+	Vector bool
+}
+
+// paramName is the parameter a body value is read from or written to.
+func paramName(body *ir.Graph, v ir.Value) string {
+	return fmt.Sprintf("in%d", slices.Index(body.Inputs(), v))
+}
+
+// maxGrid bounds the blocks of a grid-stride kernel.
+const maxGrid = 4096
+
+// PrintKernel prints the kernel named name computing body (a lowered
+// kernel body over whole buffers); comment says what it implements. A body
+// of a form the printer does not know yet is an error naming the form.
+func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
+	if !isElementwise(body) {
+		return nil, fmt.Errorf("print kernel %s: a %s kernel cannot be printed yet: lowering emits the elementwise form only", name, formName(body))
+	}
+	k := &Kernel{Name: name, Block: [3]int{elementwiseThreads, 1, 1}}
+	for i, v := range body.Inputs() {
+		n := body.Node(v)
+		k.Params = append(k.Params, Param{Name: fmt.Sprintf("in%d", i), Type: "const " + storageType(n.DType) + "*"})
+	}
+	k.Inputs = len(k.Params)
+	for i, o := range body.Outputs {
+		n := body.Node(o.Value)
+		k.Params = append(k.Params, Param{Name: fmt.Sprintf("out%d", i), Type: storageType(n.DType) + "*"})
+	}
+	outShape := body.Node(body.Outputs[0].Value).Shape
+	elems := outShape.NumElements()
+	e := &elementwise{body: body, temps: map[string]string{}}
+	var loop string
+	if vectorizable(body) && len(body.Outputs) == 1 {
+		k.Vector = true
+		quads := elems / 4
+		loop = fmt.Sprintf("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < %dLL; q += (long long)gridDim.x * blockDim.x)", quads)
+		if err := e.vector(); err != nil {
+			return nil, fmt.Errorf("print kernel %s: %w", name, err)
+		}
+		k.Grid = [3]int{int(min(max((quads+elementwiseThreads-1)/elementwiseThreads, 1), maxGrid)), 1, 1}
+	} else {
+		loop = fmt.Sprintf("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %dLL; i += (long long)gridDim.x * blockDim.x)", elems)
+		ix := make(index, len(outShape))
+		for d, x := range split(outShape, "i") {
+			if x == "0" {
+				ix[d] = "0"
+				continue
+			}
+			ix[d] = fmt.Sprintf("i%d", d)
+			e.emit("long long i%d = %s;", d, x)
+		}
+		for j, o := range body.Outputs {
+			v, err := e.value(o.Value, ix, false)
+			if err != nil {
+				return nil, fmt.Errorf("print kernel %s: %w", name, err)
+			}
+			e.emit("out%d[i] = %s;", j, store(body.Node(o.Value).DType, v))
+		}
+		k.Grid = [3]int{int(min(max((elems+elementwiseThreads-1)/elementwiseThreads, 1), maxGrid)), 1, 1}
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimSpace(comment), "\n") {
+		fmt.Fprintf(&b, "// %s\n", line)
+	}
+	params := make([]string, len(k.Params))
+	for i, p := range k.Params {
+		params[i] = p.Type + " __restrict__ " + p.Name
+	}
+	fmt.Fprintf(&b, "extern \"C\" __global__ void %s(%s) {\n", name, strings.Join(params, ", "))
+	fmt.Fprintf(&b, "  %s {\n", loop)
+	for _, l := range e.lines {
+		b.WriteString("  " + l + "\n")
+	}
+	b.WriteString("  }\n}\n")
+	k.Text = b.String()
+	return k, nil
+}
+
+// vector emits the four-lane body of a vectorizable kernel: 16-byte loads
+// of each input at quad q, the chain per lane, one 16-byte store.
+func (e *elementwise) vector() error {
+	lanes := []string{"x", "y", "z", "w"}
+	for i := range e.body.Inputs() {
+		e.emit("float4 a%d = lum_ld4(in%d + 4 * q);", i, i)
+	}
+	out := e.body.Outputs[0].Value
+	res := make([]string, 4)
+	for l, lane := range lanes {
+		vals := map[ir.Value]string{}
+		for _, v := range e.body.Inputs() {
+			vals[v] = fmt.Sprintf("a%d.%s", slices.Index(e.body.Inputs(), v), lane)
+		}
+		for i, n := range e.body.Nodes {
+			v := ir.Value(i)
+			switch {
+			case n.Op == ir.OpInput:
+				continue
+			case n.Op == ir.OpConst:
+				vals[v] = literal(n.DType, n.Attrs.Data[0])
+				continue
+			}
+			var expr string
+			var err error
+			if n.Op.Class() == ir.ClassUnary {
+				expr, err = unary(n.Op, vals[n.Inputs[0]], n.DType)
+			} else {
+				expr, err = binary(n.Op, vals[n.Inputs[0]], vals[n.Inputs[1]], n.DType)
+			}
+			if err != nil {
+				return err
+			}
+			vals[v] = e.temp("float", expr)
+		}
+		res[l] = vals[out]
+	}
+	e.emit("lum_st4(out0 + 4 * q, make_float4(%s));", strings.Join(res, ", "))
+	return nil
+}
+
+// formName names a body's kernel form in messages.
+func formName(body *ir.Graph) string {
+	matmuls, rows := 0, false
+	other := ""
+	for _, n := range body.Nodes {
+		switch {
+		case n.Op == ir.OpMatMul:
+			matmuls++
+		case n.Op.Class() == ir.ClassReduce, n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
+			rows = true
+		case n.Op == ir.OpAttention:
+			other = "attention"
+		}
+	}
+	switch {
+	case matmuls >= 2, other != "":
+		return "attention"
+	case matmuls == 1:
+		return "matmul"
+	case rows:
+		return "reduction"
+	}
+	return "elementwise"
+}

@@ -1,0 +1,127 @@
+package cuda
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// elementwiseBodies are kernel bodies of the elementwise form the tests
+// print, compile and emulate.
+func elementwiseBodies(t testing.TB) map[string]*ir.Graph {
+	t.Helper()
+	build := func(f func(b *ir.Builder) []ir.Value) *ir.Graph {
+		b := ir.NewBuilder("kernel")
+		for i, v := range f(b) {
+			b.Output("out"+string(rune('0'+i)), v)
+		}
+		g, err := b.Build()
+		require.NoError(t, err)
+		return g
+	}
+	return map[string]*ir.Graph{
+		"silu_mul": build(func(b *ir.Builder) []ir.Value {
+			g, u := b.Input("$0", ir.F32, 4, 1000), b.Input("$1", ir.F32, 4, 1000)
+			return []ir.Value{b.Mul(b.Mul(g, b.Sigmoid(g)), u)}
+		}),
+		"odd_tail": build(func(b *ir.Builder) []ir.Value {
+			x := b.Input("$0", ir.F32, 7, 13)
+			return []ir.Value{b.Exp(b.Neg(x))}
+		}),
+		"broadcast_bias": build(func(b *ir.Builder) []ir.Value {
+			x, w := b.Input("$0", ir.F32, 3, 5, 8), b.Input("$1", ir.F32, 8)
+			return []ir.Value{b.Add(x, b.BroadcastTo(w, ir.Shape{3, 5, 8}))}
+		}),
+		"rotate_half": build(func(b *ir.Builder) []ir.Value {
+			x := b.Input("$0", ir.F32, 2, 3, 8)
+			lo, hi := b.Slice(x, 2, 0, 4, 1), b.Slice(x, 2, 4, 8, 1)
+			return []ir.Value{b.Concat(2, b.Neg(hi), lo)}
+		}),
+		"transpose_cast_f16": build(func(b *ir.Builder) []ir.Value {
+			x := b.Input("$0", ir.F16, 5, 7)
+			return []ir.Value{b.Cast(b.Mul(b.Permute(x, 1, 0), b.Permute(x, 1, 0)), ir.BF16)}
+		}),
+		"causal_mask": build(func(b *ir.Builder) []ir.Value {
+			i, j := b.Iota(ir.I64, ir.Shape{6, 6}, 0), b.Iota(ir.I64, ir.Shape{6, 6}, 1)
+			keep := b.Binary(ir.OpGe, b.Sub(i, j), b.BroadcastTo(b.Scalar(ir.I64, 0), ir.Shape{6, 6}))
+			return []ir.Value{b.Where(keep, b.BroadcastTo(b.Scalar(ir.F32, 0), ir.Shape{6, 6}), b.BroadcastTo(b.Scalar(ir.F32, -3.4028234663852886e+38), ir.Shape{6, 6}))}
+		}),
+		"gather_rows": build(func(b *ir.Builder) []ir.Value {
+			table, ids := b.Input("$0", ir.F32, 10, 6), b.Input("$1", ir.I64, 2, 3)
+			return []ir.Value{b.Gather(table, ids, 0)}
+		}),
+		"kv_update": build(func(b *ir.Builder) []ir.Value {
+			cache, kv := b.Input("$0", ir.F32, 1, 2, 8, 4), b.Input("$1", ir.F32, 1, 2, 1, 4)
+			return []ir.Value{b.SliceUpdate(cache, kv, 2, 5)}
+		}),
+		"pad_max": build(func(b *ir.Builder) []ir.Value {
+			x := b.Input("$0", ir.F32, 3, 4)
+			p := b.Pad(x, []int64{1, 0}, []int64{0, 2}, -1)
+			return []ir.Value{b.Max(p, b.BroadcastTo(b.Scalar(ir.F32, 0.25), ir.Shape{4, 6}))}
+		}),
+	}
+}
+
+// TestPrintElementwise prints every test body, checks the text is
+// deterministic and free of includes and asm, and that the simple
+// same-shape f32 chain moves 16 bytes per access.
+func TestPrintElementwise(t *testing.T) {
+	for name, body := range elementwiseBodies(t) {
+		t.Run(name, func(t *testing.T) {
+			k, err := PrintKernel(name, "test kernel "+name, body)
+			require.NoError(t, err)
+			again, err := PrintKernel(name, "test kernel "+name, body)
+			require.NoError(t, err)
+			assert.Equal(t, k.Text, again.Text, "printing is deterministic")
+			assert.NotContains(t, k.Text, "#include")
+			assert.NotContains(t, k.Text, "asm")
+			assert.Contains(t, k.Text, `extern "C" __global__ void `+name+"(")
+			assert.Equal(t, name == "silu_mul", k.Vector)
+		})
+	}
+	b := ir.NewBuilder("kernel")
+	b.Output("out0", b.Sum(b.Input("$0", ir.F32, 4, 8), 1))
+	g, err := b.Build()
+	require.NoError(t, err)
+	_, err = PrintKernel("rowsum", "", g)
+	require.ErrorContains(t, err, "a reduction kernel cannot be printed yet")
+}
+
+// TestNVRTCCompilesElementwise compiles the printed kernels with NVRTC for
+// sm_80 and sm_90 and reads the PTX: the vector kernel loads and stores 16
+// bytes at a time.
+func TestNVRTCCompilesElementwise(t *testing.T) {
+	lib, err := nvrtc.Load()
+	if err != nil {
+		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	var kernels []*Kernel
+	for name, body := range elementwiseBodies(t) {
+		k, err := PrintKernel(name, "test kernel "+name, body)
+		require.NoError(t, err)
+		kernels = append(kernels, k)
+	}
+	src := NVRTCPrelude + Source(kernels)
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		res, err := lib.Compile(context.Background(), src, "kernels.cu", nvrtc.Options{Arch: arch})
+		require.NoError(t, err, arch)
+		for _, k := range kernels {
+			r, ok := res.Kernels[k.Name]
+			require.True(t, ok, "%s: no resources for %s", arch, k.Name)
+			assert.Zero(t, r.SpillStores, "%s spills", k.Name)
+		}
+		entry := res.PTX[strings.Index(res.PTX, ".entry silu_mul"):]
+		entry = entry[:strings.Index(entry, "\n}")]
+		assert.Contains(t, entry, "ld.global.nc.v4.f32", "%s: 16-byte loads", arch)
+		assert.Contains(t, entry, "st.global.v4.f32", "%s: 16-byte stores", arch)
+	}
+}
