@@ -21,10 +21,13 @@ const elementwiseThreads = 256
 // loads from the argument buffers. Every output must have the first
 // output's shape.
 type elementwise struct {
-	body  *ir.Graph
-	lines []string
-	temps map[string]string // "node@index" -> temp name, for unguarded values
-	next  int
+	body *ir.Graph
+	// reduced names the variables holding reductions a row kernel has
+	// computed for the current row.
+	reduced map[ir.Value]string
+	lines   []string
+	temps   map[string]string // "node@index" -> temp name, for unguarded values
+	next    int
 }
 
 // index is a multi-index as C expressions, one per dimension.
@@ -226,6 +229,9 @@ func split(shape ir.Shape, off string) index {
 // (a pad's or concat's branch, a slice update's) they are inlined so that
 // nothing is loaded outside its buffer.
 func (e *elementwise) value(v ir.Value, ix index, guarded bool) (string, error) {
+	if r, ok := e.reduced[v]; ok {
+		return r, nil
+	}
 	key := fmt.Sprintf("%d@%s", v, ix.key())
 	if !guarded {
 		if t, ok := e.temps[key]; ok {

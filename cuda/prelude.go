@@ -43,11 +43,21 @@ __device__ __forceinline__ void lum_st4(float* p, float4 v) {
 }
 `
 
-// Source joins printed kernels into one translation unit, without a
-// prelude: NVRTC gets NVRTCPrelude in front of it, the emulation its
+// Source joins printed kernels into one translation unit, the helpers
+// they call first, without a prelude: NVRTC gets NVRTCPrelude in front of it, the emulation its
 // header.
 func Source(kernels []*Kernel) string {
 	var b strings.Builder
+	printed := map[string]bool{}
+	for _, k := range kernels {
+		for _, h := range k.Helpers {
+			if !printed[h] {
+				printed[h] = true
+				b.WriteString(blockReduceHelpers[h])
+				b.WriteByte('\n')
+			}
+		}
+	}
 	for i, k := range kernels {
 		if i > 0 {
 			b.WriteByte('\n')

@@ -38,6 +38,9 @@ type Kernel struct {
 	Grid, Block [3]int
 	// Vector says the kernel moves 16 bytes per load and store.
 	Vector bool
+	// Helpers names the helper functions it calls, which Source prints
+	// once.
+	Helpers []string
 }
 
 // paramName is the parameter a body value is read from or written to.
@@ -52,8 +55,9 @@ const maxGrid = 4096
 // kernel body over whole buffers); comment says what it implements. A body
 // of a form the printer does not know yet is an error naming the form.
 func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
-	if !isElementwise(body) {
-		return nil, fmt.Errorf("print kernel %s: a %s kernel cannot be printed yet: lowering emits the elementwise form only", name, formName(body))
+	row := !isElementwise(body) && isRowKernel(body)
+	if !isElementwise(body) && !row {
+		return nil, fmt.Errorf("print kernel %s: a %s kernel cannot be printed yet: lowering emits the elementwise and row forms only", name, formName(body))
 	}
 	k := &Kernel{Name: name, Block: [3]int{elementwiseThreads, 1, 1}}
 	for i, v := range body.Inputs() {
@@ -64,6 +68,15 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 	for i, o := range body.Outputs {
 		n := body.Node(o.Value)
 		k.Params = append(k.Params, Param{Name: fmt.Sprintf("out%d", i), Type: storageType(n.DType) + "*"})
+	}
+	if row {
+		helpers, text, err := printRow(k, body)
+		if err != nil {
+			return nil, fmt.Errorf("print kernel %s: %w", name, err)
+		}
+		k.Helpers = helpers
+		k.Text = header(name, comment, k) + text + "}\n"
+		return k, nil
 	}
 	outShape := body.Node(body.Outputs[0].Value).Shape
 	elems := outShape.NumElements()
@@ -98,6 +111,19 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 		k.Grid = [3]int{int(min(max((elems+elementwiseThreads-1)/elementwiseThreads, 1), maxGrid)), 1, 1}
 	}
 	var b strings.Builder
+	b.WriteString(header(name, comment, k))
+	fmt.Fprintf(&b, "  %s {\n", loop)
+	for _, l := range e.lines {
+		b.WriteString("  " + l + "\n")
+	}
+	b.WriteString("  }\n}\n")
+	k.Text = b.String()
+	return k, nil
+}
+
+// header prints a kernel's comment and signature, up to its opening brace.
+func header(name, comment string, k *Kernel) string {
+	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimSpace(comment), "\n") {
 		fmt.Fprintf(&b, "// %s\n", line)
 	}
@@ -106,13 +132,7 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 		params[i] = p.Type + " __restrict__ " + p.Name
 	}
 	fmt.Fprintf(&b, "extern \"C\" __global__ void %s(%s) {\n", name, strings.Join(params, ", "))
-	fmt.Fprintf(&b, "  %s {\n", loop)
-	for _, l := range e.lines {
-		b.WriteString("  " + l + "\n")
-	}
-	b.WriteString("  }\n}\n")
-	k.Text = b.String()
-	return k, nil
+	return b.String()
 }
 
 // vector emits the four-lane body of a vectorizable kernel: 16-byte loads

@@ -65,8 +65,27 @@ func elementwiseBodies(t testing.TB) map[string]*ir.Graph {
 			p := b.Pad(x, []int64{1, 0}, []int64{0, 2}, -1)
 			return []ir.Value{b.Max(p, b.BroadcastTo(b.Scalar(ir.F32, 0.25), ir.Shape{4, 6}))}
 		}),
+		"row_sum": build(func(b *ir.Builder) []ir.Value {
+			return []ir.Value{b.Sum(b.Exp(b.Input("$0", ir.F32, 5, 300)), 1)}
+		}),
+		"softmax": build(func(b *ir.Builder) []ir.Value {
+			x := b.Input("$0", ir.F32, 2, 3, 37)
+			m := b.ReduceMax(x, 2)
+			ex := b.Exp(b.Sub(x, b.BroadcastTo(m, ir.Shape{2, 3, 37})))
+			return []ir.Value{b.Div(ex, b.BroadcastTo(b.Sum(ex, 2), ir.Shape{2, 3, 37}))}
+		}),
+		"residual_rms_norm": build(func(b *ir.Builder) []ir.Value {
+			x, r, w := b.Input("$0", ir.F32, 4, 1024), b.Input("$1", ir.F32, 4, 1024), b.Input("$2", ir.F32, 1024)
+			h := b.Add(x, r)
+			ms := b.Mul(b.Sum(b.Mul(h, h), 1), b.BroadcastTo(b.Scalar(ir.F32, 0.0009765625), ir.Shape{4, 1}))
+			rs := b.Rsqrt(b.Add(ms, b.BroadcastTo(b.Scalar(ir.F32, 0.00048828125), ir.Shape{4, 1})))
+			return []ir.Value{b.Mul(b.Mul(h, b.BroadcastTo(rs, ir.Shape{4, 1024})), b.BroadcastTo(w, ir.Shape{4, 1024})), h}
+		}),
 	}
 }
+
+// rowBodies are the test bodies of the row form.
+var rowBodies = map[string]bool{"row_sum": true, "softmax": true, "residual_rms_norm": true}
 
 // TestPrintElementwise prints every test body, checks the text is
 // deterministic and free of includes and asm, and that the simple
@@ -83,14 +102,17 @@ func TestPrintElementwise(t *testing.T) {
 			assert.NotContains(t, k.Text, "asm")
 			assert.Contains(t, k.Text, `extern "C" __global__ void `+name+"(")
 			assert.Equal(t, name == "silu_mul", k.Vector)
+			if rowBodies[name] {
+				assert.Contains(t, k.Text, "lum_scratch")
+			}
 		})
 	}
 	b := ir.NewBuilder("kernel")
-	b.Output("out0", b.Sum(b.Input("$0", ir.F32, 4, 8), 1))
+	b.Output("out0", b.MatMul(b.Input("$0", ir.F32, 4, 8), b.Input("$1", ir.F32, 8, 2)))
 	g, err := b.Build()
 	require.NoError(t, err)
-	_, err = PrintKernel("rowsum", "", g)
-	require.ErrorContains(t, err, "a reduction kernel cannot be printed yet")
+	_, err = PrintKernel("mm", "", g)
+	require.ErrorContains(t, err, "a matmul kernel cannot be printed yet")
 }
 
 // TestNVRTCCompilesElementwise compiles the printed kernels with NVRTC for

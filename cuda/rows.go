@@ -1,0 +1,222 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// The row kernel form: reductions along the last axis of one row shape
+// (sum, max; softmax, RMS and layer norm decomposed into them), with
+// elementwise prologues feeding them and an elementwise epilogue using
+// them. A block owns a row at a time: each reduction is a strided pass of
+// its threads over the row, a warp-shuffle tree and a pass through shared
+// memory across warps; then the outputs are written in a last pass. The
+// values after the reductions may only be elementwise ops, casts, reshapes
+// and broadcasts of the row statistics, so that output element i belongs to
+// row i / L.
+
+// blockReduceHelpers are the helper functions row kernels call, printed
+// once per source. They use only CUDA built-ins.
+var blockReduceHelpers = map[string]string{
+	"lum_block_sum": `__device__ __forceinline__ float lum_block_sum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? scratch[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+`,
+	"lum_block_max": `__device__ __forceinline__ float lum_max_nan(float a, float b) {
+  return (a != a || a > b) ? a : b;
+}
+__device__ __forceinline__ float lum_block_max(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = lum_max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) v = lum_max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+`,
+}
+
+// isRowKernel reports whether body is a row kernel.
+func isRowKernel(body *ir.Graph) bool {
+	found := false
+	for _, n := range body.Nodes {
+		switch n.Op.Class() {
+		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
+		case ir.ClassReduce:
+			in := body.Node(n.Inputs[0]).Shape
+			if n.Attrs.Axis != len(in)-1 && n.Attrs.Axis != -1 {
+				return false
+			}
+			found = true
+		default:
+			return false
+		}
+	}
+	return found
+}
+
+// printRow prints a row kernel.
+func printRow(k *Kernel, body *ir.Graph) ([]string, string, error) {
+	var reds []ir.Value
+	for i, n := range body.Nodes {
+		if n.Op.Class() == ir.ClassReduce {
+			if n.DType != ir.F32 && n.DType != ir.F16 && n.DType != ir.BF16 {
+				return nil, "", fmt.Errorf("a %s reduction over %s: row kernels reduce floats only", n.Op, n.DType)
+			}
+			reds = append(reds, ir.Value(i))
+		}
+	}
+	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
+	L := int64(rowShape[len(rowShape)-1])
+	rows := rowShape.NumElements() / max(L, 1)
+	for _, r := range reds {
+		if !body.Node(body.Node(r).Inputs[0]).Shape.Equal(rowShape) {
+			return nil, "", fmt.Errorf("row kernel with reductions over rows of different shapes")
+		}
+	}
+	// Values that depend on a reduction may only keep the row structure.
+	after := make([]bool, len(body.Nodes))
+	for i, n := range body.Nodes {
+		for _, in := range n.Inputs {
+			after[i] = after[i] || after[in] || body.Node(in).Op.Class() == ir.ClassReduce
+		}
+		if !after[i] || n.Op.Class() == ir.ClassReduce {
+			continue
+		}
+		switch n.Op.Class() {
+		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
+		default:
+			if n.Op != ir.OpReshape && n.Op != ir.OpExpand && n.Op != ir.OpCast {
+				return nil, "", fmt.Errorf("row kernel with a %s after its reduction", n.Op)
+			}
+		}
+	}
+	for _, o := range body.Outputs {
+		if n := body.Node(o.Value).Shape.NumElements(); n != rows*L && n != rows {
+			return nil, "", fmt.Errorf("row kernel output of %d elements for %d rows of %d", n, rows, L)
+		}
+	}
+	threads := int64(256)
+	if L < 256 {
+		threads = max(32, (L+31)/32*32)
+	}
+	k.Block = [3]int{int(threads), 1, 1}
+	k.Grid = [3]int{int(min(max(rows, 1), maxGrid)), 1, 1}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "  __shared__ float lum_scratch[32];\n")
+	fmt.Fprintf(&b, "  for (long long r = blockIdx.x; r < %dLL; r += gridDim.x) {\n", rows)
+	redVars := map[ir.Value]string{}
+	var helpers []string
+	// pass emits a strided loop over the row's elements with a fresh
+	// emitter, its index variables for element i = r*L + j of shape.
+	pass := func(shape ir.Shape, bodyFn func(e *elementwise, ix index) error) error {
+		e := &elementwise{body: body, temps: map[string]string{}, reduced: redVars}
+		e.emit("long long i = r * %dLL + j;", L)
+		ix := make(index, len(shape))
+		for d, x := range split(shape, "i") {
+			if x == "0" {
+				ix[d] = "0"
+				continue
+			}
+			ix[d] = fmt.Sprintf("i%d", d)
+			e.emit("long long i%d = %s;", d, x)
+		}
+		if err := bodyFn(e, ix); err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "    for (long long j = threadIdx.x; j < %dLL; j += blockDim.x) {\n", L)
+		for _, l := range e.lines {
+			b.WriteString("    " + l + "\n")
+		}
+		b.WriteString("    }\n")
+		return nil
+	}
+	for ri, r := range reds {
+		n := body.Node(r)
+		acc := fmt.Sprintf("acc%d", ri)
+		init, combine, helper := "0.0f", "%s = %s + %s;", "lum_block_sum"
+		if n.Op == ir.OpMaxReduce {
+			init, combine, helper = "-INFINITY", "%s = lum_max_nan(%s, %s);", "lum_block_max"
+		}
+		fmt.Fprintf(&b, "    float %s = %s;\n", acc, init)
+		err := pass(rowShape, func(e *elementwise, ix index) error {
+			v, err := e.value(n.Inputs[0], ix, false)
+			if err != nil {
+				return err
+			}
+			e.emit(combine, acc, acc, v)
+			return nil
+		})
+		if err != nil {
+			return nil, "", err
+		}
+		red := fmt.Sprintf("red%d", ri)
+		fmt.Fprintf(&b, "    float %s = %s(%s, lum_scratch);\n", red, helper, acc)
+		if n.DType != ir.F32 {
+			// The reduction's result is stored as its dtype would be.
+			fmt.Fprintf(&b, "    %s = %s;\n", red, castExpr(ir.F32, n.DType, red))
+		}
+		redVars[r] = red
+		helpers = append(helpers, helper)
+	}
+	var rowOuts, scalarOuts []int
+	for j, o := range body.Outputs {
+		if body.Node(o.Value).Shape.NumElements() == rows*L {
+			rowOuts = append(rowOuts, j)
+		} else {
+			scalarOuts = append(scalarOuts, j)
+		}
+	}
+	if len(rowOuts) > 0 {
+		err := pass(rowShape, func(e *elementwise, _ index) error {
+			for _, j := range rowOuts {
+				o := body.Outputs[j].Value
+				on := body.Node(o)
+				oix := make(index, len(on.Shape))
+				for d, x := range split(on.Shape, "i") {
+					oix[d] = x
+				}
+				v, err := e.value(o, oix, false)
+				if err != nil {
+					return err
+				}
+				e.emit("out%d[i] = %s;", j, store(on.DType, v))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	if len(scalarOuts) > 0 {
+		e := &elementwise{body: body, temps: map[string]string{}, reduced: redVars}
+		for _, j := range scalarOuts {
+			o := body.Outputs[j].Value
+			on := body.Node(o)
+			v, err := e.value(o, split(on.Shape, "r"), false)
+			if err != nil {
+				return nil, "", err
+			}
+			e.emit("if (threadIdx.x == 0) out%d[r] = %s;", j, store(on.DType, v))
+		}
+		for _, l := range e.lines {
+			b.WriteString("  " + l + "\n")
+		}
+	}
+	b.WriteString("    __syncthreads();\n  }\n")
+	return helpers, b.String(), nil
+}
