@@ -56,8 +56,9 @@ const maxGrid = 4096
 // of a form the printer does not know yet is an error naming the form.
 func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 	row := !isElementwise(body) && isRowKernel(body)
-	if !isElementwise(body) && !row {
-		return nil, fmt.Errorf("print kernel %s: a %s kernel cannot be printed yet: lowering emits the elementwise and row forms only", name, formName(body))
+	matmul := !isElementwise(body) && !row && isMatmulKernel(body)
+	if !isElementwise(body) && !row && !matmul {
+		return nil, fmt.Errorf("print kernel %s: %s kernel cannot be printed yet: lowering emits the elementwise, row and matmul forms only", name, formName(body))
 	}
 	k := &Kernel{Name: name, Block: [3]int{elementwiseThreads, 1, 1}}
 	for i, v := range body.Inputs() {
@@ -68,6 +69,14 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 	for i, o := range body.Outputs {
 		n := body.Node(o.Value)
 		k.Params = append(k.Params, Param{Name: fmt.Sprintf("out%d", i), Type: storageType(n.DType) + "*"})
+	}
+	if matmul {
+		text, err := printMatmul(k, body)
+		if err != nil {
+			return nil, fmt.Errorf("print kernel %s: %w", name, err)
+		}
+		k.Text = header(name, comment, k) + text + "}\n"
+		return k, nil
 	}
 	if row {
 		helpers, text, err := printRow(k, body)
@@ -192,11 +201,11 @@ func formName(body *ir.Graph) string {
 	}
 	switch {
 	case matmuls >= 2, other != "":
-		return "attention"
+		return "an attention"
 	case matmuls == 1:
-		return "matmul"
+		return "this matmul"
 	case rows:
-		return "reduction"
+		return "this reduction"
 	}
-	return "elementwise"
+	return "this"
 }

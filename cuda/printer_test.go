@@ -84,6 +84,34 @@ func elementwiseBodies(t testing.TB) map[string]*ir.Graph {
 	}
 }
 
+// extraBodies are test bodies of the matmul form.
+func matmulBodies(t testing.TB) map[string]*ir.Graph {
+	t.Helper()
+	build := func(f func(b *ir.Builder) ir.Value) *ir.Graph {
+		b := ir.NewBuilder("kernel")
+		b.Output("out0", f(b))
+		g, err := b.Build()
+		require.NoError(t, err)
+		return g
+	}
+	return map[string]*ir.Graph{
+		"mm_bias_residual": build(func(b *ir.Builder) ir.Value {
+			x, w, bias, res := b.Input("$0", ir.F32, 70, 33), b.Input("$1", ir.F32, 50, 33), b.Input("$2", ir.F32, 50), b.Input("$3", ir.F32, 70, 50)
+			y := b.MatMul(x, b.Permute(w, 1, 0))
+			return b.Add(b.Add(y, b.BroadcastTo(bias, ir.Shape{70, 50})), res)
+		}),
+		"mm_silu_prologue": build(func(b *ir.Builder) ir.Value {
+			g, u, w := b.Input("$0", ir.F32, 3, 17, 40), b.Input("$1", ir.F32, 3, 17, 40), b.Input("$2", ir.F32, 40, 9)
+			h := b.Mul(b.Mul(g, b.Sigmoid(g)), u)
+			return b.MatMul(b.Reshape(h, 51, 40), w)
+		}),
+		"batched_scores": build(func(b *ir.Builder) ir.Value {
+			q, k := b.Input("$0", ir.F32, 2, 4, 5, 8), b.Input("$1", ir.F32, 2, 4, 7, 8)
+			return b.Mul(b.MatMul(q, b.Permute(k, 0, 1, 3, 2)), b.BroadcastTo(b.Scalar(ir.F32, 0.25), ir.Shape{2, 4, 5, 7}))
+		}),
+	}
+}
+
 // rowBodies are the test bodies of the row form.
 var rowBodies = map[string]bool{"row_sum": true, "softmax": true, "residual_rms_norm": true}
 
@@ -108,11 +136,12 @@ func TestPrintElementwise(t *testing.T) {
 		})
 	}
 	b := ir.NewBuilder("kernel")
-	b.Output("out0", b.MatMul(b.Input("$0", ir.F32, 4, 8), b.Input("$1", ir.F32, 8, 2)))
+	q, k, v := b.Input("$0", ir.F32, 4, 8), b.Input("$1", ir.F32, 8, 4), b.Input("$2", ir.F32, 4, 8)
+	b.Output("out0", b.MatMul(b.Softmax(b.MatMul(q, k), 1), v))
 	g, err := b.Build()
 	require.NoError(t, err)
-	_, err = PrintKernel("mm", "", g)
-	require.ErrorContains(t, err, "a matmul kernel cannot be printed yet")
+	_, err = PrintKernel("att", "", g)
+	require.ErrorContains(t, err, "an attention kernel cannot be printed yet")
 }
 
 // TestNVRTCCompilesElementwise compiles the printed kernels with NVRTC for
@@ -127,7 +156,11 @@ func TestNVRTCCompilesElementwise(t *testing.T) {
 		t.Skip(err)
 	}
 	var kernels []*Kernel
-	for name, body := range elementwiseBodies(t) {
+	bodies := elementwiseBodies(t)
+	for name, body := range matmulBodies(t) {
+		bodies[name] = body
+	}
+	for name, body := range bodies {
 		k, err := PrintKernel(name, "test kernel "+name, body)
 		require.NoError(t, err)
 		kernels = append(kernels, k)

@@ -1,0 +1,169 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// The matmul kernel form, f32 path: C[b] = A[b] x B[b] tiled BMxBN per
+// block with BK-deep steps through shared memory, each of the 256 threads
+// accumulating a 4x4 patch in registers. The operands are computed as the
+// tiles are loaded (a fused elementwise prologue over the kernel's
+// arguments, through any views), and the epilogue is applied as C is
+// written. The values after the matmul may only be elementwise ops, casts,
+// reshapes and broadcasts, so that output element i is C's element i.
+// Tensor-core (mma.sync) tiles and norm prologues are not printed yet.
+
+const (
+	mmBM, mmBN, mmBK = 64, 64, 16
+	mmThreads        = 256 // 16x16 threads, 4x4 outputs each
+)
+
+func isMatmulKernel(body *ir.Graph) bool {
+	matmuls := 0
+	for _, n := range body.Nodes {
+		switch n.Op.Class() {
+		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
+		default:
+			if n.Op != ir.OpMatMul {
+				return false
+			}
+			matmuls++
+		}
+	}
+	return matmuls == 1
+}
+
+func printMatmul(k *Kernel, body *ir.Graph) (string, error) {
+	var mm ir.Value
+	for i, n := range body.Nodes {
+		if n.Op == ir.OpMatMul {
+			mm = ir.Value(i)
+		}
+	}
+	mn := body.Node(mm)
+	a, bb := body.Node(mn.Inputs[0]), body.Node(mn.Inputs[1])
+	if len(a.Shape) < 2 || len(bb.Shape) < 2 {
+		return "", fmt.Errorf("matmul of a vector: lowering handles matrices")
+	}
+	if a.DType != ir.F32 || bb.DType != ir.F32 {
+		return "", fmt.Errorf("a %s x %s matmul: only the f32 path is printed yet", a.DType, bb.DType)
+	}
+	out := mn.Shape
+	r := len(out)
+	M, N, K := int64(out[r-2]), int64(out[r-1]), int64(a.Shape[len(a.Shape)-1])
+	batch := out.NumElements() / (M * N)
+	after := make([]bool, len(body.Nodes))
+	for i, n := range body.Nodes {
+		for _, in := range n.Inputs {
+			after[i] = after[i] || after[in] || in == mm
+		}
+		if !after[i] {
+			continue
+		}
+		switch n.Op.Class() {
+		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
+		default:
+			if n.Op != ir.OpReshape && n.Op != ir.OpExpand && n.Op != ir.OpCast {
+				return "", fmt.Errorf("matmul kernel with a %s after its matmul", n.Op)
+			}
+		}
+	}
+	for _, o := range body.Outputs {
+		if body.Node(o.Value).Shape.NumElements() != out.NumElements() {
+			return "", fmt.Errorf("matmul kernel output of another size than its matmul")
+		}
+	}
+	k.Block = [3]int{mmThreads, 1, 1}
+	k.Grid = [3]int{int((N + mmBN - 1) / mmBN), int((M + mmBM - 1) / mmBM), int(batch)}
+
+	// operand index: batch dims of an operand follow the output's, a
+	// broadcast (size 1) batch dim reading index 0.
+	opIndex := func(shape ir.Shape, row, col string) index {
+		ix := make(index, len(shape))
+		off := r - len(shape)
+		for d := 0; d < len(shape)-2; d++ {
+			if shape[d] == 1 {
+				ix[d] = "0"
+			} else {
+				ix[d] = fmt.Sprintf("b%d", d+off)
+			}
+		}
+		ix[len(shape)-2], ix[len(shape)-1] = row, col
+		return ix
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  __shared__ float As[%d][%d];\n  __shared__ float Bs[%d][%d];\n", mmBK, mmBM+4, mmBK, mmBN+4)
+	b.WriteString("  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;\n")
+	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", mmBM, mmBN)
+	b.WriteString("  long long bz = blockIdx.z;\n")
+	for d := r - 3; d >= 0; d-- {
+		fmt.Fprintf(&b, "  long long b%d = bz %% %dLL; bz /= %dLL;\n", d, out[d], out[d])
+	}
+	b.WriteString("  float acc[4][4];\n  for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;\n")
+	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, mmBK)
+	// Each thread loads 4 elements of each tile, computing the prologue.
+	loadTile := func(operand ir.Value, shape ir.Shape, rowsA bool) error {
+		e := &elementwise{body: body, temps: map[string]string{}}
+		var row, col, guard, dst string
+		if rowsA {
+			// As[kk][mm] = A[m0+mm][k0+kk]
+			row, col = "(m0 + mm)", "(k0 + kk)"
+			guard = fmt.Sprintf("m0 + mm < %dLL && k0 + kk < %dLL", M, K)
+			dst = "As[kk][mm]"
+		} else {
+			// Bs[kk][nn] = B[k0+kk][n0+nn]
+			row, col = "(k0 + kk)", "(n0 + nn)"
+			guard = fmt.Sprintf("k0 + kk < %dLL && n0 + nn < %dLL", K, N)
+			dst = "Bs[kk][nn]"
+		}
+		v, err := e.value(operand, opIndex(shape, row, col), true)
+		if err != nil {
+			return err
+		}
+		b.WriteString("    for (int t = threadIdx.x; t < 1024; t += 256) {\n")
+		if rowsA {
+			fmt.Fprintf(&b, "      int kk = t %% %d, mm = t / %d;\n", mmBK, mmBK)
+		} else {
+			fmt.Fprintf(&b, "      int nn = t %% %d, kk = t / %d;\n", mmBN, mmBN)
+		}
+		for _, l := range e.lines {
+			b.WriteString("    " + l + "\n")
+		}
+		fmt.Fprintf(&b, "      %s = (%s) ? %s : 0.0f;\n    }\n", dst, guard, v)
+		return nil
+	}
+	if err := loadTile(mn.Inputs[0], a.Shape, true); err != nil {
+		return "", err
+	}
+	if err := loadTile(mn.Inputs[1], bb.Shape, false); err != nil {
+		return "", err
+	}
+	b.WriteString("    __syncthreads();\n")
+	fmt.Fprintf(&b, "    for (int kk = 0; kk < %d; kk++) {\n", mmBK)
+	b.WriteString("      float av[4], bv[4];\n")
+	b.WriteString("      for (int i = 0; i < 4; i++) { av[i] = As[kk][ty * 4 + i]; bv[i] = Bs[kk][tx * 4 + i]; }\n")
+	b.WriteString("      for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];\n")
+	b.WriteString("    }\n    __syncthreads();\n  }\n")
+	// Epilogue: C's element (m, n) of batch b is linear index i.
+	b.WriteString("  for (int ii = 0; ii < 4; ii++) for (int jj = 0; jj < 4; jj++) {\n")
+	b.WriteString("    long long m = m0 + ty * 4 + ii, n = n0 + tx * 4 + jj;\n")
+	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
+	fmt.Fprintf(&b, "    long long i = ((long long)blockIdx.z * %dLL + m) * %dLL + n;\n", M, N)
+	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{mm: "acc[ii][jj]"}}
+	for j, o := range body.Outputs {
+		on := body.Node(o.Value)
+		v, err := e.value(o.Value, split(on.Shape, "i"), false)
+		if err != nil {
+			return "", err
+		}
+		e.emit("out%d[i] = %s;", j, store(on.DType, v))
+	}
+	for _, l := range e.lines {
+		b.WriteString(l + "\n")
+	}
+	b.WriteString("  }\n")
+	return b.String(), nil
+}
