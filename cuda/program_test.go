@@ -1,0 +1,42 @@
+package cuda
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPrintNaivePrograms lowers the naive program (one kernel per op) of
+// tiny corpus graphs, prints every launch and compiles them all with NVRTC
+// for sm_90: every one-op kernel except attention's has a printed form.
+func TestPrintNaivePrograms(t *testing.T) {
+	lib, libErr := nvrtc.Load()
+	if libErr != nil && os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
+		t.Fatal(libErr)
+	}
+	for _, name := range []string{"tiny-llama:layer", "tiny-llama:decode", "tiny-gpt2:block", "tiny-qwen2:layer", "tiny-mistral:layer"} {
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
+			require.NoError(t, err)
+			prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+			require.NoError(t, err)
+			lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+			require.NoError(t, err)
+			ks, err := PrintProgram(lp)
+			require.NoError(t, err)
+			t.Logf("%s: %d kernels printed", name, len(ks))
+			if lib == nil {
+				t.Skip(libErr)
+			}
+			res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(ks), name+".cu", nvrtc.Options{Arch: "sm_90"})
+			require.NoError(t, err)
+			require.Len(t, res.Kernels, len(ks))
+		})
+	}
+}
