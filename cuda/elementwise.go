@@ -23,9 +23,11 @@ const elementwiseThreads = 256
 type elementwise struct {
 	body *ir.Graph
 	// reduced names the variables holding reductions a row kernel has
-	// computed for the current row.
-	reduced map[ir.Value]string
-	lines   []string
+	// computed for the current row; reducedAt, when set, places them by
+	// index (a matmul's per-row statistics in shared memory).
+	reduced   map[ir.Value]string
+	reducedAt func(v ir.Value, ix index) (string, bool)
+	lines     []string
 	temps   map[string]string // "node@index" -> temp name, for unguarded values
 	next    int
 }
@@ -231,6 +233,11 @@ func split(shape ir.Shape, off string) index {
 func (e *elementwise) value(v ir.Value, ix index, guarded bool) (string, error) {
 	if r, ok := e.reduced[v]; ok {
 		return r, nil
+	}
+	if e.reducedAt != nil {
+		if r, ok := e.reducedAt(v, ix); ok {
+			return r, nil
+		}
 	}
 	key := fmt.Sprintf("%d@%s", v, ix.key())
 	if !guarded {

@@ -105,6 +105,13 @@ func matmulBodies(t testing.TB) map[string]*ir.Graph {
 			h := b.Mul(b.Mul(g, b.Sigmoid(g)), u)
 			return b.MatMul(b.Reshape(h, 51, 40), w)
 		}),
+		"mm_rms_prologue": build(func(b *ir.Builder) ir.Value {
+			x, wn, w := b.Input("$0", ir.F32, 1, 70, 96), b.Input("$1", ir.F32, 96), b.Input("$2", ir.F32, 96, 40)
+			ms := b.Mul(b.Sum(b.Mul(x, x), 2), b.BroadcastTo(b.Scalar(ir.F32, 0.03125), ir.Shape{1, 70, 1}))
+			rs := b.Rsqrt(b.Add(ms, b.BroadcastTo(b.Scalar(ir.F32, 0.0009765625), ir.Shape{1, 70, 1})))
+			n := b.Mul(b.Mul(x, b.BroadcastTo(rs, ir.Shape{1, 70, 96})), b.BroadcastTo(wn, ir.Shape{1, 70, 96}))
+			return b.MatMul(b.Reshape(n, 70, 96), w)
+		}),
 		"batched_scores": build(func(b *ir.Builder) ir.Value {
 			q, k := b.Input("$0", ir.F32, 2, 4, 5, 8), b.Input("$1", ir.F32, 2, 4, 7, 8)
 			return b.Mul(b.MatMul(q, b.Permute(k, 0, 1, 3, 2)), b.BroadcastTo(b.Scalar(ir.F32, 0.25), ir.Shape{2, 4, 5, 7}))
