@@ -28,8 +28,8 @@ type elementwise struct {
 	reduced   map[ir.Value]string
 	reducedAt func(v ir.Value, ix index) (string, bool)
 	lines     []string
-	temps   map[string]string // "node@index" -> temp name, for unguarded values
-	next    int
+	temps     map[string]string // "node@index" -> temp name, for unguarded values
+	next      int
 }
 
 // index is a multi-index as C expressions, one per dimension.
