@@ -7,7 +7,7 @@ require github.com/stretchr/testify v1.12.1
 require github.com/ebitengine/purego v0.11.3
 
 require (
-	github.com/x448/float16 v0.8.4 // indirect
+	github.com/x448/float16 v0.8.4
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12

@@ -1,0 +1,78 @@
+// Package emu runs generated CUDA C on the CPU: g++ compiles the kernel text,
+// unchanged, against an emulation header (emu.h), and a small runner process
+// feeds it buffers, performs the launches and hands every buffer back. It is
+// the second of the three oracles of DESIGN.md ("Numbers and correctness"):
+// cheaper than a GPU, more real than the reference interpreter, and never
+// easier than the hardware.
+//
+// # The kernel text
+//
+// The generated text includes no header and holds no asm. Kernels are
+// `extern "C" __global__ void NAME(...)`, helpers `__device__
+// __forceinline__`. emu.h defines, in plain C++17: the keywords as macros
+// (__shared__ is `static thread_local`); uint3, dim3, float4 (16-byte aligned)
+// and friends; threadIdx, blockIdx, blockDim, gridDim and warpSize;
+// __syncthreads; __shfl_sync, __shfl_up_sync, __shfl_down_sync,
+// __shfl_xor_sync (any 32- or 64-bit type, with width), __ballot_sync,
+// __any_sync, __all_sync, __syncwarp, __activemask; the float math functions
+// including rsqrtf and the fast intrinsics (__expf is expf); a few atomics;
+// lum_ld4 and lum_st4, the 16-byte vector load and store, which abort on a
+// misaligned address; and lum_f16 and lum_bf16 (unsigned short, as in the
+// NVRTC prelude) with lum_f16_to_f32, lum_f32_to_f16, lum_bf16_to_f32 and
+// lum_f32_to_bf16 (round to nearest even; NaN becomes the canonical 0x7fff
+// as on the GPU). The NVRTC prelude (package cuda) must declare the same
+// names with the same meaning.
+//
+// # Threads
+//
+// Blocks of a grid run on Options.Workers OS threads, one block at a time per
+// worker. The threads of a block are user-level fibers on their worker: 64 KiB
+// stacks with a guard page, mapped once per worker and reused, and a
+// hand-written context switch (x86-64 and aarch64: callee-saved registers and
+// the floating-point control state). A fiber runs until a scheduling point
+// (__syncthreads, a warp collective, return). The scheduler runs every
+// runnable fiber once per pass, in thread order or, with Options.Shuffle, in
+// an order freshly permuted (from Options.Seed and the block id) at every
+// pass, so that a missing barrier changes the result.
+//
+// __syncthreads completes when every live thread of the block waits at the
+// same __syncthreads (the same source line): threads that have returned no
+// longer count. Live threads waiting at different __syncthreads, or a warp
+// collective that waits for a thread held at a barrier, is a deadlock and is
+// reported with the block id and the ids of the threads and what each waits
+// for; the runner never hangs on it.
+//
+// Warp collectives go through the per-warp exchange recorded in each fiber:
+// the call is an implicit rendezvous of the live lanes named in its mask, all
+// of which must call the same collective with the same mask and width (a
+// mismatch is reported as a diverged warp). When the last of them arrives,
+// every lane's result is computed at once from the values all of them
+// supplied, with the CUDA rules for width segments (a source lane outside the
+// caller's segment returns the caller's own value). Reading a lane that takes
+// no part (returned, absent from the mask, or beyond the block's last
+// thread) is undefined on the GPU; here it returns a NaN pattern
+// (0x7fff7fff) so that a result built on it is visibly wrong.
+//
+// # Memory
+//
+// Every buffer has its own mapping with a PROT_NONE page on each side; its
+// data ends flush against the upper guard (rounded down to 16 bytes, so that
+// vector access keeps cudaMalloc's alignment), and the few bytes around the
+// data hold a canary checked after every launch. An access that reaches a
+// guard page is caught by the runner's SIGSEGV handler and reported as an
+// "out-of-bounds access" naming the kernel, the launch, the block, the thread
+// and the buffer; a write into the canary bytes is reported after the
+// launch. A buffer given without data starts filled with the NaN pattern.
+//
+// # Compilation
+//
+// Run generates the glue (a launcher per Kernel and the table the runner
+// reads), compiles kernels, emu.h, runner.inc and glue in one g++ run
+// (`-std=c++17 -O1 -g0`) and caches the binary under Options.CacheDir, keyed
+// by the SHA-256 of everything that goes into it, compiler identity included:
+// pass all kernels of a program at once so that one compilation serves them.
+//
+// Figures: __syncthreads costs about 4 µs for 256 threads (2-core x86-64
+// VM, BenchmarkSyncthreads256); compiling a runner takes about 0.7 s and
+// dominates everything else.
+package emu

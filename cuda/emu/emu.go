@@ -1,0 +1,135 @@
+package emu
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+//go:embed emu.h
+var header string
+
+//go:embed runner.inc
+var runnerSource string
+
+// Header returns emu.h, the emulation header that the kernel text is compiled
+// against.
+func Header() string { return header }
+
+// Param is one kernel parameter. Type is its C type: a pointer ("float*",
+// "const float*", "lum_f16*", ...), an integer ("int", "unsigned", "long
+// long", ...) or a float ("float", "double").
+type Param struct {
+	Name, Type string
+}
+
+// Kernel names an `extern "C" __global__` function of the source.
+type Kernel struct {
+	Name   string
+	Params []Param
+}
+
+// Arg is one argument of a launch: a pointer into Buffer (Offset bytes from
+// its start) for pointer parameters, Int for integer parameters (IsInt), Float
+// for float parameters (IsFloat).
+type Arg struct {
+	Buffer  int
+	Offset  int
+	Int     int64
+	IsInt   bool
+	Float   float64
+	IsFloat bool
+}
+
+// Launch is one kernel launch.
+type Launch struct {
+	Kernel      string
+	Grid, Block [3]int
+	Args        []Arg
+}
+
+// Buffer is one device buffer of Bytes bytes. Data, when not nil, is its
+// initial content (len(Data) == Bytes); nil fills it with a NaN pattern.
+type Buffer struct {
+	Bytes int
+	Data  []byte
+}
+
+// Options tune a run. The zero value is valid.
+type Options struct {
+	Shuffle  bool   // permute the order of a block's threads at every scheduling point
+	Seed     uint64 // of the permutations
+	Workers  int    // OS threads running blocks; 0 means GOMAXPROCS
+	CacheDir string // compiled runners; "" means os.UserCacheDir()/lumsearch/emu
+	Compiler string // "" means g++
+}
+
+// Run compiles source (cached) with the kernels' launchers, performs the
+// launches in order on fresh buffers and returns every buffer's final bytes.
+// A kernel failure (out-of-bounds access, misaligned vector access, deadlock,
+// crash) is a *KernelError, a compilation failure a *CompileError; when ctx
+// ends, the runner is killed and the error wraps ctx.Err().
+func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, launches []Launch, opt Options) ([][]byte, error) {
+	idx, err := validate(kernels, bufs, launches)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := compile(ctx, source, glue(kernels), &opt)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "lumsearch-emu-run-")
+	if err != nil {
+		return nil, fmt.Errorf("emu: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+	workers := opt.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	if err := os.WriteFile(in, encodeInput(idx, bufs, launches, workers, opt), 0o600); err != nil {
+		return nil, fmt.Errorf("emu: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, bin, in, out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = 5 * time.Second
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("emu: run stopped: %w", ctx.Err())
+	}
+	if kerr := parseStderr(stderr.Bytes(), launches); kerr != nil {
+		return nil, kerr
+	}
+	if runErr != nil {
+		return nil, fmt.Errorf("emu: runner failed: %w: %s", runErr, tail(stderr.Bytes(), 4096))
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		return nil, fmt.Errorf("emu: %w", err)
+	}
+	res := make([][]byte, len(bufs))
+	for i, b := range bufs {
+		if len(data) < b.Bytes {
+			return nil, errors.New("emu: runner output is truncated")
+		}
+		res[i] = data[:b.Bytes:b.Bytes]
+		data = data[b.Bytes:]
+	}
+	return res, nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(bytes.TrimSpace(b))
+}

@@ -1,0 +1,847 @@
+// emu.h: the CUDA C subset that lumsearch generates, defined in plain C++17 so
+// that g++ compiles the generated kernel text unchanged and runs it on the CPU.
+//
+// Execution model. One OS worker thread runs one thread block at a time. Every
+// CUDA thread of the block is a user-level fiber with its own stack; a fiber
+// runs until it reaches a scheduling point (__syncthreads, a warp collective,
+// or its return) and then switches back to the worker's scheduler with the
+// hand-written context switch below. The scheduler runs every runnable fiber
+// once per pass (in thread order, or in a freshly permuted order at every pass
+// in shuffled mode), then resolves what the waiting fibers wait for: a warp
+// collective completes when every live thread named in its mask has reached
+// it, __syncthreads completes when every live thread of the block has reached
+// the same __syncthreads. When nothing can complete, the block is deadlocked
+// and the process reports it with the block and thread ids instead of hanging.
+//
+// __shared__ is `static thread_local`. That is correct because all fibers of a
+// block run on the same OS thread (they see one instance, as the threads of a
+// block see one shared memory), a worker runs one block at a time (no two live
+// blocks share an instance), and different workers have different instances.
+// Like real shared memory, its contents at block start are unspecified (here:
+// whatever the previous block on the same worker left).
+//
+// The host side (buffers with guard pages, signals, workers, I/O) is in
+// runner.inc; the Go package cuda/emu generates the launchers and main.
+#pragma once
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "lumsearch emu.h: no fiber context switch for this architecture (ports: x86-64, aarch64)"
+#endif
+
+// ---------------------------------------------------------------- keywords
+
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+// __restrict__ is a g++ keyword already.
+
+struct uint3 {
+  unsigned x, y, z;
+};
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct __align__(16) float4 { float x, y, z, w; };
+struct __align__(8) float2 { float x, y; };
+struct __align__(16) int4 { int x, y, z, w; };
+struct __align__(8) int2 { int x, y; };
+struct __align__(16) uint4 { unsigned x, y, z, w; };
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }
+
+// The built-in index variables. threadIdx is rewritten by the scheduler every
+// time it switches into a fiber; the others are per worker (per block, per
+// launch). All fibers of a block share their OS thread, so thread_local is
+// exactly per block here.
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+// ---------------------------------------------------------------- math
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
+inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return i; }
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
+template <typename T> inline T __ldg(const T* p) { return *p; }
+
+// ---------------------------------------------------------------- f16, bf16
+
+// Storage types: 16 raw bits, as in the NVRTC prelude (package cuda).
+typedef unsigned short lum_f16;
+typedef unsigned short lum_bf16;
+
+inline float lum_emu_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+inline uint32_t lum_emu_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+inline float lum_f16_to_f32(lum_f16 h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 0x1f) return lum_emu_bits_f32(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {
+    if (m == 0) return lum_emu_bits_f32(sign);
+    e = 113;  // subnormal: m * 2^-24; normalize the mantissa
+    while (!(m & 0x400)) { m <<= 1; e--; }
+    return lum_emu_bits_f32(sign | (e << 23) | ((m & 0x3ff) << 13));
+  }
+  return lum_emu_bits_f32(sign | ((e + 112) << 23) | (m << 13));
+}
+
+// Round to nearest, ties to even; NaN becomes the canonical 0x7fff, as
+// cvt.rn.f16.f32 and cuda_fp16's __float2half_rn do.
+inline lum_f16 lum_f32_to_f16(float f) {
+  uint32_t x = lum_emu_f32_bits(f);
+  uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return lum_f16(0x7fff);
+  if (ax >= 0x477ff000u) return lum_f16(sign | 0x7c00);  // >= 65520 (and inf)
+  if (ax < 0x38800000u) {                                          // below 2^-14
+    if (ax <= 0x33000000u) return lum_f16(sign);                   // <= 2^-25: ties to 0
+    uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+    uint32_t shift = 126 - e, k = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (k & 1))) k++;
+    return lum_f16(sign | k);
+  }
+  uint32_t r = ax - 0x38000000u, h = r >> 13, rem = r & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+  return lum_f16(sign | h);
+}
+
+inline float lum_bf16_to_f32(lum_bf16 h) { return lum_emu_bits_f32(uint32_t(h) << 16); }
+
+// Round to nearest, ties to even; NaN becomes the canonical 0x7fff.
+inline lum_bf16 lum_f32_to_bf16(float f) {
+  uint32_t x = lum_emu_f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return lum_bf16(0x7fff);
+  x += 0x7fffu + ((x >> 16) & 1);
+  return lum_bf16(x >> 16);
+}
+
+// ---------------------------------------------------------------- errors
+
+namespace lum_emu {
+
+// Set by the runner for the launch in progress; read by fail().
+inline const char* g_kernel = "?";
+inline int g_launch = -1;
+// Describes an address (which buffer, which offset) for error messages.
+inline void (*g_describe)(const void* p, char* buf, size_t n) = nullptr;
+
+struct Worker;
+inline thread_local Worker* tl_worker = nullptr;
+inline int g_failed = 0;
+
+// fail_msg writes one error line on stderr and ends the process. The line is
+// tab-separated so that the Go side can parse it:
+//   LUMEMU <kind> <launch> <kernel> <block x,y,z or -> <thread x,y,z or -> <message>
+// Only the first failing worker writes; the others wait for the exit. It is
+// called from signal handlers too, so it avoids malloc.
+[[noreturn]] inline void fail_msg(const char* kind, const uint3* block, const uint3* thread, const char* msg) {
+  if (__atomic_exchange_n(&g_failed, 1, __ATOMIC_SEQ_CST)) {
+    for (;;) pause();
+  }
+  static char line[16384];
+  char b[64] = "-", t[64] = "-";
+  if (block) snprintf(b, sizeof b, "%u,%u,%u", block->x, block->y, block->z);
+  if (thread) snprintf(t, sizeof t, "%u,%u,%u", thread->x, thread->y, thread->z);
+  int n = snprintf(line, sizeof line, "LUMEMU\t%s\t%d\t%s\t%s\t%s\t%s", kind, g_launch, g_kernel, b, t, msg);
+  if (n < 0) n = 0;
+  if (n > int(sizeof line) - 2) n = int(sizeof line) - 2;
+  for (int i = 0; i < n; i++)
+    if (line[i] == '\n') line[i] = ' ';
+  line[n++] = '\n';
+  for (int off = 0; off < n;) {
+    ssize_t w = write(2, line + off, size_t(n - off));
+    if (w <= 0) break;
+    off += int(w);
+  }
+  _exit(3);
+}
+
+[[noreturn]] inline void vfail_at(const char* kind, const uint3* block, const uint3* thread, const char* fmt,
+                                  va_list ap) {
+  static char msg[16000];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  fail_msg(kind, block, thread, msg);
+}
+
+inline bool in_fiber();
+
+// fail reports an error of the running thread (block and thread ids when a
+// fiber is running, the block alone in the scheduler).
+[[noreturn]] inline void fail(const char* kind, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  uint3 b = blockIdx, t = threadIdx;
+  bool blk = tl_worker != nullptr;
+  vfail_at(kind, blk ? &b : nullptr, blk && in_fiber() ? &t : nullptr, fmt, ap);
+}
+
+// ---------------------------------------------------------------- fibers
+
+extern "C" void lum_emu_switch(void** save_sp, void* load_sp);
+extern "C" void lum_emu_fiber_start();
+
+enum class State : uint8_t { Runnable, Barrier, Warp, Exited };
+enum WarpOp : int { OpShflIdx, OpShflUp, OpShflDown, OpShflXor, OpBallot, OpAny, OpAll, OpSyncwarp };
+inline const char* const kWarpOpName[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                                          "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp"};
+
+struct Fiber {
+  void* sp;         // saved stack pointer while switched out
+  char* stack_top;  // highest address of its stack (16-byte aligned)
+  uint3 tid;
+  int linear;
+  State state;
+  int site;  // __syncthreads line while State::Barrier
+  // The warp collective in progress while State::Warp.
+  int op, arg, width;
+  unsigned mask;
+  bool wide;  // a 64-bit value (poisoned with kPoison64)
+  uint64_t value, result;
+};
+
+struct ArgVal {
+  void* p;
+  long long i;
+  double f;
+};
+typedef void (*Launcher)(const ArgVal* args);
+
+// One entry of the generated launcher table lum_emu_kernels.
+struct KernelEntry {
+  const char* name;
+  int nparams;
+  const char* const* params;
+  Launcher launch;
+};
+
+// The fiber stack size. 64 KiB covers the register tiles and call depth of
+// generated kernels; one PROT_NONE page below each stack turns an overflow
+// into a reported fault rather than silent corruption.
+#ifndef LUM_EMU_STACK_SIZE
+#define LUM_EMU_STACK_SIZE (64 * 1024)
+#endif
+
+struct Worker {
+  Fiber* fibers = nullptr;  // capacity cap, grown on demand, reused across blocks and launches
+  int cap = 0;
+  int n = 0;  // threads of the current block
+  int live = 0;
+  Fiber* cur = nullptr;  // the fiber running now; nullptr in the scheduler
+  void* sched_sp = nullptr;
+  Launcher entry = nullptr;
+  const ArgVal* args = nullptr;
+  bool shuffle = false;
+  uint64_t rng = 0;
+  int* order = nullptr;  // this pass's fiber order
+  int pos = 0;            // index into order of the fiber running now
+  uint32_t fp_mxcsr = 0;
+  uint64_t fp_ctl = 0;
+  // Stack regions for the signal handler: [lo, hi) of each mapping.
+  struct Region { char* lo; char* hi; } regions[64];
+  int nregions = 0;
+};
+
+inline bool in_fiber() { return tl_worker && tl_worker->cur; }
+
+inline size_t page_size() {
+  static size_t p = size_t(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+// grow makes room for n fibers. Stacks are mapped once and kept; capacity
+// at least doubles, so that a worker holds few mappings.
+inline void grow(Worker& w, int n) {
+  if (n <= w.cap) return;
+  if (n < 2 * w.cap) n = 2 * w.cap;
+  size_t pg = page_size(), per = LUM_EMU_STACK_SIZE + pg;
+  int add = n - w.cap;
+  char* base = (char*)mmap(nullptr, per * size_t(add), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) fail("emulator", "cannot map %d fiber stacks", add);
+  if (w.nregions < 64) w.regions[w.nregions++] = {base, base + per * size_t(add)};
+  Fiber* nf = (Fiber*)realloc((void*)w.fibers, sizeof(Fiber) * size_t(n));
+  int* no = (int*)realloc(w.order, sizeof(int) * size_t(n));
+  if (!nf || !no) fail("emulator", "out of memory for %d fibers", n);
+  w.fibers = nf;
+  w.order = no;
+  for (int i = 0; i < add; i++) {
+    char* lo = base + per * size_t(i);
+    // The guard page is best effort: past vm.max_map_count mprotect fails and
+    // the stack simply has none.
+    (void)mprotect(lo, pg, PROT_NONE);
+    Fiber& f = w.fibers[w.cap + i];
+    memset(&f, 0, sizeof f);
+    f.stack_top = lo + per;
+  }
+  w.cap = n;
+}
+
+#if defined(__x86_64__)
+inline void save_fp_state(Worker& w) {
+  uint32_t m;
+  uint16_t c;
+  __asm__ volatile("stmxcsr %0" : "=m"(m));
+  __asm__ volatile("fnstcw %0" : "=m"(c));
+  w.fp_mxcsr = m;
+  w.fp_ctl = c;
+}
+// The initial frame matches what lum_emu_switch pops: mxcsr and the x87
+// control word, r15, r14, r13, r12, rbx (the fiber), rbp, and the return
+// address lum_emu_fiber_start, which finds the fiber in rbx.
+inline void init_frame(Worker& w, Fiber& f) {
+  uint64_t* sp = (uint64_t*)(f.stack_top - 64);
+  sp[0] = uint64_t(w.fp_mxcsr) | (w.fp_ctl << 32);
+  sp[1] = sp[2] = sp[3] = sp[4] = 0;
+  sp[5] = uint64_t(uintptr_t(&f));
+  sp[6] = 0;
+  sp[7] = uint64_t(uintptr_t(&lum_emu_fiber_start));
+  f.sp = sp;
+}
+#elif defined(__aarch64__)
+inline void save_fp_state(Worker& w) {
+  uint64_t c;
+  __asm__ volatile("mrs %0, fpcr" : "=r"(c));
+  w.fp_ctl = c;
+}
+// The initial frame matches lum_emu_switch: x19..x28, x29, x30 (the return
+// address lum_emu_fiber_start), d8..d15, fpcr; x19 holds the fiber.
+inline void init_frame(Worker& w, Fiber& f) {
+  uint64_t* sp = (uint64_t*)(f.stack_top - 176);
+  memset(sp, 0, 176);
+  sp[0] = uint64_t(uintptr_t(&f));
+  sp[11] = uint64_t(uintptr_t(&lum_emu_fiber_start));
+  sp[20] = w.fp_ctl;
+  f.sp = sp;
+}
+#endif
+
+inline uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// next switches from the stack saved into *save to the next runnable fiber
+// of this pass (in w.order after w.pos), or back to the scheduler when the
+// pass is over. Switching fiber to fiber halves the switches of a pass.
+inline void next(Worker& w, void** save) {
+  while (++w.pos < w.n) {
+    Fiber& g = w.fibers[w.order[w.pos]];
+    if (g.state == State::Runnable) {
+      w.cur = &g;
+      threadIdx = g.tid;
+      lum_emu_switch(save, g.sp);
+      return;
+    }
+  }
+  w.cur = nullptr;
+  lum_emu_switch(save, w.sched_sp);
+}
+
+// yield suspends the running fiber f at a scheduling point.
+inline void yield(Worker& w, Fiber& f) { next(w, &f.sp); }
+
+// ---------------------------------------------------------------- reports
+
+// ranges appends "0-31, 40, 64-95" for the linear thread ids i with pick(i).
+template <typename Pick>
+inline void ranges(char* buf, size_t n, int count, Pick pick) {
+  size_t len = strlen(buf);
+  bool first = true;
+  for (int i = 0; i < count;) {
+    if (!pick(i)) { i++; continue; }
+    int j = i;
+    while (j + 1 < count && pick(j + 1)) j++;
+    if (len + 32 >= n) { snprintf(buf + len, n - len, ", ..."); return; }
+    len += size_t(snprintf(buf + len, n - len, "%s%d", first ? "" : ", ", i));
+    if (j > i) len += size_t(snprintf(buf + len, n - len, "-%d", j));
+    first = false;
+    i = j + 1;
+  }
+}
+
+// describe_waits lists every live thread by what it waits for.
+inline void describe_waits(Worker& w, char* buf, size_t n) {
+  buf[0] = 0;
+  int lines[64], nl = 0;  // the distinct __syncthreads lines waited at (first 64)
+  for (int i = 0; i < w.n; i++) {
+    Fiber& f = w.fibers[i];
+    if (f.state != State::Barrier) continue;
+    bool known = false;
+    for (int k = 0; k < nl; k++) known |= lines[k] == f.site;
+    if (!known && nl < 64) lines[nl++] = f.site;
+  }
+  for (int k = 0; k < nl; k++) {
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, "%sthreads ", len ? "; " : "");
+    int site = lines[k];
+    ranges(buf, n, w.n, [&](int i) { return w.fibers[i].state == State::Barrier && w.fibers[i].site == site; });
+    len = strlen(buf);
+    snprintf(buf + len, n - len, " wait at __syncthreads (line %d)", site);
+  }
+  for (int op = 0; op <= OpSyncwarp; op++) {
+    auto pick = [&](int i) { return w.fibers[i].state == State::Warp && w.fibers[i].op == op; };
+    bool any = false;
+    for (int i = 0; i < w.n && !any; i++) any = pick(i);
+    if (!any) continue;
+    size_t len = strlen(buf);
+    snprintf(buf + len, n - len, "%sthreads ", len ? "; " : "");
+    ranges(buf, n, w.n, pick);
+    len = strlen(buf);
+    snprintf(buf + len, n - len, " wait in %s", kWarpOpName[op]);
+  }
+  if (w.live == w.n) return;
+  size_t len = strlen(buf);
+  snprintf(buf + len, n - len, "; threads ");
+  auto exited = [&](int i) { return w.fibers[i].state == State::Exited; };
+  ranges(buf, n, w.n, exited);
+  len = strlen(buf);
+  snprintf(buf + len, n - len, " have returned");
+}
+
+[[noreturn]] inline void deadlock(Worker& w, const char* what) {
+  static thread_local char buf[12288];
+  describe_waits(w, buf, sizeof buf);
+  fail("deadlock", "deadlock: %s (thread ids are linear: x + y*blockDim.x + z*blockDim.x*blockDim.y): %s", what, buf);
+}
+
+// ---------------------------------------------------------------- warps
+
+constexpr uint64_t kPoison32 = 0x7fff7fffu;  // NaN as f32, f16 and bf16
+constexpr uint64_t kPoison64 = 0x7fff7fff7fff7fffull;
+
+// complete_warp finishes the collectives of warp wi that every live lane
+// named in their mask has reached. Lanes that wait with one mask form one
+// collective; a lane named in that mask that waits in a different collective
+// (another op, mask or width) is a diverged warp. It returns whether it
+// released any fiber.
+inline bool complete_warp(Worker& w, int wi) {
+  int base = wi * 32, lanes = w.n - base < 32 ? w.n - base : 32;
+  unsigned live = 0, waiting = 0, done = 0;
+  for (int l = 0; l < lanes; l++) {
+    State st = w.fibers[base + l].state;
+    if (st != State::Exited) live |= 1u << l;
+    if (st == State::Warp) waiting |= 1u << l;
+  }
+  bool released = false;
+  for (int first = 0; first < lanes; first++) {
+    if (!(waiting >> first & 1) || (done >> first & 1)) continue;
+    Fiber& lead = w.fibers[base + first];
+    unsigned group = 0;  // the lanes in this collective
+    for (int l = 0; l < lanes; l++) {
+      if (!(waiting >> l & 1) || !(lead.mask >> l & 1)) continue;
+      Fiber& f = w.fibers[base + l];
+      if (f.op != lead.op || f.mask != lead.mask || f.width != lead.width)
+        fail("deadlock",
+             "deadlock: warp %d diverged: thread %d is in %s (mask 0x%08x, width %d) but thread %d, which that mask "
+             "names, is in %s (mask 0x%08x, width %d)",
+             wi, base + first, kWarpOpName[lead.op], lead.mask, lead.width, base + l, kWarpOpName[f.op], f.mask,
+             f.width);
+      group |= 1u << l;
+    }
+    done |= group;
+    if ((lead.mask & live & ~group) != 0) continue;  // someone named in the mask has not arrived yet
+    uint64_t ballot = 0;
+    for (int l = 0; l < lanes; l++)
+      if ((group >> l & 1) && w.fibers[base + l].value) ballot |= 1u << l;
+    for (int l = 0; l < lanes; l++) {
+      if (!(group >> l & 1)) continue;
+      Fiber& f = w.fibers[base + l];
+      int wd = f.width, src = l, seg = l & ~(wd - 1);
+      switch (f.op) {
+        case OpShflIdx: src = seg + (f.arg & (wd - 1)); break;
+        case OpShflUp: src = (l - seg) >= f.arg ? l - f.arg : l; break;
+        case OpShflDown: src = (l - seg) + f.arg < wd ? l + f.arg : l; break;
+        case OpShflXor: src = l ^ f.arg; if (src < 0 || src >= seg + wd) src = l; break;
+        default: break;
+      }
+      switch (f.op) {
+        case OpBallot: f.result = ballot; break;
+        case OpAny: f.result = ballot != 0; break;
+        case OpAll: f.result = (ballot & group) == group; break;
+        case OpSyncwarp: f.result = 0; break;
+        default:
+          // Reading a lane that takes no part (returned, not in the mask,
+          // beyond the block) is undefined on the GPU: poison it.
+          if (src == l) f.result = f.value;
+          else if (src < lanes && (group >> src & 1)) f.result = w.fibers[base + src].value;
+          else f.result = f.wide ? kPoison64 : kPoison32;
+      }
+    }
+    for (int l = 0; l < lanes; l++)
+      if (group >> l & 1) w.fibers[base + l].state = State::Runnable;
+    released = true;
+  }
+  return released;
+}
+
+}  // namespace lum_emu
+
+namespace lum_emu {
+
+// ---------------------------------------------------------------- blocks
+
+// complete_barrier releases __syncthreads when every live thread waits at the
+// same one. Threads that returned no longer count. Live threads waiting at two
+// different __syncthreads are a deadlock: the CUDA programming guide makes a
+// barrier in code that not all threads reach undefined, so the emulator is
+// stricter than hardware that happens to count arrivals.
+inline bool complete_barrier(Worker& w) {
+  int site = -1;
+  for (int i = 0; i < w.n; i++) {
+    Fiber& f = w.fibers[i];
+    if (f.state == State::Exited) continue;
+    if (f.state != State::Barrier) return false;
+    if (site == -1) site = f.site;
+    else if (f.site != site) deadlock(w, "__syncthreads reached at different lines by the live threads of a block");
+  }
+  if (site == -1) return false;
+  for (int i = 0; i < w.n; i++)
+    if (w.fibers[i].state == State::Barrier) w.fibers[i].state = State::Runnable;
+  return true;
+}
+
+// run_block runs one block to completion on the calling worker thread.
+inline void run_block(Worker& w, uint3 block, int linear_block, uint64_t seed) {
+  int n = int(blockDim.x * blockDim.y * blockDim.z);
+  grow(w, n);
+  save_fp_state(w);
+  blockIdx = block;
+  w.n = n;
+  w.live = n;
+  w.rng = seed ^ (uint64_t(linear_block) * 0xd1b54a32d192ed03ull);
+  for (int i = 0; i < n; i++) {
+    Fiber& f = w.fibers[i];
+    f.linear = i;
+    f.tid = uint3{unsigned(i) % blockDim.x, unsigned(i) / blockDim.x % blockDim.y,
+                  unsigned(i) / (blockDim.x * blockDim.y)};
+    f.state = State::Runnable;
+    init_frame(w, f);
+    w.order[i] = i;
+  }
+  while (w.live > 0) {
+    if (w.shuffle) {
+      for (int i = n - 1; i > 0; i--) {
+        int j = int(splitmix(w.rng) % uint64_t(i + 1));
+        int t = w.order[i];
+        w.order[i] = w.order[j];
+        w.order[j] = t;
+      }
+    }
+    w.pos = -1;
+    next(w, &w.sched_sp);  // runs the pass; returns when every fiber waits or has returned
+    if (w.live == 0) break;
+    // Every fiber now waits or has returned. Complete what can complete.
+    bool released = false;
+    for (int wi = 0; wi * 32 < n; wi++) released |= complete_warp(w, wi);
+    released |= complete_barrier(w);
+    if (!released) deadlock(w, "no thread of the block can proceed");
+  }
+  w.cur = nullptr;
+}
+
+// ---------------------------------------------------------------- collectives
+
+inline Fiber& current(const char* what) {
+  Worker* w = tl_worker;
+  if (!w || !w->cur) fail("emulator", "%s called outside a kernel thread", what);
+  return *w->cur;
+}
+
+inline void syncthreads_at(int line) {
+  Fiber& f = current("__syncthreads");
+  f.site = line;
+  f.state = State::Barrier;
+  yield(*tl_worker, f);
+}
+
+inline uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t v, bool wide, int arg, int width) {
+  Fiber& f = current(kWarpOpName[op]);
+  int lane = f.linear & 31;
+  if (!(mask >> lane & 1))
+    fail("usage", "%s with mask 0x%08x called by lane %d, which the mask does not name", kWarpOpName[op], mask, lane);
+  if (width < 1 || width > 32 || (width & (width - 1)))
+    fail("usage", "%s with width %d: the width must be a power of two from 1 to 32", kWarpOpName[op], width);
+  f.op = op;
+  f.mask = mask;
+  f.value = v;
+  f.wide = wide;
+  f.arg = arg;
+  f.width = width;
+  f.state = State::Warp;
+  yield(*tl_worker, f);
+  return f.result;
+}
+
+template <typename T>
+inline uint64_t to_bits(T v) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "warp shuffles take 32- or 64-bit values");
+  uint64_t u = 0;
+  memcpy(&u, &v, sizeof(T));
+  return u;
+}
+template <typename T>
+inline T from_bits(uint64_t u) {
+  T v;
+  memcpy(&v, &u, sizeof(T));
+  return v;
+}
+template <typename T>
+inline T shfl(WarpOp op, unsigned mask, T v, int arg, int width) {
+  return from_bits<T>(warp_collective(op, mask, to_bits(v), sizeof(T) == 8, arg, width));
+}
+
+}  // namespace lum_emu
+
+extern "C" __attribute__((used, visibility("hidden"))) void lum_emu_fiber_main(lum_emu::Fiber* f) {
+  lum_emu::Worker& w = *lum_emu::tl_worker;
+  w.entry(w.args);
+  f->state = lum_emu::State::Exited;
+  w.live--;
+  lum_emu::yield(w, *f);
+  __builtin_trap();  // an exited fiber is never resumed
+}
+
+// ---------------------------------------------------------------- context switch
+
+// lum_emu_switch(save, load) saves the callee-saved registers and the floating
+// point control state on the current stack, stores the stack pointer in
+// *save, loads `load` as the stack pointer and restores the same set from it.
+// Reloading the control state is slow, so x86-64 skips it when it is equal.
+#if defined(__x86_64__)
+__asm__(R"(
+	.text
+	.p2align 4
+	.globl lum_emu_switch
+	.hidden lum_emu_switch
+	.type lum_emu_switch,@function
+lum_emu_switch:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	subq $8, %rsp
+	movq $0, (%rsp)
+	stmxcsr (%rsp)
+	fnstcw 4(%rsp)
+	movq %rsp, (%rdi)
+	movq (%rsp), %rax
+	movq %rsi, %rsp
+	movq (%rsp), %rcx
+	cmpq %rax, %rcx
+	je 1f
+	ldmxcsr (%rsp)
+	fldcw 4(%rsp)
+1:
+	addq $8, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+	.size lum_emu_switch, .-lum_emu_switch
+
+	.p2align 4
+	.globl lum_emu_fiber_start
+	.hidden lum_emu_fiber_start
+	.type lum_emu_fiber_start,@function
+lum_emu_fiber_start:
+	movq %rbx, %rdi
+	call lum_emu_fiber_main
+	ud2
+	.size lum_emu_fiber_start, .-lum_emu_fiber_start
+)");
+#elif defined(__aarch64__)
+__asm__(R"(
+	.text
+	.p2align 4
+	.globl lum_emu_switch
+	.hidden lum_emu_switch
+	.type lum_emu_switch,%function
+lum_emu_switch:
+	sub sp, sp, #176
+	stp x19, x20, [sp, #0]
+	stp x21, x22, [sp, #16]
+	stp x23, x24, [sp, #32]
+	stp x25, x26, [sp, #48]
+	stp x27, x28, [sp, #64]
+	stp x29, x30, [sp, #80]
+	stp d8, d9, [sp, #96]
+	stp d10, d11, [sp, #112]
+	stp d12, d13, [sp, #128]
+	stp d14, d15, [sp, #144]
+	mrs x9, fpcr
+	str x9, [sp, #160]
+	mov x9, sp
+	str x9, [x0]
+	mov sp, x1
+	ldr x9, [sp, #160]
+	msr fpcr, x9
+	ldp x19, x20, [sp, #0]
+	ldp x21, x22, [sp, #16]
+	ldp x23, x24, [sp, #32]
+	ldp x25, x26, [sp, #48]
+	ldp x27, x28, [sp, #64]
+	ldp x29, x30, [sp, #80]
+	ldp d8, d9, [sp, #96]
+	ldp d10, d11, [sp, #112]
+	ldp d12, d13, [sp, #128]
+	ldp d14, d15, [sp, #144]
+	add sp, sp, #176
+	ret
+	.size lum_emu_switch, .-lum_emu_switch
+
+	.p2align 4
+	.globl lum_emu_fiber_start
+	.hidden lum_emu_fiber_start
+	.type lum_emu_fiber_start,%function
+lum_emu_fiber_start:
+	mov x0, x19
+	bl lum_emu_fiber_main
+	brk #0
+	.size lum_emu_fiber_start, .-lum_emu_fiber_start
+)");
+#endif
+
+// ---------------------------------------------------------------- CUDA intrinsics
+
+#define __syncthreads() lum_emu::syncthreads_at(__LINE__)
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  lum_emu::warp_collective(lum_emu::OpSyncwarp, mask, 0, false, 0, 32);
+}
+template <typename T> inline T __shfl_sync(unsigned mask, T v, int src, int width = warpSize) {
+  return lum_emu::shfl(lum_emu::OpShflIdx, mask, v, src, width);
+}
+template <typename T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+  return lum_emu::shfl(lum_emu::OpShflUp, mask, v, int(delta), width);
+}
+template <typename T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = warpSize) {
+  return lum_emu::shfl(lum_emu::OpShflDown, mask, v, int(delta), width);
+}
+template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = warpSize) {
+  return lum_emu::shfl(lum_emu::OpShflXor, mask, v, lane_mask, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  return unsigned(lum_emu::warp_collective(lum_emu::OpBallot, mask, pred != 0, false, 0, 32));
+}
+inline int __any_sync(unsigned mask, int pred) {
+  return int(lum_emu::warp_collective(lum_emu::OpAny, mask, pred != 0, false, 0, 32));
+}
+inline int __all_sync(unsigned mask, int pred) {
+  return int(lum_emu::warp_collective(lum_emu::OpAll, mask, pred != 0, false, 0, 32));
+}
+// __activemask: the lanes of the caller's warp that have not returned.
+inline unsigned __activemask() {
+  lum_emu::Fiber& f = lum_emu::current("__activemask");
+  lum_emu::Worker& w = *lum_emu::tl_worker;
+  int base = f.linear & ~31;
+  unsigned m = 0;
+  for (int l = 0; l < 32 && base + l < w.n; l++)
+    if (w.fibers[base + l].state != lum_emu::State::Exited) m |= 1u << l;
+  return m;
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// Atomics: the fibers of a block never interleave inside one call, and blocks
+// on different workers meet through real atomics.
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+inline float atomicAdd(float* p, float v) {
+  uint32_t old = __atomic_load_n((uint32_t*)p, __ATOMIC_SEQ_CST), nw;
+  do nw = lum_emu_f32_bits(lum_emu_bits_f32(old) + v);
+  while (!__atomic_compare_exchange_n((uint32_t*)p, &old, nw, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  return lum_emu_bits_f32(old);
+}
+inline int atomicMax(int* p, int v) {
+  int old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
+inline int atomicMin(int* p, int v) {
+  int old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old > v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+  return old;
+}
+inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicCAS(int* p, int cmp, int v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+
+// ---------------------------------------------------------------- vector access
+
+namespace lum_emu {
+[[noreturn]] inline void misaligned(const char* what, const void* p) {
+  char where[256] = "";
+  if (g_describe) g_describe(p, where, sizeof where);
+  fail("misaligned", "misaligned access: %s at %p is not 16-byte aligned%s%s", what, p, where[0] ? ": " : "", where);
+}
+}  // namespace lum_emu
+
+inline float4 lum_ld4(const float* p) {
+  if (uintptr_t(p) & 15) lum_emu::misaligned("lum_ld4", p);
+  float4 v;
+  memcpy(&v, p, 16);
+  return v;
+}
+inline void lum_st4(float* p, float4 v) {
+  if (uintptr_t(p) & 15) lum_emu::misaligned("lum_st4", p);
+  memcpy(p, &v, 16);
+}
