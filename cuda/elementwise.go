@@ -291,7 +291,7 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return binary(n.Op, a, b, e.body.Node(n.Inputs[0]).DType)
+		return binaryExpr(n.Op, a, b, e.body.Node(n.Inputs[0]).DType)
 	case ir.ClassSelect:
 		c, err := same(0)
 		if err != nil {
@@ -499,7 +499,7 @@ func unary(op ir.Op, x string, dt ir.DType) (string, error) {
 	return "", fmt.Errorf("unary %s has no CUDA form", op)
 }
 
-func binary(op ir.Op, a, b string, dt ir.DType) (string, error) {
+func binaryExpr(op ir.Op, a, b string, dt ir.DType) (string, error) {
 	isInt := dt.IsInt() || dt == ir.Bool
 	switch op {
 	case ir.OpAdd:

@@ -172,7 +172,7 @@ func (e *elementwise) vector() error {
 			if n.Op.Class() == ir.ClassUnary {
 				expr, err = unary(n.Op, vals[n.Inputs[0]], n.DType)
 			} else {
-				expr, err = binary(n.Op, vals[n.Inputs[0]], vals[n.Inputs[1]], n.DType)
+				expr, err = binaryExpr(n.Op, vals[n.Inputs[0]], vals[n.Inputs[1]], n.DType)
 			}
 			if err != nil {
 				return err

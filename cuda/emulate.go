@@ -1,0 +1,127 @@
+package cuda
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/x448/float16"
+)
+
+// Emulate runs printed kernels on the CPU through the emulation harness,
+// one launch each in order, over the given tensors: args[i] are kernel i's
+// inputs; it returns each kernel's outputs. The kernels' text goes to g++
+// unchanged.
+func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outShapes [][]ir.ValueType, opt emu.Options) ([][]*ir.Tensor, error) {
+	var bufs []emu.Buffer
+	var launches []emu.Launch
+	var eks []emu.Kernel
+	outAt := make([][]int, len(kernels))
+	for i, k := range kernels {
+		ek := emu.Kernel{Name: k.Name}
+		for _, p := range k.Params {
+			ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
+		}
+		eks = append(eks, ek)
+		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
+		if len(args[i]) != k.Inputs {
+			return nil, fmt.Errorf("emulate %s: %d arguments for %d inputs", k.Name, len(args[i]), k.Inputs)
+		}
+		for _, t := range args[i] {
+			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
+			bufs = append(bufs, emu.Buffer{Bytes: len(encode(t)), Data: encode(t)})
+		}
+		for _, o := range outShapes[i] {
+			outAt[i] = append(outAt[i], len(bufs))
+			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
+			bufs = append(bufs, emu.Buffer{Bytes: int(o.Shape.NumElements()) * o.DType.Size()})
+		}
+		launches = append(launches, l)
+	}
+	got, err := emu.Run(ctx, Source(kernels), eks, bufs, launches, opt)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]*ir.Tensor, len(kernels))
+	for i := range kernels {
+		for j, b := range outAt[i] {
+			t, err := decode(outShapes[i][j], got[b])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = append(out[i], t)
+		}
+	}
+	return out, nil
+}
+
+// encode lays a tensor out as a device buffer of its dtype.
+func encode(t *ir.Tensor) []byte {
+	n := t.Len()
+	size := t.DType.Size()
+	b := make([]byte, int(n)*size)
+	for i := range n {
+		v := t.At(i)
+		p := b[int(i)*size:]
+		switch t.DType {
+		case ir.F32:
+			binary.LittleEndian.PutUint32(p, math.Float32bits(float32(v)))
+		case ir.F16:
+			binary.LittleEndian.PutUint16(p, float16.Fromfloat32(float32(v)).Bits())
+		case ir.BF16:
+			binary.LittleEndian.PutUint16(p, uint16(ir.BF16FromFloat32(float32(v))))
+		case ir.I32:
+			binary.LittleEndian.PutUint32(p, uint32(int32(v)))
+		case ir.I64:
+			binary.LittleEndian.PutUint64(p, uint64(int64(v)))
+		case ir.Bool:
+			if v != 0 {
+				p[0] = 1
+			}
+		}
+	}
+	return b
+}
+
+// decode reads a device buffer back as a tensor.
+func decode(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
+	n := vt.Shape.NumElements()
+	size := vt.DType.Size()
+	if len(b) != int(n)*size {
+		return nil, fmt.Errorf("decode %s%v: %d bytes", vt.DType, vt.Shape, len(b))
+	}
+	vals := make([]float32, n)
+	var ints []float64
+	for i := range n {
+		p := b[int(i)*size:]
+		switch vt.DType {
+		case ir.F32:
+			vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(p))
+		case ir.F16:
+			vals[i] = float16.Frombits(binary.LittleEndian.Uint16(p)).Float32()
+		case ir.BF16:
+			vals[i] = ir.BFloat16(binary.LittleEndian.Uint16(p)).Float32()
+		default:
+			if ints == nil {
+				ints = make([]float64, n)
+			}
+			switch vt.DType {
+			case ir.I32:
+				ints[i] = float64(int32(binary.LittleEndian.Uint32(p)))
+			case ir.I64:
+				ints[i] = float64(int64(binary.LittleEndian.Uint64(p)))
+			case ir.Bool:
+				ints[i] = float64(p[0])
+			}
+		}
+	}
+	if ints != nil {
+		t := ir.NewTensor(vt.DType, vt.Shape)
+		copy(t.F64, ints)
+		return t, nil
+	}
+	return ir.TensorOfFloat32(vt.DType, vt.Shape, vals)
+}
