@@ -55,6 +55,10 @@ const maxGrid = 4096
 // kernel body over whole buffers); comment says what it implements. A body
 // of a form the printer does not know yet is an error naming the form.
 func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
+	body, err := decompose(body)
+	if err != nil {
+		return nil, fmt.Errorf("print kernel %s: %w", name, err)
+	}
 	row := !isElementwise(body) && isRowKernel(body)
 	matmul := !isElementwise(body) && !row && isMatmulKernel(body)
 	if !isElementwise(body) && !row && !matmul {

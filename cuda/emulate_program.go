@@ -1,0 +1,87 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+)
+
+// EmulateProgram runs a lowered program's printed kernels (PrintProgram's,
+// in its order: preparation, then one run) under the CPU emulation, the
+// intermediates placed in one arena buffer at their planned offsets as on
+// the device, and returns the outputs and the states' new contents. feeds
+// holds the inputs, weights and states by name; constants are computed on
+// the host, as the loader does.
+func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, opt emu.Options) (outputs, states map[string]*ir.Tensor, err error) {
+	launches := append(append([]*lower.Launch(nil), prog.Prep...), prog.Run...)
+	if len(launches) != len(kernels) {
+		return nil, nil, fmt.Errorf("emulate %s: %d kernels for %d launches", prog.Name, len(kernels), len(launches))
+	}
+	// Buffer 0 is the arena; every other lowered buffer gets its own.
+	bufs := []emu.Buffer{{Bytes: int(max(prog.ArenaBytes, 16))}}
+	where := make([]emu.Arg, len(prog.Buffers))
+	for _, b := range prog.Buffers {
+		if b.Kind == lower.Temp {
+			where[b.ID] = emu.Arg{Buffer: 0, Offset: int(b.Offset)}
+			continue
+		}
+		var data []byte
+		switch b.Kind {
+		case lower.Input, lower.Weight, lower.State:
+			t, ok := feeds[b.Name]
+			if !ok {
+				return nil, nil, fmt.Errorf("emulate %s: no value for %s %s", prog.Name, b.Kind, b.Name)
+			}
+			data = encode(t)
+		case lower.Constant:
+			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
+			res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
+			if err != nil {
+				return nil, nil, fmt.Errorf("emulate %s: constant %s: %w", prog.Name, b.Name, err)
+			}
+			data = encode(res.Outputs["out"])
+		}
+		where[b.ID] = emu.Arg{Buffer: len(bufs)}
+		bufs = append(bufs, emu.Buffer{Bytes: int(max(b.Bytes, 1)), Data: data})
+	}
+	var eks []emu.Kernel
+	var els []emu.Launch
+	for i, k := range kernels {
+		ek := emu.Kernel{Name: k.Name}
+		for _, p := range k.Params {
+			ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
+		}
+		eks = append(eks, ek)
+		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
+		for _, id := range append(append([]int(nil), launches[i].Args...), launches[i].Outs...) {
+			l.Args = append(l.Args, where[id])
+		}
+		els = append(els, l)
+	}
+	got, err := emu.Run(ctx, Source(kernels), eks, bufs, els, opt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+	}
+	read := func(id int) (*ir.Tensor, error) {
+		b := prog.Buffers[id]
+		a := where[id]
+		return decode(ir.ValueType{Shape: b.Shape, DType: b.DType}, got[a.Buffer][a.Offset:a.Offset+int(b.Bytes)])
+	}
+	outputs, states = map[string]*ir.Tensor{}, map[string]*ir.Tensor{}
+	for name, id := range prog.Outputs {
+		if outputs[name], err = read(id); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, b := range prog.Buffers {
+		if _, ok := prog.Updates[b.Name]; ok && b.Kind == lower.State {
+			if states[b.Name], err = read(b.ID); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return outputs, states, nil
+}

@@ -1,0 +1,73 @@
+package cuda
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
+	"github.com/stretchr/testify/require"
+)
+
+// TestEmulateCorpusPrograms lowers whole corpus graphs, prints every
+// launch, runs the CUDA under emulation with the memory plan's arena, and
+// compares the outputs and states with the reference interpreter: the
+// naive programs of decoder layers (every kernel a one-op kernel) and the
+// fused programs of the graphs whose kernels all have a printed form.
+func TestEmulateCorpusPrograms(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	var all []*egraph.Rewrite[rules.Data]
+	for _, s := range rules.Sets() {
+		r, err := rules.SetRewrites(s)
+		require.NoError(t, err)
+		all = append(all, r...)
+	}
+	tests := []struct {
+		name  string
+		fused bool
+	}{
+		{"tiny-llama:layer", false}, {"tiny-gpt2:block", false}, {"tiny-llama:decode", false},
+		{"tiny-llama:mlp", true}, {"tiny-gpt2:mlp", true}, {"tiny-llama:rmsnorm", true}, {"tiny-gpt2:layernorm", true}, {"tiny-llama:rotary", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, err := corpus.Build(tt.name, corpus.Options{Seq: 5, Past: 3})
+			require.NoError(t, err)
+			var prog *rules.Program
+			if tt.fused {
+				prog, err = rules.SaturateModel(context.Background(), g, all, rules.SaturateOptions{IterLimit: 8})
+			} else {
+				prog, err = rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+			}
+			require.NoError(t, err)
+			lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+			require.NoError(t, err)
+			ks, err := PrintProgram(lp)
+			require.NoError(t, err)
+			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
+			require.NoError(t, err)
+			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+			require.NoError(t, err)
+			outs, states, err := EmulateProgram(context.Background(), lp, ks, feeds, emu.Options{})
+			require.NoError(t, err)
+			t.Logf("%s: %d kernels, arena %d bytes", tt.name, len(ks), lp.ArenaBytes)
+			for name, w := range want.Outputs {
+				mm, err := ir.Compare(outs[name], w, want.Magnitudes[name], 1024)
+				require.NoError(t, err)
+				require.Nil(t, mm, "output %s: %v", name, mm)
+			}
+			for name, w := range want.States {
+				mm, err := ir.Compare(states[name], w, want.Magnitudes[name], 1024)
+				require.NoError(t, err)
+				require.Nil(t, mm, "state %s: %v", name, mm)
+			}
+		})
+	}
+}
