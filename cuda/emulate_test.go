@@ -23,6 +23,8 @@ func TestEmulatedKernelsMatchReference(t *testing.T) {
 	for name, body := range matmulBodies(t) {
 		bodies[name] = body
 	}
+	bodies["attention_prefill"] = attentionBody(t, 5, 5)
+	bodies["attention_decode"] = attentionBody(t, 1, 70)
 	var names []string
 	for name := range bodies {
 		names = append(names, name)

@@ -61,19 +61,22 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 	}
 	row := !isElementwise(body) && isRowKernel(body)
 	matmul := !isElementwise(body) && !row && isMatmulKernel(body)
+	attention := !isElementwise(body) && !row && !matmul && isAttentionKernel(body)
+	if attention {
+		k := &Kernel{Name: name}
+		setParams(k, body)
+		text, err := printAttention(k, body)
+		if err != nil {
+			return nil, fmt.Errorf("print kernel %s: %w", name, err)
+		}
+		k.Text = header(name, comment, k) + text + "}\n"
+		return k, nil
+	}
 	if !isElementwise(body) && !row && !matmul {
 		return nil, fmt.Errorf("print kernel %s: %s kernel cannot be printed yet: lowering emits the elementwise, row and matmul forms only", name, formName(body))
 	}
 	k := &Kernel{Name: name, Block: [3]int{elementwiseThreads, 1, 1}}
-	for i, v := range body.Inputs() {
-		n := body.Node(v)
-		k.Params = append(k.Params, Param{Name: fmt.Sprintf("in%d", i), Type: "const " + storageType(n.DType) + "*"})
-	}
-	k.Inputs = len(k.Params)
-	for i, o := range body.Outputs {
-		n := body.Node(o.Value)
-		k.Params = append(k.Params, Param{Name: fmt.Sprintf("out%d", i), Type: storageType(n.DType) + "*"})
-	}
+	setParams(k, body)
 	if matmul {
 		text, err := printMatmul(k, body)
 		if err != nil {
@@ -132,6 +135,37 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 	b.WriteString("  }\n}\n")
 	k.Text = b.String()
 	return k, nil
+}
+
+// setParams declares a kernel's parameters: the body's inputs, then its
+// outputs.
+func setParams(k *Kernel, body *ir.Graph) {
+	for i, v := range body.Inputs() {
+		n := body.Node(v)
+		k.Params = append(k.Params, Param{Name: fmt.Sprintf("in%d", i), Type: "const " + storageType(n.DType) + "*"})
+	}
+	k.Inputs = len(k.Params)
+	for i, o := range body.Outputs {
+		n := body.Node(o.Value)
+		k.Params = append(k.Params, Param{Name: fmt.Sprintf("out%d", i), Type: storageType(n.DType) + "*"})
+	}
+}
+
+// isAttentionKernel reports whether body has two matmuls and otherwise
+// only what a fused kernel reads, computes elementwise and reduces.
+func isAttentionKernel(body *ir.Graph) bool {
+	matmuls := 0
+	for _, n := range body.Nodes {
+		switch n.Op.Class() {
+		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove, ir.ClassReduce:
+		default:
+			if n.Op != ir.OpMatMul {
+				return false
+			}
+			matmuls++
+		}
+	}
+	return matmuls == 2
 }
 
 // header prints a kernel's comment and signature, up to its opening brace.

@@ -119,6 +119,45 @@ func matmulBodies(t testing.TB) map[string]*ir.Graph {
 	}
 }
 
+// attentionBody is a llama-like attention kernel body: rotary on the
+// queries and keys, grouped K/V heads, scale, causal mask, softmax,
+// values, the heads merged back.
+func attentionBody(t testing.TB, s, tk ir.Dim) *ir.Graph {
+	t.Helper()
+	b := ir.NewBuilder("kernel")
+	const h, kvh, d = 4, 2, 8
+	q := b.Input("$0", ir.F32, 1, h, s, d)
+	k := b.Input("$1", ir.F32, 1, kvh, tk, d)
+	v := b.Input("$2", ir.F32, 1, kvh, tk, d)
+	cos, sin := b.Input("$3", ir.F32, tk, d), b.Input("$4", ir.F32, tk, d)
+	rot := func(x ir.Value, heads ir.Dim, rows ir.Dim) ir.Value {
+		shape := ir.Shape{1, heads, rows, d}
+		half := b.Concat(3, b.Neg(b.Slice(x, 3, d/2, d, 1)), b.Slice(x, 3, 0, d/2, 1))
+		c := b.BroadcastTo(b.Slice(cos, 0, int64(tk-rows), int64(tk), 1), shape)
+		sn := b.BroadcastTo(b.Slice(sin, 0, int64(tk-rows), int64(tk), 1), shape)
+		return b.Add(b.Mul(x, c), b.Mul(half, sn))
+	}
+	rq, rk := rot(q, h, s), rot(k, kvh, tk)
+	grp := func(x ir.Value) ir.Value {
+		return b.Reshape(b.Expand(b.Reshape(x, 1, kvh, 1, tk, d), 1, kvh, h/kvh, tk, d), 1, h, tk, d)
+	}
+	scores := b.Mul(b.MatMul(rq, b.Permute(grp(rk), 0, 1, 3, 2)), b.BroadcastTo(b.Scalar(ir.F32, 0.25), ir.Shape{1, h, s, tk}))
+	qi := b.Add(b.Iota(ir.I64, ir.Shape{s, tk}, 0), b.BroadcastTo(b.Scalar(ir.I64, int64Dim(tk-s)), ir.Shape{s, tk}))
+	keep := b.Binary(ir.OpGe, qi, b.Iota(ir.I64, ir.Shape{s, tk}, 1))
+	mask := b.Where(keep, b.BroadcastTo(b.Scalar(ir.F32, 0), ir.Shape{s, tk}), b.BroadcastTo(b.Scalar(ir.F32, -3.4028234663852886e+38), ir.Shape{s, tk}))
+	scores = b.Add(scores, b.BroadcastTo(mask, ir.Shape{1, h, s, tk}))
+	mx := b.BroadcastTo(b.ReduceMax(scores, 3), ir.Shape{1, h, s, tk})
+	ex := b.Exp(b.Sub(scores, mx))
+	p := b.Div(ex, b.BroadcastTo(b.Sum(ex, 3), ir.Shape{1, h, s, tk}))
+	o := b.MatMul(p, grp(v))
+	b.Output("out0", b.Reshape(b.Permute(o, 0, 2, 1, 3), s, h*d))
+	g, err := b.Build()
+	require.NoError(t, err)
+	return g
+}
+
+func int64Dim(d ir.Dim) float64 { return float64(d) }
+
 // rowBodies are the test bodies of the row form.
 var rowBodies = map[string]bool{"row_sum": true, "softmax": true, "residual_rms_norm": true}
 
@@ -143,12 +182,12 @@ func TestPrintElementwise(t *testing.T) {
 		})
 	}
 	b := ir.NewBuilder("kernel")
-	q, k, v := b.Input("$0", ir.F32, 4, 8), b.Input("$1", ir.F32, 8, 4), b.Input("$2", ir.F32, 4, 8)
+	q, k, v := b.Input("$0", ir.F16, 4, 8), b.Input("$1", ir.F16, 8, 4), b.Input("$2", ir.F16, 4, 8)
 	b.Output("out0", b.MatMul(b.Softmax(b.MatMul(q, k), 1), v))
 	g, err := b.Build()
 	require.NoError(t, err)
 	_, err = PrintKernel("att", "", g)
-	require.ErrorContains(t, err, "an attention kernel cannot be printed yet")
+	require.ErrorContains(t, err, "only the f32 path is printed yet")
 }
 
 // TestNVRTCCompilesElementwise compiles the printed kernels with NVRTC for
@@ -167,6 +206,8 @@ func TestNVRTCCompilesElementwise(t *testing.T) {
 	for name, body := range matmulBodies(t) {
 		bodies[name] = body
 	}
+	bodies["attention_prefill"] = attentionBody(t, 5, 5)
+	bodies["attention_decode"] = attentionBody(t, 1, 70)
 	for name, body := range bodies {
 		k, err := PrintKernel(name, "test kernel "+name, body)
 		require.NoError(t, err)
