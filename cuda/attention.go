@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lumsearch/lumsearch/ir"
@@ -107,31 +108,46 @@ func findAttention(body *ir.Graph) (attentionParts, error) {
 }
 
 // forward maps an index of value from to the index of value to, which
-// from reaches through permutes and reshapes only.
+// from reaches through permutes, reshapes and elementwise ops (those keep
+// the index) only.
 func forward(body *ir.Graph, from, to ir.Value, ix index) (index, error) {
+	reaches := make([]bool, len(body.Nodes))
+	reaches[to] = true
+	for i := len(body.Nodes) - 1; i >= 0; i-- {
+		if reaches[i] {
+			for _, in := range body.Nodes[i].Inputs {
+				reaches[in] = true
+			}
+		}
+	}
+	if !reaches[from] {
+		return nil, fmt.Errorf("the output does not read the result")
+	}
 	cur := from
 	for cur != to {
 		next := ir.Value(-1)
 		for i, n := range body.Nodes {
-			for _, in := range n.Inputs {
-				if in == cur && (n.Op == ir.OpPermute || n.Op == ir.OpReshape) {
-					next = ir.Value(i)
-				}
+			if reaches[i] && slices.Contains(n.Inputs, cur) {
+				next = ir.Value(i)
+				break
 			}
 		}
-		if next < 0 {
-			return nil, fmt.Errorf("attention whose output is not its result through permutes and reshapes")
-		}
 		n := body.Node(next)
-		switch n.Op {
-		case ir.OpPermute:
+		switch {
+		case n.Op == ir.OpPermute:
 			out := make(index, len(ix))
 			for d, p := range n.Attrs.Perm {
 				out[d] = ix[p]
 			}
 			ix = out
-		case ir.OpReshape:
+		case n.Op == ir.OpReshape:
 			ix = split(n.Shape, linear(body.Node(cur).Shape, ix))
+		case n.Op == ir.OpCast, n.Op.Class() == ir.ClassUnary, n.Op.Class() == ir.ClassBinary, n.Op.Class() == ir.ClassCompare, n.Op.Class() == ir.ClassSelect:
+			if !n.Shape.Equal(body.Node(cur).Shape) {
+				return nil, fmt.Errorf("a broadcast of the result before the output")
+			}
+		default:
+			return nil, fmt.Errorf("a %s between the result and the output", n.Op)
 		}
 		cur = next
 	}

@@ -34,10 +34,11 @@ func TestEmulateCorpusPrograms(t *testing.T) {
 		fused bool
 	}{
 		{"tiny-llama:layer", false}, {"tiny-gpt2:block", false}, {"tiny-llama:decode", false},
+		{"tiny-llama:layer", true}, {"tiny-gpt2:block", true}, {"tiny-llama:decode", true}, {"tiny-qwen2:layer", true}, {"tiny-mistral:layer", true}, {"tiny-gpt2:decode", true},
 		{"tiny-llama:mlp", true}, {"tiny-gpt2:mlp", true}, {"tiny-llama:rmsnorm", true}, {"tiny-gpt2:layernorm", true}, {"tiny-llama:rotary", true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+		t.Run(map[bool]string{true: "fused/", false: "naive/"}[tt.fused]+tt.name, func(t *testing.T) {
 			g, err := corpus.Build(tt.name, corpus.Options{Seq: 5, Past: 3})
 			require.NoError(t, err)
 			var prog *rules.Program

@@ -23,9 +23,11 @@ const (
 //   - a row kernel: reductions along the last axis of same-shaped tensors
 //     (softmax, layer norm, RMS norm, residual add plus norm);
 //   - a matmul with a prologue (elementwise, or a row kernel normalizing the
-//     rows of its left operand) and an elementwise epilogue; a row
-//     reduction after the matmul is not one of them (a tile does not hold
-//     whole rows);
+//     rows of its left operand) and an elementwise epilogue that keeps
+//     every element in place (reshapes and permutes, but no slices,
+//     concats or broadcasts of the result: a tile holds only its own
+//     elements); a row reduction after the matmul is not one of them
+//     either;
 //   - attention: two matmuls with a softmax between them, the first
 //     feeding the second only through it, elementwise prologues (rotary,
 //     scale, mask) on their operands.
@@ -69,7 +71,11 @@ const (
 // formNode is a body node as legalForm sees it; kids index the same slice
 // and come before their parents.
 type formNode struct {
-	kind     formKind
+	kind formKind
+	// moves says the node reads its input at other positions than its
+	// output's (a slice, concat, pad, expand, gather, slice update): a
+	// matmul's epilogue cannot, since a tile holds only its own elements.
+	moves    bool
 	exp      bool     // an exp, a softmax's first op on the way up from its output
 	rowShape ir.Shape // the shape a row op reduces, for formRow and formSoftmax
 	kids     []int32
@@ -78,14 +84,18 @@ type formNode struct {
 // formOf classifies one op; shape gives its inputs' shapes.
 func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape) formNode {
 	switch op.Class() {
-	case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView:
+	case ir.ClassView:
+		return formNode{kind: formFree, moves: op != ir.OpReshape && op != ir.OpPermute}
+	case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
 		return formNode{kind: formFree, exp: op == ir.OpExp}
 	}
 	switch {
-	case op == ir.OpCast, op == ir.OpConcat:
+	case op == ir.OpCast:
+		return formNode{kind: formFree}
+	case op == ir.OpConcat:
 		// A concat, like a view, only says where its elements come
 		// from: a kernel reads through it (rotary's rotate_half).
-		return formNode{kind: formFree}
+		return formNode{kind: formFree, moves: true}
 	case op == ir.OpMatMul:
 		return formNode{kind: formMatMul}
 	case op.Class() == ir.ClassReduce || op == ir.OpSoftmax || op == ir.OpLayerNorm || op == ir.OpRMSNorm:
@@ -148,6 +158,21 @@ func legalForm(nodes []formNode, partial bool) bool {
 	for i := len(nodes) - 1; i >= 0; i-- {
 		for _, k := range nodes[i].kids {
 			feeds[k] |= feeds[i]
+		}
+	}
+	// Past a matmul (and short of a reduction, whose row statistics may
+	// be broadcast) values keep their positions: a tile's epilogue reads
+	// only the tile's own elements.
+	past := make([]bool, len(nodes))
+	for i, n := range nodes {
+		if n.kind == formRow || n.kind == formSoftmax {
+			continue
+		}
+		for _, k := range n.kids {
+			past[i] = past[i] || past[k] || nodes[k].kind == formMatMul
+		}
+		if past[i] && n.moves {
+			return false
 		}
 	}
 	if len(matmuls) == 1 {

@@ -40,6 +40,14 @@ func TestLegal(t *testing.T) {
 			w := b.Weight("w", ir.F32, 16, 4)
 			return b.Add(b.MatMul(rmsNorm(b, x), w), b.Input("r", ir.F32, 8, 4))
 		}, true, "matmul, prologue [mul sum rsqrt mul] with a row reduction, epilogue [add]"},
+		{"matmul with a rotated epilogue", func(b *ir.Builder) ir.Value {
+			y := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Weight("w", ir.F32, 16, 8))
+			return b.Concat(1, b.Neg(b.Slice(y, 1, 4, 8, 1)), b.Slice(y, 1, 0, 4, 1))
+		}, false, ""},
+		{"matmul with a transposed epilogue", func(b *ir.Builder) ir.Value {
+			y := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Weight("w", ir.F32, 16, 8))
+			return b.Exp(b.Permute(y, 1, 0))
+		}, true, "matmul, epilogue [exp]"},
 		{"row reduction after a matmul", func(b *ir.Builder) ir.Value {
 			x := b.Input("x", ir.F32, 8, 16)
 			return rmsNorm(b, b.MatMul(x, b.Weight("w", ir.F32, 16, 16)))
