@@ -38,8 +38,9 @@ func TestRulesStats(t *testing.T) {
 	r := runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^search tiny-llama:mlp \(\d+ ops\): \d+ e-nodes`, r.stdout)
-	assert.Regexp(t, `(?m)^best program: 3 kernels per run and \d at load time, [\d.]+ µs per run by the cost model on h100-sxm; the naive program: 6 kernels, [\d.]+ µs \([\d.]+x\)$`, r.stdout)
-	assert.Regexp(t, `(?m)^  run  \[1,4,128\] +matmul, epilogue \[sigmoid mul mul\]$`, r.stdout)
+	assert.Regexp(t, `(?m)^best program: 2 kernels per run and 1 at load time, [\d.]+ µs per run by the cost model on h100-sxm; the naive program: 6 kernels, [\d.]+ µs \([\d.]+x\)$`, r.stdout)
+	assert.Regexp(t, `(?m)^  load \[64,256\] +elementwise$`, r.stdout, "the gate and up weights concatenated at load")
+	assert.Regexp(t, `(?m)^  run  \[4,64\] +matmul, prologue \[sigmoid mul mul\]$`, r.stdout)
 	assert.Regexp(t, `(?m)^ *RULE SET +RULES +MATCHES +APPLIED +NEW E-NODES +TIME$`, r.stdout)
 	// Without fusion only the algebra's matmul merge saves launches.
 	assert.Regexp(t, `(?m)^fuse +[4-6] +\d +\d+ +saturated +\S+ +[\d.]+ µs$`, r.stdout, "without fusion, more kernels")
