@@ -41,6 +41,13 @@ func isElementwise(body *ir.Graph) bool {
 	for _, n := range body.Nodes {
 		switch n.Op.Class() {
 		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
+		case ir.ClassReduce:
+			// A reduction across rows (a split-K's final sum): each
+			// output element loops over the reduced axis itself.
+			in := body.Node(n.Inputs[0]).Shape
+			if ax := n.Attrs.Axis; ax == len(in)-1 || ax == -1 {
+				return false
+			}
 		default:
 			return false
 		}
@@ -308,6 +315,9 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 		return fmt.Sprintf("%s ? %s : %s", c, a, b), nil
 	}
 	in := func(k int) ir.Shape { return e.body.Node(n.Inputs[k]).Shape }
+	if n.Op.Class() == ir.ClassReduce {
+		return e.reduceLoop(n, ix, guarded)
+	}
 	switch n.Op {
 	case ir.OpReshape:
 		return kid(0, split(in(0), linear(n.Shape, ix)))
@@ -424,6 +434,47 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 		return fmt.Sprintf("(%s >= %dLL && %s < %dLL) ? %s : %s", ix[ax], off, ix[ax], off+size, u, b), nil
 	}
 	return "", fmt.Errorf("%s has no elementwise form", n.Op)
+}
+
+// reduceLoop computes a reduction's element at ix by a loop over the
+// reduced axis, its input's values computed inside the loop.
+func (e *elementwise) reduceLoop(n *ir.Node, ix index, guarded bool) (string, error) {
+	src := e.body.Node(n.Inputs[0]).Shape
+	ax := n.Attrs.Axis
+	if ax < 0 {
+		ax += len(src)
+	}
+	acc := fmt.Sprintf("r%d", e.next)
+	e.next++
+	v := fmt.Sprintf("j%d", e.next)
+	e.next++
+	kix := slices.Clone(ix)
+	kix[ax] = v
+	inner := &elementwise{body: e.body, reduced: e.reduced, reducedAt: e.reducedAt, temps: map[string]string{}, next: e.next}
+	x, err := inner.value(n.Inputs[0], kix, guarded)
+	if err != nil {
+		return "", err
+	}
+	e.next = inner.next
+	init, combine := "0.0f", fmt.Sprintf("%s = %s + %s;", acc, acc, x)
+	if n.Op == ir.OpMaxReduce {
+		init = "-INFINITY"
+		combine = fmt.Sprintf("%s = (%s != %s || %s > %s) ? %s : %s;", acc, acc, acc, acc, x, acc, x)
+	}
+	if cType(n.DType) != "float" {
+		return "", fmt.Errorf("a %s reduction over %s", n.Op, n.DType)
+	}
+	e.emit("float %s = %s;", acc, init)
+	e.emit("for (long long %s = 0; %s < %dLL; %s++) {", v, v, src[ax], v)
+	for _, l := range inner.lines {
+		e.lines = append(e.lines, "  "+l)
+	}
+	e.emit("  %s", combine)
+	e.emit("}")
+	if n.DType != ir.F32 {
+		return castExpr(ir.F32, n.DType, acc), nil
+	}
+	return acc, nil
 }
 
 // castExpr converts x from dtype from to dtype to, rounding as a stored

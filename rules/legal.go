@@ -75,8 +75,12 @@ type formNode struct {
 	// moves says the node reads its input at other positions than its
 	// output's (a slice, concat, pad, expand, gather, slice update): a
 	// matmul's epilogue cannot, since a tile holds only its own elements.
-	moves    bool
-	exp      bool     // an exp, a softmax's first op on the way up from its output
+	moves bool
+	exp   bool // an exp, a softmax's first op on the way up from its output
+	// left is a matmul's left operand's shape: a norm prologue must
+	// reduce exactly its rows (a split-K piece's rows are slices of
+	// them, which a tile cannot normalize).
+	left     ir.Shape
 	rowShape ir.Shape // the shape a row op reduces, for formRow and formSoftmax
 	kids     []int32
 }
@@ -97,7 +101,7 @@ func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape) formN
 		// from: a kernel reads through it (rotary's rotate_half).
 		return formNode{kind: formFree, moves: true}
 	case op == ir.OpMatMul:
-		return formNode{kind: formMatMul}
+		return formNode{kind: formMatMul, left: shape(inputs[0])}
 	case op.Class() == ir.ClassReduce || op == ir.OpSoftmax || op == ir.OpLayerNorm || op == ir.OpRMSNorm:
 		in := shape(inputs[0])
 		ax := axis
@@ -176,9 +180,14 @@ func legalForm(nodes []formNode, partial bool) bool {
 		}
 	}
 	if len(matmuls) == 1 {
+		left := nodes[matmuls[0]].left
 		for _, r := range rows {
 			if feeds[r] == 0 {
 				return false // a row reduction after the matmul
+			}
+			rs := nodes[r].rowShape
+			if left != nil && (rs.NumElements() != left.NumElements() || rs[len(rs)-1] != left[len(left)-1]) {
+				return false
 			}
 		}
 		return true

@@ -66,38 +66,9 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		}
 		rws = append(rws, rules.Rewrites(rs)...)
 	}
-	sat := rules.SaturateOptions{}
-	costName := "the simple estimate"
-	if price.estimate != "simple" {
-		dev, err := cost.ResolveTarget(ctx, price.target, price.files)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		factors := cost.Defaults(dev)
-		if price.profile != "" {
-			p, err := cost.LoadProfile(price.profile)
-			if err != nil {
-				return err
-			}
-			if p.Device != dev.Name {
-				return usagef("--profile %s was fitted for %s, not %s", price.profile, p.Device, dev.Name)
-			}
-			factors = p.Factors
-		}
-		m := cost.NewModel(dev, factors)
-		dbPath := price.db
-		if dbPath == "" {
-			if dbPath, err = tunedb.DefaultPath(); err != nil {
-				return err
-			}
-		}
-		db, err := tunedb.Open(dbPath)
-		if err != nil {
-			return err
-		}
-		m.Measurements = cost.NewDBMeasurements(db)
-		sat.Cost = func(eg *egraph.EGraph[rules.Data]) extract.CostFunc { return rules.ModelCost(eg, m) }
-		costName = "the cost model on " + dev.Name
+	sat, costName, _, err := price.options(ctx)
+	if err != nil {
+		return err
 	}
 	prog, err := rules.SaturateModel(ctx, g, rws, sat)
 	if err != nil {
@@ -212,4 +183,42 @@ func seconds(s float64) string {
 		return fmt.Sprintf("%.3g ms", s*1e3)
 	}
 	return fmt.Sprintf("%.3g µs", s*1e6)
+}
+
+// options makes the saturation options that price as p says, with the
+// pricing's name for reports and the model (nil for the simple estimate).
+func (p pricing) options(ctx context.Context) (rules.SaturateOptions, string, *cost.Model, error) {
+	sat := rules.SaturateOptions{}
+	if p.estimate == "simple" {
+		return sat, "the simple estimate", nil, nil
+	}
+	dev, err := cost.ResolveTarget(ctx, p.target, p.files)
+	if err != nil {
+		return sat, "", nil, usagef("%v", err)
+	}
+	factors := cost.Defaults(dev)
+	if p.profile != "" {
+		prof, err := cost.LoadProfile(p.profile)
+		if err != nil {
+			return sat, "", nil, err
+		}
+		if prof.Device != dev.Name {
+			return sat, "", nil, usagef("--profile %s was fitted for %s, not %s", p.profile, prof.Device, dev.Name)
+		}
+		factors = prof.Factors
+	}
+	m := cost.NewModel(dev, factors)
+	dbPath := p.db
+	if dbPath == "" {
+		if dbPath, err = tunedb.DefaultPath(); err != nil {
+			return sat, "", nil, err
+		}
+	}
+	db, err := tunedb.Open(dbPath)
+	if err != nil {
+		return sat, "", nil, err
+	}
+	m.Measurements = cost.NewDBMeasurements(db)
+	sat.Cost = func(eg *egraph.EGraph[rules.Data]) extract.CostFunc { return rules.ModelCost(eg, m) }
+	return sat, "the cost model on " + dev.Name, m, nil
 }

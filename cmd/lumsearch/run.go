@@ -20,7 +20,7 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand}
+	commands = []*command{corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand, compileCommand}
 }
 
 // lookup returns the subcommand called name, or nil.

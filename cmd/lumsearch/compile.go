@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
+)
+
+// compileCommand runs the pipeline without measurement.
+var compileCommand = &command{
+	name:     "compile",
+	summary:  "search, lower and print a corpus model's CUDA program, compile it with NVRTC and verify it",
+	synopsis: "compile MODEL -o DIR [--seq N] [--target NAME] [--arch sm_80|sm_90] [--verify=false]",
+	doc: `
+"compile MODEL" runs the compiler without measuring anything: it saturates
+the model's e-graph with every rule set (a model whose layers repeat is
+searched on two of them and their seam), extracts the program the cost model
+of --target predicts fastest, lowers it to launches and a memory plan,
+prints every kernel as CUDA C, compiles them with NVRTC for --arch when
+libnvrtc is present, and verifies the pipeline: the same architecture at a
+reduced size (two layers, hidden size 64) goes through every step and its
+CUDA runs under the CPU emulation against the reference interpreter.
+
+It writes DIR/kernels.cu (the NVRTC prelude and every kernel) and
+DIR/plan.json (buffers, the arena, and each launch's kernel, grid, block,
+buffers, predicted time and NVRTC's register, shared memory and spill
+report). The host library and prepared weights are not written yet; a
+kernel form the printer does not know yet (tensor-core matmuls and half
+precision attention) stops the command with its name.`,
+	example: `
+lumsearch compile llama-3-8b:layer --seq 16 -o out/
+lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/`,
+	setup: func(fs *flag.FlagSet) action {
+		out := fs.String("o", "", "the output `DIR`")
+		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
+		target := fs.String("target", "h100-sxm", "the device the cost model prices for")
+		arch := fs.String("arch", "sm_90", "the architecture NVRTC compiles for: sm_80 or sm_90")
+		verify := fs.Bool("verify", true, "verify the reduced configuration under the CPU emulation (needs g++)")
+		return func(ctx context.Context, pos []string, stdout io.Writer) error {
+			if len(pos) != 1 {
+				return usagef("want: compile MODEL -o DIR")
+			}
+			if *out == "" {
+				return usagef("compile needs -o DIR")
+			}
+			if *arch != "sm_80" && *arch != "sm_90" {
+				return usagef("--arch %s: want sm_80 or sm_90", *arch)
+			}
+			return compileModel(ctx, pos[0], *out, corpus.Options{Seq: *seq, Past: -1}, pricing{estimate: "model", target: *target}, *arch, *verify, stdout)
+		}
+	},
+}
+
+// compiled is one pass of the pipeline over a graph.
+type compiled struct {
+	prog    *rules.Program
+	lowered *lower.Program
+	kernels []*cuda.Kernel
+}
+
+func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions) (*compiled, error) {
+	var rws []*egraph.Rewrite[rules.Data]
+	for _, s := range rules.Sets() {
+		r, err := rules.SetRewrites(s)
+		if err != nil {
+			return nil, err
+		}
+		rws = append(rws, r...)
+	}
+	prog, err := rules.SaturateModel(ctx, g, rws, sat)
+	if err != nil {
+		return nil, err
+	}
+	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := cuda.PrintProgram(lp)
+	if err != nil {
+		return nil, err
+	}
+	return &compiled{prog: prog, lowered: lp, kernels: ks}, nil
+}
+
+func compileModel(ctx context.Context, model, dir string, opt corpus.Options, price pricing, arch string, verify bool, stdout io.Writer) error {
+	g, err := corpus.Build(model, opt)
+	if err != nil {
+		return err
+	}
+	sat, costName, m, err := price.options(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	c, err := pipeline(ctx, g, sat)
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	naive, err := rules.NaiveProgram(ctx, g, sat)
+	if err != nil {
+		return err
+	}
+	lp := c.lowered
+	fmt.Fprintf(stdout, "compile %s for %s (%s)\n", model, m.Device.Name, arch)
+	fmt.Fprintf(stdout, "  program: %d kernels per run and %d at load, %s per run by %s (the naive program: %d kernels, %s)\n",
+		c.prog.Kernels, c.prog.Prep, seconds(c.prog.Cost), costName, naive.Kernels+naive.Prep, seconds(naive.Cost))
+	fmt.Fprintf(stdout, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
+		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
+	src := cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
+	resources := map[string]nvrtc.Resources{}
+	if lib, err := nvrtc.Load(); err != nil {
+		fmt.Fprintf(stdout, "  nvrtc: not compiled: %v\n", err)
+	} else {
+		res, err := lib.Compile(ctx, src, "kernels.cu", nvrtc.Options{Arch: arch})
+		if err != nil {
+			return fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)
+		}
+		resources = res.Kernels
+		regs, smem, spills := 0, 0, 0
+		for _, r := range res.Kernels {
+			regs, smem, spills = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores
+		}
+		major, minor := lib.Version()
+		fmt.Fprintf(stdout, "  nvrtc %d.%d %s: %d kernels compiled; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
+			major, minor, arch, len(res.Kernels), regs, smem, spills)
+	}
+	if verify {
+		if err := verifyReduced(ctx, model, opt, sat, stdout); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(src), 0o644); err != nil {
+		return err
+	}
+	plan, err := json.MarshalIndent(makePlan(model, m.Device.Name, arch, lp, c.kernels, resources, m), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "plan.json"), append(plan, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "  wrote %s and %s\n", filepath.Join(dir, "kernels.cu"), filepath.Join(dir, "plan.json"))
+	return nil
+}
+
+// verifyReduced runs the pipeline on the model's architecture at the
+// reduced size and checks its CUDA under emulation against the reference.
+func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat rules.SaturateOptions, stdout io.Writer) error {
+	if _, err := exec.LookPath("g++"); err != nil {
+		fmt.Fprintf(stdout, "  verify: skipped: the CPU emulation needs g++ (%v)\n", err)
+		return nil
+	}
+	i := strings.LastIndexByte(model, ':')
+	if i < 0 {
+		return usagef("model %q is not MODEL:KIND", model)
+	}
+	var cfg *corpus.Config
+	var err error
+	if strings.HasSuffix(model[:i], ".json") {
+		cfg, err = corpus.LoadConfig(model[:i])
+	} else {
+		cfg, err = corpus.EmbeddedConfig(model[:i])
+	}
+	if err != nil {
+		return err
+	}
+	small := opt
+	small.Seq, small.Past = min(opt.Seq, 8), min(opt.Seq, 8)-1
+	g, err := corpus.BuildConfig(model+" (reduced)", corpus.Reduced(cfg), model[i+1:], small)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", model, err)
+	}
+	c, err := pipeline(ctx, g, sat)
+	if err != nil {
+		return fmt.Errorf("verify %s at the reduced size: %w", model, err)
+	}
+	feeds, err := ir.RandomFeeds(g, 1, ir.Typical)
+	if err != nil {
+		return err
+	}
+	want, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{Magnitude: true})
+	if err != nil {
+		return err
+	}
+	outs, states, err := cuda.EmulateProgram(ctx, c.lowered, c.kernels, feeds, emu.Options{})
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", model, err)
+	}
+	worst := 0.0
+	check := func(name string, got, w, mag *ir.Tensor) error {
+		mm, err := ir.Compare(got, w, mag, 1024)
+		if err != nil {
+			return err
+		}
+		if mm != nil {
+			return fmt.Errorf("verify %s: the reduced configuration's %s differs from the reference: %v", model, name, mm)
+		}
+		for k := range w.Len() {
+			if d := got.At(k) - w.At(k); d*d > worst*worst {
+				worst = max(d, -d)
+			}
+		}
+		return nil
+	}
+	for name, w := range want.Outputs {
+		if err := check("output "+name, outs[name], w, want.Magnitudes[name]); err != nil {
+			return err
+		}
+	}
+	for name, w := range want.States {
+		if err := check("state "+name, states[name], w, want.Magnitudes[name]); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d kernels, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation; largest error %.3g\n",
+		len(c.kernels), worst)
+	return nil
+}
+
+// planFile is plan.json.
+type planFile struct {
+	Model      string         `json:"model"`
+	Target     string         `json:"target"`
+	Arch       string         `json:"arch"`
+	ArenaBytes int64          `json:"arena_bytes"`
+	TempBytes  int64          `json:"temp_bytes"`
+	Buffers    []planBuffer   `json:"buffers"`
+	Prep       []planLaunch   `json:"prep"`
+	Run        []planLaunch   `json:"run"`
+	Outputs    map[string]int `json:"outputs"`
+	Updates    map[string]int `json:"updates,omitempty"`
+}
+
+type planBuffer struct {
+	ID     int     `json:"id"`
+	Kind   string  `json:"kind"`
+	Name   string  `json:"name"`
+	DType  string  `json:"dtype"`
+	Shape  []int64 `json:"shape"`
+	Bytes  int64   `json:"bytes"`
+	Offset int64   `json:"offset,omitempty"`
+}
+
+type planLaunch struct {
+	Kernel    string  `json:"kernel"`
+	Form      string  `json:"form"`
+	Grid      [3]int  `json:"grid"`
+	Block     [3]int  `json:"block"`
+	Args      []int   `json:"args"`
+	Outs      []int   `json:"outs"`
+	Predicted float64 `json:"predicted_s"`
+	Registers int     `json:"registers,omitempty"`
+	Shared    int     `json:"shared_bytes,omitempty"`
+	Spills    int     `json:"spill_bytes,omitempty"`
+}
+
+func makePlan(model, target, arch string, lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources, m *cost.Model) planFile {
+	p := planFile{Model: model, Target: target, Arch: arch, ArenaBytes: lp.ArenaBytes, TempBytes: lp.TempBytes, Outputs: lp.Outputs, Updates: lp.Updates}
+	for _, b := range lp.Buffers {
+		shape := make([]int64, len(b.Shape))
+		for i, d := range b.Shape {
+			shape[i] = int64(d)
+		}
+		p.Buffers = append(p.Buffers, planBuffer{ID: b.ID, Kind: b.Kind.String(), Name: b.Name, DType: b.DType.String(), Shape: shape, Bytes: b.Bytes, Offset: b.Offset})
+	}
+	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
+	for i, l := range launches {
+		k := ks[i]
+		pl := planLaunch{Kernel: k.Name, Form: l.Form.String(), Grid: k.Grid, Block: k.Block, Args: l.Args, Outs: l.Outs}
+		if e, err := m.Kernel(l.Body); err == nil {
+			pl.Predicted = e.Seconds
+		}
+		if r, ok := res[k.Name]; ok {
+			pl.Registers, pl.Shared, pl.Spills = r.Registers, r.SharedBytes, r.SpillStores
+		}
+		if i < len(lp.Prep) {
+			p.Prep = append(p.Prep, pl)
+		} else {
+			p.Run = append(p.Run, pl)
+		}
+	}
+	return p
+}

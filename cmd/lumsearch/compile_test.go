@@ -1,0 +1,49 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/tunedb"
+)
+
+func TestCompile(t *testing.T) {
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	for _, model := range []string{"tiny-llama:layer", "tiny-gpt2:decode"} {
+		t.Run(model, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "out")
+			r := runArgs(t, "compile", model, "--seq", "6", "-o", dir)
+			require.Equal(t, exitOK, r.code, r.stderr)
+			assert.Regexp(t, `(?m)^compile `+model+` for h100-sxm \(sm_90\)$`, r.stdout)
+			assert.Regexp(t, `(?m)^  program: \d+ kernels per run and \d+ at load`, r.stdout)
+			assert.Regexp(t, `(?m)^  lowered: \d+ launches per run`, r.stdout)
+			if _, err := exec.LookPath("g++"); err == nil {
+				assert.Regexp(t, `(?m)^  verify: the reduced configuration .* matches the reference interpreter under the CPU emulation`, r.stdout)
+			}
+			src, err := os.ReadFile(filepath.Join(dir, "kernels.cu"))
+			require.NoError(t, err)
+			assert.Contains(t, string(src), `extern "C" __global__ void k0(`)
+			data, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+			require.NoError(t, err)
+			var plan planFile
+			require.NoError(t, json.Unmarshal(data, &plan))
+			assert.Equal(t, model, plan.Model)
+			require.NotEmpty(t, plan.Run)
+			for _, l := range plan.Run {
+				assert.Positive(t, l.Predicted, l.Kernel)
+				assert.Positive(t, l.Block[0], l.Kernel)
+			}
+			assert.NotEmpty(t, plan.Outputs)
+		})
+	}
+	r := runArgs(t, "compile", "tiny-llama:layer")
+	require.Equal(t, exitUsage, r.code)
+	r = runArgs(t, "compile", "tiny-llama:layer", "-o", t.TempDir(), "--arch", "sm_70")
+	require.Equal(t, exitUsage, r.code)
+}

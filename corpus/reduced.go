@@ -1,0 +1,33 @@
+package corpus
+
+// Reduced is the same architecture as c at a size the CPU emulation runs in
+// seconds: two layers, hidden size 64 in four heads of 16, an MLP of 128, a
+// vocabulary of 97, the grouping of key/value heads kept where four query
+// heads allow it, and everything else (activation, biases, norms, rotary
+// settings, a sliding window shrunk to 3) as c has it. Compiled programs
+// are verified on it: the kernels differ only in their sizes.
+func Reduced(c *Config) *Config {
+	r := *c
+	r.Name = c.Name + "-reduced"
+	groups := 1
+	if c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads == 0 {
+		groups = c.NumAttentionHeads / c.NumKeyValueHeads
+	}
+	r.NumAttentionHeads, r.HeadDim, r.HiddenSize = 4, 16, 64
+	r.NumKeyValueHeads = 4
+	for groups > 1 && 4%groups != 0 {
+		groups--
+	}
+	r.NumKeyValueHeads = 4 / groups
+	r.IntermediateSize = 128
+	r.NumHiddenLayers = min(c.NumHiddenLayers, 2)
+	r.VocabSize = 97
+	if r.SlidingWindow > 0 {
+		r.SlidingWindow = 3
+	}
+	if r.RopeScaling != nil {
+		rs := *r.RopeScaling
+		r.RopeScaling = &rs
+	}
+	return &r
+}
