@@ -1,0 +1,117 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"sort"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/rules"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestEveryLegalKernelPrints saturates tiny corpus graphs with every rule
+// set and prints every kernel node of their e-graphs: whatever Legal lets
+// into the e-graph, the printer must print (f32 graphs; half precision
+// waits for the tensor-core path). A sample of them runs under emulation
+// against the reference interpreter.
+func TestEveryLegalKernelPrints(t *testing.T) {
+	var rws []*egraph.Rewrite[rules.Data]
+	for _, s := range rules.Sets() {
+		r, err := rules.SetRewrites(s)
+		require.NoError(t, err)
+		rws = append(rws, r...)
+	}
+	for _, name := range []string{"tiny-llama:layer", "tiny-gpt2:block", "tiny-llama:decode", "tiny-qwen2:layer", "tiny-mistral:layer"} {
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
+			require.NoError(t, err)
+			prog, err := rules.Saturate(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 6, NodeLimit: 30_000})
+			require.NoError(t, err)
+			seen := map[egraph.Payload]bool{}
+			failures := map[string]int{}
+			eg := prog.EGraph
+			for _, c := range eg.Classes() {
+				for _, id := range eg.ClassNodes(c) {
+					n := eg.Node(id)
+					if n.Op != rules.KernelSymbol || seen[n.Payload] {
+						continue
+					}
+					seen[n.Payload] = true
+					body, ok := rules.Spec(n.Payload)
+					require.True(t, ok)
+					if _, err := PrintKernel("k", "", body); err != nil {
+						failures[fmt.Sprintf("%s: %v", rules.FormOf(body), err)]++
+					}
+				}
+			}
+			var msgs []string
+			for m, count := range failures {
+				msgs = append(msgs, fmt.Sprintf("%d x %s", count, m))
+			}
+			sort.Strings(msgs)
+			t.Logf("%s: %d kernel bodies", name, len(seen))
+			assert.Empty(t, msgs)
+			if _, err := exec.LookPath("g++"); err != nil {
+				return
+			}
+			// A deterministic sample runs under emulation against the
+			// reference (bodies with gathers aside: random indices would
+			// fall outside their tables).
+			var pays []egraph.Payload
+			for p := range seen {
+				pays = append(pays, p)
+			}
+			sort.Slice(pays, func(i, j int) bool { return pays[i] < pays[j] })
+			var kernels []*Kernel
+			var args [][]*ir.Tensor
+			var outs [][]ir.ValueType
+			var wants []*ir.Result
+			for i := 0; i < len(pays) && len(kernels) < 24; i += 1 + len(pays)/24 {
+				body, _ := rules.Spec(pays[i])
+				gather := false
+				for _, n := range body.Nodes {
+					gather = gather || n.Op == ir.OpGather
+				}
+				if gather {
+					continue
+				}
+				k, err := PrintKernel(fmt.Sprintf("s%d", len(kernels)), "", body)
+				require.NoError(t, err)
+				feeds, err := ir.RandomFeeds(body, uint64(i), ir.Typical)
+				require.NoError(t, err)
+				want, err := ir.Eval(context.Background(), body, feeds, ir.EvalOptions{Magnitude: true})
+				require.NoError(t, err)
+				var in []*ir.Tensor
+				for _, v := range body.Inputs() {
+					in = append(in, feeds[body.Node(v).Name])
+				}
+				var vt []ir.ValueType
+				for _, o := range body.Outputs {
+					on := body.Node(o.Value)
+					vt = append(vt, ir.ValueType{Shape: on.Shape, DType: on.DType})
+				}
+				kernels, args, outs, wants = append(kernels, k), append(args, in), append(outs, vt), append(wants, want)
+			}
+			require.GreaterOrEqual(t, len(kernels), 16)
+			t.Logf("%s: %d sampled bodies emulated", name, len(kernels))
+			got, err := Emulate(context.Background(), kernels, args, outs, emu.Options{})
+			require.NoError(t, err)
+			for i, k := range kernels {
+				for j := range outs[i] {
+					name := fmt.Sprintf("out%d", j)
+					w := wants[i].Outputs[name]
+					mm, err := ir.Compare(got[i][j], w, wants[i].Magnitudes[name], 1024)
+					require.NoError(t, err)
+					assert.Nil(t, mm, "%s output %d: %v\n%s", k.Name, j, mm, k.Text)
+				}
+			}
+		})
+	}
+}
