@@ -9,8 +9,8 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cuda/emu"
-	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
