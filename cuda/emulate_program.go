@@ -48,13 +48,15 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 		bufs = append(bufs, emu.Buffer{Bytes: int(max(b.Bytes, 1)), Data: data})
 	}
 	var eks []emu.Kernel
-	var els []emu.Launch
-	for i, k := range kernels {
+	for _, k := range Distinct(kernels) {
 		ek := emu.Kernel{Name: k.Name}
 		for _, p := range k.Params {
 			ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
 		}
 		eks = append(eks, ek)
+	}
+	var els []emu.Launch
+	for i, k := range kernels {
 		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
 		for _, id := range append(append([]int(nil), launches[i].Args...), launches[i].Outs...) {
 			l.Args = append(l.Args, where[id])

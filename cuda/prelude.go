@@ -43,10 +43,11 @@ __device__ __forceinline__ void lum_st4(float* p, float4 v) {
 }
 `
 
-// Source joins printed kernels into one translation unit, the helpers
-// they call first, without a prelude: NVRTC gets NVRTCPrelude in front of it, the emulation its
+// Source joins printed kernels (each once) into one translation unit, the
+// helpers they call first, without a prelude: NVRTC gets NVRTCPrelude in front of it, the emulation its
 // header.
 func Source(kernels []*Kernel) string {
+	kernels = Distinct(kernels)
 	var b strings.Builder
 	printed := map[string]bool{}
 	for _, k := range kernels {

@@ -138,8 +138,8 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, pr
 			regs, smem, spills = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores
 		}
 		major, minor := lib.Version()
-		fmt.Fprintf(stdout, "  nvrtc %d.%d %s: %d kernels compiled; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
-			major, minor, arch, len(res.Kernels), regs, smem, spills)
+		fmt.Fprintf(stdout, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
+			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills)
 	}
 	if verify {
 		if err := verifyReduced(ctx, model, opt, sat, stdout); err != nil {
@@ -232,7 +232,7 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d kernels, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation; largest error %.3g\n",
+	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation; largest error %.3g\n",
 		len(c.kernels), worst)
 	return nil
 }
