@@ -38,10 +38,13 @@ libnvrtc is present, and verifies the pipeline: the same architecture at a
 reduced size (two layers, hidden size 64) goes through every step and its
 CUDA runs under the CPU emulation against the reference interpreter.
 
-It writes DIR/kernels.cu (the NVRTC prelude and every kernel) and
-DIR/plan.json (buffers, the arena, and each launch's kernel, grid, block,
-buffers, predicted time and NVRTC's register, shared memory and spill
-report). The host library and prepared weights are not written yet; a
+It writes DIR/kernels.cu (the NVRTC prelude and every kernel), the host
+library DIR/model.h and DIR/model.cpp (a C API over the CUDA driver, which
+it loads at run time, embedding the PTX and CUBIN; any C++17 compiler
+builds it, no CUDA toolkit; without NVRTC it embeds no kernels and its
+lum_create says so) and DIR/plan.json (buffers, the arena, and each
+launch's kernel, grid, block, buffers, predicted time and NVRTC's register,
+shared memory and spill report). Prepared weights are not written yet; a
 kernel form the printer does not know yet (tensor-core matmuls and half
 precision attention) stops the command with its name.`,
 	example: `
@@ -125,6 +128,8 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, pr
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
 	src := cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 	resources := map[string]nvrtc.Resources{}
+	var ptx string
+	var cubin []byte
 	if lib, err := nvrtc.Load(); err != nil {
 		fmt.Fprintf(stdout, "  nvrtc: not compiled: %v\n", err)
 	} else {
@@ -132,7 +137,7 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, pr
 		if err != nil {
 			return fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)
 		}
-		resources = res.Kernels
+		resources, ptx, cubin = res.Kernels, res.PTX, res.CUBIN
 		regs, smem, spills := 0, 0, 0
 		for _, r := range res.Kernels {
 			regs, smem, spills = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores
@@ -146,11 +151,20 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, pr
 			return err
 		}
 	}
+	header, library, err := cuda.HostLibrary(lp, c.kernels, ptx, cubin, arch)
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	if ptx == "" {
+		fmt.Fprintf(stdout, "  host library: no kernels embedded (NVRTC is missing): its lum_create fails until the model is compiled where libnvrtc is installed\n")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(src), 0o644); err != nil {
-		return err
+	for _, f := range [][2]string{{"kernels.cu", src}, {"model.h", header}, {"model.cpp", library}} {
+		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644); err != nil {
+			return err
+		}
 	}
 	plan, err := json.MarshalIndent(makePlan(model, m.Device.Name, arch, lp, c.kernels, resources, m), "", "  ")
 	if err != nil {
@@ -159,7 +173,8 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, pr
 	if err := os.WriteFile(filepath.Join(dir, "plan.json"), append(plan, '\n'), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "  wrote %s and %s\n", filepath.Join(dir, "kernels.cu"), filepath.Join(dir, "plan.json"))
+	fmt.Fprintf(stdout, "  wrote %s, %s, %s and %s\n", filepath.Join(dir, "kernels.cu"), filepath.Join(dir, "model.h"),
+		filepath.Join(dir, "model.cpp"), filepath.Join(dir, "plan.json"))
 	return nil
 }
 

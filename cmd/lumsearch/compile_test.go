@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,6 +30,20 @@ func TestCompile(t *testing.T) {
 			src, err := os.ReadFile(filepath.Join(dir, "kernels.cu"))
 			require.NoError(t, err)
 			assert.Contains(t, string(src), `extern "C" __global__ void k0(`)
+			header, err := os.ReadFile(filepath.Join(dir, "model.h"))
+			require.NoError(t, err)
+			assert.Contains(t, string(header), "int lum_create(lum_model** out, char* err, size_t errlen);")
+			library, err := os.ReadFile(filepath.Join(dir, "model.cpp"))
+			require.NoError(t, err)
+			assert.Contains(t, string(library), `dlopen("libcuda.so.1"`)
+			assert.NotContains(t, string(library), "#include <cuda")
+			if strings.Contains(r.stdout, "  nvrtc: not compiled") {
+				assert.Contains(t, r.stdout, "  host library: no kernels embedded (NVRTC is missing)")
+				assert.Contains(t, string(library), "constexpr size_t kPTXBytes = 0;")
+			} else {
+				assert.NotContains(t, string(library), "constexpr size_t kPTXBytes = 0;")
+			}
+			assert.Regexp(t, `(?m)^  wrote \S+kernels\.cu, \S+model\.h, \S+model\.cpp and \S+plan\.json$`, r.stdout)
 			data, err := os.ReadFile(filepath.Join(dir, "plan.json"))
 			require.NoError(t, err)
 			var plan planFile
