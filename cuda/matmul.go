@@ -14,7 +14,7 @@ import (
 // arguments, through any views), and the epilogue is applied as C is
 // written. The values after the matmul may only be elementwise ops, casts,
 // reshapes and broadcasts, so that output element i is C's element i.
-// Tensor-core (mma.sync) tiles and norm prologues are not printed yet.
+// f16 and bf16 operands take the tensor-core path (tensorcore.go).
 
 const (
 	mmBM, mmBN, mmBK = 64, 64, 16
@@ -53,7 +53,7 @@ func printMatmul(k *Kernel, body *ir.Graph) (string, error) {
 		return "", fmt.Errorf("matmul of a vector: lowering handles matrices")
 	}
 	if a.DType != ir.F32 || bb.DType != ir.F32 {
-		return "", fmt.Errorf("a %s x %s matmul: only the f32 path is printed yet", a.DType, bb.DType)
+		return printTensorCore(k, body, mm)
 	}
 	out := mn.Shape
 	r := len(out)

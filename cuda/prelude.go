@@ -5,7 +5,9 @@ import "strings"
 // NVRTCPrelude defines, for NVRTC, what generated kernels call beyond
 // CUDA's built-ins: the half-precision storage types and their conversions
 // (inline PTX, rounding to nearest even), 16-byte vector loads and stores,
-// and INFINITY and NAN (which come from headers NVRTC compiles without).
+// the tensor-core helpers (packing f16x2/bf16x2 fragment registers,
+// mma.sync m16n8k16 with f32 accumulators, cp.async global-to-shared
+// copies), and INFINITY and NAN (which come from headers NVRTC compiles without).
 // The emulation header (package cuda/emu) defines the same names in plain
 // C++.
 const NVRTCPrelude = `// lumsearch NVRTC prelude
@@ -40,6 +42,40 @@ __device__ __forceinline__ float4 lum_ld4(const float* p) {
 }
 __device__ __forceinline__ void lum_st4(float* p, float4 v) {
   *reinterpret_cast<float4*>(p) = v;
+}
+// Tensor cores (sm_80 and later). Fragment registers hold two f16 or bf16
+// values, the lower-indexed one in the low 16 bits; cvt.rn.{f16x2,bf16x2}.f32
+// d, a, b puts a in the upper half.
+__device__ __forceinline__ unsigned lum_pack_f16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned lum_pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// c += a x b for one 16x8x16 tile, warp-wide; fragment layouts: PTX ISA
+// 9.7.14.5.8, "Matrix Fragments for mma.m16n8k16 with floating point type".
+__device__ __forceinline__ void lum_mma_m16n8k16_f16(float c[4], const unsigned a[4], const unsigned b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void lum_mma_m16n8k16_bf16(float c[4], const unsigned a[4], const unsigned b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// 16 bytes from global to shared memory, asynchronously (both 16-byte
+// aligned); lum_cp_async_wait waits for all of the thread's copies.
+__device__ __forceinline__ void lum_cp_async16(void* dst, const void* src) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void lum_cp_async_wait() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
 }
 `
 

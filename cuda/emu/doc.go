@@ -20,8 +20,13 @@
 // misaligned address; and lum_f16 and lum_bf16 (unsigned short, as in the
 // NVRTC prelude) with lum_f16_to_f32, lum_f32_to_f16, lum_bf16_to_f32 and
 // lum_f32_to_bf16 (round to nearest even; NaN becomes the canonical 0x7fff
-// as on the GPU). The NVRTC prelude (package cuda) must declare the same
-// names with the same meaning.
+// as on the GPU); the tensor-core helpers lum_mma_m16n8k16_f16 and _bf16
+// (a warp collective over the PTX ISA's m16n8k16 fragment layouts, inputs
+// at their half precision, products summed in f32), lum_pack_f16x2 and
+// lum_pack_bf16x2, and lum_cp_async16 with lum_cp_async_wait (the copy
+// lands at the wait, so a kernel reading shared memory before waiting reads
+// stale data, as it may on the GPU). The NVRTC prelude (package cuda) must
+// declare the same names with the same meaning.
 //
 // # Threads
 //

@@ -223,9 +223,34 @@ extern "C" void lum_emu_switch(void** save_sp, void* load_sp);
 extern "C" void lum_emu_fiber_start();
 
 enum class State : uint8_t { Runnable, Barrier, Warp, Exited };
-enum WarpOp : int { OpShflIdx, OpShflUp, OpShflDown, OpShflXor, OpBallot, OpAny, OpAll, OpSyncwarp };
-inline const char* const kWarpOpName[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
-                                          "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp"};
+enum WarpOp : int {
+  OpShflIdx,
+  OpShflUp,
+  OpShflDown,
+  OpShflXor,
+  OpBallot,
+  OpAny,
+  OpAll,
+  OpSyncwarp,
+  OpMmaF16,   // lum_mma_m16n8k16_f16
+  OpMmaBF16,  // lum_mma_m16n8k16_bf16
+  kWarpOps
+};
+inline const char* const kWarpOpName[] = {"__shfl_sync",    "__shfl_up_sync",       "__shfl_down_sync",
+                                          "__shfl_xor_sync", "__ballot_sync",        "__any_sync",
+                                          "__all_sync",      "__syncwarp",           "lum_mma_m16n8k16_f16",
+                                          "lum_mma_m16n8k16_bf16"};
+
+// MmaLane is one lane's operands of a warp-wide mma: pointers into the
+// calling fiber's stack, valid while it waits in the collective.
+struct MmaLane {
+  const unsigned* a;  // 4 registers of A, two halves each
+  const unsigned* b;  // 2 registers of B
+  float* c;           // 4 accumulators, read and written
+};
+
+// kCpAsyncMax bounds the cp.async copies one thread may have in flight.
+constexpr int kCpAsyncMax = 32;
 
 struct Fiber {
   void* sp;         // saved stack pointer while switched out
@@ -239,6 +264,13 @@ struct Fiber {
   unsigned mask;
   bool wide;  // a 64-bit value (poisoned with kPoison64)
   uint64_t value, result;
+  const MmaLane* mma;  // the lane's operands while in an mma collective
+  // cp.async copies issued and not yet waited for: performed, in order, at
+  // lum_cp_async_wait, so that reading the destination early reads stale data
+  // as it may on the GPU.
+  int ncp;
+  void* cp_dst[kCpAsyncMax];
+  const void* cp_src[kCpAsyncMax];
 };
 
 struct ArgVal {
@@ -422,7 +454,7 @@ inline void describe_waits(Worker& w, char* buf, size_t n) {
     len = strlen(buf);
     snprintf(buf + len, n - len, " wait at __syncthreads (line %d)", site);
   }
-  for (int op = 0; op <= OpSyncwarp; op++) {
+  for (int op = 0; op < kWarpOps; op++) {
     auto pick = [&](int i) { return w.fibers[i].state == State::Warp && w.fibers[i].op == op; };
     bool any = false;
     for (int i = 0; i < w.n && !any; i++) any = pick(i);
@@ -452,6 +484,51 @@ inline void describe_waits(Worker& w, char* buf, size_t n) {
 
 constexpr uint64_t kPoison32 = 0x7fff7fffu;  // NaN as f32, f16 and bf16
 constexpr uint64_t kPoison64 = 0x7fff7fff7fff7fffull;
+
+// mma_half is element hi (0: the low 16 bits, 1: the high ones) of a register
+// holding two f16 or bf16 values.
+inline float mma_half(unsigned reg, int hi, bool bf16) {
+  unsigned short h = (unsigned short)(hi ? reg >> 16 : reg & 0xffffu);
+  return bf16 ? lum_bf16_to_f32(h) : lum_f16_to_f32(h);
+}
+
+// mma_warp performs mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32
+// for the 32 lanes of the warp starting at fiber base: D = A x B + C with A
+// 16x16, B 16x8, C and D 16x8 in f32. The fragment layouts are those of the PTX
+// ISA, section 9.7.14.5.8 "Matrix Fragments for mma.m16n8k16 with floating
+// point type" (figures for A, B and C/D of .f16/.bf16 with .f32 accumulators),
+// with groupID = lane >> 2 and threadID_in_group = lane % 4:
+//   A: a0..a7, two per 32-bit register, low half first; row groupID for a0, a1,
+//      a4, a5 and groupID + 8 for a2, a3, a6, a7; column threadID_in_group * 2
+//      + (i & 1), plus 8 for i >= 4.
+//   B: b0..b3, two per register; row (k) threadID_in_group * 2 + (i & 1), plus
+//      8 for i >= 2; column (n) groupID.
+//   C, D: c0..c3; row groupID for c0, c1 and groupID + 8 for c2, c3; column
+//      threadID_in_group * 2 + (i & 1).
+// The products of two f16 or bf16 values are exact in f32; they are summed in
+// f32 from C in order of k (the tensor core's order and internal rounding
+// differ, which the tolerance of every comparison allows).
+inline void mma_warp(Worker& w, int base, bool bf16) {
+  float A[16][16], B[16][8], D[16][8];
+  for (int lane = 0; lane < 32; lane++) {
+    const MmaLane& m = *w.fibers[base + lane].mma;
+    int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 8; i++) A[g + ((i & 2) ? 8 : 0)][t * 2 + (i & 1) + (i >= 4 ? 8 : 0)] = mma_half(m.a[i / 2], i & 1, bf16);
+    for (int i = 0; i < 4; i++) B[t * 2 + (i & 1) + (i >= 2 ? 8 : 0)][g] = mma_half(m.b[i / 2], i & 1, bf16);
+    for (int i = 0; i < 4; i++) D[g + (i >= 2 ? 8 : 0)][t * 2 + (i & 1)] = m.c[i];
+  }
+  for (int r = 0; r < 16; r++)
+    for (int n = 0; n < 8; n++) {
+      float acc = D[r][n];
+      for (int k = 0; k < 16; k++) acc += A[r][k] * B[k][n];
+      D[r][n] = acc;
+    }
+  for (int lane = 0; lane < 32; lane++) {
+    const MmaLane& m = *w.fibers[base + lane].mma;
+    int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; i++) m.c[i] = D[g + (i >= 2 ? 8 : 0)][t * 2 + (i & 1)];
+  }
+}
 
 // complete_warp finishes the collectives of warp wi that every live lane
 // named in their mask has reached. Lanes that wait with one mask form one
@@ -484,6 +561,21 @@ inline bool complete_warp(Worker& w, int wi) {
     }
     done |= group;
     if ((lead.mask & live & ~group) != 0) continue;  // someone named in the mask has not arrived yet
+    if (lead.op == OpMmaF16 || lead.op == OpMmaBF16) {
+      // mma.sync is warp-wide: every lane of a full warp takes part.
+      if (lanes != 32 || group != 0xffffffffu) {
+        static thread_local char who[512];
+        who[0] = 0;
+        ranges(who, sizeof who, 32, [&](int l) { return !(group >> l & 1); });
+        fail("deadlock",
+             "deadlock: warp %d diverged: %s needs all 32 lanes of the warp, but lanes %s (threads %d + lane) %s",
+             wi, kWarpOpName[lead.op], who, base, lanes != 32 ? "are beyond the block" : "have returned");
+      }
+      mma_warp(w, base, lead.op == OpMmaBF16);
+      for (int l = 0; l < 32; l++) w.fibers[base + l].state = State::Runnable;
+      released = true;
+      continue;
+    }
     uint64_t ballot = 0;
     for (int l = 0; l < lanes; l++)
       if ((group >> l & 1) && w.fibers[base + l].value) ballot |= 1u << l;
@@ -559,6 +651,7 @@ inline void run_block(Worker& w, uint3 block, int linear_block, uint64_t seed) {
     f.tid = uint3{unsigned(i) % blockDim.x, unsigned(i) / blockDim.x % blockDim.y,
                   unsigned(i) / (blockDim.x * blockDim.y)};
     f.state = State::Runnable;
+    f.ncp = 0;
     init_frame(w, f);
     w.order[i] = i;
   }
@@ -614,6 +707,24 @@ inline uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t v, bool wide,
   f.state = State::Warp;
   yield(*tl_worker, f);
   return f.result;
+}
+
+// mma is one lane's part of a warp-wide lum_mma_m16n8k16_*: it waits until
+// every lane of the warp has arrived; the last arrival's scheduler pass
+// computes the product for all of them (complete_warp).
+inline void mma(WarpOp op, float* c, const unsigned* a, const unsigned* b) {
+  Fiber& f = current(kWarpOpName[op]);
+  MmaLane lane{a, b, c};
+  f.mma = &lane;
+  f.op = op;
+  f.mask = 0xffffffffu;
+  f.value = 0;
+  f.wide = false;
+  f.arg = 0;
+  f.width = 32;
+  f.state = State::Warp;
+  yield(*tl_worker, f);
+  f.mma = nullptr;
 }
 
 template <typename T>
@@ -844,4 +955,49 @@ inline float4 lum_ld4(const float* p) {
 inline void lum_st4(float* p, float4 v) {
   if (uintptr_t(p) & 15) lum_emu::misaligned("lum_st4", p);
   memcpy(p, &v, 16);
+}
+
+// ---------------------------------------------------------------- tensor cores
+
+// Two f32 values rounded (to nearest, ties to even) and packed into one
+// register, lo in the low 16 bits: a fragment register of mma.sync.
+inline unsigned lum_pack_f16x2(float lo, float hi) {
+  return unsigned(lum_f32_to_f16(lo)) | (unsigned(lum_f32_to_f16(hi)) << 16);
+}
+inline unsigned lum_pack_bf16x2(float lo, float hi) {
+  return unsigned(lum_f32_to_bf16(lo)) | (unsigned(lum_f32_to_bf16(hi)) << 16);
+}
+
+// The warp-wide tensor-core multiply-accumulate c += a x b of one 16x8x16 tile
+// (mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32): every lane
+// of the warp must call it, with its fragments laid out as lum_emu::mma_warp
+// describes.
+inline void lum_mma_m16n8k16_f16(float c[4], const unsigned a[4], const unsigned b[2]) {
+  lum_emu::mma(lum_emu::OpMmaF16, c, a, b);
+}
+inline void lum_mma_m16n8k16_bf16(float c[4], const unsigned a[4], const unsigned b[2]) {
+  lum_emu::mma(lum_emu::OpMmaBF16, c, a, b);
+}
+
+// lum_cp_async16 copies 16 bytes from global to shared memory asynchronously
+// (cp.async.cg.shared.global): the copy happens at the thread's next
+// lum_cp_async_wait, so that a kernel reading the destination before waiting
+// reads stale data here too. Both addresses must be 16-byte aligned.
+inline void lum_cp_async16(void* dst, const void* src) {
+  lum_emu::Fiber& f = lum_emu::current("lum_cp_async16");
+  if (uintptr_t(dst) & 15) lum_emu::misaligned("lum_cp_async16 destination", dst);
+  if (uintptr_t(src) & 15) lum_emu::misaligned("lum_cp_async16 source", src);
+  if (f.ncp == lum_emu::kCpAsyncMax)
+    lum_emu::fail("usage", "more than %d lum_cp_async16 copies in flight: call lum_cp_async_wait", lum_emu::kCpAsyncMax);
+  f.cp_dst[f.ncp] = dst;
+  f.cp_src[f.ncp] = src;
+  f.ncp++;
+}
+
+// lum_cp_async_wait waits for the calling thread's copies (cp.async.wait_all);
+// other threads see them after a following __syncthreads.
+inline void lum_cp_async_wait() {
+  lum_emu::Fiber& f = lum_emu::current("lum_cp_async_wait");
+  for (int i = 0; i < f.ncp; i++) memcpy(f.cp_dst[i], f.cp_src[i], 16);
+  f.ncp = 0;
 }

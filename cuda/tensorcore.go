@@ -1,0 +1,363 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// The matmul kernel form, tensor-core path: f16 x f16 or bf16 x bf16
+// operands, f32 accumulators, through mma.sync.m16n8k16 (the helpers
+// lum_mma_m16n8k16_f16/_bf16 of the preludes).
+//
+// A block of 128 threads (4 warps, 2x2) computes a 64x64 tile of C; each
+// warp a 32x32 patch as 2x4 mma tiles of 16x8 (32 f32 accumulators per
+// thread). K advances 32 at a time through two shared-memory buffers: while
+// the warps multiply one, the next is filled. Shared memory holds the
+// operands rounded to the operand dtype, two K-adjacent values per 32-bit
+// word, the lower k in the low half, which is exactly a fragment register
+// (A: [64 rows][16 + 4 words] row-major; B: [64 columns][16 + 4 words],
+// K-contiguous per column, the "col" layout mma takes; the 4 words of
+// padding make the fragment reads free of bank conflicts and keep rows
+// 16-byte aligned).
+//
+// An operand that is a plain buffer with K contiguous in memory and K a
+// multiple of 8 (a row-major A, an nn.Linear weight [N, K] used
+// transposed) is copied with 16-byte cp.async; any other operand is
+// computed as the tile is loaded, in f32 through the kernel's elementwise
+// prologue (views, casts, a norm's row statistics in shared memory as in
+// the f32 path), and rounded to the operand dtype once, when it is packed
+// (lum_pack_f16x2/_bf16x2). Tiles past M, N or K are zero-filled. The
+// epilogue is applied to the accumulators as C is written, as in the f32
+// path.
+const (
+	tcBM, tcBN, tcBK = 64, 64, 32
+	tcThreads        = 128
+	tcWarps          = tcThreads / 32
+	tcPad            = 4 // words of padding per shared row
+)
+
+// tcOperand says how one operand's tile is loaded.
+type tcOperand struct {
+	// direct: the operand's element (row, k) is buf[off] with k
+	// contiguous; copied with cp.async.
+	direct bool
+	buf    ir.Value // the input read when direct
+	// bufShape is the shape whose linear offset of the index (with k
+	// last) addresses buf: the operand's own shape for A, the transposed
+	// source's for B.
+	bufShape ir.Shape
+}
+
+// tcDirect reports whether operand v (of dtype dt, K its reduced length)
+// is a plain buffer read with K contiguous: an input of dtype dt seen
+// through reshapes (which keep the linear order), or, for the right
+// operand (transposed), the permutation swapping the last two axes of
+// such a value.
+func tcDirect(body *ir.Graph, v ir.Value, dt ir.DType, K int64, right bool) tcOperand {
+	if K%8 != 0 {
+		return tcOperand{}
+	}
+	if right {
+		n := body.Node(v)
+		if n.Op != ir.OpPermute {
+			return tcOperand{}
+		}
+		r := len(n.Attrs.Perm)
+		for d, p := range n.Attrs.Perm {
+			want := d
+			switch d {
+			case r - 2:
+				want = r - 1
+			case r - 1:
+				want = r - 2
+			}
+			if p != want {
+				return tcOperand{}
+			}
+		}
+		v = n.Inputs[0]
+	}
+	shape := body.Node(v).Shape
+	for body.Node(v).Op == ir.OpReshape {
+		v = body.Node(v).Inputs[0]
+	}
+	n := body.Node(v)
+	if n.Op != ir.OpInput || n.DType != dt {
+		return tcOperand{}
+	}
+	return tcOperand{direct: true, buf: v, bufShape: shape}
+}
+
+// printTensorCore prints the body of a matmul kernel whose operands are
+// both f16 or both bf16.
+func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
+	mn := body.Node(mm)
+	a, bb := body.Node(mn.Inputs[0]), body.Node(mn.Inputs[1])
+	dt := a.DType
+	if bb.DType != dt || (dt != ir.F16 && dt != ir.BF16) {
+		return "", fmt.Errorf("a %s x %s matmul: the tensor-core path takes f16 x f16 and bf16 x bf16", a.DType, bb.DType)
+	}
+	suffix := map[ir.DType]string{ir.F16: "f16", ir.BF16: "bf16"}[dt]
+	out := mn.Shape
+	r := len(out)
+	M, N, K := int64(out[r-2]), int64(out[r-1]), int64(a.Shape[len(a.Shape)-1])
+	batch := out.NumElements() / (M * N)
+	after := make([]bool, len(body.Nodes))
+	for i, n := range body.Nodes {
+		for _, in := range n.Inputs {
+			after[i] = after[i] || after[in] || in == mm
+		}
+		if !after[i] {
+			continue
+		}
+		switch n.Op.Class() {
+		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
+		default:
+			if n.Op != ir.OpReshape && n.Op != ir.OpPermute && n.Op != ir.OpCast {
+				return "", fmt.Errorf("matmul kernel with a %s after its matmul", n.Op)
+			}
+		}
+	}
+	for _, o := range body.Outputs {
+		if body.Node(o.Value).Shape.NumElements() != out.NumElements() {
+			return "", fmt.Errorf("matmul kernel output of another size than its matmul")
+		}
+	}
+	k.Block = [3]int{tcThreads, 1, 1}
+	k.Grid = [3]int{int((N + tcBN - 1) / tcBN), int((M + tcBM - 1) / tcBM), int(batch)}
+
+	// operand index, as in the f32 path: batch dims follow the output's,
+	// a broadcast (size 1) batch dim reads index 0.
+	opIndex := func(shape ir.Shape, row, col string) index {
+		ix := make(index, len(shape))
+		off := r - len(shape)
+		for d := 0; d < len(shape)-2; d++ {
+			if shape[d] == 1 {
+				ix[d] = "0"
+			} else {
+				ix[d] = fmt.Sprintf("b%d", d+off)
+			}
+		}
+		ix[len(shape)-2], ix[len(shape)-1] = row, col
+		return ix
+	}
+	var b strings.Builder
+	words := tcBK/2 + tcPad
+	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[2][%d][%d];\n", tcBM, words)
+	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned Bs[2][%d][%d];\n", tcBN, words)
+	b.WriteString("  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;\n")
+	b.WriteString("  const int wm = threadIdx.x / 64 * 32, wn = threadIdx.x / 32 % 2 * 32;\n")
+	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", tcBM, tcBN)
+	if r > 2 {
+		b.WriteString("  long long bz = blockIdx.z;\n")
+	}
+	for d := r - 3; d >= 0; d-- {
+		fmt.Fprintf(&b, "  long long b%d = bz %% %dLL; bz /= %dLL;\n", d, out[d], out[d])
+	}
+	reducedAt, err := tcNormPrologue(&b, body, a.Shape, M, K)
+	if err != nil {
+		return "", err
+	}
+
+	b.WriteString("  float acc[2][4][4];\n")
+	b.WriteString("  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n")
+	steps := (K + tcBK - 1) / tcBK
+	fmt.Fprintf(&b, "  // Step kt fills buffer kt %% 2 with K tile kt while the warps multiply\n")
+	fmt.Fprintf(&b, "  // tile kt - 1; the barrier ends both.\n")
+	fmt.Fprintf(&b, "  for (long long kt = 0; kt <= %dLL; kt++) {\n", steps)
+	fmt.Fprintf(&b, "    if (kt < %dLL) {\n", steps)
+	fmt.Fprintf(&b, "      const int s = (int)(kt %% 2);\n      const long long k0 = kt * %d;\n", tcBK)
+	// loadTile fills one operand's buffer s for K tile k0.
+	loadTile := func(operand ir.Value, shape ir.Shape, right bool) error {
+		dst, rows, rowVar, rowLimit := "As", "m0", "m", M
+		if right {
+			dst, rows, rowVar, rowLimit = "Bs", "n0", "n", N
+		}
+		op := tcDirect(body, operand, dt, K, right)
+		if op.direct {
+			// 16-byte chunks: 64 rows x 4 chunks of 8 values.
+			chunks := tcBM * tcBK / 8
+			fmt.Fprintf(&b, "      for (int c = threadIdx.x; c < %d; c += %d) {\n", chunks, tcThreads)
+			fmt.Fprintf(&b, "        const int rr = c / %d, kc = c %% %d * 8;\n", tcBK/8, tcBK/8)
+			fmt.Fprintf(&b, "        const long long %s = %s + rr, k = k0 + kc;\n", rowVar, rows)
+			var pix index
+			if right {
+				// the transposed source: B(k, n) = src(n, k)
+				pix = opIndex(op.bufShape, "n", "k")
+			} else {
+				pix = opIndex(op.bufShape, "m", "k")
+			}
+			fmt.Fprintf(&b, "        if (%s < %dLL && k < %dLL) lum_cp_async16(&%s[s][rr][kc / 2], %s + %s);\n",
+				rowVar, rowLimit, K, dst, paramName(body, op.buf), linear(op.bufShape, pix))
+			fmt.Fprintf(&b, "        else for (int w = 0; w < 4; w++) %s[s][rr][kc / 2 + w] = 0u;\n", dst)
+			b.WriteString("      }\n")
+			return nil
+		}
+		// Computed: each thread computes pairs of K-adjacent values in
+		// f32 and packs them. A walks K fastest (rows are K-contiguous
+		// in a row-major A); B walks N fastest (a row-major [K, N] B).
+		pairs := tcBM * tcBK / 2
+		fmt.Fprintf(&b, "      for (int p = threadIdx.x; p < %d; p += %d) {\n", pairs, tcThreads)
+		if right {
+			fmt.Fprintf(&b, "        const int rr = p %% %d, kp = p / %d;\n", tcBN, tcBN)
+		} else {
+			fmt.Fprintf(&b, "        const int rr = p / %d, kp = p %% %d;\n", tcBK/2, tcBK/2)
+		}
+		fmt.Fprintf(&b, "        const long long %s = %s + rr, k = k0 + 2 * kp;\n", rowVar, rows)
+		var vals [2]string
+		for h, kx := range []string{"k", "(k + 1LL)"} {
+			e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt, next: h * 1000}
+			var ix index
+			if right {
+				ix = opIndex(shape, kx, "n")
+			} else {
+				ix = opIndex(shape, "m", kx)
+			}
+			v, err := e.value(operand, ix, true)
+			if err != nil {
+				return err
+			}
+			for _, l := range e.lines {
+				b.WriteString("    " + l + "\n")
+			}
+			guard := fmt.Sprintf("%s < %dLL && %s < %dLL", rowVar, rowLimit, kx, K)
+			vals[h] = fmt.Sprintf("(%s) ? %s : 0.0f", guard, v)
+		}
+		fmt.Fprintf(&b, "        const float lo = %s;\n", vals[0])
+		fmt.Fprintf(&b, "        const float hi = %s;\n", vals[1])
+		fmt.Fprintf(&b, "        %s[s][rr][kp] = lum_pack_%sx2(lo, hi);\n      }\n", dst, suffix)
+		return nil
+	}
+	if err := loadTile(mn.Inputs[0], a.Shape, false); err != nil {
+		return "", err
+	}
+	if err := loadTile(mn.Inputs[1], bb.Shape, true); err != nil {
+		return "", err
+	}
+	b.WriteString("    }\n")
+	b.WriteString("    if (kt > 0) {\n")
+	b.WriteString("      const int s = (int)((kt - 1) % 2);\n")
+	fmt.Fprintf(&b, "      for (int ks = 0; ks < %d; ks += 8) {\n", tcBK/2)
+	b.WriteString("        unsigned af[2][4], bf[4][2];\n")
+	b.WriteString("        for (int i = 0; i < 2; i++) {\n")
+	b.WriteString("          const int rr = wm + i * 16 + g;\n")
+	b.WriteString("          af[i][0] = As[s][rr][ks + t];\n")
+	b.WriteString("          af[i][1] = As[s][rr + 8][ks + t];\n")
+	b.WriteString("          af[i][2] = As[s][rr][ks + t + 4];\n")
+	b.WriteString("          af[i][3] = As[s][rr + 8][ks + t + 4];\n")
+	b.WriteString("        }\n")
+	b.WriteString("        for (int j = 0; j < 4; j++) {\n")
+	b.WriteString("          const int cc = wn + j * 8 + g;\n")
+	b.WriteString("          bf[j][0] = Bs[s][cc][ks + t];\n")
+	b.WriteString("          bf[j][1] = Bs[s][cc][ks + t + 4];\n")
+	b.WriteString("        }\n")
+	fmt.Fprintf(&b, "        for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", suffix)
+	b.WriteString("      }\n    }\n")
+	b.WriteString("    lum_cp_async_wait();\n    __syncthreads();\n  }\n")
+
+	// Epilogue: accumulator q of tile (i, j) is C's element (m, n).
+	b.WriteString("  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) {\n")
+	b.WriteString("    long long m = m0 + wm + i * 16 + g + (q >= 2 ? 8 : 0), n = n0 + wn + j * 8 + t * 2 + (q & 1);\n")
+	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
+	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{mm: "acc[i][j][q]"}}
+	mix := make(index, r)
+	for d := 0; d < r-2; d++ {
+		mix[d] = fmt.Sprintf("b%d", d)
+	}
+	mix[r-2], mix[r-1] = "m", "n"
+	for j, o := range body.Outputs {
+		on := body.Node(o.Value)
+		oix, err := forward(body, mm, o.Value, mix)
+		if err != nil {
+			return "", fmt.Errorf("matmul kernel output %d: %w", j, err)
+		}
+		v, err := e.value(o.Value, oix, false)
+		if err != nil {
+			return "", err
+		}
+		e.emit("out%d[%s] = %s;", j, linear(on.Shape, oix), store(on.DType, v))
+	}
+	for _, l := range e.lines {
+		b.WriteString(l + "\n")
+	}
+	b.WriteString("  }\n")
+	return b.String(), nil
+}
+
+// tcNormPrologue prints a norm prologue's row statistics as the f32 path
+// does: each reduction over the block's rows of A, a warp per row, into
+// Red in shared memory; it returns where the tile loads find them.
+func tcNormPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64) (func(ir.Value, index) (string, bool), error) {
+	var reds []ir.Value
+	for i, n := range body.Nodes {
+		if n.Op.Class() == ir.ClassReduce {
+			reds = append(reds, ir.Value(i))
+		}
+	}
+	if len(reds) == 0 {
+		return nil, nil
+	}
+	redIndex := map[ir.Value]int{}
+	for ri, rv := range reds {
+		redIndex[rv] = ri
+	}
+	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
+	for _, rv := range reds {
+		rn := body.Node(rv)
+		in := body.Node(rn.Inputs[0]).Shape
+		if !in.Equal(rowShape) || (rn.Attrs.Axis != len(in)-1 && rn.Attrs.Axis != -1) || rn.DType != ir.F32 {
+			return nil, fmt.Errorf("matmul prologue with a reduction that is not an f32 row reduction of one row shape")
+		}
+	}
+	if int64(rowShape[len(rowShape)-1]) != K || rowShape.NumElements() != aShape.NumElements() {
+		return nil, fmt.Errorf("matmul prologue reducing rows of %v, not the left operand's %v", rowShape, aShape)
+	}
+	fmt.Fprintf(b, "  __shared__ float Red[%d][%d];\n", len(reds), tcBM)
+	reducedAt := func(v ir.Value, ix index) (string, bool) {
+		ri, ok := redIndex[v]
+		if !ok {
+			return "", false
+		}
+		return fmt.Sprintf("Red[%d][(%s) - ((long long)blockIdx.z * %dLL + m0)]", ri, linear(body.Node(v).Shape, ix), M), true
+	}
+	for ri, rv := range reds {
+		rn := body.Node(rv)
+		e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt}
+		fmt.Fprintf(b, "  for (int mm = threadIdx.x / 32; mm < %d; mm += %d) {\n", tcBM, tcWarps)
+		fmt.Fprintf(b, "    long long row = (long long)blockIdx.z * %dLL + m0 + mm;\n", M)
+		init, combine := "0.0f", "acc = acc + %s;"
+		if rn.Op == ir.OpMaxReduce {
+			init, combine = "-INFINITY", "acc = (acc != acc || acc > %[1]s) ? acc : %[1]s;"
+		}
+		fmt.Fprintf(b, "    float acc = %s;\n", init)
+		fmt.Fprintf(b, "    if (m0 + mm < %dLL) for (long long k = threadIdx.x %% 32; k < %dLL; k += 32) {\n", M, K)
+		e.emit("long long i = row * %dLL + k;", K)
+		ix := make(index, len(rowShape))
+		for d, x := range split(rowShape, "i") {
+			if x == "0" {
+				ix[d] = "0"
+				continue
+			}
+			ix[d] = fmt.Sprintf("i%d", d)
+			e.emit("long long i%d = %s;", d, x)
+		}
+		v, err := e.value(rn.Inputs[0], ix, false)
+		if err != nil {
+			return nil, err
+		}
+		e.emit(combine, v)
+		for _, l := range e.lines {
+			b.WriteString("  " + l + "\n")
+		}
+		b.WriteString("    }\n")
+		if rn.Op == ir.OpMaxReduce {
+			b.WriteString("    for (int o = 16; o > 0; o >>= 1) { float t = __shfl_xor_sync(0xffffffffu, acc, o); acc = (acc != acc || acc > t) ? acc : t; }\n")
+		} else {
+			b.WriteString("    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);\n")
+		}
+		fmt.Fprintf(b, "    if (threadIdx.x %% 32 == 0) Red[%d][mm] = acc;\n  }\n  __syncthreads();\n", ri)
+	}
+	return reducedAt, nil
+}
