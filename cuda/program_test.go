@@ -3,10 +3,12 @@ package cuda
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
 	"github.com/stretchr/testify/require"
@@ -35,6 +37,43 @@ func TestPrintNaivePrograms(t *testing.T) {
 				t.Skip(libErr)
 			}
 			res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(ks), name+".cu", nvrtc.Options{Arch: "sm_90"})
+			require.NoError(t, err)
+			require.Len(t, res.Kernels, len(Distinct(ks)))
+		})
+	}
+}
+
+// TestCompileEveryTinyCorpusGraph runs the compile pipeline (search,
+// extraction, lowering, printing) on every tiny corpus graph and compiles
+// its distinct kernels with NVRTC for sm_90.
+func TestCompileEveryTinyCorpusGraph(t *testing.T) {
+	lib, err := nvrtc.Load()
+	if err != nil {
+		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	var rws []*egraph.Rewrite[rules.Data]
+	for _, s := range rules.Sets() {
+		r, err := rules.SetRewrites(s)
+		require.NoError(t, err)
+		rws = append(rws, r...)
+	}
+	for _, name := range corpus.Names() {
+		if !strings.HasPrefix(name, "tiny-") {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
+			require.NoError(t, err)
+			prog, err := rules.SaturateModel(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 8, NodeLimit: 40_000})
+			require.NoError(t, err)
+			lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+			require.NoError(t, err)
+			ks, err := PrintProgram(lp)
+			require.NoError(t, err)
+			res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(ks), "kernels.cu", nvrtc.Options{Arch: "sm_90"})
 			require.NoError(t, err)
 			require.Len(t, res.Kernels, len(Distinct(ks)))
 		})
