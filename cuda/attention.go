@@ -8,15 +8,16 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// The attention kernel form, f32 path, flash style: a block owns one query
+// The attention kernel form, flash style, computed in f32 (half-precision
+// operands widened on load): a block owns one query
 // row of one batch and head. It loads the row (its prologue, rotary say,
 // computed on the way) into shared memory, then streams the keys in tiles
 // of 32: a warp computes the tile's scores (each lane one key's dot
 // product, the key's prologue computed as it is read, then the
 // elementwise scale and mask), and the online softmax keeps a running max
 // and sum, rescaling the output row accumulated from the values. The
-// scores never reach memory. Casts, tensor cores and several rows per
-// block are not printed yet.
+// scores never reach memory. Tensor cores and several rows per block are
+// not printed yet.
 
 const (
 	attnThreads = 128
@@ -47,10 +48,12 @@ func findAttention(body *ir.Graph) (attentionParts, error) {
 	p := attentionParts{qk: mms[0], pv: mms[1]}
 	qk, pv := body.Node(p.qk), body.Node(p.pv)
 	p.q, p.kt, p.v, p.softmaxOutputs = qk.Inputs[0], qk.Inputs[1], pv.Inputs[1], pv.Inputs[0]
-	for _, v := range []ir.Value{p.q, p.kt, p.v} {
-		if body.Node(v).DType != ir.F32 {
-			return p, fmt.Errorf("a %s attention: only the f32 path is printed yet", body.Node(v).DType)
-		}
+	// Half-precision attention computes in f32 all the same (operands
+	// are widened as they are loaded); the cast that rounds the
+	// probabilities back to the operands' precision is skipped, which
+	// keeps them more precise than the graph does.
+	for body.Node(p.softmaxOutputs).Op == ir.OpCast {
+		p.softmaxOutputs = body.Node(p.softmaxOutputs).Inputs[0]
 	}
 	// softmax(s) = exp(s - expand(max(s))) / expand(sum(exp(...))).
 	div := body.Node(p.softmaxOutputs)

@@ -25,6 +25,8 @@ func TestEmulatedKernelsMatchReference(t *testing.T) {
 	}
 	bodies["attention_prefill"] = attentionBody(t, 5, 5)
 	bodies["attention_decode"] = attentionBody(t, 1, 70)
+	bodies["attention_bf16"] = attentionBodyOf(t, ir.BF16, 5, 37)
+	bodies["attention_f16"] = attentionBodyOf(t, ir.F16, 1, 40)
 	var names []string
 	for name := range bodies {
 		names = append(names, name)
