@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,7 @@ import (
 var compileCommand = &command{
 	name:     "compile",
 	summary:  "search, lower and print a corpus model's CUDA program, compile it with NVRTC and verify it",
-	synopsis: "compile MODEL -o DIR [--seq N] [--target NAME] [--arch sm_80|sm_90] [--verify=false]",
+	synopsis: "compile MODEL -o DIR [--seq N] [--dtype f32|f16|bf16] [--target NAME] [--arch sm_80|sm_90] [--verify=false]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is
@@ -53,6 +54,7 @@ lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/`,
 	setup: func(fs *flag.FlagSet) action {
 		out := fs.String("o", "", "the output `DIR`")
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
+		dtype := fs.String("dtype", "f32", "dtype of weights and activations: f32, f16 or bf16")
 		target := fs.String("target", "h100-sxm", "the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "the architecture NVRTC compiles for: sm_80 or sm_90")
 		verify := fs.Bool("verify", true, "verify the reduced configuration under the CPU emulation (needs g++)")
@@ -66,7 +68,11 @@ lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/`,
 			if *arch != "sm_80" && *arch != "sm_90" {
 				return usagef("--arch %s: want sm_80 or sm_90", *arch)
 			}
-			return compileModel(ctx, pos[0], *out, corpus.Options{Seq: *seq, Past: -1}, pricing{estimate: "model", target: *target}, *arch, *verify, stdout)
+			dt, err := ir.ParseDType(*dtype)
+			if err != nil || !dt.IsFloat() {
+				return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
+			}
+			return compileModel(ctx, pos[0], *out, corpus.Options{Seq: *seq, Past: -1, DType: dt}, pricing{estimate: "model", target: *target}, *arch, *verify, stdout)
 		}
 	},
 }
@@ -221,7 +227,11 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", model, err)
 	}
-	worst := 0.0
+	// Besides the element-wise tolerance (whose first-order magnitudes can
+	// grow large through norms and masked softmax), the whole result must
+	// be close in the relative L2 sense: how far the program is from the
+	// reference, in units of the reference's own size.
+	var diff2, norm2 float64
 	check := func(name string, got, w, mag *ir.Tensor) error {
 		mm, err := ir.Compare(got, w, mag, 1024)
 		if err != nil {
@@ -231,8 +241,9 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 			return fmt.Errorf("verify %s: the reduced configuration's %s differs from the reference: %v", model, name, mm)
 		}
 		for k := range w.Len() {
-			if d := got.At(k) - w.At(k); d*d > worst*worst {
-				worst = max(d, -d)
+			if g, x := got.At(k), w.At(k); g == g && x == x && !math.IsInf(x, 0) {
+				diff2 += (g - x) * (g - x)
+				norm2 += x * x
 			}
 		}
 		return nil
@@ -247,9 +258,22 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation; largest error %.3g\n",
-		len(c.kernels), worst)
+	rel := math.Sqrt(diff2 / math.Max(norm2, math.SmallestNonzeroFloat64))
+	if limit := relativeLimit(opt.DType); rel > limit {
+		return fmt.Errorf("verify %s: the reduced configuration's results are %.3g away from the reference relative to their size (at most %.3g for %s)", model, rel, limit, opt.DType)
+	}
+	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation (relative error %.2g)\n",
+		len(c.kernels), rel)
 	return nil
+}
+
+// relativeLimit is the relative L2 error a verified program may have in
+// dtype dt: a few thousand roundings of the dtype's precision.
+func relativeLimit(dt ir.DType) float64 {
+	if dt == ir.F32 || dt == ir.InvalidDType {
+		return 1e-4
+	}
+	return 64 * dt.Eps()
 }
 
 // planFile is plan.json.
