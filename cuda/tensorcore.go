@@ -100,49 +100,14 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 		return "", fmt.Errorf("a %s x %s matmul: the tensor-core path takes f16 x f16 and bf16 x bf16", a.DType, bb.DType)
 	}
 	suffix := map[ir.DType]string{ir.F16: "f16", ir.BF16: "bf16"}[dt]
-	out := mn.Shape
-	r := len(out)
-	M, N, K := int64(out[r-2]), int64(out[r-1]), int64(a.Shape[len(a.Shape)-1])
-	batch := out.NumElements() / (M * N)
-	after := make([]bool, len(body.Nodes))
-	for i, n := range body.Nodes {
-		for _, in := range n.Inputs {
-			after[i] = after[i] || after[in] || in == mm
-		}
-		if !after[i] {
-			continue
-		}
-		switch n.Op.Class() {
-		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
-		default:
-			if n.Op != ir.OpReshape && n.Op != ir.OpPermute && n.Op != ir.OpCast {
-				return "", fmt.Errorf("matmul kernel with a %s after its matmul", n.Op)
-			}
-		}
+	g, err := matmulGeometry(body, mm)
+	if err != nil {
+		return "", err
 	}
-	for _, o := range body.Outputs {
-		if body.Node(o.Value).Shape.NumElements() != out.NumElements() {
-			return "", fmt.Errorf("matmul kernel output of another size than its matmul")
-		}
-	}
+	out, r, M, N, K, batch := g.out, g.r, g.M, g.N, g.K, g.batch
 	k.Block = [3]int{tcThreads, 1, 1}
 	k.Grid = [3]int{int((N + tcBN - 1) / tcBN), int((M + tcBM - 1) / tcBM), int(batch)}
-
-	// operand index, as in the f32 path: batch dims follow the output's,
-	// a broadcast (size 1) batch dim reads index 0.
-	opIndex := func(shape ir.Shape, row, col string) index {
-		ix := make(index, len(shape))
-		off := r - len(shape)
-		for d := 0; d < len(shape)-2; d++ {
-			if shape[d] == 1 {
-				ix[d] = "0"
-			} else {
-				ix[d] = fmt.Sprintf("b%d", d+off)
-			}
-		}
-		ix[len(shape)-2], ix[len(shape)-1] = row, col
-		return ix
-	}
+	opIndex := g.opIndex
 	var b strings.Builder
 	words := tcBK/2 + tcPad
 	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[2][%d][%d];\n", tcBM, words)
@@ -156,7 +121,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 	for d := r - 3; d >= 0; d-- {
 		fmt.Fprintf(&b, "  long long b%d = bz %% %dLL; bz /= %dLL;\n", d, out[d], out[d])
 	}
-	reducedAt, err := tcNormPrologue(&b, body, a.Shape, M, K)
+	reducedAt, err := normPrologue(&b, body, a.Shape, M, K, tcBM, tcWarps)
 	if err != nil {
 		return "", err
 	}
@@ -284,80 +249,4 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 	}
 	b.WriteString("  }\n")
 	return b.String(), nil
-}
-
-// tcNormPrologue prints a norm prologue's row statistics as the f32 path
-// does: each reduction over the block's rows of A, a warp per row, into
-// Red in shared memory; it returns where the tile loads find them.
-func tcNormPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64) (func(ir.Value, index) (string, bool), error) {
-	var reds []ir.Value
-	for i, n := range body.Nodes {
-		if n.Op.Class() == ir.ClassReduce {
-			reds = append(reds, ir.Value(i))
-		}
-	}
-	if len(reds) == 0 {
-		return nil, nil
-	}
-	redIndex := map[ir.Value]int{}
-	for ri, rv := range reds {
-		redIndex[rv] = ri
-	}
-	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
-	for _, rv := range reds {
-		rn := body.Node(rv)
-		in := body.Node(rn.Inputs[0]).Shape
-		if !in.Equal(rowShape) || (rn.Attrs.Axis != len(in)-1 && rn.Attrs.Axis != -1) || rn.DType != ir.F32 {
-			return nil, fmt.Errorf("matmul prologue with a reduction that is not an f32 row reduction of one row shape")
-		}
-	}
-	if int64(rowShape[len(rowShape)-1]) != K || rowShape.NumElements() != aShape.NumElements() {
-		return nil, fmt.Errorf("matmul prologue reducing rows of %v, not the left operand's %v", rowShape, aShape)
-	}
-	fmt.Fprintf(b, "  __shared__ float Red[%d][%d];\n", len(reds), tcBM)
-	reducedAt := func(v ir.Value, ix index) (string, bool) {
-		ri, ok := redIndex[v]
-		if !ok {
-			return "", false
-		}
-		return fmt.Sprintf("Red[%d][(%s) - ((long long)blockIdx.z * %dLL + m0)]", ri, linear(body.Node(v).Shape, ix), M), true
-	}
-	for ri, rv := range reds {
-		rn := body.Node(rv)
-		e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt}
-		fmt.Fprintf(b, "  for (int mm = threadIdx.x / 32; mm < %d; mm += %d) {\n", tcBM, tcWarps)
-		fmt.Fprintf(b, "    long long row = (long long)blockIdx.z * %dLL + m0 + mm;\n", M)
-		init, combine := "0.0f", "acc = acc + %s;"
-		if rn.Op == ir.OpMaxReduce {
-			init, combine = "-INFINITY", "acc = (acc != acc || acc > %[1]s) ? acc : %[1]s;"
-		}
-		fmt.Fprintf(b, "    float acc = %s;\n", init)
-		fmt.Fprintf(b, "    if (m0 + mm < %dLL) for (long long k = threadIdx.x %% 32; k < %dLL; k += 32) {\n", M, K)
-		e.emit("long long i = row * %dLL + k;", K)
-		ix := make(index, len(rowShape))
-		for d, x := range split(rowShape, "i") {
-			if x == "0" {
-				ix[d] = "0"
-				continue
-			}
-			ix[d] = fmt.Sprintf("i%d", d)
-			e.emit("long long i%d = %s;", d, x)
-		}
-		v, err := e.value(rn.Inputs[0], ix, false)
-		if err != nil {
-			return nil, err
-		}
-		e.emit(combine, v)
-		for _, l := range e.lines {
-			b.WriteString("  " + l + "\n")
-		}
-		b.WriteString("    }\n")
-		if rn.Op == ir.OpMaxReduce {
-			b.WriteString("    for (int o = 16; o > 0; o >>= 1) { float t = __shfl_xor_sync(0xffffffffu, acc, o); acc = (acc != acc || acc > t) ? acc : t; }\n")
-		} else {
-			b.WriteString("    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);\n")
-		}
-		fmt.Fprintf(b, "    if (threadIdx.x %% 32 == 0) Red[%d][mm] = acc;\n  }\n  __syncthreads();\n", ri)
-	}
-	return reducedAt, nil
 }

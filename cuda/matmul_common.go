@@ -1,0 +1,145 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// matmulGeom is what both matmul paths need of a body's matmul: its output
+// shape and rank, M, N and K, and the batch count.
+type matmulGeom struct {
+	out            ir.Shape
+	r              int
+	M, N, K, batch int64
+}
+
+// matmulGeometry reads the matmul mm of body and checks its epilogue: the
+// values after the matmul may only be elementwise ops, casts, reshapes and
+// permutes, and every output has the matmul's size, so that each output
+// element is one of the matmul's (forward finds which).
+func matmulGeometry(body *ir.Graph, mm ir.Value) (matmulGeom, error) {
+	mn := body.Node(mm)
+	a := body.Node(mn.Inputs[0])
+	out := mn.Shape
+	r := len(out)
+	g := matmulGeom{out: out, r: r, M: int64(out[r-2]), N: int64(out[r-1]), K: int64(a.Shape[len(a.Shape)-1])}
+	g.batch = out.NumElements() / (g.M * g.N)
+	after := make([]bool, len(body.Nodes))
+	for i, n := range body.Nodes {
+		for _, in := range n.Inputs {
+			after[i] = after[i] || after[in] || in == mm
+		}
+		if !after[i] {
+			continue
+		}
+		switch n.Op.Class() {
+		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
+		default:
+			if n.Op != ir.OpReshape && n.Op != ir.OpPermute && n.Op != ir.OpCast {
+				return g, fmt.Errorf("matmul kernel with a %s after its matmul", n.Op)
+			}
+		}
+	}
+	for _, o := range body.Outputs {
+		if body.Node(o.Value).Shape.NumElements() != out.NumElements() {
+			return g, fmt.Errorf("matmul kernel output of another size than its matmul")
+		}
+	}
+	return g, nil
+}
+
+// opIndex is an operand's index at (row, col): its batch dims follow the
+// output's (the kernels name them b0, b1, ...), a broadcast (size 1) batch
+// dim reading index 0.
+func (g matmulGeom) opIndex(shape ir.Shape, row, col string) index {
+	ix := make(index, len(shape))
+	off := g.r - len(shape)
+	for d := 0; d < len(shape)-2; d++ {
+		if shape[d] == 1 {
+			ix[d] = "0"
+		} else {
+			ix[d] = fmt.Sprintf("b%d", d+off)
+		}
+	}
+	ix[len(shape)-2], ix[len(shape)-1] = row, col
+	return ix
+}
+
+// normPrologue prints a norm prologue's row statistics: each reduction
+// over the block's rows of A (blockRows of them, from m0), a warp per row
+// with lanes strided over K and a shuffle tree, into Red in shared memory;
+// it returns where the tile loads find them (nil without reductions).
+func normPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, blockRows, warps int) (func(ir.Value, index) (string, bool), error) {
+	var reds []ir.Value
+	for i, n := range body.Nodes {
+		if n.Op.Class() == ir.ClassReduce {
+			reds = append(reds, ir.Value(i))
+		}
+	}
+	if len(reds) == 0 {
+		return nil, nil
+	}
+	redIndex := map[ir.Value]int{}
+	for ri, rv := range reds {
+		redIndex[rv] = ri
+	}
+	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
+	for _, rv := range reds {
+		rn := body.Node(rv)
+		in := body.Node(rn.Inputs[0]).Shape
+		if !in.Equal(rowShape) || (rn.Attrs.Axis != len(in)-1 && rn.Attrs.Axis != -1) || rn.DType != ir.F32 {
+			return nil, fmt.Errorf("matmul prologue with a reduction that is not an f32 row reduction of one row shape")
+		}
+	}
+	if int64(rowShape[len(rowShape)-1]) != K || rowShape.NumElements() != aShape.NumElements() {
+		return nil, fmt.Errorf("matmul prologue reducing rows of %v, not the left operand's %v", rowShape, aShape)
+	}
+	fmt.Fprintf(b, "  __shared__ float Red[%d][%d];\n", len(reds), blockRows)
+	reducedAt := func(v ir.Value, ix index) (string, bool) {
+		ri, ok := redIndex[v]
+		if !ok {
+			return "", false
+		}
+		return fmt.Sprintf("Red[%d][(%s) - ((long long)blockIdx.z * %dLL + m0)]", ri, linear(body.Node(v).Shape, ix), M), true
+	}
+	for ri, rv := range reds {
+		rn := body.Node(rv)
+		e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt}
+		fmt.Fprintf(b, "  for (int mm = threadIdx.x / 32; mm < %d; mm += %d) {\n", blockRows, warps)
+		fmt.Fprintf(b, "    long long row = (long long)blockIdx.z * %dLL + m0 + mm;\n", M)
+		init, combine := "0.0f", "acc = acc + %s;"
+		if rn.Op == ir.OpMaxReduce {
+			init, combine = "-INFINITY", "acc = (acc != acc || acc > %[1]s) ? acc : %[1]s;"
+		}
+		fmt.Fprintf(b, "    float acc = %s;\n", init)
+		fmt.Fprintf(b, "    if (m0 + mm < %dLL) for (long long k = threadIdx.x %% 32; k < %dLL; k += 32) {\n", M, K)
+		e.emit("long long i = row * %dLL + k;", K)
+		ix := make(index, len(rowShape))
+		for d, x := range split(rowShape, "i") {
+			if x == "0" {
+				ix[d] = "0"
+				continue
+			}
+			ix[d] = fmt.Sprintf("i%d", d)
+			e.emit("long long i%d = %s;", d, x)
+		}
+		v, err := e.value(rn.Inputs[0], ix, false)
+		if err != nil {
+			return nil, err
+		}
+		e.emit(combine, v)
+		for _, l := range e.lines {
+			b.WriteString("  " + l + "\n")
+		}
+		b.WriteString("    }\n")
+		if rn.Op == ir.OpMaxReduce {
+			b.WriteString("    for (int o = 16; o > 0; o >>= 1) { float t = __shfl_xor_sync(0xffffffffu, acc, o); acc = (acc != acc || acc > t) ? acc : t; }\n")
+		} else {
+			b.WriteString("    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);\n")
+		}
+		fmt.Fprintf(b, "    if (threadIdx.x %% 32 == 0) Red[%d][mm] = acc;\n  }\n  __syncthreads();\n", ri)
+	}
+	return reducedAt, nil
+}
