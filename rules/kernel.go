@@ -148,10 +148,10 @@ func OneOpKernel(g *egraph.EGraph[Data], op ir.Op, attrs ir.Attrs, args []egraph
 	return c, err == nil
 }
 
-// LowerRewrites are the lower rule set: every tensor op that computes
-// something (not a leaf) gets a one-op kernel. They are written in Go
-// because one rule per op and arity says it more plainly than a file.
-func LowerRewrites() []*egraph.Rewrite[Data] {
+// opRewrites makes one Go rewrite per computing tensor op and arity
+// (variadic ops at 2, 3 and 4 operands), matching (op[?attrs] ?x0 ...),
+// named prefix-op-arity; apply builds each one's applier.
+func opRewrites(prefix string, apply func(op ir.Op, name string) egraph.ApplyFunc[Data]) []*egraph.Rewrite[Data] {
 	var out []*egraph.Rewrite[Data]
 	for _, op := range ir.Ops() {
 		if op.Class() == ir.ClassLeaf {
@@ -170,15 +170,8 @@ func LowerRewrites() []*egraph.Rewrite[Data] {
 			if err != nil {
 				panic(err) // the patterns are built here, from valid parts
 			}
-			op := op
-			rw, err := egraph.NewFuncRewrite(fmt.Sprintf("lower-%s-%d", op, n), egraph.Searcher(p),
-				func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
-					attrs, ok := Attrs(m.GetPayload("?attrs"))
-					if !ok {
-						return 0, false
-					}
-					return OneOpKernel(g, op, attrs, m.Subst)
-				})
+			name := fmt.Sprintf("%s-%s-%d", prefix, op, n)
+			rw, err := egraph.NewFuncRewrite(name, egraph.Searcher(p), apply(op, name))
 			if err != nil {
 				panic(err)
 			}
@@ -186,6 +179,21 @@ func LowerRewrites() []*egraph.Rewrite[Data] {
 		}
 	}
 	return out
+}
+
+// LowerRewrites are the lower rule set: every tensor op that computes
+// something (not a leaf) gets a one-op kernel. They are written in Go
+// because one rule per op and arity says it more plainly than a file.
+func LowerRewrites() []*egraph.Rewrite[Data] {
+	return opRewrites("lower", func(op ir.Op, _ string) egraph.ApplyFunc[Data] {
+		return func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
+			attrs, ok := Attrs(m.GetPayload("?attrs"))
+			if !ok {
+				return 0, false
+			}
+			return OneOpKernel(g, op, attrs, m.Subst)
+		}
+	})
 }
 
 // SimpleCost is the cost estimate extraction uses until the cost model

@@ -49,37 +49,12 @@ func regionPolicies(arity int) []regionPolicy {
 // each adding to a node's class the kernels grown from it.
 func RegionRewrites() []*egraph.Rewrite[Data] {
 	memo := &regionMemo{}
-	var out []*egraph.Rewrite[Data]
-	for _, op := range ir.Ops() {
-		if op.Class() == ir.ClassLeaf {
-			continue
+	return opRewrites("region", func(op ir.Op, name string) egraph.ApplyFunc[Data] {
+		return func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
+			root := egraph.Node{Op: Symbol(op), Payload: m.GetPayload("?attrs"), Children: slices.Clone(m.Subst)}
+			return growRegions(g, memo, name, root, m.Root())
 		}
-		arities := []int{op.Arity()}
-		if op.Arity() < 0 {
-			arities = []int{2, 3, 4}
-		}
-		for _, n := range arities {
-			kids := make([]egraph.PatternTerm, n)
-			for i := range kids {
-				kids[i] = egraph.PatternTerm{Var: fmt.Sprintf("?x%d", i)}
-			}
-			p, err := egraph.NewPattern(egraph.PatternTerm{Op: Symbol(op), PayloadVar: "?attrs", Children: kids})
-			if err != nil {
-				panic(err) // the patterns are built here, from valid parts
-			}
-			name := fmt.Sprintf("region-%s-%d", op, n)
-			rw, err := egraph.NewFuncRewrite(name, egraph.Searcher(p),
-				func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
-					root := egraph.Node{Op: Symbol(op), Payload: m.GetPayload("?attrs"), Children: slices.Clone(m.Subst)}
-					return growRegions(g, memo, name, root, m.Root())
-				})
-			if err != nil {
-				panic(err)
-			}
-			out = append(out, rw)
-		}
-	}
-	return out
+	})
 }
 
 // regionMemo remembers the nodes whose regions were grown, per e-graph: the
