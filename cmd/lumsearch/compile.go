@@ -28,16 +28,20 @@ import (
 var compileCommand = &command{
 	name:     "compile",
 	summary:  "search, lower and print a corpus model's CUDA program, compile it with NVRTC and verify it",
-	synopsis: "compile MODEL -o DIR [--seq N] [--dtype f32|f16|bf16] [--target NAME] [--arch sm_80|sm_90] [--verify=false]",
+	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is
 searched on two of them and their seam), extracts the program the cost model
 of --target predicts fastest, lowers it to launches and a memory plan,
 prints every kernel as CUDA C, compiles them with NVRTC for --arch when
-libnvrtc is present, and verifies the pipeline: the same architecture at a
-reduced size (two layers, hidden size 64) goes through every step and its
-CUDA runs under the CPU emulation against the reference interpreter.
+libnvrtc is present, and verifies the pipeline: for a corpus model, the same
+architecture at a reduced size (two layers, hidden size 64) goes through
+every step and its CUDA runs under the CPU emulation against the reference
+interpreter; an ONNX model (its symbolic dimensions bound with --dim) is
+run whole under the emulation with its own weights when it is small enough
+(at most 16M elements of intermediates), else verification says it was
+skipped.
 
 It writes DIR/kernels.cu (the NVRTC prelude and every kernel), the host
 library DIR/model.h and DIR/model.cpp (a C API over the CUDA driver, which
@@ -50,14 +54,17 @@ kernel form the printer does not know yet (tensor-core matmuls and half
 precision attention) stops the command with its name.`,
 	example: `
 lumsearch compile llama-3-8b:layer --seq 16 -o out/
-lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/`,
+lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/
+lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 	setup: func(fs *flag.FlagSet) action {
 		out := fs.String("o", "", "the output `DIR`")
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
 		dtype := fs.String("dtype", "f32", "dtype of weights and activations: f32, f16 or bf16")
 		target := fs.String("target", "h100-sxm", "the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "the architecture NVRTC compiles for: sm_80 or sm_90")
-		verify := fs.Bool("verify", true, "verify the reduced configuration under the CPU emulation (needs g++)")
+		verify := fs.Bool("verify", true, "verify under the CPU emulation (needs g++)")
+		dims := dimFlags{}
+		fs.Var(dims, "dim", "an ONNX model's symbolic dimension `NAME=VALUE` (repeatable)")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
 				return usagef("want: compile MODEL -o DIR")
@@ -72,7 +79,7 @@ lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/`,
 			if err != nil || !dt.IsFloat() {
 				return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 			}
-			return compileModel(ctx, pos[0], *out, corpus.Options{Seq: *seq, Past: -1, DType: dt}, pricing{estimate: "model", target: *target}, *arch, *verify, stdout)
+			return compileModel(ctx, pos[0], *out, corpus.Options{Seq: *seq, Past: -1, DType: dt}, dims, pricing{estimate: "model", target: *target}, *arch, *verify, stdout)
 		}
 	},
 }
@@ -108,11 +115,12 @@ func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions) (*com
 	return &compiled{prog: prog, lowered: lp, kernels: ks}, nil
 }
 
-func compileModel(ctx context.Context, model, dir string, opt corpus.Options, price pricing, arch string, verify bool, stdout io.Writer) error {
-	g, err := corpus.Build(model, opt)
+func compileModel(ctx context.Context, model, dir string, opt corpus.Options, dims dimFlags, price pricing, arch string, verify bool, stdout io.Writer) error {
+	g, weights, closeModel, err := loadGraph(model, opt, dims)
 	if err != nil {
 		return err
 	}
+	defer closeModel()
 	sat, costName, m, err := price.options(ctx)
 	if err != nil {
 		return err
@@ -152,7 +160,13 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, pr
 		fmt.Fprintf(stdout, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
 			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills)
 	}
-	if verify {
+	switch {
+	case !verify:
+	case strings.HasSuffix(model, ".onnx"):
+		if err := verifyWhole(ctx, model, g, weights, c, stdout); err != nil {
+			return err
+		}
+	default:
 		if err := verifyReduced(ctx, model, opt, sat, stdout); err != nil {
 			return err
 		}
@@ -219,18 +233,29 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 	if err != nil {
 		return err
 	}
-	want, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{Magnitude: true})
+	rel, err := emulateAgainstReference(ctx, model, g, c, feeds, opt.DType)
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation (relative error %.2g)\n",
+		len(c.kernels), rel)
+	return nil
+}
+
+// emulateAgainstReference runs c's CUDA under the CPU emulation with feeds
+// and compares it with the reference interpreter: element by element
+// within ir.Tolerance, and, because the reference's first-order magnitudes
+// can grow large through norms and masked softmax, the whole result in the
+// relative L2 sense (how far from the reference in units of its own size).
+func emulateAgainstReference(ctx context.Context, model string, g *ir.Graph, c *compiled, feeds map[string]*ir.Tensor, dt ir.DType) (float64, error) {
+	want, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{Magnitude: true})
+	if err != nil {
+		return 0, err
+	}
 	outs, states, err := cuda.EmulateProgram(ctx, c.lowered, c.kernels, feeds, emu.Options{})
 	if err != nil {
-		return fmt.Errorf("verify %s: %w", model, err)
+		return 0, fmt.Errorf("verify %s: %w", model, err)
 	}
-	// Besides the element-wise tolerance (whose first-order magnitudes can
-	// grow large through norms and masked softmax), the whole result must
-	// be close in the relative L2 sense: how far the program is from the
-	// reference, in units of the reference's own size.
 	var diff2, norm2 float64
 	check := func(name string, got, w, mag *ir.Tensor) error {
 		mm, err := ir.Compare(got, w, mag, 1024)
@@ -238,7 +263,7 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 			return err
 		}
 		if mm != nil {
-			return fmt.Errorf("verify %s: the reduced configuration's %s differs from the reference: %v", model, name, mm)
+			return fmt.Errorf("verify %s: %s differs from the reference: %v", model, name, mm)
 		}
 		for k := range w.Len() {
 			if g, x := got.At(k), w.At(k); g == g && x == x && !math.IsInf(x, 0) {
@@ -250,20 +275,51 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 	}
 	for name, w := range want.Outputs {
 		if err := check("output "+name, outs[name], w, want.Magnitudes[name]); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	for name, w := range want.States {
 		if err := check("state "+name, states[name], w, want.Magnitudes[name]); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	rel := math.Sqrt(diff2 / math.Max(norm2, math.SmallestNonzeroFloat64))
-	if limit := relativeLimit(opt.DType); rel > limit {
-		return fmt.Errorf("verify %s: the reduced configuration's results are %.3g away from the reference relative to their size (at most %.3g for %s)", model, rel, limit, opt.DType)
+	if limit := relativeLimit(dt); rel > limit {
+		return rel, fmt.Errorf("verify %s: the results are %.3g away from the reference relative to their size (at most %.3g for %s)", model, rel, limit, dt)
 	}
-	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation (relative error %.2g)\n",
-		len(c.kernels), rel)
+	return rel, nil
+}
+
+// verifyWhole runs an imported model's program whole under the emulation,
+// with its own weights and random inputs, when it is small enough.
+func verifyWhole(ctx context.Context, model string, g *ir.Graph, weights map[string]*ir.Tensor, c *compiled, stdout io.Writer) error {
+	if _, err := exec.LookPath("g++"); err != nil {
+		fmt.Fprintf(stdout, "  verify: skipped: the CPU emulation needs g++ (%v)\n", err)
+		return nil
+	}
+	const maxElements = 16 << 20
+	if c.lowered.TempBytes/4 > maxElements {
+		fmt.Fprintf(stdout, "  verify: skipped: %d bytes of intermediates are too many for the CPU emulation (at most %d elements)\n", c.lowered.TempBytes, maxElements)
+		return nil
+	}
+	feeds, err := ir.RandomLeaves(g, 1, ir.Typical, ir.OpInput, ir.OpState)
+	if err != nil {
+		return err
+	}
+	for name, w := range weights {
+		feeds[name] = w
+	}
+	dt := ir.F32
+	for _, o := range g.Outputs {
+		if d := g.Node(o.Value).DType; d.IsFloat() && d.Eps() > dt.Eps() {
+			dt = d
+		}
+	}
+	rel, err := emulateAgainstReference(ctx, model, g, c, feeds, dt)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "  verify: the whole program matches the reference interpreter under the CPU emulation (relative error %.2g)\n", rel)
 	return nil
 }
 

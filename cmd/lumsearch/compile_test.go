@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/internal/shareddata"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -61,4 +62,25 @@ func TestCompile(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	r = runArgs(t, "compile", "tiny-llama:layer", "-o", t.TempDir(), "--arch", "sm_70")
 	require.Equal(t, exitUsage, r.code)
+}
+
+// TestCompileONNX compiles ONNX conformance models through the whole
+// pipeline and verifies each whole program under the emulation with the
+// model's own weights.
+func TestCompileONNX(t *testing.T) {
+	data := shareddata.Dir(t)
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	for _, name := range []string{"test_gemm_default_vector_bias", "test_layer_normalization_2d_axis_negative_1_expanded", "test_softmax_axis_2", "test_softmax_axis_0"} {
+		t.Run(name, func(t *testing.T) {
+			model := filepath.Join(data, "onnx-node", name, "model.onnx")
+			dir := filepath.Join(t.TempDir(), "out")
+			r := runArgs(t, "compile", model, "-o", dir)
+			require.Equal(t, exitOK, r.code, r.stderr)
+			if _, err := exec.LookPath("g++"); err == nil {
+				assert.Regexp(t, `(?m)^  verify: the whole program matches the reference interpreter under the CPU emulation`, r.stdout)
+			}
+			_, err := os.Stat(filepath.Join(dir, "kernels.cu"))
+			require.NoError(t, err)
+		})
+	}
 }
