@@ -111,9 +111,9 @@ func (c *command) writeHelp(w io.Writer) {
 // writeMainHelp prints the program's overview and its command list.
 func writeMainHelp(w io.Writer) {
 	fmt.Fprint(w, `lumsearch is an equality-saturation superoptimizing compiler for ML models.
-Today it offers the e-graph engine, extraction and the corpus of model graphs;
-optimize, compile and the other compiler commands are planned and do not exist
-yet.
+Today "compile" runs the pipeline without measurement (search, extraction by
+the cost model, lowering, CUDA, NVRTC and verification under a CPU emulation
+of the GPU); "optimize", which measures on a GPU, does not exist yet.
 
 Usage: lumsearch <command> [arguments]
 

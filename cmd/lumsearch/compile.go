@@ -27,7 +27,7 @@ import (
 // compileCommand runs the pipeline without measurement.
 var compileCommand = &command{
 	name:     "compile",
-	summary:  "search, lower and print a corpus model's CUDA program, compile it with NVRTC and verify it",
+	summary:  "search, lower and print a model's CUDA program, compile it with NVRTC and verify it",
 	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
