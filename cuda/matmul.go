@@ -126,26 +126,8 @@ func printMatmul(k *Kernel, body *ir.Graph) (string, error) {
 	b.WriteString("  for (int ii = 0; ii < 4; ii++) for (int jj = 0; jj < 4; jj++) {\n")
 	b.WriteString("    long long m = m0 + ty * 4 + ii, n = n0 + tx * 4 + jj;\n")
 	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
-	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{mm: "acc[ii][jj]"}}
-	mix := make(index, r)
-	for d := 0; d < r-2; d++ {
-		mix[d] = fmt.Sprintf("b%d", d)
-	}
-	mix[r-2], mix[r-1] = "m", "n"
-	for j, o := range body.Outputs {
-		on := body.Node(o.Value)
-		oix, err := forward(body, mm, o.Value, mix)
-		if err != nil {
-			return "", fmt.Errorf("matmul kernel output %d: %w", j, err)
-		}
-		v, err := e.value(o.Value, oix, false)
-		if err != nil {
-			return "", err
-		}
-		e.emit("out%d[%s] = %s;", j, linear(on.Shape, oix), store(on.DType, v))
-	}
-	for _, l := range e.lines {
-		b.WriteString(l + "\n")
+	if err := g.printEpilogue(&b, body, mm, "acc[ii][jj]"); err != nil {
+		return "", err
 	}
 	b.WriteString("  }\n")
 	return b.String(), nil

@@ -67,6 +67,34 @@ func (g matmulGeom) opIndex(shape ir.Shape, row, col string) index {
 	return ix
 }
 
+// printEpilogue prints the stores of one accumulator, acc (C's element at
+// m, n of the batch b0, b1, ...): each output at the index its views give
+// that element, its epilogue computed there.
+func (g matmulGeom) printEpilogue(b *strings.Builder, body *ir.Graph, mm ir.Value, acc string) error {
+	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{mm: acc}}
+	mix := make(index, g.r)
+	for d := 0; d < g.r-2; d++ {
+		mix[d] = fmt.Sprintf("b%d", d)
+	}
+	mix[g.r-2], mix[g.r-1] = "m", "n"
+	for j, o := range body.Outputs {
+		on := body.Node(o.Value)
+		oix, err := forward(body, mm, o.Value, mix)
+		if err != nil {
+			return fmt.Errorf("matmul kernel output %d: %w", j, err)
+		}
+		v, err := e.value(o.Value, oix, false)
+		if err != nil {
+			return err
+		}
+		e.emit("out%d[%s] = %s;", j, linear(on.Shape, oix), store(on.DType, v))
+	}
+	for _, l := range e.lines {
+		b.WriteString(l + "\n")
+	}
+	return nil
+}
+
 // normPrologue prints a norm prologue's row statistics: each reduction
 // over the block's rows of A (blockRows of them, from m0), a warp per row
 // with lanes strided over K and a shuffle tree, into Red in shared memory;

@@ -226,26 +226,8 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 	b.WriteString("  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) {\n")
 	b.WriteString("    long long m = m0 + wm + i * 16 + g + (q >= 2 ? 8 : 0), n = n0 + wn + j * 8 + t * 2 + (q & 1);\n")
 	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
-	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{mm: "acc[i][j][q]"}}
-	mix := make(index, r)
-	for d := 0; d < r-2; d++ {
-		mix[d] = fmt.Sprintf("b%d", d)
-	}
-	mix[r-2], mix[r-1] = "m", "n"
-	for j, o := range body.Outputs {
-		on := body.Node(o.Value)
-		oix, err := forward(body, mm, o.Value, mix)
-		if err != nil {
-			return "", fmt.Errorf("matmul kernel output %d: %w", j, err)
-		}
-		v, err := e.value(o.Value, oix, false)
-		if err != nil {
-			return "", err
-		}
-		e.emit("out%d[%s] = %s;", j, linear(on.Shape, oix), store(on.DType, v))
-	}
-	for _, l := range e.lines {
-		b.WriteString(l + "\n")
+	if err := g.printEpilogue(&b, body, mm, "acc[i][j][q]"); err != nil {
+		return "", err
 	}
 	b.WriteString("  }\n")
 	return b.String(), nil

@@ -378,3 +378,32 @@ func (b *Builder) UpdateState(state, v Value) {
 	}
 	b.g.Updates = append(b.g.Updates, StateUpdate{State: state, Value: v})
 }
+
+// Inline adds body's nodes to b with body's inputs, in order, bound to
+// args, and returns body's outputs: a kernel body or a subgraph spliced
+// into the graph being built.
+func (b *Builder) Inline(body *Graph, args []Value) []Value {
+	vals := make([]Value, len(body.Nodes))
+	arg := 0
+	for i, n := range body.Nodes {
+		if n.Op == OpInput {
+			if arg >= len(args) {
+				b.fail(fmt.Errorf("inline %s: %d arguments for more inputs", body.Name, len(args)))
+				return []Value{NoValue}
+			}
+			vals[i] = args[arg]
+			arg++
+			continue
+		}
+		ins := make([]Value, len(n.Inputs))
+		for k, in := range n.Inputs {
+			ins[k] = vals[in]
+		}
+		vals[i] = b.Apply(n.Op, n.Attrs, ins...)
+	}
+	outs := make([]Value, len(body.Outputs))
+	for i, o := range body.Outputs {
+		outs[i] = vals[o.Value]
+	}
+	return outs
+}

@@ -258,7 +258,7 @@ func (b *builder) fold(body *ir.Graph, args []value) (*ir.Graph, []int, error) {
 		}
 		ins[i] = in
 	}
-	outs := inlineAll(nb, body, ins)
+	outs := nb.Inline(body, ins)
 	for i, o := range outs {
 		nb.Output(fmt.Sprintf("out%d", i), o)
 	}
@@ -267,29 +267,6 @@ func (b *builder) fold(body *ir.Graph, args []value) (*ir.Graph, []int, error) {
 		return nil, nil, fmt.Errorf("fold the arguments' views into the kernel: %w", err)
 	}
 	return g, bufs, nil
-}
-
-// inlineAll adds body's nodes to nb over args and returns its outputs.
-func inlineAll(nb *ir.Builder, body *ir.Graph, args []ir.Value) []ir.Value {
-	vals := make([]ir.Value, len(body.Nodes))
-	arg := 0
-	for i, n := range body.Nodes {
-		if n.Op == ir.OpInput {
-			vals[i] = args[arg]
-			arg++
-			continue
-		}
-		ins := make([]ir.Value, len(n.Inputs))
-		for k, in := range n.Inputs {
-			ins[k] = vals[in]
-		}
-		vals[i] = nb.Apply(n.Op, n.Attrs, ins...)
-	}
-	outs := make([]ir.Value, len(body.Outputs))
-	for i, o := range body.Outputs {
-		outs[i] = vals[o.Value]
-	}
-	return outs
 }
 
 // materialize returns a buffer holding v: v's own when it has no views,

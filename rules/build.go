@@ -97,7 +97,7 @@ func toGraph(eg *egraph.Graph, name string, roots []Root, choose func(egraph.Cla
 			if !ok {
 				return ir.NoValue, fmt.Errorf("to graph %s: class %d chose a kernel with an unknown body", name, c)
 			}
-			outs := inline(b, body, ins)
+			outs := b.Inline(body, ins)
 			v = outs[0]
 			if len(outs) > 1 {
 				tuples[c] = outs
@@ -159,33 +159,6 @@ func GraphRoots(g *ir.Graph, classes []egraph.ClassID) []Root {
 		roots = append(roots, Root{Class: classes[u.Value], State: classes[u.State], IsUpdate: true})
 	}
 	return roots
-}
-
-// inline adds a kernel body's nodes to b with its arguments bound to args,
-// and returns the body's outputs.
-func inline(b *ir.Builder, body *ir.Graph, args []ir.Value) []ir.Value {
-	vals := make([]ir.Value, len(body.Nodes))
-	arg := 0
-	for i, n := range body.Nodes {
-		if n.Op == ir.OpInput {
-			if arg >= len(args) {
-				return []ir.Value{ir.NoValue}
-			}
-			vals[i] = args[arg]
-			arg++
-			continue
-		}
-		ins := make([]ir.Value, len(n.Inputs))
-		for k, in := range n.Inputs {
-			ins[k] = vals[in]
-		}
-		vals[i] = b.Apply(n.Op, n.Attrs, ins...)
-	}
-	outs := make([]ir.Value, len(body.Outputs))
-	for i, o := range body.Outputs {
-		outs[i] = vals[o.Value]
-	}
-	return outs
 }
 
 // SolutionGraph builds the ir graph of an extraction: the nodes sol chooses

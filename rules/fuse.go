@@ -153,12 +153,12 @@ func buildFusion(cPay, pPay egraph.Payload, m, pos int) fusion {
 			for _, w := range pIns {
 				pArgs = append(pArgs, arg(pBody, w))
 			}
-			cArgs = append(cArgs, inline(b, pBody, pArgs)[0])
+			cArgs = append(cArgs, b.Inline(pBody, pArgs)[0])
 			continue
 		}
 		cArgs = append(cArgs, arg(cBody, v))
 	}
-	b.Output("out", inline(b, cBody, cArgs)[0])
+	b.Output("out", b.Inline(cBody, cArgs)[0])
 	body, err := b.Build()
 	if err != nil {
 		return fusion{}
