@@ -21,7 +21,7 @@ func TestMeasuredOverridesPrediction(t *testing.T) {
 	require.NoError(t, err)
 
 	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	key := tunedb.Key{Spec: k.String(), Schedule: "bm=64,bn=64,bk=32,threads=128,stages=3,mma", Shapes: "128x2048x2048", DTypes: "bf16", Device: d.Name, Driver: "550.54", Compiler: "nvrtc 12.4"}
+	key := tunedb.Key{Spec: k.String(), Schedule: "bm=64,bn=64,bk=32,threads=128,stages=2,mma", Shapes: "128x2048x2048", DTypes: "bf16", Device: d.Name, Driver: "550.54", Compiler: "nvrtc 12.4"}
 	rec := func(median float64, where string, at time.Time) tunedb.Record {
 		return tunedb.Record{Key: key, Median: median, Spread: median / 50, Samples: 20, ClockMHz: 1980, Where: where, Host: "test", At: at}
 	}

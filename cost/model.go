@@ -3,6 +3,7 @@ package cost
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"sync"
 
@@ -10,9 +11,9 @@ import (
 )
 
 // Schedule is how a kernel runs: its tiles and threads. It is not part of
-// a kernel's identity; a kernel costs its best schedule. Lowering will
-// supply each form's legal schedules; until then Schedules offers a few per
-// form.
+// a kernel's identity; a kernel costs its best schedule. The schedules a
+// form offers (Model.Ranked) are exactly the ones the CUDA printer
+// implements for it, so that the schedule priced is the schedule printed.
 type Schedule struct {
 	// BM and BN are a matmul's output tile (rows, columns), BK its step
 	// along the reduction; for attention BM is the query rows of a block
@@ -27,6 +28,10 @@ type Schedule struct {
 	// for f16 and bf16 operands only, so that f32 results keep f32
 	// arithmetic.
 	Tensor bool
+	// Rows is a row kernel's rows per block, a warp each; 0 means a block
+	// per row. Short rows leave most of a block idle, so they go a warp
+	// each.
+	Rows int
 }
 
 // String is the schedule's canonical text, the tuning database's key.
@@ -41,6 +46,9 @@ func (s Schedule) String() string {
 	fmt.Fprintf(&b, "threads=%d", s.Threads)
 	if s.Stages > 0 {
 		fmt.Fprintf(&b, ",stages=%d", s.Stages)
+	}
+	if s.Rows > 0 {
+		fmt.Fprintf(&b, ",rows=%d", s.Rows)
 	}
 	if s.Tensor {
 		b.WriteString(",mma")
@@ -77,43 +85,56 @@ type Model struct {
 	Measurements Measurements
 
 	mu    sync.RWMutex
-	cache map[*ir.Graph]Estimate
+	cache map[*ir.Graph][]Estimate
 }
 
 // NewModel is the model of device d with factors f.
 func NewModel(d *Device, f Factors) *Model {
-	return &Model{Device: d, Factors: f, cache: map[*ir.Graph]Estimate{}}
+	return &Model{Device: d, Factors: f, cache: map[*ir.Graph][]Estimate{}}
 }
 
 // Kernel returns the cost of a kernel body (a canonical kernel SPEC: an ir
 // graph over inputs $0..$n-1) at its best schedule.
 func (m *Model) Kernel(body *ir.Graph) (Estimate, error) {
-	m.mu.RLock()
-	e, ok := m.cache[body]
-	m.mu.RUnlock()
-	if ok {
-		return e, nil
-	}
-	e, err := m.estimate(body)
+	r, err := m.Ranked(body)
 	if err != nil {
 		return Estimate{}, err
 	}
-	m.mu.Lock()
-	m.cache[body] = e
-	m.mu.Unlock()
-	return e, nil
+	return r[0], nil
 }
 
-func (m *Model) estimate(body *ir.Graph) (Estimate, error) {
+// Ranked returns every schedule of a kernel body that fits the device,
+// fastest first (ties broken by the schedule's text, so the order is
+// deterministic): the first is the one lowering prints, the next few are
+// the candidates worth measuring. The slice is shared; callers must not
+// modify it.
+func (m *Model) Ranked(body *ir.Graph) ([]Estimate, error) {
+	m.mu.RLock()
+	r, ok := m.cache[body]
+	m.mu.RUnlock()
+	if ok {
+		return r, nil
+	}
+	r, err := m.rank(body)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.cache[body] = r
+	m.mu.Unlock()
+	return r, nil
+}
+
+func (m *Model) rank(body *ir.Graph) ([]Estimate, error) {
 	k, err := analyze(body)
 	if err != nil {
-		return Estimate{}, err
+		return nil, err
 	}
 	var spec string
 	if m.Measurements != nil {
 		spec = body.String()
 	}
-	best := Estimate{Seconds: math.Inf(1)}
+	var out []Estimate
 	for _, s := range k.schedules(m.Device) {
 		x, ok := k.features(s, m.Device)
 		if !ok {
@@ -123,16 +144,20 @@ func (m *Model) estimate(body *ir.Graph) (Estimate, error) {
 		if t, ok := m.measured(spec, s); ok {
 			e.Seconds, e.Measured = t, true
 		} else if e.Seconds, err = Predict(m.Device, m.Factors, x); err != nil {
-			return Estimate{}, err
+			return nil, err
 		}
-		if e.Seconds < best.Seconds {
-			best = e
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cost of kernel %s on %s: no schedule fits the device", k.describe(), m.Device.Name)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Seconds != out[j].Seconds {
+			return out[i].Seconds < out[j].Seconds
 		}
-	}
-	if math.IsInf(best.Seconds, 1) {
-		return Estimate{}, fmt.Errorf("cost of kernel %s on %s: no schedule fits the device", k.describe(), m.Device.Name)
-	}
-	return best, nil
+		return out[i].Schedule.String() < out[j].Schedule.String()
+	})
+	return out, nil
 }
 
 func (m *Model) measured(spec string, s Schedule) (float64, bool) {
@@ -152,6 +177,12 @@ type kernelForm struct {
 	slots []uint8
 	rows  bool // a reduction along rows, softmax or a norm
 	other int  // ops that are neither elementwise, views, matmuls nor row ops
+	// rowLen is the longest row a last-axis reduction, softmax or norm
+	// runs along (0 when none does: reductions along other axes are
+	// printed as loops per output element).
+	rowLen int
+	// valueLen is attention's value row length (its output columns).
+	valueLen int
 }
 
 func analyze(body *ir.Graph) (*kernelForm, error) {
@@ -165,12 +196,24 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 			k.matmuls = append(k.matmuls, ir.Value(i))
 		case n.Op.Class() == ir.ClassReduce, n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
 			k.rows = true
+			in := body.Node(n.Inputs[0]).Shape
+			axis := n.Attrs.Axis
+			if n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm || axis < 0 {
+				axis = len(in) - 1
+			}
+			if len(in) > 0 && axis == len(in)-1 {
+				k.rowLen = max(k.rowLen, int(in[axis]))
+			}
 		case n.Op == ir.OpGather, n.Op == ir.OpSliceUpdate, n.Op == ir.OpAttention:
 			k.other++
 		}
 	}
 	if len(k.matmuls) > 2 {
 		return nil, fmt.Errorf("cost: kernel body with %d matmuls is no kernel form", len(k.matmuls))
+	}
+	if len(k.matmuls) == 2 {
+		v := body.Node(body.Node(k.matmuls[1]).Inputs[1]).Shape
+		k.valueLen = int(v[len(v)-1])
 	}
 	for i := len(body.Nodes) - 1; i >= 0; i-- {
 		n := body.Nodes[i]
@@ -240,40 +283,59 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 	return FMA, "f32"
 }
 
-// schedules lists the schedules the model tries for a kernel.
+// schedules lists a kernel's schedules: the ones the CUDA printer
+// implements for its form (package cuda prints each of them; its tests
+// print and emulate every schedule listed here).
+//   - elementwise: a grid-stride loop, 128, 256 or 512 threads a block;
+//   - row: a block per row of 64 to 512 threads (no more than the row's
+//     length rounds up to), or for rows up to 1024 long a warp per row,
+//     4 or 8 rows a block;
+//   - matmul, f32: BMxBN tiles (16 to 128 by 32 to 128, up to 512
+//     threads) of 4x4 outputs a thread, K steps of 16;
+//   - matmul, f16 and bf16: tensor-core tiles, a warp per 32x32
+//     (or 16x32) patch, 1 to 16 warps, K steps of 32, two stages;
+//   - attention: a block per query row, keys 32 at a time, 64 to 256
+//     threads sharing the value columns.
 func (k *kernelForm) schedules(d *Device) []Schedule {
 	var out []Schedule
 	switch len(k.matmuls) {
 	case 0:
-		for _, t := range []int{128, 256, 512} {
-			out = append(out, Schedule{Threads: t})
+		if k.rowLen == 0 {
+			for _, t := range []int{128, 256, 512} {
+				out = append(out, Schedule{Threads: t})
+			}
+			return out
+		}
+		for _, t := range []int{64, 128, 256, 512} {
+			if t == 64 || t <= (k.rowLen+31)/32*32 {
+				out = append(out, Schedule{Threads: t})
+			}
+		}
+		if k.rowLen <= 1024 {
+			out = append(out, Schedule{Threads: 128, Rows: 4}, Schedule{Threads: 256, Rows: 8})
 		}
 	case 1:
 		mm := k.body.Node(k.matmuls[0])
-		tensors := []bool{false}
-		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F16 || dt == ir.BF16 {
-			tensors = append(tensors, true)
-		}
-		for _, tc := range tensors {
+		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F32 {
 			for _, bm := range []int{16, 32, 64, 128} {
-				for _, bn := range []int{32, 64, 128, 256} {
-					stages := 2
-					if tc {
-						stages = 3
+				for _, bn := range []int{32, 64, 128} {
+					if t := bm / 4 * bn / 4; t <= 512 {
+						out = append(out, Schedule{BM: bm, BN: bn, BK: 16, Threads: t, Stages: 1})
 					}
-					out = append(out, Schedule{BM: bm, BN: bn, BK: 32, Threads: 128, Stages: stages, Tensor: tc})
+				}
+			}
+		} else if dt == ir.F16 || dt == ir.BF16 {
+			for _, bm := range []int{16, 32, 64, 128} {
+				for _, bn := range []int{32, 64, 128} {
+					warps := max(bm/32, 1) * bn / 32
+					out = append(out, Schedule{BM: bm, BN: bn, BK: 32, Threads: 32 * warps, Stages: 2, Tensor: true})
 				}
 			}
 		}
 	case 2:
-		mm := k.body.Node(k.matmuls[0])
-		tensors := []bool{false}
-		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F16 || dt == ir.BF16 {
-			tensors = append(tensors, true)
-		}
-		for _, tc := range tensors {
-			for _, bm := range []int{16, 32, 64, 128} {
-				out = append(out, Schedule{BM: bm, BN: 64, Threads: 128, Stages: 2, Tensor: tc})
+		for _, t := range []int{64, 128, 256} {
+			if k.valueLen <= 4*t {
+				out = append(out, Schedule{BM: 1, BN: 32, Threads: t})
 			}
 		}
 	}
@@ -346,12 +408,30 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 			return Features{}, false
 		}
 		blocks := max(1, int(math.Ceil(elems/float64(s.Threads*4))))
+		if k.rowLen > 0 {
+			// A row goes to a block or a warp; lanes past the row's end
+			// idle through every pass, which the arithmetic pays for.
+			rows := int(math.Ceil(elems / float64(k.rowLen)))
+			lanes := s.Threads
+			if s.Rows > 0 {
+				lanes = s.Threads / s.Rows
+				blocks = ceilDiv(rows, s.Rows)
+			} else {
+				blocks = min(rows, maxRowBlocks)
+			}
+			passes := ceilDiv(k.rowLen, lanes)
+			flops *= float64(passes*lanes) / float64(k.rowLen)
+			blocks = max(blocks, 1)
+		}
 		return Features{Bytes: in + out, Work: []Work{{FMA, "f32", flops}}, Blocks: blocks, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 	case 1:
 		return k.matmulFeatures(s, d, out)
 	}
 	return k.attentionFeatures(s, d, out)
 }
+
+// maxRowBlocks is the grid of a block-per-row kernel: more rows loop.
+const maxRowBlocks = 4096
 
 func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Features, bool) {
 	body := k.body
@@ -402,10 +482,13 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 }
 
-// attentionFeatures prices the flash form: a block owns BM query rows of
-// one batch and head and streams every key and value past them, so the
-// query side is read once, the key and value sides once per block of
-// queries (unless L2 keeps them), and the scores never reach memory.
+// attentionFeatures prices the printed flash form: a block owns one query
+// row of one batch and head and streams every key and value past it 32
+// at a time with an online softmax, so the query side is read once, the
+// key and value sides once per query row (from L2 when it keeps them) and
+// the scores never reach memory. One warp computes the 32 scores of a
+// step while the others wait, so the score arithmetic costs the whole
+// block's lanes.
 func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Features, bool) {
 	body := k.body
 	qk, pv := body.Node(k.matmuls[0]), body.Node(k.matmuls[1])
@@ -413,19 +496,16 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	v := body.Node(pv.Inputs[1]).Shape
 	S, D, T, Dv := int(q[len(q)-2]), int(q[len(q)-1]), int(kt[len(kt)-1]), int(v[len(v)-1])
 	batch := max(1, int(numel(pv.Shape))/(S*Dv))
-	if s.BM > 16 && s.BM/2 >= S {
+	if s.BM != 1 || Dv > 4*s.Threads {
 		return Features{}, false
 	}
-	tiles := ceilDiv(S, s.BM)
-	dt := body.Node(qk.Inputs[0]).DType
-	shared := (s.BM*D + 2*s.BN*max(D, Dv)) * dt.Size() * max(s.Stages, 1)
-	per := occupancy(d, s.Threads, shared, s.BM*Dv/s.Threads+64)
+	tiles := S
+	shared := (D + s.BN + 3) * 4
+	per := occupancy(d, s.Threads, shared, 40)
 	if per == 0 {
 		return Features{}, false
 	}
 	const kSide, vSide = 2, 8 // slots: the first matmul's right operand, the second's
-	// The query blocks of one head that run in one wave share its keys
-	// and values through L2.
 	var bytes float64
 	for _, in := range body.Inputs() {
 		times := 1
@@ -438,11 +518,11 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	for i, n := range body.Nodes {
 		f := opFLOPs(body, n)
 		if k.slots[i]&(kSide|vSide) != 0 {
-			f *= float64(tiles) // key and value prologues (rotary) run per block of queries
+			f *= float64(tiles) // key and value prologues (rotary) run per query row
 		}
 		flops += f
 	}
-	class, cdt := tensorDType(dt, s.Tensor)
-	mma := 2 * float64(batch) * float64(S) * float64(T) * float64(D+Dv)
-	return Features{Bytes: bytes + out, Work: []Work{{FMA, "f32", flops}, {class, cdt, mma}}, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
+	idle := float64(s.Threads) / float64(s.BN)
+	fma := 2 * float64(batch) * float64(S) * float64(T) * (float64(D)*idle + float64(Dv))
+	return Features{Bytes: bytes + out, Work: []Work{{FMA, "f32", flops + fma}}, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 }

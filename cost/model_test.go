@@ -173,7 +173,7 @@ func TestModelCacheAndMeasurements(t *testing.T) {
 	assert.Equal(t, e1, e2)
 
 	// A measured time below every prediction wins, for its schedule.
-	meas := &fakeMeasurements{spec: k.String(), schedule: "bm=32,bn=64,bk=32,threads=128,stages=2", seconds: e1.Seconds / 10}
+	meas := &fakeMeasurements{spec: k.String(), schedule: "bm=32,bn=64,bk=32,threads=64,stages=2,mma", seconds: e1.Seconds / 10}
 	mm := NewModel(d, Defaults(d))
 	mm.Measurements = meas
 	e3, err := mm.Kernel(k)
@@ -203,9 +203,13 @@ func TestAttentionFeatures(t *testing.T) {
 	long, err := m.Kernel(att(4096, 4096))
 	require.NoError(t, err)
 	assert.Greater(t, long.Seconds, short.Seconds)
-	// Scores never reach memory: the long one moves its inputs and output,
-	// with re-reads, far fewer bytes than its 32*4096*4096 scores.
-	assert.Less(t, long.Features.Bytes, float64(32*4096*4096*2))
+	// Scores never reach memory: while L2 keeps the keys and values, the
+	// kernel moves its inputs and output once, fewer bytes than its
+	// 32*1024*1024 scores.
+	mid, err := m.Kernel(att(1024, 1024))
+	require.NoError(t, err)
+	assert.Less(t, mid.Features.Bytes, float64(32*1024*1024*2))
+	assert.Equal(t, float64(4*32*1024*128*2), mid.Features.Bytes)
 }
 
 func BenchmarkKernelCost(b *testing.B) {

@@ -34,6 +34,8 @@ func ParseSchedule(text string) (Schedule, error) {
 			s.Threads = n
 		case "stages":
 			s.Stages = n
+		case "rows":
+			s.Rows = n
 		default:
 			return Schedule{}, fmt.Errorf("schedule %q: unknown field %q", text, k)
 		}

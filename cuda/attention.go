@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -22,7 +23,6 @@ import (
 const (
 	attnThreads = 128
 	attnTile    = 32
-	attnMaxDv   = 4 * attnThreads
 )
 
 // attentionParts are the nodes of an attention body.
@@ -157,7 +157,7 @@ func forward(body *ir.Graph, from, to ir.Value, ix index) (index, error) {
 	return ix, nil
 }
 
-func printAttention(k *Kernel, body *ir.Graph) (string, error) {
+func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	p, err := findAttention(body)
 	if err != nil {
 		return "", err
@@ -171,12 +171,20 @@ func printAttention(k *Kernel, body *ir.Graph) (string, error) {
 	r := len(pv)
 	S, Dv := int64(pv[r-2]), int64(pv[r-1])
 	D, T := int64(q[len(q)-1]), int64(kt[len(kt)-1])
-	if Dv > attnMaxDv {
-		return "", fmt.Errorf("attention with value rows of %d: at most %d are printed", Dv, attnMaxDv)
+	if s == (cost.Schedule{}) {
+		s = cost.Schedule{BM: 1, BN: attnTile, Threads: attnThreads}
 	}
+	if s.BM != 1 || s.BN != attnTile || s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.Threads%32 != 0 || s.Threads > 1024 {
+		return "", fmt.Errorf("attention: schedule %s: the attention form takes a query row (bm=1) and %d keys (bn) a block, 32 to 1024 threads, no tensor cores", s, attnTile)
+	}
+	threads := int64(s.Threads)
+	if Dv > 4*threads {
+		return "", fmt.Errorf("attention with value rows of %d: at most %d (4 per thread) are printed with %d threads", Dv, 4*threads, threads)
+	}
+	k.Schedule = s
 	rows := pv.NumElements() / Dv
 	batch := rows / S
-	k.Block = [3]int{attnThreads, 1, 1}
+	k.Block = [3]int{int(threads), 1, 1}
 	k.Grid = [3]int{int(min(rows, 65535)), 1, 1}
 	outV := body.Outputs[0].Value
 	outShape := body.Node(outV).Shape
@@ -221,7 +229,7 @@ func printAttention(k *Kernel, body *ir.Graph) (string, error) {
 	lines(&b, e, "      ")
 	fmt.Fprintf(&b, "      Qs[dd] = %s;\n    }\n", qv)
 	b.WriteString("    float m = -INFINITY, l = 0.0f;\n")
-	fmt.Fprintf(&b, "    float o[%d];\n    for (int j = 0; j < %d; j++) o[j] = 0.0f;\n", (Dv+attnThreads-1)/attnThreads, (Dv+attnThreads-1)/attnThreads)
+	fmt.Fprintf(&b, "    float o[%d];\n    for (int j = 0; j < %d; j++) o[j] = 0.0f;\n", (Dv+threads-1)/threads, (Dv+threads-1)/threads)
 	b.WriteString("    __syncthreads();\n")
 	fmt.Fprintf(&b, "    for (long long t0 = 0; t0 < %dLL; t0 += %d) {\n", T, attnTile)
 	fmt.Fprintf(&b, "      if (threadIdx.x < %d) {\n", attnTile)
@@ -258,8 +266,8 @@ func printAttention(k *Kernel, body *ir.Graph) (string, error) {
       float alpha = St[0];
       m = St[1]; l = St[2];
 `)
-	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j++) {\n", (Dv+attnThreads-1)/attnThreads)
-	fmt.Fprintf(&b, "        long long d = threadIdx.x + j * %d;\n        if (d >= %dLL) break;\n", attnThreads, Dv)
+	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j++) {\n", (Dv+threads-1)/threads)
+	fmt.Fprintf(&b, "        long long d = threadIdx.x + j * %d;\n        if (d >= %dLL) break;\n", threads, Dv)
 	b.WriteString("        float acc = o[j] * alpha;\n")
 	fmt.Fprintf(&b, "        for (int tt = 0; tt < %d && t0 + tt < %dLL; tt++) {\n          long long t = t0 + tt;\n", attnTile, T)
 	ev := emitter(nil)
@@ -279,8 +287,8 @@ func printAttention(k *Kernel, body *ir.Graph) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(&b, "    for (int j = 0; j < %d; j++) {\n", (Dv+attnThreads-1)/attnThreads)
-	fmt.Fprintf(&b, "      long long d = threadIdx.x + j * %d;\n      if (d >= %dLL) break;\n", attnThreads, Dv)
+	fmt.Fprintf(&b, "    for (int j = 0; j < %d; j++) {\n", (Dv+threads-1)/threads)
+	fmt.Fprintf(&b, "      long long d = threadIdx.x + j * %d;\n      if (d >= %dLL) break;\n", threads, Dv)
 	fmt.Fprintf(&b, "      out0[%s] = %s;\n    }\n", linear(outShape, oix), store(body.Node(outV).DType, "(o[j] / l)"))
 	b.WriteString("    __syncthreads();\n  }\n")
 	return b.String(), nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
@@ -17,11 +18,16 @@ import (
 )
 
 // TestEveryLegalKernelPrints saturates tiny corpus graphs with every rule
-// set and prints every kernel node of their e-graphs: whatever Legal lets
-// into the e-graph, the printer must print (f32 graphs here; the
-// half-precision sweep of matmul bodies is in tensorcore_test.go). A
-// sample of them runs under emulation against the reference interpreter.
+// set and prints every kernel node of their e-graphs under every schedule
+// the cost model lists for it: whatever Legal lets into the e-graph, the
+// printer must print, in every schedule it may be priced at (f32 graphs
+// here; the half-precision sweep of matmul bodies is in
+// tensorcore_test.go). A sample of them runs under emulation against the
+// reference interpreter, each in its default schedule and in one other.
 func TestEveryLegalKernelPrints(t *testing.T) {
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	model := cost.NewModel(dev, cost.Defaults(dev))
 	var rws []*egraph.Rewrite[rules.Data]
 	for _, s := range rules.Sets() {
 		r, err := rules.SetRewrites(s)
@@ -36,6 +42,7 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 			require.NoError(t, err)
 			seen := map[egraph.Payload]bool{}
 			failures := map[string]int{}
+			schedules := 0
 			eg := prog.EGraph
 			for _, c := range eg.Classes() {
 				for _, id := range eg.ClassNodes(c) {
@@ -49,6 +56,14 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 					if _, err := PrintKernel("k", "", body); err != nil {
 						failures[fmt.Sprintf("%s: %v", rules.FormOf(body), err)]++
 					}
+					ranked, err := model.Ranked(body)
+					require.NoError(t, err)
+					for _, e := range ranked {
+						if _, err := PrintKernelWith("k", "", body, e.Schedule); err != nil {
+							failures[fmt.Sprintf("%s, %s: %v", rules.FormOf(body), e.Schedule, err)]++
+						}
+						schedules++
+					}
 				}
 			}
 			var msgs []string
@@ -56,7 +71,7 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 				msgs = append(msgs, fmt.Sprintf("%d x %s", count, m))
 			}
 			sort.Strings(msgs)
-			t.Logf("%s: %d kernel bodies", name, len(seen))
+			t.Logf("%s: %d kernel bodies, %d schedules", name, len(seen), schedules)
 			assert.Empty(t, msgs)
 			if _, err := exec.LookPath("g++"); err != nil {
 				return
@@ -73,7 +88,7 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 			var args [][]*ir.Tensor
 			var outs [][]ir.ValueType
 			var wants []*ir.Result
-			for i := 0; i < len(pays) && len(kernels) < 24; i += 1 + len(pays)/24 {
+			for i := 0; i < len(pays) && len(kernels) < 48; i += 1 + len(pays)/24 {
 				body, _ := rules.Spec(pays[i])
 				gather := false
 				for _, n := range body.Nodes {
@@ -83,6 +98,10 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 					continue
 				}
 				k, err := PrintKernel(fmt.Sprintf("s%d", len(kernels)), "", body)
+				require.NoError(t, err)
+				ranked, err := model.Ranked(body)
+				require.NoError(t, err)
+				other, err := PrintKernelWith(fmt.Sprintf("s%d_%d", len(kernels), i%len(ranked)), "", body, ranked[i%len(ranked)].Schedule)
 				require.NoError(t, err)
 				feeds, err := ir.RandomFeeds(body, uint64(i), ir.Typical)
 				require.NoError(t, err)
@@ -97,9 +116,9 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 					on := body.Node(o.Value)
 					vt = append(vt, ir.ValueType{Shape: on.Shape, DType: on.DType})
 				}
-				kernels, args, outs, wants = append(kernels, k), append(args, in), append(outs, vt), append(wants, want)
+				kernels, args, outs, wants = append(kernels, k, other), append(args, in, in), append(outs, vt, vt), append(wants, want, want)
 			}
-			require.GreaterOrEqual(t, len(kernels), 16)
+			require.GreaterOrEqual(t, len(kernels), 32)
 			t.Logf("%s: %d sampled bodies emulated", name, len(kernels))
 			got, err := Emulate(context.Background(), kernels, args, outs, emu.Options{})
 			require.NoError(t, err)
@@ -109,7 +128,7 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 					w := wants[i].Outputs[name]
 					mm, err := ir.Compare(got[i][j], w, wants[i].Magnitudes[name], 1024)
 					require.NoError(t, err)
-					assert.Nil(t, mm, "%s output %d: %v\n%s", k.Name, j, mm, k.Text)
+					assert.Nil(t, mm, "%s (%s) output %d: %v\n%s", k.Name, k.Schedule, j, mm, k.Text)
 				}
 			}
 		})

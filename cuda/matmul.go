@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
 // The matmul kernel form, f32 path: C[b] = A[b] x B[b] tiled BMxBN per
-// block with BK-deep steps through shared memory, each of the 256 threads
-// accumulating a 4x4 patch in registers. The operands are computed as the
+// block (the schedule's; 64x64 by default) with BK-deep steps through
+// shared memory, each of the (BM/4)x(BN/4) threads accumulating a 4x4
+// patch in registers. The operands are computed as the
 // tiles are loaded (a fused elementwise prologue over the kernel's
 // arguments, through any views), and the epilogue is applied as C is
 // written. The values after the matmul may only be elementwise ops, casts,
@@ -17,8 +19,7 @@ import (
 // f16 and bf16 operands take the tensor-core path (tensorcore.go).
 
 const (
-	mmBM, mmBN, mmBK = 64, 64, 16
-	mmThreads        = 256 // 16x16 threads, 4x4 outputs each
+	mmBM, mmBN, mmBK = 64, 64, 16 // the default tile
 )
 
 func isMatmulKernel(body *ir.Graph) bool {
@@ -36,11 +37,7 @@ func isMatmulKernel(body *ir.Graph) bool {
 	return matmuls == 1
 }
 
-// mmWarps is the warps of a matmul block, which share the rows of its
-// norm prologue's statistics.
-const mmWarps = mmThreads / 32
-
-func printMatmul(k *Kernel, body *ir.Graph) (string, error) {
+func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	var mm ir.Value
 	for i, n := range body.Nodes {
 		if n.Op == ir.OpMatMul {
@@ -53,32 +50,40 @@ func printMatmul(k *Kernel, body *ir.Graph) (string, error) {
 		return "", fmt.Errorf("matmul of a vector: lowering handles matrices")
 	}
 	if a.DType != ir.F32 || bb.DType != ir.F32 {
-		return printTensorCore(k, body, mm)
+		return printTensorCore(k, body, mm, s)
 	}
+	if s == (cost.Schedule{}) {
+		s = cost.Schedule{BM: mmBM, BN: mmBN, BK: mmBK, Threads: mmBM / 4 * mmBN / 4, Stages: 1}
+	}
+	if s.Tensor || s.BK != mmBK || s.BM%16 != 0 || s.BN%32 != 0 || s.Stages != 1 || s.Rows != 0 || s.Threads != s.BM/4*s.BN/4 || s.Threads > 1024 {
+		return "", fmt.Errorf("f32 matmul: schedule %s: the f32 path takes BM a multiple of 16, BN of 32, BK 16, one stage and (BM/4)x(BN/4) threads", s)
+	}
+	k.Schedule = s
+	BM, BN, BK, threads := s.BM, s.BN, s.BK, s.Threads
 	g, err := matmulGeometry(body, mm)
 	if err != nil {
 		return "", err
 	}
 	out, r, M, N, K, batch := g.out, g.r, g.M, g.N, g.K, g.batch
-	k.Block = [3]int{mmThreads, 1, 1}
-	k.Grid = [3]int{int((N + mmBN - 1) / mmBN), int((M + mmBM - 1) / mmBM), int(batch)}
+	k.Block = [3]int{threads, 1, 1}
+	k.Grid = [3]int{int((N + int64(BN) - 1) / int64(BN)), int((M + int64(BM) - 1) / int64(BM)), int(batch)}
 	opIndex := g.opIndex
 	var b strings.Builder
-	fmt.Fprintf(&b, "  __shared__ float As[%d][%d];\n  __shared__ float Bs[%d][%d];\n", mmBK, mmBM+4, mmBK, mmBN+4)
-	b.WriteString("  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;\n")
-	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", mmBM, mmBN)
+	fmt.Fprintf(&b, "  __shared__ float As[%d][%d];\n  __shared__ float Bs[%d][%d];\n", BK, BM+4, BK, BN+4)
+	fmt.Fprintf(&b, "  const int tx = threadIdx.x %% %d, ty = threadIdx.x / %d;\n", BN/4, BN/4)
+	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", BM, BN)
 	b.WriteString("  long long bz = blockIdx.z;\n")
 	for d := r - 3; d >= 0; d-- {
 		fmt.Fprintf(&b, "  long long b%d = bz %% %dLL; bz /= %dLL;\n", d, out[d], out[d])
 	}
 	// A norm prologue: the row statistics of the block's rows of A in
 	// shared memory, for the tile loads.
-	reducedAt, err := normPrologue(&b, body, a.Shape, M, K, mmBM, mmWarps)
+	reducedAt, err := normPrologue(&b, body, a.Shape, M, K, BM, threads/32)
 	if err != nil {
 		return "", err
 	}
 	b.WriteString("  float acc[4][4];\n  for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;\n")
-	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, mmBK)
+	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, BK)
 	// Each thread loads 4 elements of each tile, computing the prologue.
 	loadTile := func(operand ir.Value, shape ir.Shape, rowsA bool) error {
 		e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt}
@@ -98,11 +103,12 @@ func printMatmul(k *Kernel, body *ir.Graph) (string, error) {
 		if err != nil {
 			return err
 		}
-		b.WriteString("    for (int t = threadIdx.x; t < 1024; t += 256) {\n")
 		if rowsA {
-			fmt.Fprintf(&b, "      int kk = t %% %d, mm = t / %d;\n", mmBK, mmBK)
+			fmt.Fprintf(&b, "    for (int t = threadIdx.x; t < %d; t += %d) {\n", BK*BM, threads)
+			fmt.Fprintf(&b, "      int kk = t %% %d, mm = t / %d;\n", BK, BK)
 		} else {
-			fmt.Fprintf(&b, "      int nn = t %% %d, kk = t / %d;\n", mmBN, mmBN)
+			fmt.Fprintf(&b, "    for (int t = threadIdx.x; t < %d; t += %d) {\n", BK*BN, threads)
+			fmt.Fprintf(&b, "      int nn = t %% %d, kk = t / %d;\n", BN, BN)
 		}
 		for _, l := range e.lines {
 			b.WriteString("    " + l + "\n")
@@ -117,7 +123,7 @@ func printMatmul(k *Kernel, body *ir.Graph) (string, error) {
 		return "", err
 	}
 	b.WriteString("    __syncthreads();\n")
-	fmt.Fprintf(&b, "    for (int kk = 0; kk < %d; kk++) {\n", mmBK)
+	fmt.Fprintf(&b, "    for (int kk = 0; kk < %d; kk++) {\n", BK)
 	b.WriteString("      float av[4], bv[4];\n")
 	b.WriteString("      for (int i = 0; i < 4; i++) { av[i] = As[kk][ty * 4 + i]; bv[i] = Bs[kk][tx * 4 + i]; }\n")
 	b.WriteString("      for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];\n")

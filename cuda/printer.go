@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -41,6 +42,14 @@ type Kernel struct {
 	// Helpers names the helper functions it calls, which Source prints
 	// once.
 	Helpers []string
+	// Schedule is the schedule it was printed with, the form's default
+	// filled in.
+	Schedule cost.Schedule
+	// Estimate is the cost model's estimate of Schedule when the cost
+	// model chose it (PrintProgramWith), and Alternatives the next best
+	// schedules, the candidates to measure.
+	Estimate     *cost.Estimate
+	Alternatives []cost.Estimate
 }
 
 // paramName is the parameter a body value is read from or written to.
@@ -52,48 +61,69 @@ func paramName(body *ir.Graph, v ir.Value) string {
 const maxGrid = 4096
 
 // PrintKernel prints the kernel named name computing body (a lowered
-// kernel body over whole buffers); comment says what it implements. A body
-// of a form the printer does not know yet is an error naming the form.
+// kernel body over whole buffers) with its form's default schedule;
+// comment says what it implements. A body of a form the printer does not
+// know yet is an error naming the form.
 func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
-	body, err := decompose(body)
+	return PrintKernelWith(name, comment, body, cost.Schedule{})
+}
+
+// PrintKernelWith prints a kernel under schedule s, one of the schedules
+// the cost model lists for the body (cost.Model.Ranked); the zero schedule
+// is the form's default. A schedule the form cannot run is an error naming
+// it, never a kernel that ignores it.
+func PrintKernelWith(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel, error) {
+	k, err := printKernel(name, comment, body, s)
 	if err != nil {
 		return nil, fmt.Errorf("print kernel %s: %w", name, err)
+	}
+	return k, nil
+}
+
+func printKernel(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel, error) {
+	body, err := decompose(body)
+	if err != nil {
+		return nil, err
 	}
 	row := !isElementwise(body) && isRowKernel(body)
 	matmul := !isElementwise(body) && !row && isMatmulKernel(body)
 	attention := !isElementwise(body) && !row && !matmul && isAttentionKernel(body)
-	if attention {
-		k := &Kernel{Name: name}
-		setParams(k, body)
-		text, err := printAttention(k, body)
-		if err != nil {
-			return nil, fmt.Errorf("print kernel %s: %w", name, err)
-		}
-		k.Text = header(name, comment, k) + text + "}\n"
-		return k, nil
+	if !isElementwise(body) && !row && !matmul && !attention {
+		return nil, fmt.Errorf("%s kernel cannot be printed yet: lowering emits the elementwise, row, matmul and attention forms only", formName(body))
 	}
-	if !isElementwise(body) && !row && !matmul {
-		return nil, fmt.Errorf("print kernel %s: %s kernel cannot be printed yet: lowering emits the elementwise, row and matmul forms only", name, formName(body))
-	}
-	k := &Kernel{Name: name, Block: [3]int{elementwiseThreads, 1, 1}}
+	k := &Kernel{Name: name}
 	setParams(k, body)
-	if matmul {
-		text, err := printMatmul(k, body)
-		if err != nil {
-			return nil, fmt.Errorf("print kernel %s: %w", name, err)
-		}
-		k.Text = header(name, comment, k) + text + "}\n"
-		return k, nil
+	var text string
+	switch {
+	case attention:
+		text, err = printAttention(k, body, s)
+	case matmul:
+		text, err = printMatmul(k, body, s)
+	case row:
+		k.Helpers, text, err = printRow(k, body, s)
+	default:
+		text, err = printElementwise(k, body, s)
 	}
-	if row {
-		helpers, text, err := printRow(k, body)
-		if err != nil {
-			return nil, fmt.Errorf("print kernel %s: %w", name, err)
-		}
-		k.Helpers = helpers
-		k.Text = header(name, comment, k) + text + "}\n"
-		return k, nil
+	if err != nil {
+		return nil, err
 	}
+	k.Text = header(name, comment, k) + text + "}\n"
+	return k, nil
+}
+
+// printElementwise prints the grid-stride loop of an elementwise kernel,
+// four elements a thread at a time when every operand is read at the
+// output's own element.
+func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
+	threads := s.Threads
+	if threads == 0 {
+		threads = elementwiseThreads
+	}
+	if threads%32 != 0 || threads > 1024 || s.BM != 0 || s.BN != 0 || s.Rows != 0 || s.Tensor {
+		return "", fmt.Errorf("elementwise kernel: schedule %s: a block of 32 to 1024 threads (a multiple of 32) is all it takes", s)
+	}
+	k.Block = [3]int{threads, 1, 1}
+	k.Schedule = cost.Schedule{Threads: threads}
 	outShape := body.Node(body.Outputs[0].Value).Shape
 	elems := outShape.NumElements()
 	e := &elementwise{body: body, temps: map[string]string{}}
@@ -103,9 +133,9 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 		quads := elems / 4
 		loop = fmt.Sprintf("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < %dLL; q += (long long)gridDim.x * blockDim.x)", quads)
 		if err := e.vector(); err != nil {
-			return nil, fmt.Errorf("print kernel %s: %w", name, err)
+			return "", err
 		}
-		k.Grid = [3]int{int(min(max((quads+elementwiseThreads-1)/elementwiseThreads, 1), maxGrid)), 1, 1}
+		k.Grid = [3]int{int(min(max((quads+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	} else {
 		loop = fmt.Sprintf("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %dLL; i += (long long)gridDim.x * blockDim.x)", elems)
 		ix := make(index, len(outShape))
@@ -120,21 +150,19 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 		for j, o := range body.Outputs {
 			v, err := e.value(o.Value, ix, false)
 			if err != nil {
-				return nil, fmt.Errorf("print kernel %s: %w", name, err)
+				return "", err
 			}
 			e.emit("out%d[i] = %s;", j, store(body.Node(o.Value).DType, v))
 		}
-		k.Grid = [3]int{int(min(max((elems+elementwiseThreads-1)/elementwiseThreads, 1), maxGrid)), 1, 1}
+		k.Grid = [3]int{int(min(max((elems+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	}
 	var b strings.Builder
-	b.WriteString(header(name, comment, k))
 	fmt.Fprintf(&b, "  %s {\n", loop)
 	for _, l := range e.lines {
 		b.WriteString("  " + l + "\n")
 	}
-	b.WriteString("  }\n}\n")
-	k.Text = b.String()
-	return k, nil
+	b.WriteString("  }\n")
+	return b.String(), nil
 }
 
 // setParams declares a kernel's parameters: the body's inputs, then its

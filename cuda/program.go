@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 )
 
@@ -12,8 +14,22 @@ import (
 // launches with equal bodies (a model's layers) share one *Kernel, named
 // after its first launch, which Source prints once. Each kernel's comment
 // names what its first launch computes and the buffers it reads and
-// writes.
+// writes. Kernels take their form's default schedule.
 func PrintProgram(prog *lower.Program) ([]*Kernel, error) {
+	return PrintProgramWith(prog, nil)
+}
+
+// Ranker lists a kernel body's schedules, best first: cost.Model.Ranked.
+type Ranker func(body *ir.Graph) ([]cost.Estimate, error)
+
+// Alternatives is how many schedules after the chosen one a kernel keeps
+// as candidates for measurement.
+const Alternatives = 3
+
+// PrintProgramWith prints a program as PrintProgram does, each kernel in
+// the best schedule rank lists for its body, keeping the next few as its
+// Alternatives; a nil rank prints the defaults.
+func PrintProgramWith(prog *lower.Program, rank Ranker) ([]*Kernel, error) {
 	var out []*Kernel
 	byBody := map[string]*Kernel{}
 	for _, l := range append(append([]*lower.Launch(nil), prog.Prep...), prog.Run...) {
@@ -22,7 +38,7 @@ func PrintProgram(prog *lower.Program) ([]*Kernel, error) {
 			out = append(out, k)
 			continue
 		}
-		k, err := PrintKernel(l.Name, launchComment(prog, l), l.Body)
+		k, err := printRanked(l.Name, launchComment(prog, l), l.Body, rank)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", prog.Name, err)
 		}
@@ -30,6 +46,28 @@ func PrintProgram(prog *lower.Program) ([]*Kernel, error) {
 		out = append(out, k)
 	}
 	return out, nil
+}
+
+// printRanked prints a body in its best ranked schedule. The printer
+// implements every schedule the cost model lists (TestEveryLegalKernelPrints
+// holds it to that), so a refusal is a bug, reported as one.
+func printRanked(name, comment string, body *ir.Graph, rank Ranker) (*Kernel, error) {
+	if rank == nil {
+		return PrintKernel(name, comment, body)
+	}
+	ranked, err := rank(body)
+	if err != nil {
+		return nil, fmt.Errorf("schedules of %s: %w", name, err)
+	}
+	best := ranked[0]
+	k, err := PrintKernelWith(name, comment+"\nschedule "+best.Schedule.String(), body, best.Schedule)
+	if err != nil {
+		return nil, fmt.Errorf("the cost model's best schedule does not print (a printer or cost-model bug): %w", err)
+	}
+	est := best
+	k.Estimate = &est
+	k.Alternatives = append([]cost.Estimate(nil), ranked[1:min(len(ranked), 1+Alternatives)]...)
+	return k, nil
 }
 
 // Distinct lists kernels once each, in first-use order.

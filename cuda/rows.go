@@ -4,15 +4,19 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
 // The row kernel form: reductions along the last axis of one row shape
 // (sum, max; softmax, RMS and layer norm decomposed into them), with
 // elementwise prologues feeding them and an elementwise epilogue using
-// them. A block owns a row at a time: each reduction is a strided pass of
-// its threads over the row, a warp-shuffle tree and a pass through shared
-// memory across warps; then the outputs are written in a last pass. The
+// them. By default a block owns a row at a time: each reduction is a
+// strided pass of its threads over the row, a warp-shuffle tree and a pass
+// through shared memory across warps; then the outputs are written in a
+// last pass. Under a schedule with Rows set, each warp of the block owns a
+// row instead and reduces with shuffles alone (short rows would leave most
+// of a block idle). The
 // values after the reductions may only be elementwise ops, casts, reshapes
 // and broadcasts of the row statistics, so that output element i belongs to
 // row i / L.
@@ -29,6 +33,16 @@ var blockReduceHelpers = map[string]string{
   int warps = (blockDim.x + 31) >> 5;
   v = lane < warps ? scratch[lane] : 0.0f;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+`,
+	"lum_warp_sum": `__device__ __forceinline__ float lum_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+`,
+	"lum_warp_max": `__device__ __forceinline__ float lum_warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) { float t = __shfl_xor_sync(0xffffffffu, v, o); v = (v != v || v > t) ? v : t; }
   return v;
 }
 `,
@@ -69,7 +83,7 @@ func isRowKernel(body *ir.Graph) bool {
 }
 
 // printRow prints a row kernel.
-func printRow(k *Kernel, body *ir.Graph) ([]string, string, error) {
+func printRow(k *Kernel, body *ir.Graph, s cost.Schedule) ([]string, string, error) {
 	var reds []ir.Value
 	for i, n := range body.Nodes {
 		if n.Op.Class() == ir.ClassReduce {
@@ -109,16 +123,29 @@ func printRow(k *Kernel, body *ir.Graph) ([]string, string, error) {
 			return nil, "", fmt.Errorf("row kernel output of %d elements for %d rows of %d", n, rows, L)
 		}
 	}
-	threads := int64(256)
-	if L < 256 {
-		threads = max(32, (L+31)/32*32)
+	if s == (cost.Schedule{}) {
+		s.Threads = 256
+		if L < 256 {
+			s.Threads = int(max(32, (L+31)/32*32))
+		}
 	}
-	k.Block = [3]int{int(threads), 1, 1}
-	k.Grid = [3]int{int(min(max(rows, 1), maxGrid)), 1, 1}
-
+	warpRows := s.Rows > 0
+	if s.Threads%32 != 0 || s.Threads > 1024 || s.BM != 0 || s.BN != 0 || s.Tensor || (warpRows && s.Threads != 32*s.Rows) {
+		return nil, "", fmt.Errorf("row kernel: schedule %s: a row kernel takes a block of 32 to 1024 threads (a multiple of 32), with rows= a warp per row", s)
+	}
+	k.Schedule = s
+	k.Block = [3]int{s.Threads, 1, 1}
+	lane, stride := "threadIdx.x", "blockDim.x"
 	var b strings.Builder
-	fmt.Fprintf(&b, "  __shared__ float lum_scratch[32];\n")
-	fmt.Fprintf(&b, "  for (long long r = blockIdx.x; r < %dLL; r += gridDim.x) {\n", rows)
+	if warpRows {
+		k.Grid = [3]int{int(min(max((rows+int64(s.Rows)-1)/int64(s.Rows), 1), maxGrid)), 1, 1}
+		lane, stride = "(threadIdx.x & 31)", "32"
+		fmt.Fprintf(&b, "  for (long long r = (long long)blockIdx.x * %d + (threadIdx.x >> 5); r < %dLL; r += (long long)gridDim.x * %d) {\n", s.Rows, rows, s.Rows)
+	} else {
+		k.Grid = [3]int{int(min(max(rows, 1), maxGrid)), 1, 1}
+		fmt.Fprintf(&b, "  __shared__ float lum_scratch[32];\n")
+		fmt.Fprintf(&b, "  for (long long r = blockIdx.x; r < %dLL; r += gridDim.x) {\n", rows)
+	}
 	redVars := map[ir.Value]string{}
 	var helpers []string
 	// pass emits a strided loop over the row's elements with a fresh
@@ -138,7 +165,7 @@ func printRow(k *Kernel, body *ir.Graph) ([]string, string, error) {
 		if err := bodyFn(e, ix); err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "    for (long long j = threadIdx.x; j < %dLL; j += blockDim.x) {\n", L)
+		fmt.Fprintf(&b, "    for (long long j = %s; j < %dLL; j += %s) {\n", lane, L, stride)
 		for _, l := range e.lines {
 			b.WriteString("    " + l + "\n")
 		}
@@ -151,6 +178,11 @@ func printRow(k *Kernel, body *ir.Graph) ([]string, string, error) {
 		init, combine, helper := "0.0f", "%s = %s + %s;", "lum_block_sum"
 		if n.Op == ir.OpMaxReduce {
 			init, combine, helper = "-INFINITY", "%s = lum_max_nan(%s, %s);", "lum_block_max"
+			if warpRows {
+				// lum_max_nan comes with lum_block_max; a warp's max
+				// keeps NaNs the same way inline.
+				combine = "{ float x_ = %[3]s; %[1]s = (%[2]s != %[2]s || %[2]s > x_) ? %[2]s : x_; }"
+			}
 		}
 		fmt.Fprintf(&b, "    float %s = %s;\n", acc, init)
 		err := pass(rowShape, func(e *elementwise, ix index) error {
@@ -165,7 +197,12 @@ func printRow(k *Kernel, body *ir.Graph) ([]string, string, error) {
 			return nil, "", err
 		}
 		red := fmt.Sprintf("red%d", ri)
-		fmt.Fprintf(&b, "    float %s = %s(%s, lum_scratch);\n", red, helper, acc)
+		if warpRows {
+			helper = strings.Replace(helper, "block", "warp", 1)
+			fmt.Fprintf(&b, "    float %s = %s(%s);\n", red, helper, acc)
+		} else {
+			fmt.Fprintf(&b, "    float %s = %s(%s, lum_scratch);\n", red, helper, acc)
+		}
 		if n.DType != ir.F32 {
 			// The reduction's result is stored as its dtype would be.
 			fmt.Fprintf(&b, "    %s = %s;\n", red, castExpr(ir.F32, n.DType, red))
@@ -211,12 +248,16 @@ func printRow(k *Kernel, body *ir.Graph) ([]string, string, error) {
 			if err != nil {
 				return nil, "", err
 			}
-			e.emit("if (threadIdx.x == 0) out%d[r] = %s;", j, store(on.DType, v))
+			e.emit("if (%s == 0) out%d[r] = %s;", lane, j, store(on.DType, v))
 		}
 		for _, l := range e.lines {
 			b.WriteString("  " + l + "\n")
 		}
 	}
-	b.WriteString("    __syncthreads();\n  }\n")
+	if warpRows {
+		b.WriteString("  }\n")
+	} else {
+		b.WriteString("    __syncthreads();\n  }\n")
+	}
 	return helpers, b.String(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -11,9 +12,10 @@ import (
 // operands, f32 accumulators, through mma.sync.m16n8k16 (the helpers
 // lum_mma_m16n8k16_f16/_bf16 of the preludes).
 //
-// A block of 128 threads (4 warps, 2x2) computes a 64x64 tile of C; each
-// warp a 32x32 patch as 2x4 mma tiles of 16x8 (32 f32 accumulators per
-// thread). K advances 32 at a time through two shared-memory buffers: while
+// A block of warps computes a BMxBN tile of C (the schedule's; by default
+// 64x64 with 4 warps, 2x2); each warp a 32x32 patch as 2x4 mma tiles of
+// 16x8 (32 f32 accumulators per thread), or with BM 16 a 16x32 patch as
+// 1x4 tiles. K advances 32 at a time through two shared-memory buffers: while
 // the warps multiply one, the next is filled. Shared memory holds the
 // operands rounded to the operand dtype, two K-adjacent values per 32-bit
 // word, the lower k in the low half, which is exactly a fragment register
@@ -32,10 +34,8 @@ import (
 // epilogue is applied to the accumulators as C is written, as in the f32
 // path.
 const (
-	tcBM, tcBN, tcBK = 64, 64, 32
-	tcThreads        = 128
-	tcWarps          = tcThreads / 32
-	tcPad            = 4 // words of padding per shared row
+	tcBM, tcBN, tcBK = 64, 64, 32 // the default tile
+	tcPad            = 4          // words of padding per shared row
 )
 
 // tcOperand says how one operand's tile is loaded.
@@ -92,7 +92,7 @@ func tcDirect(body *ir.Graph, v ir.Value, dt ir.DType, K int64, right bool) tcOp
 
 // printTensorCore prints the body of a matmul kernel whose operands are
 // both f16 or both bf16.
-func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
+func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string, error) {
 	mn := body.Node(mm)
 	a, bb := body.Node(mn.Inputs[0]), body.Node(mn.Inputs[1])
 	dt := a.DType
@@ -104,30 +104,45 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if s == (cost.Schedule{}) {
+		s = cost.Schedule{BM: tcBM, BN: tcBN, BK: tcBK, Threads: 128, Stages: 2, Tensor: true}
+	}
+	// mi is the mma tiles a warp stacks along M (16 rows each); the warps
+	// form a wM x wN grid of (16 mi) x 32 patches.
+	mi := 2
+	if s.BM == 16 {
+		mi = 1
+	}
+	wM, wN := s.BM/(16*mi), s.BN/32
+	if !s.Tensor || s.BK != tcBK || s.Stages != 2 || s.Rows != 0 || s.BM%16 != 0 || (s.BM > 16 && s.BM%32 != 0) || s.BN%32 != 0 || s.BN == 0 || s.Threads != 32*wM*wN || s.Threads > 1024 {
+		return "", fmt.Errorf("tensor-core matmul: schedule %s: the tensor-core path takes BM 16 or a multiple of 32, BN a multiple of 32, BK 32, two stages, mma and a warp per 32x32 (16x32) patch", s)
+	}
+	k.Schedule = s
+	BM, BN, threads := s.BM, s.BN, s.Threads
 	out, r, M, N, K, batch := g.out, g.r, g.M, g.N, g.K, g.batch
-	k.Block = [3]int{tcThreads, 1, 1}
-	k.Grid = [3]int{int((N + tcBN - 1) / tcBN), int((M + tcBM - 1) / tcBM), int(batch)}
+	k.Block = [3]int{threads, 1, 1}
+	k.Grid = [3]int{int((N + int64(BN) - 1) / int64(BN)), int((M + int64(BM) - 1) / int64(BM)), int(batch)}
 	opIndex := g.opIndex
 	var b strings.Builder
 	words := tcBK/2 + tcPad
-	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[2][%d][%d];\n", tcBM, words)
-	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned Bs[2][%d][%d];\n", tcBN, words)
+	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[2][%d][%d];\n", BM, words)
+	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned Bs[2][%d][%d];\n", BN, words)
 	b.WriteString("  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;\n")
-	b.WriteString("  const int wm = threadIdx.x / 64 * 32, wn = threadIdx.x / 32 % 2 * 32;\n")
-	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", tcBM, tcBN)
+	fmt.Fprintf(&b, "  const int wm = threadIdx.x / %d * %d, wn = threadIdx.x / 32 %% %d * 32;\n", 32*wN, 16*mi, wN)
+	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", BM, BN)
 	if r > 2 {
 		b.WriteString("  long long bz = blockIdx.z;\n")
 	}
 	for d := r - 3; d >= 0; d-- {
 		fmt.Fprintf(&b, "  long long b%d = bz %% %dLL; bz /= %dLL;\n", d, out[d], out[d])
 	}
-	reducedAt, err := normPrologue(&b, body, a.Shape, M, K, tcBM, tcWarps)
+	reducedAt, err := normPrologue(&b, body, a.Shape, M, K, BM, threads/32)
 	if err != nil {
 		return "", err
 	}
 
-	b.WriteString("  float acc[2][4][4];\n")
-	b.WriteString("  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n")
+	fmt.Fprintf(&b, "  float acc[%d][4][4];\n", mi)
+	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n", mi)
 	steps := (K + tcBK - 1) / tcBK
 	fmt.Fprintf(&b, "  // Step kt fills buffer kt %% 2 with K tile kt while the warps multiply\n")
 	fmt.Fprintf(&b, "  // tile kt - 1; the barrier ends both.\n")
@@ -136,15 +151,15 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 	fmt.Fprintf(&b, "      const int s = (int)(kt %% 2);\n      const long long k0 = kt * %d;\n", tcBK)
 	// loadTile fills one operand's buffer s for K tile k0.
 	loadTile := func(operand ir.Value, shape ir.Shape, right bool) error {
-		dst, rows, rowVar, rowLimit := "As", "m0", "m", M
+		dst, rows, rowVar, rowLimit, tileRows := "As", "m0", "m", M, BM
 		if right {
-			dst, rows, rowVar, rowLimit = "Bs", "n0", "n", N
+			dst, rows, rowVar, rowLimit, tileRows = "Bs", "n0", "n", N, BN
 		}
 		op := tcDirect(body, operand, dt, K, right)
 		if op.direct {
-			// 16-byte chunks: 64 rows x 4 chunks of 8 values.
-			chunks := tcBM * tcBK / 8
-			fmt.Fprintf(&b, "      for (int c = threadIdx.x; c < %d; c += %d) {\n", chunks, tcThreads)
+			// 16-byte chunks: the tile's rows x 4 chunks of 8 values.
+			chunks := tileRows * tcBK / 8
+			fmt.Fprintf(&b, "      for (int c = threadIdx.x; c < %d; c += %d) {\n", chunks, threads)
 			fmt.Fprintf(&b, "        const int rr = c / %d, kc = c %% %d * 8;\n", tcBK/8, tcBK/8)
 			fmt.Fprintf(&b, "        const long long %s = %s + rr, k = k0 + kc;\n", rowVar, rows)
 			var pix index
@@ -163,10 +178,10 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 		// Computed: each thread computes pairs of K-adjacent values in
 		// f32 and packs them. A walks K fastest (rows are K-contiguous
 		// in a row-major A); B walks N fastest (a row-major [K, N] B).
-		pairs := tcBM * tcBK / 2
-		fmt.Fprintf(&b, "      for (int p = threadIdx.x; p < %d; p += %d) {\n", pairs, tcThreads)
+		pairs := tileRows * tcBK / 2
+		fmt.Fprintf(&b, "      for (int p = threadIdx.x; p < %d; p += %d) {\n", pairs, threads)
 		if right {
-			fmt.Fprintf(&b, "        const int rr = p %% %d, kp = p / %d;\n", tcBN, tcBN)
+			fmt.Fprintf(&b, "        const int rr = p %% %d, kp = p / %d;\n", BN, BN)
 		} else {
 			fmt.Fprintf(&b, "        const int rr = p / %d, kp = p %% %d;\n", tcBK/2, tcBK/2)
 		}
@@ -205,8 +220,8 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 	b.WriteString("    if (kt > 0) {\n")
 	b.WriteString("      const int s = (int)((kt - 1) % 2);\n")
 	fmt.Fprintf(&b, "      for (int ks = 0; ks < %d; ks += 8) {\n", tcBK/2)
-	b.WriteString("        unsigned af[2][4], bf[4][2];\n")
-	b.WriteString("        for (int i = 0; i < 2; i++) {\n")
+	fmt.Fprintf(&b, "        unsigned af[%d][4], bf[4][2];\n", mi)
+	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) {\n", mi)
 	b.WriteString("          const int rr = wm + i * 16 + g;\n")
 	b.WriteString("          af[i][0] = As[s][rr][ks + t];\n")
 	b.WriteString("          af[i][1] = As[s][rr + 8][ks + t];\n")
@@ -218,12 +233,12 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value) (string, error) {
 	b.WriteString("          bf[j][0] = Bs[s][cc][ks + t];\n")
 	b.WriteString("          bf[j][1] = Bs[s][cc][ks + t + 4];\n")
 	b.WriteString("        }\n")
-	fmt.Fprintf(&b, "        for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", suffix)
+	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", mi, suffix)
 	b.WriteString("      }\n    }\n")
 	b.WriteString("    lum_cp_async_wait();\n    __syncthreads();\n  }\n")
 
 	// Epilogue: accumulator q of tile (i, j) is C's element (m, n).
-	b.WriteString("  for (int i = 0; i < 2; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) {\n")
+	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) {\n", mi)
 	b.WriteString("    long long m = m0 + wm + i * 16 + g + (q >= 2 ? 8 : 0), n = n0 + wn + j * 8 + t * 2 + (q & 1);\n")
 	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
 	if err := g.printEpilogue(&b, body, mm, "acc[i][j][q]"); err != nil {

@@ -123,7 +123,7 @@ func TestPrintTensorCore(t *testing.T) {
 			assert.Contains(t, k.Text, "lum_mma_m16n8k16_"+dt+"(")
 			assert.Equal(t, tc.async, strings.Contains(k.Text, "lum_cp_async16("), "cp.async")
 			assert.Equal(t, tc.packed, strings.Contains(k.Text, "lum_pack_"+dt+"x2("), "packing")
-			assert.Equal(t, [3]int{tcThreads, 1, 1}, k.Block)
+			assert.Equal(t, [3]int{128, 1, 1}, k.Block)
 		})
 	}
 	// Mixed operand dtypes have no tensor-core form.

@@ -91,7 +91,7 @@ type compiled struct {
 	kernels []*cuda.Kernel
 }
 
-func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions) (*compiled, error) {
+func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions, m *cost.Model) (*compiled, error) {
 	var rws []*egraph.Rewrite[rules.Data]
 	for _, s := range rules.Sets() {
 		r, err := rules.SetRewrites(s)
@@ -108,7 +108,11 @@ func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions) (*com
 	if err != nil {
 		return nil, err
 	}
-	ks, err := cuda.PrintProgram(lp)
+	var rank cuda.Ranker
+	if m != nil {
+		rank = m.Ranked
+	}
+	ks, err := cuda.PrintProgramWith(lp, rank)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +130,7 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 		return err
 	}
 	start := time.Now()
-	c, err := pipeline(ctx, g, sat)
+	c, err := pipeline(ctx, g, sat, m)
 	if err != nil {
 		return fmt.Errorf("compile %s: %w", model, err)
 	}
@@ -167,7 +171,7 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 			return err
 		}
 	default:
-		if err := verifyReduced(ctx, model, opt, sat, stdout); err != nil {
+		if err := verifyReduced(ctx, model, opt, sat, m, stdout); err != nil {
 			return err
 		}
 	}
@@ -200,7 +204,7 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 
 // verifyReduced runs the pipeline on the model's architecture at the
 // reduced size and checks its CUDA under emulation against the reference.
-func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat rules.SaturateOptions, stdout io.Writer) error {
+func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat rules.SaturateOptions, m *cost.Model, stdout io.Writer) error {
 	if _, err := exec.LookPath("g++"); err != nil {
 		fmt.Fprintf(stdout, "  verify: skipped: the CPU emulation needs g++ (%v)\n", err)
 		return nil
@@ -225,7 +229,7 @@ func verifyReduced(ctx context.Context, model string, opt corpus.Options, sat ru
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", model, err)
 	}
-	c, err := pipeline(ctx, g, sat)
+	c, err := pipeline(ctx, g, sat, m)
 	if err != nil {
 		return fmt.Errorf("verify %s at the reduced size: %w", model, err)
 	}
@@ -367,6 +371,19 @@ type planLaunch struct {
 	Registers int     `json:"registers,omitempty"`
 	Shared    int     `json:"shared_bytes,omitempty"`
 	Spills    int     `json:"spill_bytes,omitempty"`
+	// Schedule is the schedule printed; Alternatives the next best by
+	// the cost model, the candidates a measuring run tries.
+	Schedule     string            `json:"schedule"`
+	Alternatives []planAlternative `json:"alternatives,omitempty"`
+	// Bytes and Work are the cost model's DRAM traffic and arithmetic
+	// (by instruction class and dtype) for the printed schedule.
+	Bytes float64            `json:"bytes,omitempty"`
+	Work  map[string]float64 `json:"work,omitempty"`
+}
+
+type planAlternative struct {
+	Schedule  string  `json:"schedule"`
+	Predicted float64 `json:"predicted_s"`
 }
 
 func makePlan(model, target, arch string, lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources, m *cost.Model) planFile {
@@ -381,9 +398,26 @@ func makePlan(model, target, arch string, lp *lower.Program, ks []*cuda.Kernel, 
 	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
 	for i, l := range launches {
 		k := ks[i]
-		pl := planLaunch{Kernel: k.Name, Form: l.Form.String(), Grid: k.Grid, Block: k.Block, Args: l.Args, Outs: l.Outs}
-		if e, err := m.Kernel(l.Body); err == nil {
-			pl.Predicted = e.Seconds
+		pl := planLaunch{Kernel: k.Name, Form: l.Form.String(), Grid: k.Grid, Block: k.Block, Args: l.Args, Outs: l.Outs, Schedule: k.Schedule.String()}
+		est := k.Estimate
+		if est == nil {
+			if e, err := m.Kernel(l.Body); err == nil {
+				est = &e
+			}
+		}
+		if est != nil {
+			pl.Predicted, pl.Bytes = est.Seconds, est.Features.Bytes
+			for _, w := range est.Features.Work {
+				if w.FLOPs > 0 {
+					if pl.Work == nil {
+						pl.Work = map[string]float64{}
+					}
+					pl.Work[string(w.Class)+" "+w.DType] += w.FLOPs
+				}
+			}
+		}
+		for _, a := range k.Alternatives {
+			pl.Alternatives = append(pl.Alternatives, planAlternative{Schedule: a.Schedule.String(), Predicted: a.Seconds})
 		}
 		if r, ok := res[k.Name]; ok {
 			pl.Registers, pl.Shared, pl.Spills = r.Registers, r.SharedBytes, r.SpillStores
