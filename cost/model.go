@@ -183,6 +183,52 @@ type kernelForm struct {
 	rowLen int
 	// valueLen is attention's value row length (its output columns).
 	valueLen int
+	// res, when set, is the compiler's report for the schedule priced,
+	// used in place of the model's register and shared-memory guesses.
+	res *Resources
+}
+
+// Resources are what the compiler reports of one compiled kernel: its
+// registers per thread and static shared memory per block.
+type Resources struct {
+	Registers, Shared int
+}
+
+// Resourced prices one schedule of a kernel body with the compiler's
+// report of the kernel printed in it, so occupancy follows the registers
+// and shared memory it really uses rather than the model's guesses. A
+// measured time still overrides the prediction.
+func (m *Model) Resourced(body *ir.Graph, s Schedule, r Resources) (Estimate, error) {
+	k, err := analyze(body)
+	if err != nil {
+		return Estimate{}, err
+	}
+	k.res = &r
+	x, ok := k.features(s, m.Device)
+	if !ok {
+		return Estimate{}, fmt.Errorf("cost of kernel %s on %s: schedule %s with %d registers and %d bytes of shared memory does not fit", k.describe(), m.Device.Name, s, r.Registers, r.Shared)
+	}
+	e := Estimate{Schedule: s, Features: x}
+	var spec string
+	if m.Measurements != nil {
+		spec = body.String()
+	}
+	if t, ok := m.measured(spec, s); ok {
+		e.Seconds, e.Measured = t, true
+	} else if e.Seconds, err = Predict(m.Device, m.Factors, x); err != nil {
+		return Estimate{}, err
+	}
+	return e, nil
+}
+
+// occupancy is the blocks of this kernel one multiprocessor holds under a
+// schedule of threads whose blocks take shared bytes and regs registers a
+// thread by the model's reckoning, or by the compiler's when it reported.
+func (k *kernelForm) occupancy(d *Device, threads, shared, regs int) int {
+	if k.res != nil {
+		shared, regs = k.res.Shared, k.res.Registers
+	}
+	return occupancy(d, threads, shared, regs)
 }
 
 func analyze(body *ir.Graph) (*kernelForm, error) {
@@ -403,7 +449,7 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 			flops += opFLOPs(body, n)
 			elems = math.Max(elems, numel(n.Shape))
 		}
-		per := occupancy(d, s.Threads, 0, 32)
+		per := k.occupancy(d, s.Threads, 0, 32)
 		if per == 0 {
 			return Features{}, false
 		}
@@ -446,7 +492,7 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	dt := body.Node(mm.Inputs[0]).DType
 	size := dt.Size()
 	shared := (s.BM*s.BK + s.BK*s.BN) * size * max(s.Stages, 1)
-	per := occupancy(d, s.Threads, shared, s.BM*s.BN/s.Threads+32)
+	per := k.occupancy(d, s.Threads, shared, s.BM*s.BN/s.Threads+32)
 	if per == 0 {
 		return Features{}, false
 	}
@@ -501,7 +547,7 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	}
 	tiles := S
 	shared := (D + s.BN + 3) * 4
-	per := occupancy(d, s.Threads, shared, 40)
+	per := k.occupancy(d, s.Threads, shared, 40)
 	if per == 0 {
 		return Features{}, false
 	}

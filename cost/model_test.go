@@ -236,3 +236,28 @@ func BenchmarkKernelCost(b *testing.B) {
 		}
 	})
 }
+
+// TestResourcedFollowsTheCompiler: the compiler's register and shared
+// memory report replaces the model's guesses, so more registers never
+// predict a faster kernel, and a block that cannot fit is refused.
+func TestResourcedFollowsTheCompiler(t *testing.T) {
+	d := testDevice(t)
+	m := NewModel(d, Defaults(d))
+	k := matmulBody(t, ir.F32, 0, 2048, 2048, 2048)
+	best, err := m.Kernel(k)
+	require.NoError(t, err)
+	prev := 0.0
+	for _, regs := range []int{32, 64, 128, 255} {
+		e, err := m.Resourced(k, best.Schedule, Resources{Registers: regs, Shared: 9000})
+		if regs*best.Schedule.Threads > d.RegistersPerBlock {
+			require.Error(t, err)
+			continue
+		}
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, e.Seconds, prev, "%d registers", regs)
+		assert.LessOrEqual(t, e.Features.PerSM, d.RegistersPerSM/(regs*best.Schedule.Threads))
+		prev = e.Seconds
+	}
+	_, err = m.Resourced(k, best.Schedule, Resources{Registers: 32, Shared: d.SharedPerBlock + 1})
+	require.Error(t, err)
+}

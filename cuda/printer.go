@@ -50,6 +50,8 @@ type Kernel struct {
 	// schedules, the candidates to measure.
 	Estimate     *cost.Estimate
 	Alternatives []cost.Estimate
+
+	comment string // without the schedule line, for reprinting
 }
 
 // paramName is the parameter a body value is read from or written to.

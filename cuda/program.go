@@ -66,6 +66,7 @@ func printRanked(name, comment string, body *ir.Graph, rank Ranker) (*Kernel, er
 	}
 	est := best
 	k.Estimate = &est
+	k.comment = comment
 	k.Alternatives = append([]cost.Estimate(nil), ranked[1:min(len(ranked), 1+Alternatives)]...)
 	return k, nil
 }

@@ -144,13 +144,35 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 		c.prog.Kernels, c.prog.Prep, seconds(c.prog.Cost), costName, naive.Kernels+naive.Prep, seconds(naive.Cost))
 	fmt.Fprintf(stdout, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
-	src := cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 	resources := map[string]nvrtc.Resources{}
-	var ptx string
+	var ptx, src string
 	var cubin []byte
 	if lib, err := nvrtc.Load(); err != nil {
+		src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 		fmt.Fprintf(stdout, "  nvrtc: not compiled: %v\n", err)
 	} else {
+		// The cost model guessed each schedule's registers and shared
+		// memory; NVRTC knows them. Price the best few schedules of each
+		// kernel again as compiled.
+		compileUnit := func(unit string) (map[string]cost.Resources, error) {
+			res, err := lib.Compile(ctx, cuda.NVRTCPrelude+"\n"+unit, "schedules.cu", nvrtc.Options{Arch: arch})
+			if err != nil {
+				return nil, err
+			}
+			out := map[string]cost.Resources{}
+			for name, r := range res.Kernels {
+				out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes}
+			}
+			return out, nil
+		}
+		ks, changed, err := cuda.Rerank(lp, c.kernels, compileUnit, m.Resourced)
+		if err != nil {
+			return fmt.Errorf("compile %s: %w", model, err)
+		}
+		c.kernels = ks
+		fmt.Fprintf(stdout, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
+			len(cuda.Distinct(ks)), 1+cuda.Alternatives, changed)
+		src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 		res, err := lib.Compile(ctx, src, "kernels.cu", nvrtc.Options{Arch: arch})
 		if err != nil {
 			return fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)

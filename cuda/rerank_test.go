@@ -1,0 +1,114 @@
+package cuda
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scheduledProgram lowers tiny-llama:layer's naive program and prints it
+// in the h100 model's best schedules.
+func scheduledProgram(t *testing.T) (*lower.Program, []*Kernel, *cost.Model) {
+	g, err := corpus.Build("tiny-llama:layer", corpus.Options{Seq: 4})
+	require.NoError(t, err)
+	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+	require.NoError(t, err)
+	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+	require.NoError(t, err)
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	m := cost.NewModel(dev, cost.Defaults(dev))
+	ks, err := PrintProgramWith(lp, m.Ranked)
+	require.NoError(t, err)
+	return lp, ks, m
+}
+
+// TestRerankByCompiledResources: when the compiler reports that a kernel's
+// chosen schedule needs so many registers that a block no longer fits, the
+// kernel is printed again in its best alternative under the same name;
+// kernels whose report changes nothing keep their kernel.
+func TestRerankByCompiledResources(t *testing.T) {
+	lp, ks, m := scheduledProgram(t)
+	var victim *Kernel
+	for _, k := range Distinct(ks) {
+		if k.Estimate != nil && len(k.Alternatives) > 0 && strings.HasPrefix(k.Schedule.String(), "bm=") {
+			victim = k
+			break
+		}
+	}
+	require.NotNil(t, victim, "a scheduled matmul with alternatives")
+	var compiled []string
+	compile := func(src string) (map[string]cost.Resources, error) {
+		out := map[string]cost.Resources{}
+		for _, line := range strings.Split(src, "\n") {
+			if i := strings.Index(line, "__global__ void "); i >= 0 {
+				name := line[i+len("__global__ void "):]
+				name = name[:strings.IndexByte(name, '(')]
+				compiled = append(compiled, name)
+				out[name] = cost.Resources{Registers: 32}
+				if name == victim.Name {
+					out[name] = cost.Resources{Registers: 255, Shared: 1 << 20} // does not fit
+				}
+			}
+		}
+		return out, nil
+	}
+	out, changed, err := Rerank(lp, ks, compile, m.Resourced)
+	require.NoError(t, err)
+	assert.Equal(t, 1, changed)
+	assert.Contains(t, compiled, victim.Name+"_alt1")
+	require.Len(t, out, len(ks))
+	for i, k := range out {
+		assert.Equal(t, ks[i].Name, k.Name)
+		if ks[i] == victim {
+			assert.NotEqual(t, victim.Schedule, k.Schedule)
+			assert.Equal(t, victim.Alternatives[0].Schedule, k.Schedule, "the next best schedule")
+			assert.Contains(t, k.Text, "schedule "+k.Schedule.String())
+			assert.NotContains(t, k.Text, "schedule "+victim.Schedule.String())
+		} else {
+			assert.Same(t, ks[i], k)
+		}
+	}
+}
+
+// TestRerankWithNVRTC reranks with the real compiler's reports.
+func TestRerankWithNVRTC(t *testing.T) {
+	lib, err := nvrtc.Load()
+	if err != nil {
+		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	lp, ks, m := scheduledProgram(t)
+	compile := func(src string) (map[string]cost.Resources, error) {
+		res, err := lib.Compile(context.Background(), NVRTCPrelude+src, "rerank.cu", nvrtc.Options{Arch: "sm_90"})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]cost.Resources{}
+		for name, r := range res.Kernels {
+			out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes}
+		}
+		return out, nil
+	}
+	out, changed, err := Rerank(lp, ks, compile, m.Resourced)
+	require.NoError(t, err)
+	t.Logf("%d distinct kernels, %d changed schedule", len(Distinct(out)), changed)
+	for _, k := range Distinct(out) {
+		require.NotNil(t, k.Estimate, k.Name)
+		assert.Equal(t, k.Schedule, k.Estimate.Schedule)
+		for _, a := range k.Alternatives {
+			assert.GreaterOrEqual(t, a.Seconds, k.Estimate.Seconds, "%s: alternatives are slower", k.Name)
+		}
+	}
+}
