@@ -32,6 +32,10 @@ type Schedule struct {
 	// per row. Short rows leave most of a block idle, so they go a warp
 	// each.
 	Rows int
+	// TM is the rows of C each thread of an f32 matmul accumulates (4
+	// columns each); 0 means 4. With 1, a small tile has four times the
+	// threads streaming its operands.
+	TM int
 }
 
 // String is the schedule's canonical text, the tuning database's key.
@@ -49,6 +53,9 @@ func (s Schedule) String() string {
 	}
 	if s.Rows > 0 {
 		fmt.Fprintf(&b, ",rows=%d", s.Rows)
+	}
+	if s.TM > 0 {
+		fmt.Fprintf(&b, ",tm=%d", s.TM)
 	}
 	if s.Tensor {
 		b.WriteString(",mma")
@@ -337,7 +344,8 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     length rounds up to), or for rows up to 1024 long a warp per row,
 //     4 or 8 rows a block;
 //   - matmul, f32: BMxBN tiles (16 to 128 by 32 to 128, up to 512
-//     threads) of 4x4 outputs a thread, K steps of 16;
+//     threads) of 4x4 outputs a thread, or for tiles of 16 or 32 rows
+//     1x4, K steps of 16;
 //   - matmul, f16 and bf16: tensor-core tiles, a warp per 32x32
 //     (or 16x32) patch, 1 to 16 warps, K steps of 32, two stages;
 //   - attention: a block per query row, keys 32 at a time, 64 to 256
@@ -367,6 +375,9 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 				for _, bn := range []int{32, 64, 128} {
 					if t := bm / 4 * bn / 4; t <= 512 {
 						out = append(out, Schedule{BM: bm, BN: bn, BK: 16, Threads: t, Stages: 1})
+					}
+					if t := bm * bn / 4; bm <= 32 && t <= 512 {
+						out = append(out, Schedule{BM: bm, BN: bn, BK: 16, Threads: t, Stages: 1, TM: 1})
 					}
 				}
 			}

@@ -36,6 +36,8 @@ func ParseSchedule(text string) (Schedule, error) {
 			s.Stages = n
 		case "rows":
 			s.Rows = n
+		case "tm":
+			s.TM = n
 		default:
 			return Schedule{}, fmt.Errorf("schedule %q: unknown field %q", text, k)
 		}

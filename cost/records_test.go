@@ -17,6 +17,8 @@ func TestParseSchedule(t *testing.T) {
 		{Threads: 256},
 		{BM: 64, BN: 128, BK: 32, Threads: 128, Stages: 3, Tensor: true},
 		{BM: 16, BN: 64, Threads: 128, Stages: 2},
+		{BM: 16, BN: 32, BK: 16, Threads: 128, Stages: 1, TM: 1},
+		{Threads: 128, Rows: 4},
 	} {
 		got, err := ParseSchedule(s.String())
 		require.NoError(t, err)

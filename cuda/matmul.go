@@ -55,8 +55,15 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	if s == (cost.Schedule{}) {
 		s = cost.Schedule{BM: mmBM, BN: mmBN, BK: mmBK, Threads: mmBM / 4 * mmBN / 4, Stages: 1}
 	}
-	if s.Tensor || s.BK != mmBK || s.BM%16 != 0 || s.BN%32 != 0 || s.Stages != 1 || s.Rows != 0 || s.Threads != s.BM/4*s.BN/4 || s.Threads > 1024 {
-		return "", fmt.Errorf("f32 matmul: schedule %s: the f32 path takes BM a multiple of 16, BN of 32, BK 16, one stage and (BM/4)x(BN/4) threads", s)
+	// TM is the rows of C a thread accumulates (4 columns each): 4 by
+	// default; 1 gives small tiles (a decode step's few rows) more
+	// threads to stream the weights with.
+	TM := 4
+	if s.TM != 0 {
+		TM = s.TM
+	}
+	if s.Tensor || s.BK != mmBK || s.BM%16 != 0 || s.BN%32 != 0 || s.Stages != 1 || s.Rows != 0 || (TM != 4 && TM != 1) || s.Threads != s.BM/TM*s.BN/4 || s.Threads > 1024 {
+		return "", fmt.Errorf("f32 matmul: schedule %s: the f32 path takes BM a multiple of 16, BN of 32, BK 16, one stage, tm 4 or 1 and (BM/tm)x(BN/4) threads", s)
 	}
 	k.Schedule = s
 	BM, BN, BK, threads := s.BM, s.BN, s.BK, s.Threads
@@ -82,7 +89,7 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b.WriteString("  float acc[4][4];\n  for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;\n")
+	fmt.Fprintf(&b, "  float acc[%d][4];\n  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;\n", TM, TM)
 	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, BK)
 	// Each thread loads 4 elements of each tile, computing the prologue.
 	loadTile := func(operand ir.Value, shape ir.Shape, rowsA bool) error {
@@ -124,13 +131,19 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	}
 	b.WriteString("    __syncthreads();\n")
 	fmt.Fprintf(&b, "    for (int kk = 0; kk < %d; kk++) {\n", BK)
-	b.WriteString("      float av[4], bv[4];\n")
-	b.WriteString("      for (int i = 0; i < 4; i++) { av[i] = As[kk][ty * 4 + i]; bv[i] = Bs[kk][tx * 4 + i]; }\n")
-	b.WriteString("      for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];\n")
+	if TM == 4 {
+		b.WriteString("      float av[4], bv[4];\n")
+		b.WriteString("      for (int i = 0; i < 4; i++) { av[i] = As[kk][ty * 4 + i]; bv[i] = Bs[kk][tx * 4 + i]; }\n")
+	} else {
+		fmt.Fprintf(&b, "      float av[%d], bv[4];\n", TM)
+		fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) av[i] = As[kk][ty * %d + i];\n", TM, TM)
+		b.WriteString("      for (int j = 0; j < 4; j++) bv[j] = Bs[kk][tx * 4 + j];\n")
+	}
+	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];\n", TM)
 	b.WriteString("    }\n    __syncthreads();\n  }\n")
 	// Epilogue: C's element (m, n) of batch b is linear index i.
-	b.WriteString("  for (int ii = 0; ii < 4; ii++) for (int jj = 0; jj < 4; jj++) {\n")
-	b.WriteString("    long long m = m0 + ty * 4 + ii, n = n0 + tx * 4 + jj;\n")
+	fmt.Fprintf(&b, "  for (int ii = 0; ii < %d; ii++) for (int jj = 0; jj < 4; jj++) {\n", TM)
+	fmt.Fprintf(&b, "    long long m = m0 + ty * %d + ii, n = n0 + tx * 4 + jj;\n", TM)
 	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
 	if err := g.printEpilogue(&b, body, mm, "acc[ii][jj]"); err != nil {
 		return "", err
