@@ -33,57 +33,6 @@ func flatIndex(idx []int64, strides []int64) int64 {
 	return j
 }
 
-// reduce computes sum and reduce_max along one axis.
-func (e *evaluator) reduce() (*Tensor, *Tensor, error) {
-	n := e.n
-	x := e.in(0)
-	xs := x.Shape
-	ax, _ := normAxis(n.Axis, len(xs))
-	outer := int64(1)
-	for _, d := range xs[:ax] {
-		outer *= int64(d)
-	}
-	inner := int64(1)
-	for _, d := range xs[ax+1:] {
-		inner *= int64(d)
-	}
-	k := int64(xs[ax])
-	v, m := e.out()
-	for o := range outer {
-		for in := range inner {
-			base := o*k*inner + in
-			acc, macc := 0.0, 0.0
-			if n.Op == OpMaxReduce {
-				acc = math.Inf(-1)
-			}
-			for j := range k {
-				xi := x.At(base + j*inner)
-				switch n.Op {
-				case OpSum:
-					acc += xi
-					if m != nil {
-						macc += e.mag(0).F64[base+j*inner]
-					}
-				case OpMaxReduce:
-					if xi > acc || xi != xi || j == 0 {
-						if acc == acc { // keep a NaN once seen
-							acc = xi
-							if m != nil {
-								macc = e.mag(0).F64[base+j*inner]
-							}
-						}
-					}
-				}
-			}
-			v.F64[o*inner+in] = n.DType.roundInt(acc)
-			if m != nil {
-				m.F64[o*inner+in] = macc
-			}
-		}
-	}
-	return v, m, nil
-}
-
 // move computes the views and data-movement ops: each output element is
 // copied from one input element (or is a pad value), so the magnitude
 // moves the same way.

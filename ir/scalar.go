@@ -161,22 +161,3 @@ func binaryFn(op Op, dt DType) func(a, b float64) float64 {
 	}
 	return nil
 }
-
-// binaryMag is the first-order magnitude of a binary op's result: the
-// size of the terms combined, from the operands' values and magnitudes.
-func binaryMag(op Op, a, b, ma, mb, y float64) float64 {
-	switch op {
-	case OpAdd, OpSub:
-		return ma + mb
-	case OpMul:
-		return ma * mb
-	case OpDiv:
-		return math.Abs(y) + ma/math.Abs(b) + math.Abs(a)*mb/(b*b)
-	case OpPow:
-		// d/da a^b = b a^(b-1); d/db a^b = a^b ln a.
-		return math.Abs(y) + math.Abs(b*math.Pow(a, b-1))*ma + math.Abs(y*math.Log(math.Abs(a)))*mb
-	case OpMax, OpMin:
-		return math.Max(ma, mb)
-	}
-	return math.Abs(y)
-}

@@ -71,8 +71,10 @@ func Compare(got, want, mag *Tensor, reductionLength int) (*Mismatch, error) {
 		allowed := tol * mg
 		if tol > 0 {
 			// Results that underflow to subnormal values lose relative
-			// precision; a tiny absolute floor accepts them.
-			allowed = math.Max(allowed, tol*0x1p-126)
+			// precision; an absolute floor accepts them: f32's smallest
+			// normal scaled by the tolerance, or half the result dtype's
+			// smallest subnormal (an f16 result below it rounds to zero).
+			allowed = math.Max(allowed, math.Max(tol*0x1p-126, got.DType.smallestSubnormal()/2))
 		}
 		d := math.Abs(g - w)
 		if d > allowed {
@@ -87,4 +89,17 @@ func Compare(got, want, mag *Tensor, reductionLength int) (*Mismatch, error) {
 		}
 	}
 	return worst, nil
+}
+
+// smallestSubnormal is the least positive value of a float dtype.
+func (d DType) smallestSubnormal() float64 {
+	switch d {
+	case F16:
+		return 0x1p-24
+	case BF16:
+		return 0x1p-133
+	case F32:
+		return 0x1p-149
+	}
+	return 0
 }
