@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
 )
 
 // elementwiseThreads is the block size of elementwise kernels.
@@ -602,4 +603,70 @@ func binaryExpr(op ir.Op, a, b string, dt ir.DType) (string, error) {
 		return a + " >= " + b, nil
 	}
 	return "", fmt.Errorf("binary %s has no CUDA form", op)
+}
+
+// outputWindows reads the windows of body's outputs (lower.OutputWindow):
+// nil for an output written whole.
+func outputWindows(body *ir.Graph) ([]*lower.Window, error) {
+	ws := make([]*lower.Window, len(body.Outputs))
+	for j := range body.Outputs {
+		w, ok, err := lower.OutputWindow(body, j)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ws[j] = &w
+		}
+	}
+	return ws, nil
+}
+
+// storeIndex is the linear index, in the buffer of window w, of the output
+// element at ix (an index of the output's shape, out): ix moved by the
+// window's offset along its axis. A nil w is the output's own linear
+// index.
+func storeIndex(out ir.Shape, ix index, w *lower.Window) string {
+	if w == nil {
+		return linear(out, ix)
+	}
+	at := slices.Clone(ix)
+	switch {
+	case w.Offset == 0:
+	case ix[w.Axis] == "0":
+		at[w.Axis] = fmt.Sprintf("%dLL", w.Offset)
+	default:
+		at[w.Axis] = fmt.Sprintf("(%s + %dLL)", ix[w.Axis], w.Offset)
+	}
+	return linear(w.Shape, at)
+}
+
+// windowVectorizable reports whether an output of shape out written
+// through window w keeps 16-byte stores valid: every quad of consecutive
+// output elements lands on four consecutive buffer elements starting at a
+// multiple of four. Output elements run contiguously in the buffer for
+// out's extent along the axis times the extents after it; those runs start
+// at the window's offset times the inner extents, and follow one another a
+// buffer's extent along the axis apart. A nil w keeps them.
+func windowVectorizable(out ir.Shape, w *lower.Window) bool {
+	if w == nil {
+		return true
+	}
+	inner := int64(1)
+	for _, d := range out[w.Axis+1:] {
+		inner *= int64(d)
+	}
+	run, start, stride := int64(out[w.Axis])*inner, w.Offset*inner, int64(w.Shape[w.Axis])*inner
+	return run%4 == 0 && start%4 == 0 && stride%4 == 0
+}
+
+// storeVectorAt moves the 16-byte store that vector emits last from the
+// output's own quad to buffer element at (a windowed output's).
+func (e *elementwise) storeVectorAt(at string) error {
+	const own = "lum_st4(out0 + 4 * q, "
+	last := len(e.lines) - 1
+	if last < 0 || strings.Count(e.lines[last], own) != 1 {
+		return fmt.Errorf("elementwise kernel: no 16-byte store of out0 to move into its window")
+	}
+	e.lines[last] = strings.Replace(e.lines[last], own, "lum_st4(out0 + ("+at+"), ", 1)
+	return nil
 }

@@ -14,7 +14,10 @@ import (
 // intermediates placed in one arena buffer at their planned offsets as on
 // the device, and returns the outputs and the states' new contents. feeds
 // holds the inputs, weights and states by name; constants are computed on
-// the host, as the loader does.
+// the host, as the loader does. A launch that writes an output through a
+// window (lower.Launch.Window: a state's new rows written in place) gets
+// the whole buffer, which its kernel writes at the window's elements
+// alone; the window must fit the buffer.
 func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, opt emu.Options) (outputs, states map[string]*ir.Tensor, err error) {
 	launches := append(append([]*lower.Launch(nil), prog.Prep...), prog.Run...)
 	if len(launches) != len(kernels) {
@@ -57,6 +60,9 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 	}
 	var els []emu.Launch
 	for i, k := range kernels {
+		if err := checkWindows(prog, launches[i]); err != nil {
+			return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+		}
 		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
 		for _, id := range append(append([]int(nil), launches[i].Args...), launches[i].Outs...) {
 			l.Args = append(l.Args, where[id])
@@ -86,4 +92,23 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 		}
 	}
 	return outputs, states, nil
+}
+
+// checkWindows checks that launch l's windowed outputs fit their buffers:
+// each window has its buffer's shape, and the output the buffer's dtype.
+func checkWindows(prog *lower.Program, l *lower.Launch) error {
+	for j, o := range l.Outs {
+		w, ok, err := l.Window(j)
+		if err != nil {
+			return fmt.Errorf("launch %s: %w", l.Name, err)
+		}
+		if !ok {
+			continue
+		}
+		b := prog.Buffers[o]
+		if !b.Shape.Equal(w.Shape) || b.DType != l.Body.Node(l.Body.Outputs[j].Value).DType {
+			return fmt.Errorf("launch %s writes output %d through a window into %v, but its buffer is %s %s%v", l.Name, j, w.Shape, b.Kind, b.DType, b.Shape)
+		}
+	}
+	return nil
 }

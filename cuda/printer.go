@@ -115,7 +115,10 @@ func printKernel(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel
 
 // printElementwise prints the grid-stride loop of an elementwise kernel,
 // four elements a thread at a time when every operand is read at the
-// output's own element.
+// output's own element. An output written through a window
+// (lower.OutputWindow) is stored at its element's place in the buffer;
+// the 16-byte stores stay only where every quad is contiguous and aligned
+// there.
 func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	threads := s.Threads
 	if threads == 0 {
@@ -128,14 +131,23 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 	k.Schedule = cost.Schedule{Threads: threads}
 	outShape := body.Node(body.Outputs[0].Value).Shape
 	elems := outShape.NumElements()
+	windows, err := outputWindows(body)
+	if err != nil {
+		return "", err
+	}
 	e := &elementwise{body: body, temps: map[string]string{}}
 	var loop string
-	if vectorizable(body) && len(body.Outputs) == 1 {
+	if vectorizable(body) && len(body.Outputs) == 1 && windowVectorizable(outShape, windows[0]) {
 		k.Vector = true
 		quads := elems / 4
 		loop = fmt.Sprintf("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < %dLL; q += (long long)gridDim.x * blockDim.x)", quads)
 		if err := e.vector(); err != nil {
 			return "", err
+		}
+		if windows[0] != nil {
+			if err := e.storeVectorAt(storeIndex(outShape, split(outShape, "4 * q"), windows[0])); err != nil {
+				return "", err
+			}
 		}
 		k.Grid = [3]int{int(min(max((quads+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	} else {
@@ -154,7 +166,11 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 			if err != nil {
 				return "", err
 			}
-			e.emit("out%d[i] = %s;", j, store(body.Node(o.Value).DType, v))
+			at := "i"
+			if windows[j] != nil {
+				at = storeIndex(outShape, ix, windows[j])
+			}
+			e.emit("out%d[%s] = %s;", j, at, store(body.Node(o.Value).DType, v))
 		}
 		k.Grid = [3]int{int(min(max((elems+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	}

@@ -12,7 +12,9 @@ import (
 // feeds holds the inputs, weights and states by name. Temp buffers live in
 // a simulated arena at their planned offsets, so that a plan that lets two
 // live buffers overlap fails here, naming them, instead of giving a wrong
-// answer. It returns the outputs and the states' new contents.
+// answer. An output written through a window (Launch.Window) lands in
+// its buffer's slice, the rest of the buffer kept. It returns the outputs
+// and the states' new contents; the feeds are not modified.
 func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (outputs, states map[string]*ir.Tensor, err error) {
 	vals := make([]*ir.Tensor, len(prog.Buffers))
 	// The arena: which Temp buffer last wrote each placed range.
@@ -56,6 +58,22 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 		}
 		for i, o := range l.Outs {
 			buf := prog.Buffers[o]
+			w, windowed, err := l.Window(i)
+			if err != nil {
+				return fmt.Errorf("launch %s: %w", l.Name, err)
+			}
+			if windowed {
+				if by, ok := clobbered[o]; ok {
+					return fmt.Errorf("launch %s writes into %s after %s overwrote it in the arena", l.Name, buf.Name, prog.Buffers[by].Name)
+				}
+				if vals[o] == nil {
+					return fmt.Errorf("launch %s writes into %s before anything wrote it", l.Name, buf.Name)
+				}
+				if vals[o], err = writeWindow(ctx, vals[o], outs[i], w); err != nil {
+					return fmt.Errorf("launch %s writes into %s: %w", l.Name, buf.Name, err)
+				}
+				continue // the buffer keeps its place in the arena
+			}
 			vals[o] = outs[i]
 			if buf.Kind != Temp {
 				continue
@@ -94,4 +112,24 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 		}
 	}
 	return outputs, states, nil
+}
+
+// writeWindow returns a copy of buf with part written into its slice w.
+func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window) (*ir.Tensor, error) {
+	if !buf.Shape.Equal(w.Shape) || buf.DType != part.DType {
+		return nil, fmt.Errorf("a %s window into %v holds a %s%v buffer", part.DType, w.Shape, buf.DType, buf.Shape)
+	}
+	nb := ir.NewBuilder("window")
+	x := nb.Input("buf", buf.DType, buf.Shape...)
+	y := nb.Input("part", part.DType, part.Shape...)
+	nb.Output("out", nb.Apply(ir.OpSliceUpdate, ir.Attrs{Axis: w.Axis, Offset: w.Offset}, x, y))
+	g, err := nb.Build()
+	if err != nil {
+		return nil, err
+	}
+	res, err := ir.Eval(ctx, g, map[string]*ir.Tensor{"buf": buf, "part": part}, ir.EvalOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return res.Outputs["out"], nil
 }

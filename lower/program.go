@@ -2,9 +2,10 @@
 // program: the buffers a run reads and writes (inputs, weights, state,
 // constants and weights prepared at load time, intermediates, outputs),
 // the launches in order with each kernel's body made to read whole buffers
-// (the views its arguments are reached through folded into it), the
-// load-time preparation, and the memory plan that packs intermediates into
-// one arena by liveness.
+// (the views its arguments are reached through folded into it), state
+// updates written into the state buffers in place where that is safe (a
+// KV cache's new rows, through a Window), the load-time preparation, and
+// the memory plan that packs intermediates into one arena by liveness.
 //
 // It imports ir, egraph, extract and rules; code generation (package cuda)
 // prints what it builds.
@@ -13,6 +14,8 @@ package lower
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/extract"
@@ -55,6 +58,17 @@ type Buffer struct {
 
 // Launch is one kernel launch. Its Body reads whole buffers: input i of the
 // body is buffer Args[i], output j is written to buffer Outs[j].
+//
+// An output is either written whole (its shape is the buffer's) or through
+// a window: the body computes a slice of the buffer, the elements at
+// Window.Offset onward along Window.Axis, and the launch writes those
+// elements alone, in place, leaving the rest of the buffer as it was. That
+// is how a KV cache's new rows go straight into its State buffer. The
+// window belongs to the body, in the output's name (Window.OutputName), not
+// to the launch, so that a body alone says where its kernel writes: the
+// printer, the verifier and the cost model see bodies only, and launches
+// with equal bodies (which share one printed kernel) write equal windows.
+// Launch.Window and OutputWindow read it.
 type Launch struct {
 	Name string
 	Body *ir.Graph
@@ -66,6 +80,107 @@ type Launch struct {
 	Class egraph.ClassID
 }
 
+// Window places a launch's output inside a larger buffer: the body's
+// output is the slice of a buffer of shape Shape that starts at Offset
+// along Axis (0 <= Axis < len(Shape)) and runs for the output's own extent
+// there; on every other axis the output has the buffer's extent.
+type Window struct {
+	Axis   int
+	Offset int64
+	Shape  ir.Shape
+}
+
+// OutputName is the name a body gives its output j when the output is
+// written through w: "out0 into [1,8,4096,128] at 4095 along axis 2".
+func (w Window) OutputName(j int) string {
+	return fmt.Sprintf("out%d into %s at %d along axis %d", j, w.Shape, w.Offset, w.Axis)
+}
+
+// Offsets lists where the elements of an output of shape rows written
+// through w land: for each element, in row-major order, its row-major
+// index in the buffer. (A check that runs a kernel alone gives it a buffer
+// of w.Shape and reads the output's elements back from there.)
+func (w Window) Offsets(rows ir.Shape) []int64 {
+	out := make([]int64, rows.NumElements())
+	st, ix := w.Shape.Strides(), make([]int64, len(rows))
+	for e := range out {
+		at := w.Offset * st[w.Axis]
+		for d := range ix {
+			at += ix[d] * st[d]
+		}
+		out[e] = at
+		for d := len(ix) - 1; d >= 0; d-- {
+			if ix[d]++; ix[d] < int64(rows[d]) {
+				break
+			}
+			ix[d] = 0
+		}
+	}
+	return out
+}
+
+// Window reports whether the launch writes output j through a window, and
+// where; a malformed window is an error (see OutputWindow).
+func (l *Launch) Window(j int) (Window, bool, error) {
+	return OutputWindow(l.Body, j)
+}
+
+// OutputWindow reads the window of body's output j from the output's name
+// (Window.OutputName). ok is false for an output written whole. A name
+// that announces a window (" into ") but does not parse, or a window that
+// does not fit the output (rank, extents, offset, or the j it names), is
+// an error.
+func OutputWindow(body *ir.Graph, j int) (w Window, ok bool, err error) {
+	if j < 0 || j >= len(body.Outputs) {
+		return Window{}, false, fmt.Errorf("body %s has no output %d", body.Name, j)
+	}
+	o := body.Outputs[j]
+	if !strings.Contains(o.Name, " into ") {
+		return Window{}, false, nil
+	}
+	fail := func(format string, args ...any) (Window, bool, error) {
+		return Window{}, false, fmt.Errorf("body %s: output %q: %s", body.Name, o.Name, fmt.Sprintf(format, args...))
+	}
+	var at int
+	var shape string
+	if _, err := fmt.Sscanf(o.Name, "out%d into %s at %d along axis %d", &at, &shape, &w.Offset, &w.Axis); err != nil {
+		return fail("not a window: %v", err)
+	}
+	dims, open := strings.CutPrefix(shape, "[")
+	dims, closed := strings.CutSuffix(dims, "]")
+	if !open || !closed {
+		return fail("the buffer's shape %s is not [d0,d1,...]", shape)
+	}
+	if dims != "" {
+		for _, d := range strings.Split(dims, ",") {
+			n, err := strconv.ParseInt(d, 10, 64)
+			if err != nil {
+				return fail("the buffer's shape %s: %v", shape, err)
+			}
+			w.Shape = append(w.Shape, ir.Dim(n))
+		}
+	}
+	if w.OutputName(at) != o.Name {
+		return fail("not a window as Window.OutputName writes it")
+	}
+	if at != j {
+		return fail("names output %d", at)
+	}
+	out := body.Node(o.Value).Shape
+	if w.Axis < 0 || w.Axis >= len(w.Shape) || len(out) != len(w.Shape) {
+		return fail("axis %d of %v for a %v output", w.Axis, w.Shape, out)
+	}
+	for d := range out {
+		if d != w.Axis && out[d] != w.Shape[d] {
+			return fail("a %v output does not fit the buffer's %v", out, w.Shape)
+		}
+	}
+	if w.Offset < 0 || w.Offset+int64(out[w.Axis]) > int64(w.Shape[w.Axis]) {
+		return fail("%d rows at %d do not fit the buffer's %d", out[w.Axis], w.Offset, w.Shape[w.Axis])
+	}
+	return w, true, nil
+}
+
 // Program is a lowered program: buffers, the launches that prepare
 // weights at load time, and the launches of one run.
 type Program struct {
@@ -74,8 +189,10 @@ type Program struct {
 	Prep    []*Launch
 	Run     []*Launch
 	// Outputs maps each graph output to its buffer; Updates each state
-	// buffer to the buffer holding its new content at the end of a run
-	// (copied back by the run's last launches).
+	// buffer to the buffer holding its new content at the end of a run:
+	// the state buffer itself when a launch writes the new rows into it
+	// in place (through a Window), else a buffer that the run's last
+	// launches copy back.
 	Outputs map[string]int
 	Updates map[string]int
 	// ArenaBytes is the arena the memory plan needs for the Temp
@@ -108,7 +225,17 @@ type builder struct {
 // in e-graph eg for graph g (whose values are the classes AddGraph gave).
 // A chosen node that is neither a kernel, a view, a projection nor a leaf
 // is an error naming it: such a node does not execute.
+//
+// A state's new rows are written into its buffer in place when that is
+// safe (updateInPlace); otherwise the run's last launches copy the new
+// content into the state buffer.
 func FromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph.ClassID, p *extract.Problem, sol *extract.Solution) (*Program, error) {
+	return fromExtraction(eg, g, classes, p, sol, true)
+}
+
+// fromExtraction is FromExtraction; without inPlace every state update is
+// a copy at the end of the run (what tests compare in-place updates with).
+func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph.ClassID, p *extract.Problem, sol *extract.Solution, inPlace bool) (*Program, error) {
 	order, err := sol.Needed(p)
 	if err != nil {
 		return nil, fmt.Errorf("lower %s: %w", g.Name, err)
@@ -136,6 +263,9 @@ func FromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 			continue
 		}
 		b.prog.Outputs[r.Name] = b.output(v, r.Name)
+	}
+	if inPlace {
+		b.updateInPlace()
 	}
 	b.copyStates()
 	b.plan()
@@ -334,5 +464,197 @@ func (b *builder) copyStates() {
 		nb.Output("out0", nb.Apply(ir.OpCast, ir.Attrs{DType: buf.DType}, x))
 		body, _ := nb.Build()
 		b.prog.Run = append(b.prog.Run, &Launch{Name: fmt.Sprintf("k%d", len(b.prog.Run)), Body: body, Form: rules.FormOf(body), Args: []int{src}, Outs: []int{dst}})
+	}
+}
+
+// updateInPlace makes the launch computing a state's new content write the
+// new rows alone, straight into the state buffer, where that is safe:
+//
+//   - the new content is a Temp that one launch writes, its only output;
+//   - the launch's body outputs slice_update(state, rows), possibly
+//     through casts that change nothing, with the state buffer read whole
+//     there and nowhere else (the rows do not depend on the old content);
+//   - the rows are elementwise work (views, moves and elementwise ops,
+//     the form whose printer writes through windows);
+//   - no later launch reads the state buffer, whose old content the write
+//     destroys; launches before it read the old content as before.
+//
+// The launch's body then computes the rows only, written through a Window
+// at the slice_update's offset; the launches after it that read the new
+// content read the state buffer instead, and the Temp is dropped. Any
+// other update keeps the copy at the end of the run (copyStates).
+func (b *builder) updateInPlace() {
+	names := make([]string, 0, len(b.prog.Updates))
+	for name := range b.prog.Updates {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	drop := map[int]bool{}
+	for _, name := range names {
+		src := b.prog.Updates[name]
+		dst, ok := b.named[name]
+		if !ok || dst == src || b.prog.Buffers[src].Kind != Temp {
+			continue
+		}
+		writer := -1
+		for i, l := range b.prog.Run {
+			if slices.Contains(l.Outs, src) {
+				if writer >= 0 {
+					writer = -1
+					break
+				}
+				writer = i
+			}
+		}
+		if writer < 0 || len(b.prog.Run[writer].Outs) != 1 {
+			continue
+		}
+		readsOld := false
+		for _, l := range b.prog.Run[writer+1:] {
+			readsOld = readsOld || slices.Contains(l.Args, dst)
+		}
+		if readsOld {
+			continue
+		}
+		l := b.prog.Run[writer]
+		body, args, ok := rowsBody(l, dst)
+		if !ok {
+			continue
+		}
+		l.Body, l.Args, l.Outs, l.Form = body, args, []int{dst}, rules.FormOf(body)
+		for _, later := range b.prog.Run[writer+1:] {
+			for i, a := range later.Args {
+				if a == src {
+					later.Args[i] = dst
+				}
+			}
+		}
+		b.prog.Updates[name] = dst
+		drop[src] = true
+	}
+	b.dropBuffers(drop)
+}
+
+// rowsBody rewrites the body of launch l, whose output is
+// slice_update(state, rows) with the state buffer dst read whole, to
+// compute rows alone, written into dst through a window at the update's
+// offset. It returns the body and its arguments (dst no longer among
+// them), or false when l's body is not of that shape, the rows read the
+// state, or they are not elementwise work.
+func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
+	body := l.Body
+	k := slices.Index(l.Args, dst)
+	if k < 0 || len(body.Outputs) != 1 {
+		return nil, nil, false
+	}
+	ins := body.Inputs()
+	state := ins[k]
+	su := body.Node(noopCasts(body, body.Outputs[0].Value))
+	if su.Op != ir.OpSliceUpdate || noopCasts(body, su.Inputs[0]) != state {
+		return nil, nil, false
+	}
+	rows := su.Inputs[1]
+	need := make([]bool, len(body.Nodes))
+	need[rows] = true
+	for i := rows; i >= 0; i-- {
+		if need[i] {
+			for _, in := range body.Node(i).Inputs {
+				need[in] = true
+			}
+		}
+	}
+	if need[state] {
+		return nil, nil, false
+	}
+	nb := ir.NewBuilder(body.Name)
+	vals := make([]ir.Value, len(body.Nodes))
+	var args []int
+	for i, n := range body.Nodes[:rows+1] {
+		if !need[i] {
+			continue
+		}
+		if !rowsOp(n) {
+			return nil, nil, false
+		}
+		if n.Op == ir.OpInput {
+			vals[i] = nb.Input(fmt.Sprintf("$%d", len(args)), n.DType, n.Shape...)
+			args = append(args, l.Args[slices.Index(ins, ir.Value(i))])
+			continue
+		}
+		kids := make([]ir.Value, len(n.Inputs))
+		for j, in := range n.Inputs {
+			kids[j] = vals[in]
+		}
+		vals[i] = nb.Apply(n.Op, n.Attrs, kids...)
+	}
+	ax := su.Axis
+	if ax < 0 {
+		ax += len(su.Shape)
+	}
+	w := Window{Axis: ax, Offset: su.Offset, Shape: su.Shape.Clone()}
+	nb.Output(w.OutputName(0), vals[rows])
+	g, err := nb.Build()
+	if err != nil {
+		return nil, nil, false
+	}
+	return g, args, true
+}
+
+// noopCasts follows v through casts to the dtype it already has.
+func noopCasts(body *ir.Graph, v ir.Value) ir.Value {
+	for n := body.Node(v); n.Op == ir.OpCast && body.Node(n.Inputs[0]).DType == n.DType; n = body.Node(v) {
+		v = n.Inputs[0]
+	}
+	return v
+}
+
+// rowsOp reports whether a node may compute the rows of an in-place
+// update: the ops of the elementwise form (views, moves, elementwise ops
+// and leaves of at most one value), which the printer writes through a
+// window.
+func rowsOp(n *ir.Node) bool {
+	switch n.Op.Class() {
+	case ir.ClassLeaf:
+		return n.Op != ir.OpConst || len(n.Data) <= 1
+	case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
+		return true
+	}
+	return false
+}
+
+// dropBuffers removes the buffers in drop, which no launch reads or writes
+// any more, and renumbers the rest (a buffer named after its id, t<ID>, is
+// renamed with it).
+func (b *builder) dropBuffers(drop map[int]bool) {
+	if len(drop) == 0 {
+		return
+	}
+	id := make([]int, len(b.prog.Buffers))
+	var kept []*Buffer
+	for _, buf := range b.prog.Buffers {
+		if drop[buf.ID] {
+			id[buf.ID] = -1
+			continue
+		}
+		id[buf.ID] = len(kept)
+		if buf.Kind != Input && buf.Kind != Weight && buf.Kind != State && buf.Kind != Output && buf.Name == fmt.Sprintf("t%d", buf.ID) {
+			buf.Name = fmt.Sprintf("t%d", len(kept))
+		}
+		buf.ID = len(kept)
+		kept = append(kept, buf)
+	}
+	b.prog.Buffers = kept
+	for _, l := range slices.Concat(b.prog.Prep, b.prog.Run) {
+		for i, a := range l.Args {
+			l.Args[i] = id[a]
+		}
+		for i, o := range l.Outs {
+			l.Outs[i] = id[o]
+		}
+	}
+	for _, m := range []map[string]int{b.prog.Outputs, b.prog.Updates, b.named} {
+		for name, v := range m {
+			m[name] = id[v]
+		}
 	}
 }

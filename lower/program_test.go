@@ -2,6 +2,8 @@ package lower
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
@@ -124,4 +126,361 @@ func TestExecuteCatchesOverlap(t *testing.T) {
 	}
 	_, _, err = Execute(context.Background(), lp, feeds)
 	require.ErrorContains(t, err, "overwrote it in the arena")
+}
+
+// lowerNaive lowers g's naive program (every op its own kernel), with
+// state updates in place where safe or, without inPlace, all copied.
+func lowerNaive(t *testing.T, g *ir.Graph, inPlace bool) *Program {
+	t.Helper()
+	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+	require.NoError(t, err)
+	lp, err := fromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution, inPlace)
+	require.NoError(t, err)
+	return lp
+}
+
+// checkExecute executes lp on seeded random feeds and compares its outputs
+// and new states with the graph's reference evaluation; the feeds must
+// come back unchanged.
+func checkExecute(t *testing.T, g *ir.Graph, lp *Program) {
+	t.Helper()
+	feeds, err := ir.RandomFeeds(g, 7, ir.Typical)
+	require.NoError(t, err)
+	before := map[string][]float64{}
+	for name, f := range feeds {
+		before[name] = slices.Clone(f.Float64s())
+	}
+	want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+	require.NoError(t, err)
+	outs, states, err := Execute(context.Background(), lp, feeds)
+	require.NoError(t, err)
+	require.Len(t, states, len(want.States))
+	for name, w := range want.Outputs {
+		mm, err := ir.Compare(outs[name], w, want.Magnitudes[name], 256)
+		require.NoError(t, err)
+		assert.Nil(t, mm, "output %s: %v", name, mm)
+	}
+	for name, w := range want.States {
+		mm, err := ir.Compare(states[name], w, want.Magnitudes[name], 256)
+		require.NoError(t, err)
+		assert.Nil(t, mm, "state %s: %v", name, mm)
+	}
+	for name, f := range feeds {
+		assert.Equal(t, before[name], f.Float64s(), "feed %s was modified", name)
+	}
+}
+
+// stateWriters maps each State buffer to the launches of a run that write
+// it.
+func stateWriters(lp *Program) map[int][]*Launch {
+	w := map[int][]*Launch{}
+	for _, l := range lp.Run {
+		for _, o := range l.Outs {
+			if lp.Buffers[o].Kind == State {
+				w[o] = append(w[o], l)
+			}
+		}
+	}
+	return w
+}
+
+// TestInPlaceStateUpdates lowers decode steps and checks that every KV
+// cache is updated in place: one launch writes each state buffer, through
+// a window at the step's position holding the new token's rows only, no
+// copy launch is left, no Temp of the cache's size remains, and the
+// program still computes what the graph does.
+func TestInPlaceStateUpdates(t *testing.T) {
+	tests := []struct {
+		name  string
+		past  int
+		fused bool
+	}{
+		{"tiny-llama:decode", 0, false},
+		{"tiny-llama:decode", 3, false},
+		{"tiny-llama:decode", 7, false},
+		{"tiny-llama:decode", 3, true},
+		{"tiny-gpt2:decode", 3, false},
+		{"tiny-gpt2:decode", 7, true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/past=%d/fused=%t", tt.name, tt.past, tt.fused), func(t *testing.T) {
+			const capacity = 8
+			g, err := corpus.Build(tt.name, corpus.Options{Seq: capacity, Past: tt.past})
+			require.NoError(t, err)
+			var prog *rules.Program
+			if tt.fused {
+				prog, err = rules.SaturateModel(context.Background(), g, allRewrites(t), rules.SaturateOptions{IterLimit: 8})
+			} else {
+				prog, err = rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+			}
+			require.NoError(t, err)
+			lp, err := FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+			require.NoError(t, err)
+			checkPlan(t, lp)
+			for i, b := range lp.Buffers {
+				require.Equal(t, i, b.ID)
+			}
+			writers := stateWriters(lp)
+			require.Len(t, lp.Updates, len(g.States()))
+			for name, id := range lp.Updates {
+				st := lp.Buffers[id]
+				require.Equal(t, State, st.Kind, "state %s is updated through %s %s", name, st.Kind, st.Name)
+				require.Equal(t, name, st.Name)
+				require.Len(t, writers[id], 1, "state %s", name)
+				l := writers[id][0]
+				j := slices.Index(l.Outs, id)
+				w, ok, err := l.Window(j)
+				require.NoError(t, err)
+				require.True(t, ok, "launch %s writes state %s whole", l.Name, name)
+				assert.Equal(t, Window{Axis: 2, Offset: int64(tt.past), Shape: st.Shape}, w)
+				rows := l.Body.Node(l.Body.Outputs[j].Value)
+				want := st.Shape.Clone()
+				want[2] = 1
+				assert.Equal(t, want, rows.Shape, "launch %s writes more than the new rows", l.Name)
+				assert.NotContains(t, l.Args, id, "launch %s still reads the state it writes", l.Name)
+				assert.Equal(t, "elementwise", l.Form.Kind)
+			}
+			written := map[int]bool{}
+			for _, l := range lp.Run {
+				for _, o := range l.Outs {
+					written[o] = true
+				}
+			}
+			for _, b := range lp.Buffers {
+				if b.Kind == Temp {
+					assert.True(t, written[b.ID], "temp %s is never written", b.Name)
+				}
+			}
+			checkExecute(t, g, lp)
+		})
+	}
+}
+
+// TestInPlaceKeepsCopyWhenOldStateIsRead builds small graphs by hand: a
+// state read (its old content) by a launch after its update keeps the copy
+// at the end of the run; one read only before the update, and the new
+// content read after it, is updated in place.
+func TestInPlaceKeepsCopyWhenOldStateIsRead(t *testing.T) {
+	tests := []struct {
+		name    string
+		inPlace bool
+		build   func(b *ir.Builder, s, x ir.Value) (rows ir.Value, out func(upd ir.Value) ir.Value)
+	}{
+		{"old state read after the update", false, func(b *ir.Builder, s, x ir.Value) (ir.Value, func(ir.Value) ir.Value) {
+			return x, func(upd ir.Value) ir.Value {
+				return b.Add(b.Slice(upd, 2, 0, 4, 1), b.Slice(s, 2, 0, 4, 1))
+			}
+		}},
+		{"old state read before the update", true, func(b *ir.Builder, s, x ir.Value) (ir.Value, func(ir.Value) ir.Value) {
+			return b.Add(x, b.Slice(s, 2, 0, 1, 1)), func(upd ir.Value) ir.Value {
+				return b.Neg(b.Slice(upd, 2, 0, 4, 1))
+			}
+		}},
+		{"new content read whole after the update", true, func(b *ir.Builder, s, x ir.Value) (ir.Value, func(ir.Value) ir.Value) {
+			return b.Neg(x), func(upd ir.Value) ir.Value { return b.Exp(upd) }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := ir.NewBuilder("cache")
+			s := b.State("cache", ir.F32, 1, 2, 8, 4)
+			x := b.Input("x", ir.F32, 1, 2, 1, 4)
+			rows, out := tt.build(b, s, x)
+			upd := b.SliceUpdate(s, rows, 2, 3)
+			b.UpdateState(s, upd)
+			b.Output("y", out(upd))
+			g, err := b.Build()
+			require.NoError(t, err)
+			lp := lowerNaive(t, g, true)
+			checkPlan(t, lp)
+			st := lp.Buffers[slices.IndexFunc(lp.Buffers, func(b *Buffer) bool { return b.Kind == State })]
+			writers := stateWriters(lp)[st.ID]
+			require.Len(t, writers, 1)
+			_, windowed, err := writers[0].Window(0)
+			require.NoError(t, err)
+			if tt.inPlace {
+				assert.True(t, windowed, "the update is not in place")
+				assert.Equal(t, st.ID, lp.Updates["cache"])
+			} else {
+				assert.False(t, windowed, "the update is in place though a later launch reads the old state")
+				assert.NotEqual(t, st.ID, lp.Updates["cache"])
+				assert.Same(t, lp.Run[len(lp.Run)-1], writers[0], "the copy is not the run's last launch")
+			}
+			checkExecute(t, g, lp)
+		})
+	}
+}
+
+// TestRowsBody checks which state-update bodies become in-place writes of
+// their rows: the state read whole as the slice_update's base (possibly
+// through casts that change nothing) and nowhere else, the rows
+// elementwise work.
+func TestRowsBody(t *testing.T) {
+	state := []ir.Dim{1, 2, 8, 4}
+	tests := []struct {
+		name string
+		ok   bool
+		// body builds a kernel body over the state $0 and rows input $1.
+		body func(b *ir.Builder, s, x ir.Value) ir.Value
+	}{
+		{"plain", true, func(b *ir.Builder, s, x ir.Value) ir.Value { return b.SliceUpdate(s, x, 2, 5) }},
+		{"elementwise rows", true, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(s, b.Mul(b.Neg(x), x), 2, 5)
+		}},
+		{"no-op casts", true, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.Cast(b.SliceUpdate(b.Cast(s, ir.F32), x, 2, 5), ir.F32)
+		}},
+		{"rows read the state", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(s, b.Add(x, b.Slice(s, 2, 0, 1, 1)), 2, 5)
+		}},
+		{"state through a view", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(b.Slice(s, 2, 0, 8, 1), x, 2, 5)
+		}},
+		{"state through elementwise work", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(b.Neg(s), x, 2, 5)
+		}},
+		{"rows of a matmul", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(s, b.MatMul(x, b.Expand(b.Reshape(x, 1, 2, 4, 1), 1, 2, 4, 4)), 2, 5)
+		}},
+		{"a cast that rounds", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.Cast(b.SliceUpdate(s, x, 2, 5), ir.F16)
+		}},
+		{"not a slice_update", false, func(b *ir.Builder, s, x ir.Value) ir.Value { return b.Neg(s) }},
+		{"rows of a reduction", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(s, b.Sum(b.Expand(x, 1, 2, 3, 4), 2), 2, 5)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := ir.NewBuilder("kernel")
+			s := b.Input("$0", ir.F32, state...)
+			x := b.Input("$1", ir.F32, 1, 2, 1, 4)
+			b.Output("out0", tt.body(b, s, x))
+			body, err := b.Build()
+			require.NoError(t, err)
+			l := &Launch{Name: "k0", Body: body, Args: []int{10, 11}, Outs: []int{12}}
+			got, args, ok := rowsBody(l, 10)
+			require.Equal(t, tt.ok, ok)
+			if !ok {
+				return
+			}
+			assert.Equal(t, []int{11}, args)
+			w, windowed, err := OutputWindow(got, 0)
+			require.NoError(t, err)
+			require.True(t, windowed)
+			assert.Equal(t, Window{Axis: 2, Offset: 5, Shape: state}, w)
+			// The rows body computes what the update writes.
+			feeds, err := ir.RandomFeeds(body, 3, ir.Typical)
+			require.NoError(t, err)
+			full, err := ir.EvalKernel(context.Background(), body, feeds["$0"], feeds["$1"])
+			require.NoError(t, err)
+			rows, err := ir.EvalKernel(context.Background(), got, feeds["$1"])
+			require.NoError(t, err)
+			merged, err := writeWindow(context.Background(), feeds["$0"], rows[0], w)
+			require.NoError(t, err)
+			assert.Equal(t, full[0].Float64s(), merged.Float64s())
+		})
+	}
+}
+
+// TestOutputWindow reads windows back from output names and refuses the
+// malformed ones.
+func TestOutputWindow(t *testing.T) {
+	w := Window{Axis: 2, Offset: 3, Shape: ir.Shape{1, 2, 8, 4}}
+	tests := []struct {
+		name     string
+		out      string
+		rows     []ir.Dim
+		windowed bool
+		err      string
+	}{
+		{"whole", "out0", []ir.Dim{1, 2, 1, 4}, false, ""},
+		{"window", w.OutputName(0), []ir.Dim{1, 2, 1, 4}, true, ""},
+		{"to the end", w.OutputName(0), []ir.Dim{1, 2, 5, 4}, true, ""},
+		{"past the end", w.OutputName(0), []ir.Dim{1, 2, 6, 4}, false, "do not fit"},
+		{"another extent", w.OutputName(0), []ir.Dim{1, 3, 1, 4}, false, "does not fit"},
+		{"another rank", w.OutputName(0), []ir.Dim{2, 1, 4}, false, "axis 2"},
+		{"another output", w.OutputName(1), []ir.Dim{1, 2, 1, 4}, false, "names output 1"},
+		{"garbled", "out0 into [1,2,x] at 3 along axis 2", []ir.Dim{1, 2, 1, 4}, false, "invalid syntax"},
+		{"not canonical", "out0 into [1,2,8,4] at 3 along axis 2 ", []ir.Dim{1, 2, 1, 4}, false, "not a window as"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := ir.NewBuilder("kernel")
+			b.Output(tt.out, b.Input("$0", ir.F32, tt.rows...))
+			body, err := b.Build()
+			require.NoError(t, err)
+			got, ok, err := OutputWindow(body, 0)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.windowed, ok)
+			if !ok {
+				return
+			}
+			assert.Equal(t, w, got)
+			// Offsets places the rows where writeWindow does.
+			rows := ir.NewTensor(ir.F32, tt.rows)
+			for i := range rows.F64 {
+				rows.F64[i] = float64(i + 1)
+			}
+			merged, err := writeWindow(context.Background(), ir.NewTensor(ir.F32, w.Shape), rows, w)
+			require.NoError(t, err)
+			want := make([]float64, w.Shape.NumElements())
+			for e, at := range w.Offsets(tt.rows) {
+				want[at] = float64(e + 1)
+			}
+			assert.Equal(t, want, merged.Float64s())
+		})
+	}
+}
+
+// TestInPlaceBytesSaved reports what writing llama-3-8b's KV caches in
+// place saves per decode step with 4095 tokens in its 4096-position cache,
+// from the launch bodies: the bytes the state-writing launches write, and
+// all the bytes the launches that update states move (the update kernels'
+// reads and writes, and the copies'), with copies and in place.
+func TestInPlaceBytesSaved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("lowers llama-3-8b")
+	}
+	g, err := corpus.Build("llama-3-8b:decode", corpus.Options{Seq: 4096, Past: 4095})
+	require.NoError(t, err)
+	type traffic struct{ written, moved int64 }
+	measure := func(lp *Program) traffic {
+		// The launches writing the buffers that hold the new states, and
+		// the copies into the state buffers.
+		upd := map[int]bool{}
+		for _, id := range lp.Updates {
+			upd[id] = true
+		}
+		var tr traffic
+		for _, l := range lp.Run {
+			touches := false
+			for _, o := range l.Outs {
+				touches = touches || upd[o] || lp.Buffers[o].Kind == State
+			}
+			if !touches {
+				continue
+			}
+			for _, a := range l.Args {
+				tr.moved += lp.Buffers[a].Bytes
+			}
+			for j := range l.Outs {
+				n := l.Body.Node(l.Body.Outputs[j].Value)
+				bytes := n.Shape.NumElements() * int64(n.DType.Size())
+				tr.moved += bytes
+				if upd[l.Outs[j]] {
+					tr.written += bytes
+				}
+			}
+		}
+		return tr
+	}
+	copied, inPlace := measure(lowerNaive(t, g, false)), measure(lowerNaive(t, g, true))
+	t.Logf("llama-3-8b decode step, 4095 of 4096 cache positions filled, %d states: state-writing launches write %d bytes with copies, %d in place (%d saved); the launches updating states move %d bytes with copies, %d in place (%d saved)",
+		len(g.States()), copied.written, inPlace.written, copied.written-inPlace.written, copied.moved, inPlace.moved, copied.moved-inPlace.moved)
+	require.Less(t, inPlace.written, copied.written)
 }
