@@ -9,6 +9,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/safetensors"
 )
 
 // HostLibrary generates the host library of a compiled model: a C header
@@ -23,6 +24,13 @@ import (
 // buffers at their planned offsets, every other buffer has its own, and
 // each launch passes its buffers' device addresses as the kernel's
 // parameters (the body's inputs, then its outputs).
+//
+// The library loads a model two ways: lum_load_weights with every weight
+// and lum_prepare, which runs the preparation launches; or
+// lum_load_prepared, which reads the prepared weights file that lumsearch
+// compile writes (a safetensors file holding lower.StoredBuffers, computed
+// by lower.PrepareWeights, with lower.WeightsDigest under the metadata key
+// lower.DigestMetadataKey) and runs no launch.
 //
 // kernels are PrintProgram's for prog (preparation first, then one run).
 // An empty ptx (NVRTC was missing) gives a library with no module whose
@@ -58,6 +66,8 @@ type host struct {
 	arch      string
 	constants map[int][]byte // Constant buffers' bytes by buffer id
 	maxParams int
+	stored    []*lower.Buffer // the tensors of the prepared weights file
+	digest    string          // lower.WeightsDigest
 }
 
 func newHost(prog *lower.Program, kernels []*Kernel, ptx string, cubin []byte, arch string) (*host, error) {
@@ -122,6 +132,18 @@ func newHost(prog *lower.Program, kernels []*Kernel, ptx string, cubin []byte, a
 			h.constants[b.ID] = data
 		}
 	}
+	var err error
+	if h.stored, err = lower.StoredBuffers(prog); err != nil {
+		return nil, err
+	}
+	for _, b := range h.stored {
+		if _, err := safetensors.DTypeName(b.DType); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", b.Kind, b.Name, err)
+		}
+	}
+	if h.digest, err = lower.WeightsDigest(prog); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -168,6 +190,18 @@ func (h *host) header() string {
 	}
 	fmt.Fprintf(&b, " * A run makes %d launches, the preparation %d; the arena of intermediates takes %d bytes.\n",
 		len(h.prog.Run), len(h.prog.Prep), h.prog.ArenaBytes)
+	nw, np := 0, 0
+	var bytes int64
+	for _, t := range h.stored {
+		if t.Kind == lower.Weight {
+			nw++
+		} else {
+			np++
+		}
+		bytes += t.Bytes
+	}
+	fmt.Fprintf(&b, " * The prepared weights file (lum_load_prepared) holds %d tensors, %d bytes: %d weights the run reads\n"+
+		" * and %d computed from weights at load time.\n", nw+np, bytes, nw, np)
 	if h.ptx == "" {
 		b.WriteString(" * This library was generated without NVRTC: it embeds no kernels and lum_create fails.\n")
 	}
@@ -178,7 +212,9 @@ func (h *host) header() string {
 	fmt.Fprintf(&b, "#define LUM_ARCH %s\n", cString(h.arch))
 	fmt.Fprintf(&b, "#define LUM_HAS_KERNELS %d\n", boolInt(h.ptx != ""))
 	fmt.Fprintf(&b, "#define LUM_HAS_CUBIN %d\n", boolInt(len(h.cubin) > 0))
-	fmt.Fprintf(&b, "#define LUM_ARENA_BYTES %dULL\n\n", h.prog.ArenaBytes)
+	fmt.Fprintf(&b, "#define LUM_ARENA_BYTES %dULL\n", h.prog.ArenaBytes)
+	b.WriteString("/* The program a prepared weights file must be for: its metadata's " + lower.DigestMetadataKey + ". */\n")
+	fmt.Fprintf(&b, "#define LUM_PROGRAM_DIGEST %s\n\n", cString(h.digest))
 	b.WriteString(hostHeaderAPI)
 	b.WriteString("\n#ifdef __cplusplus\n}\n#endif\n\n#endif /* LUM_MODEL_H */\n")
 	return b.String()
@@ -210,12 +246,15 @@ func (h *host) source() string {
 		b.WriteString("\n")
 	}
 
-	// Shapes of the public tensors, then the buffers.
+	// Shapes of the public tensors and those of the prepared weights file,
+	// then the buffers.
 	pub := h.public()
-	for _, t := range pub {
-		if len(t.Shape) == 0 {
+	shaped := map[int]bool{}
+	for _, t := range slices.Concat(pub, h.stored) {
+		if len(t.Shape) == 0 || shaped[t.ID] {
 			continue
 		}
+		shaped[t.ID] = true
 		dims := make([]string, len(t.Shape))
 		for i, d := range t.Shape {
 			dims[i] = strconv.FormatInt(int64(d), 10) + "LL"
@@ -252,6 +291,22 @@ func (h *host) source() string {
 		fmt.Fprintf(&b, "    {%s, %s, %s, %d, %s, %d},\n", cString(t.Name), enum[t.Kind], cString(t.DType.String()), len(t.Shape), shape, t.Bytes)
 	}
 	b.WriteString("    {nullptr, LUM_INPUT, nullptr, 0, nullptr, 0},\n};\n\n")
+
+	b.WriteString("// The tensors of the prepared weights file (lum_load_prepared): the weights and\n")
+	b.WriteString("// prepared weights the run reads, with their safetensors dtypes.\n")
+	fmt.Fprintf(&b, "constexpr int kNumStored = %d;\n", len(h.stored))
+	b.WriteString("const StoredDesc kStored[kNumStored + 1] = {\n")
+	for _, t := range h.stored {
+		dt, _ := safetensors.DTypeName(t.DType)
+		shape := "nullptr"
+		if len(t.Shape) > 0 {
+			shape = fmt.Sprintf("kShape%d", t.ID)
+		}
+		fmt.Fprintf(&b, "    {%d, %s, %d, %s},  // %s %s\n", t.ID, cString(dt), len(t.Shape), shape, t.Kind, commentText(t.Name))
+	}
+	b.WriteString("    {-1, nullptr, 0, nullptr},\n};\n")
+	fmt.Fprintf(&b, "const char kDigestKey[] = %s;\n", cString(lower.DigestMetadataKey))
+	fmt.Fprintf(&b, "const char kProgramDigest[] = %s;\n\n", cString(h.digest))
 
 	b.WriteString("// The kernels, by the names the module exports.\n")
 	b.WriteString("const char* const kKernelNames[kNumKernels + 1] = {")

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/safetensors"
+)
+
+// TestWritePreparedWeights writes the prepared weights of compiled tiny
+// models and reads them back: the tensors are lower.PrepareWeights's, the
+// metadata names lumsearch's version, the model and the program digest; a
+// missing weight is an error naming it, and leaves no file.
+func TestWritePreparedWeights(t *testing.T) {
+	ctx := context.Background()
+	for i, model := range []string{"tiny-gpt2:model", "tiny-llama:layer"} {
+		t.Run(model, func(t *testing.T) {
+			g, err := corpus.Build(model, corpus.Options{Seq: 4, Past: 2})
+			require.NoError(t, err)
+			c, err := pipeline(ctx, g, rules.SaturateOptions{IterLimit: 6, NodeLimit: 40_000}, nil)
+			require.NoError(t, err)
+			weights, err := corpus.RandomWeights(g, uint64(i+1))
+			require.NoError(t, err)
+
+			dir := t.TempDir()
+			var out bytes.Buffer
+			require.NoError(t, writePreparedWeights(ctx, model, dir, c.lowered, weights, &out))
+			path := filepath.Join(dir, weightsFile)
+			assert.Regexp(t, `^  prepared weights: \d+ weights and \d+ computed at load, \d+ bytes, in `+regexp.QuoteMeta(path)+` \(lum_load_prepared loads them\)\n$`, out.String())
+
+			got, meta, err := safetensors.ReadFile(path)
+			require.NoError(t, err)
+			digest, err := lower.WeightsDigest(c.lowered)
+			require.NoError(t, err)
+			assert.Equal(t, map[string]string{"lumsearch.version": versionString(), "lumsearch.model": g.Name, "lumsearch.program": digest}, meta)
+			want, err := lower.PrepareWeights(ctx, c.lowered, weights)
+			require.NoError(t, err)
+			require.Len(t, got, len(want))
+			for name, w := range want {
+				gt := got[name]
+				require.NotNil(t, gt, name)
+				require.Equal(t, w.DType, gt.DType, name)
+				require.True(t, w.Shape.Equal(gt.Shape), name)
+				for k := range w.Len() {
+					if x, y := w.At(k), gt.At(k); x != y && !(math.IsNaN(x) && math.IsNaN(y)) {
+						require.Failf(t, "values differ", "%s[%d]: %v, want %v", name, k, y, x)
+					}
+				}
+			}
+
+			stored, err := lower.StoredBuffers(c.lowered)
+			require.NoError(t, err)
+			var missing string
+			for _, b := range stored {
+				if b.Kind == lower.Weight {
+					missing = b.Name
+					break
+				}
+			}
+			require.NotEmpty(t, missing)
+			delete(weights, missing)
+			empty := t.TempDir()
+			err = writePreparedWeights(ctx, model, empty, c.lowered, weights, &out)
+			require.ErrorContains(t, err, "weight "+missing+" ")
+			require.ErrorContains(t, err, "is missing")
+			entries, err := os.ReadDir(empty)
+			require.NoError(t, err)
+			assert.Empty(t, entries)
+		})
+	}
+}

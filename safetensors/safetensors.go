@@ -1,0 +1,354 @@
+// Package safetensors writes tensors of the ir package as a safetensors
+// file, the Hugging Face format that every ML tool reads, and reads such a
+// file back into ir tensors. lumsearch compile writes the prepared weights
+// of a compiled model this way, and the model's host library loads them.
+//
+// The file is an 8-byte little-endian header length N, N bytes of UTF-8
+// JSON, then the data buffer. The JSON object maps each tensor's name to
+// {"dtype": "F32"|"F16"|"BF16"|"I32"|"I64"|"BOOL", "shape": [dims...],
+// "data_offsets": [begin, end]} (byte offsets into the data buffer, end
+// exclusive), plus an optional "__metadata__" object of string values.
+// Data are row-major and little-endian; BOOL is one byte, 0 or 1.
+//
+// Write lays a file out as the reference implementation does, so that
+// every reader accepts it: the header is padded with spaces to a multiple
+// of 8 bytes, and the tensors follow one another without gaps, the widest
+// dtypes first and by name within a dtype width, so that each tensor's
+// data is aligned to its element size in the file.
+//
+// Reading goes through the strict parser of corpus/safetensors (which also
+// reads Hugging Face checkpoints) and never panics on a malformed file.
+// The package imports ir and corpus/safetensors only.
+package safetensors
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/x448/float16"
+
+	cst "github.com/lumsearch/lumsearch/corpus/safetensors"
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// MetadataKey is the reserved header key of the file's string metadata; no
+// tensor may have this name.
+const MetadataKey = "__metadata__"
+
+// MaxHeaderBytes is the largest header Write produces and readers accept
+// (the reference implementation's limit).
+const MaxHeaderBytes = cst.MaxHeaderSize
+
+var dtypeNames = map[ir.DType]string{ir.F32: "F32", ir.F16: "F16", ir.BF16: "BF16", ir.I32: "I32", ir.I64: "I64", ir.Bool: "BOOL"}
+
+// DTypeName is the safetensors name of an ir dtype: F32, F16, BF16, I32,
+// I64 or BOOL.
+func DTypeName(dt ir.DType) (string, error) {
+	s, ok := dtypeNames[dt]
+	if !ok {
+		return "", fmt.Errorf("safetensors: no dtype for %s", dt)
+	}
+	return s, nil
+}
+
+// ParseDTypeName is the ir dtype of a safetensors dtype name; the names
+// DTypeName does not give (U8, F64, ...) are errors.
+func ParseDTypeName(s string) (ir.DType, error) {
+	for dt, n := range dtypeNames {
+		if n == s {
+			return dt, nil
+		}
+	}
+	return ir.InvalidDType, fmt.Errorf("safetensors: dtype %q is not one of F32, F16, BF16, I32, I64, BOOL", s)
+}
+
+// entry is one tensor's header record.
+type entry struct {
+	DType       string   `json:"dtype"`
+	Shape       []int64  `json:"shape"`
+	DataOffsets [2]int64 `json:"data_offsets"`
+}
+
+// layout is the order of the tensors in the data buffer and the header
+// that describes them, padded.
+type layout struct {
+	names  []string
+	header []byte
+	bytes  int64 // the data buffer's size
+}
+
+func plan(tensors map[string]*ir.Tensor, metadata map[string]string) (*layout, error) {
+	l := &layout{}
+	for name, t := range tensors {
+		if name == MetadataKey {
+			return nil, fmt.Errorf("safetensors: a tensor may not be named %s", MetadataKey)
+		}
+		if !utf8.ValidString(name) {
+			return nil, fmt.Errorf("safetensors: tensor name %q is not UTF-8", name)
+		}
+		if err := check(t); err != nil {
+			return nil, fmt.Errorf("safetensors: tensor %q: %w", name, err)
+		}
+		l.names = append(l.names, name)
+	}
+	for k, v := range metadata {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, fmt.Errorf("safetensors: metadata %q = %q is not UTF-8", k, v)
+		}
+	}
+	// The widest elements first, then by name: every tensor starts at a
+	// multiple of its element size (the header is padded to 8).
+	slices.SortFunc(l.names, func(a, b string) int {
+		if c := cmp.Compare(tensors[b].DType.Size(), tensors[a].DType.Size()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	hdr := make(map[string]any, len(tensors)+1)
+	for _, name := range l.names {
+		t := tensors[name]
+		shape := make([]int64, len(t.Shape))
+		for i, d := range t.Shape {
+			shape[i] = int64(d)
+		}
+		n := t.Len() * int64(t.DType.Size())
+		hdr[name] = entry{DType: dtypeNames[t.DType], Shape: shape, DataOffsets: [2]int64{l.bytes, l.bytes + n}}
+		l.bytes += n
+	}
+	if len(metadata) > 0 {
+		hdr[MetadataKey] = metadata
+	}
+	var buf bytesBuffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(hdr); err != nil {
+		return nil, fmt.Errorf("safetensors: header: %w", err)
+	}
+	h := buf.b[:len(buf.b)-1] // Encode's newline
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	if len(h) > MaxHeaderBytes {
+		return nil, fmt.Errorf("safetensors: the header takes %d bytes, more than the %d readers accept", len(h), MaxHeaderBytes)
+	}
+	l.header = h
+	return l, nil
+}
+
+type bytesBuffer struct{ b []byte }
+
+func (w *bytesBuffer) Write(p []byte) (int, error) {
+	w.b = append(w.b, p...)
+	return len(p), nil
+}
+
+// check verifies that a tensor is one Write can store.
+func check(t *ir.Tensor) error {
+	if t == nil {
+		return errors.New("nil tensor")
+	}
+	if _, ok := dtypeNames[t.DType]; !ok {
+		return fmt.Errorf("dtype %s", t.DType)
+	}
+	if err := t.Shape.Check(); err != nil {
+		return err
+	}
+	n := t.Shape.NumElements()
+	if (t.F32 != nil && int64(len(t.F32)) != n) || (t.F32 == nil && int64(len(t.F64)) != n) {
+		return fmt.Errorf("%s%v holds the wrong number of elements", t.DType, t.Shape)
+	}
+	if t.F32 != nil && !t.DType.IsFloat() {
+		return fmt.Errorf("%s%v in float32 storage", t.DType, t.Shape)
+	}
+	return nil
+}
+
+// Write writes tensors and metadata (nil for none) to w as a safetensors
+// file. Each element is stored in its tensor's dtype, rounded to it as
+// ir.DType.Round does (the values of an ir tensor already are). The same
+// input gives the same bytes.
+func Write(w io.Writer, tensors map[string]*ir.Tensor, metadata map[string]string) error {
+	l, err := plan(tensors, metadata)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(l.header)))
+	bw.Write(n[:])
+	bw.Write(l.header)
+	chunk := make([]byte, 0, 1<<16)
+	for _, name := range l.names {
+		t := tensors[name]
+		size := t.DType.Size()
+		for i := range t.Len() {
+			if len(chunk)+size > cap(chunk) {
+				bw.Write(chunk)
+				chunk = chunk[:0]
+			}
+			chunk = appendElement(chunk, t.DType, t.At(i))
+		}
+	}
+	bw.Write(chunk)
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("safetensors: write: %w", err)
+	}
+	return nil
+}
+
+// Encode is Write into memory.
+func Encode(tensors map[string]*ir.Tensor, metadata map[string]string) ([]byte, error) {
+	var b bytesBuffer
+	if err := Write(&b, tensors, metadata); err != nil {
+		return nil, err
+	}
+	return b.b, nil
+}
+
+// WriteFile writes tensors and metadata to the file at path, replacing it
+// whole: the file is written beside it under a temporary name and renamed,
+// so that a reader never sees half a file.
+func WriteFile(path string, tensors map[string]*ir.Tensor, metadata map[string]string) (err error) {
+	if _, err := plan(tensors, metadata); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := Write(f, tensors, metadata); err != nil {
+		return fmt.Errorf("safetensors: %s: %w", path, err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	return nil
+}
+
+// appendElement appends v stored in dtype dt, little-endian.
+func appendElement(b []byte, dt ir.DType, v float64) []byte {
+	switch dt {
+	case ir.F32:
+		return binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
+	case ir.F16:
+		return binary.LittleEndian.AppendUint16(b, float16.Fromfloat32(float32(v)).Bits())
+	case ir.BF16:
+		return binary.LittleEndian.AppendUint16(b, uint16(ir.BF16FromFloat32(float32(v))))
+	case ir.I32:
+		return binary.LittleEndian.AppendUint32(b, uint32(int32(ir.I32.Round(v))))
+	case ir.I64:
+		return binary.LittleEndian.AppendUint64(b, uint64(int64(ir.I64.Round(v))))
+	case ir.Bool:
+		if v != 0 {
+			return append(b, 1)
+		}
+		return append(b, 0)
+	}
+	panic("unreachable: check refused the dtype")
+}
+
+// Read parses a safetensors file held in data and decodes every tensor
+// into an ir tensor (float dtypes in float32 storage, which holds every
+// f32, f16 and bf16 value exactly; integers and bool in float64, which
+// holds an i64 exactly up to 2^53 in magnitude), with the file's metadata
+// (nil when it has none). name is the file's name in errors. A malformed
+// file (a header length beyond the file, JSON that is not an object of
+// well-formed entries, offsets out of order, out of range or overlapping,
+// a byte count that disagrees with the shape), a dtype other than F32,
+// F16, BF16, I32, I64 or BOOL, a shape of more than 2^62 elements, or a
+// BOOL byte other than 0 or 1 is an error naming the file and the tensor;
+// Read never panics.
+func Read(name string, data []byte) (map[string]*ir.Tensor, map[string]string, error) {
+	f, err := cst.Parse(name, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(map[string]*ir.Tensor, len(f.Names()))
+	for _, n := range f.Names() {
+		st, _ := f.Tensor(n)
+		t, err := decode(st)
+		if err != nil {
+			return nil, nil, &cst.Error{File: name, Tensor: n, Reason: err.Error()}
+		}
+		out[n] = t
+	}
+	return out, f.Metadata(), nil
+}
+
+// ReadFile is Read of the file at path.
+func ReadFile(path string) (map[string]*ir.Tensor, map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("safetensors: %w", err)
+	}
+	return Read(path, data)
+}
+
+// decode converts one parsed tensor (its byte count already checked
+// against its shape and dtype).
+func decode(st cst.Tensor) (*ir.Tensor, error) {
+	dt, err := ParseDTypeName(st.DType)
+	if err != nil {
+		return nil, fmt.Errorf("dtype %q is not one of F32, F16, BF16, I32, I64, BOOL", st.DType)
+	}
+	shape := make(ir.Shape, len(st.Shape))
+	for i, d := range st.Shape {
+		shape[i] = ir.Dim(d)
+	}
+	if err := shape.Check(); err != nil {
+		return nil, err
+	}
+	n := int(shape.NumElements())
+	b := st.Data
+	if dt.IsFloat() {
+		vals := make([]float32, n)
+		for i := range vals {
+			switch dt {
+			case ir.F32:
+				vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			case ir.F16:
+				vals[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
+			case ir.BF16:
+				vals[i] = ir.BFloat16(binary.LittleEndian.Uint16(b[2*i:])).Float32()
+			}
+		}
+		return ir.TensorOfFloat32(dt, shape, vals)
+	}
+	t := ir.NewTensor(dt, shape)
+	for i := range t.F64 {
+		switch dt {
+		case ir.I32:
+			t.F64[i] = float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		case ir.I64:
+			t.F64[i] = float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
+		case ir.Bool:
+			if b[i] > 1 {
+				return nil, fmt.Errorf("BOOL element %d is %d, not 0 or 1", i, b[i])
+			}
+			t.F64[i] = float64(b[i])
+		}
+	}
+	return t, nil
+}
