@@ -349,7 +349,9 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //   - matmul, f16 and bf16: tensor-core tiles, a warp per 32x32
 //     (or 16x32) patch, 1 to 16 warps, K steps of 32, two stages;
 //   - attention: a block per query row, keys 32 at a time, 64 to 256
-//     threads sharing the value columns.
+//     threads sharing the value columns; or 4 to 16 query rows a block
+//     in f32, a warp per 1 to 4 of them; or for f16 and bf16 tensor cores,
+//     a warp per 16 query rows, keys 32 or 64 a tile.
 func (k *kernelForm) schedules(d *Device) []Schedule {
 	var out []Schedule
 	switch len(k.matmuls) {
@@ -390,9 +392,29 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 			}
 		}
 	case 2:
+		// A block per query row (the default, and decode's layout).
 		for _, t := range []int{64, 128, 256} {
 			if k.valueLen <= 4*t {
 				out = append(out, Schedule{BM: 1, BN: 32, Threads: t})
+			}
+		}
+		// BM query rows a block in f32, BM/warps of them a warp;
+		// attentionFeatures refuses those the shapes do not fit.
+		for _, r := range [][2]int{{4, 128}, {8, 128}, {8, 256}, {16, 128}, {16, 256}} {
+			out = append(out, Schedule{BM: r[0], BN: 32, Threads: r[1]})
+		}
+		// Tensor cores, a warp per 16 query rows, when q, k, v and the
+		// probabilities are all f16 or all bf16 (the printer rounds
+		// nothing the graph keeps wider but a computed q or k).
+		qk, pv := k.body.Node(k.matmuls[0]), k.body.Node(k.matmuls[1])
+		dt := k.body.Node(qk.Inputs[0]).DType
+		half := dt == ir.F16 || dt == ir.BF16
+		for _, v := range []ir.Value{qk.Inputs[1], pv.Inputs[0], pv.Inputs[1]} {
+			half = half && k.body.Node(v).DType == dt
+		}
+		if half {
+			for _, r := range [][2]int{{16, 32}, {64, 32}, {64, 64}, {128, 64}} {
+				out = append(out, Schedule{BM: r[0], BN: r[1], Threads: 2 * r[0], Tensor: true})
 			}
 		}
 	}
@@ -539,13 +561,28 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 }
 
-// attentionFeatures prices the printed flash form: a block owns one query
-// row of one batch and head and streams every key and value past it 32
-// at a time with an online softmax, so the query side is read once, the
-// key and value sides once per query row (from L2 when it keeps them) and
-// the scores never reach memory. One warp computes the 32 scores of a
-// step while the others wait, so the score arithmetic costs the whole
-// block's lanes.
+// attentionFeatures prices the printed flash forms (package cuda,
+// attention.go and attention_tc.go): a block owns BM query rows of one
+// batch and head and streams every key and value past them BN at a time
+// with an online softmax, so the query side is read once, the key and
+// value sides once per block of rows (from L2 when it keeps them: the
+// blocks of a wave share them) and the scores never reach memory. Key and
+// value prologues (rotary) run once per block of rows. By layout:
+//   - BM 1: one warp computes the BN scores of a step while the others
+//     wait, so the score arithmetic costs the whole block's lanes;
+//   - BM > 1, f32: every lane computes scores (a lane a key, a warp
+//     BM/warps rows) and owns value columns 32 apart, so value rows short
+//     of a multiple of 32 idle the rest, as keys past T in the last tile
+//     and rows past S in the last block do;
+//   - tensor cores: Q K^T and P V on mma.sync in the operand dtype, over
+//     head dims padded to 16 (192 at most: the accumulators and query
+//     fragments live in registers), keys to BN and rows to BM; the
+//     softmax on FMA.
+//
+// Shared memory is what the printer declares, which a block declares
+// statically (48 KiB at most: larger tiles are refused); registers are a
+// guess from the accumulators and fragments a thread keeps. Tiles of
+// twice the rows (or keys) there are compute padding and are refused.
 func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Features, bool) {
 	body := k.body
 	qk, pv := body.Node(k.matmuls[0]), body.Node(k.matmuls[1])
@@ -553,12 +590,54 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	v := body.Node(pv.Inputs[1]).Shape
 	S, D, T, Dv := int(q[len(q)-2]), int(q[len(q)-1]), int(kt[len(kt)-1]), int(v[len(v)-1])
 	batch := max(1, int(numel(pv.Shape))/(S*Dv))
-	if s.BM != 1 || Dv > 4*s.Threads {
+	const staticShared = 48 << 10
+	pad := func(n, m int) int { return ceilDiv(n, m) * m }
+	if s.BM < 1 || s.BN < 1 {
 		return Features{}, false
 	}
-	tiles := S
-	shared := (D + s.BN + 3) * 4
-	per := k.occupancy(d, s.Threads, shared, 40)
+	tiles := ceilDiv(S, s.BM)
+	rows := tiles * s.BM // the query rows computed, the last block's padding included
+	var shared, regs int
+	var work []Work
+	switch {
+	case s.Tensor:
+		dt := body.Node(qk.Inputs[0]).DType
+		Dp, Dvp := pad(D, 16), pad(Dv, 16)
+		if dt != ir.F16 && dt != ir.BF16 || s.BM%16 != 0 || s.BN%16 != 0 || s.Threads != 2*s.BM || Dp > 192 || Dvp > 192 ||
+			s.BM > 16 && s.BM/2 >= S || s.BN > 32 && s.BN/2 >= T {
+			return Features{}, false
+		}
+		kw, vw := Dp/2+4, Dvp/2+4
+		shared = 4 * max(s.BM*kw, s.BN*(kw+vw))
+		// Output accumulators, query fragments, score accumulators and
+		// the probabilities' fragments, and addressing.
+		regs = 40 + Dvp/2 + Dp/4 + s.BN/2 + s.BN/8
+		class, cdt := tensorDType(dt, true)
+		work = []Work{{class, cdt, 2 * float64(batch) * float64(rows) * float64(pad(T, s.BN)) * float64(Dp+Dvp)}}
+	case s.BM == 1:
+		if Dv > 4*s.Threads {
+			return Features{}, false
+		}
+		shared, regs = (D+s.BN+3)*4, 40
+		idle := float64(s.Threads) / float64(s.BN)
+		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(S) * float64(T) * (float64(D)*idle + float64(Dv))}}
+	default:
+		warps := s.Threads / 32
+		if s.BN != 32 || warps == 0 || s.BM%warps != 0 || s.BM/2 >= S {
+			return Features{}, false
+		}
+		perWarp, cols := s.BM/warps, ceilDiv(Dv, 32)
+		if perWarp*cols > 32 {
+			return Features{}, false // the printer keeps at most 32 accumulators a thread
+		}
+		shared = 4 * (s.BM*D + s.BN*(D+1) + s.BN*Dv + s.BM*s.BN)
+		regs = 36 + perWarp*(cols+5) // the output accumulators, scores, max and sum of each row, a value row
+		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(rows) * (float64(pad(T, s.BN))*float64(D) + float64(T)*float64(32*cols))}}
+	}
+	if shared > staticShared {
+		return Features{}, false
+	}
+	per := k.occupancy(d, s.Threads, shared, regs)
 	if per == 0 {
 		return Features{}, false
 	}
@@ -575,11 +654,14 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	for i, n := range body.Nodes {
 		f := opFLOPs(body, n)
 		if k.slots[i]&(kSide|vSide) != 0 {
-			f *= float64(tiles) // key and value prologues (rotary) run per query row
+			f *= float64(tiles) // key and value prologues (rotary) run per block of query rows
 		}
 		flops += f
 	}
-	idle := float64(s.Threads) / float64(s.BN)
-	fma := 2 * float64(batch) * float64(S) * float64(T) * (float64(D)*idle + float64(Dv))
-	return Features{Bytes: bytes + out, Work: []Work{{FMA, "f32", flops + fma}}, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
+	if work[0].Class == FMA {
+		work[0].FLOPs += flops
+	} else {
+		work = append([]Work{{FMA, "f32", flops}}, work...)
+	}
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 }

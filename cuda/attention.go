@@ -9,17 +9,28 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// The attention kernel form, flash style, computed in f32 (half-precision
-// operands widened on load): a block owns one query
-// row of one batch and head. It loads the row (its prologue, rotary say,
-// computed on the way) into shared memory, then streams the keys in tiles
-// of 32: a warp computes the tile's scores (each lane one key's dot
-// product, the key's prologue computed as it is read, then the
-// elementwise scale and mask), and the online softmax keeps a running max
-// and sum, rescaling the output row accumulated from the values. The
-// scores never reach memory. Tensor cores and several rows per block are
-// not printed yet.
-
+// The attention kernel form, flash style: the scores and probabilities
+// never reach memory; keys and values stream past the query rows a tile at
+// a time, an online softmax keeping each row's running max and sum and
+// rescaling its output accumulated from the values. Three layouts, by
+// schedule:
+//
+//   - one query row a block (BM 1, the default), in f32 (half-precision
+//     operands widened on load): the block loads the row (its prologue,
+//     rotary say, computed on the way) into shared memory, then streams the
+//     keys in tiles of 32: a warp computes the tile's scores (each lane one
+//     key's dot product, the key's prologue computed as it is read, then
+//     the elementwise scale and mask) while the others wait, and every
+//     thread owns a few value columns. Decode (one query row) needs no more.
+//   - BM query rows a block (BM 4, 8 or 16; printAttentionRows), in f32:
+//     each K/V tile is loaded into shared memory once for BM rows (its
+//     prologue computed once a block rather than once a row), a warp owns
+//     BM/warps rows, its lanes the tile's 32 keys for the scores and 32
+//     value columns apart for the output, so no warp idles.
+//   - tensor cores for f16 and bf16 operands (Tensor; printAttentionTC in
+//     attention_tc.go), FlashAttention-2 style: a warp owns 16 query rows,
+//     S = Q K^T and O += P V run as mma.sync m16n8k16 with f32
+//     accumulators, the softmax on the accumulator fragments.
 const (
 	attnThreads = 128
 	attnTile    = 32
@@ -174,8 +185,14 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 	if s == (cost.Schedule{}) {
 		s = cost.Schedule{BM: 1, BN: attnTile, Threads: attnThreads}
 	}
-	if s.BM != 1 || s.BN != attnTile || s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.Threads%32 != 0 || s.Threads > 1024 {
-		return "", fmt.Errorf("attention: schedule %s: the attention form takes a query row (bm=1) and %d keys (bn) a block, 32 to 1024 threads, no tensor cores", s, attnTile)
+	switch {
+	case s.Tensor:
+		return printAttentionTC(k, body, p, s)
+	case s.BM > 1:
+		return printAttentionRows(k, body, p, s)
+	}
+	if s.BM != 1 || s.BN != attnTile || s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Threads%32 != 0 || s.Threads > 1024 {
+		return "", fmt.Errorf("attention: schedule %s: the attention form takes a query row (bm=1) and %d keys (bn) a block, 32 to 1024 threads; several rows (bm > 1) or tensor cores (mma) in their own layouts", s, attnTile)
 	}
 	threads := int64(s.Threads)
 	if Dv > 4*threads {
@@ -186,8 +203,6 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 	batch := rows / S
 	k.Block = [3]int{int(threads), 1, 1}
 	k.Grid = [3]int{int(min(rows, 65535)), 1, 1}
-	outV := body.Outputs[0].Value
-	outShape := body.Node(outV).Shape
 
 	// Indices over the batch dims of pv (b0..), with an operand's size-1
 	// batch dims read at 0.
@@ -283,13 +298,265 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 		pix[d] = fmt.Sprintf("b%d", d)
 	}
 	pix[r-2], pix[r-1] = "s", "d"
-	oix, err := forward(body, p.pv, outV, pix)
+	st, err := attentionStore(body, p, pix, "(o[j] / l)")
 	if err != nil {
 		return "", err
 	}
 	fmt.Fprintf(&b, "    for (int j = 0; j < %d; j++) {\n", (Dv+threads-1)/threads)
 	fmt.Fprintf(&b, "      long long d = threadIdx.x + j * %d;\n      if (d >= %dLL) break;\n", threads, Dv)
-	fmt.Fprintf(&b, "      out0[%s] = %s;\n    }\n", linear(outShape, oix), store(body.Node(outV).DType, "(o[j] / l)"))
+	for _, l := range st {
+		b.WriteString("      " + l + "\n")
+	}
+	b.WriteString("    }\n")
 	b.WriteString("    __syncthreads();\n  }\n")
 	return b.String(), nil
 }
+
+// attentionStore prints the store of one output element: acc is pv's
+// element at pix (the batch dims b0, b1, ..., then the query row and the
+// value column), written at the index the views after pv give it. Views
+// alone keep the plain store; casts and elementwise ops after pv (an
+// epilogue) are computed on acc, as the matmul form's epilogue is.
+func attentionStore(body *ir.Graph, p attentionParts, pix index, acc string) ([]string, error) {
+	outV := body.Outputs[0].Value
+	out := body.Node(outV)
+	oix, err := forward(body, p.pv, outV, pix)
+	if err != nil {
+		return nil, err
+	}
+	views := true
+	for v := outV; v != p.pv; v = body.Node(v).Inputs[0] {
+		if op := body.Node(v).Op; op != ir.OpReshape && op != ir.OpPermute {
+			views = false
+			break
+		}
+	}
+	if views {
+		return []string{fmt.Sprintf("out0[%s] = %s;", linear(out.Shape, oix), store(out.DType, acc))}, nil
+	}
+	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{p.pv: acc}}
+	v, err := e.value(outV, oix, false)
+	if err != nil {
+		return nil, err
+	}
+	e.emit("out0[%s] = %s;", linear(out.Shape, oix), store(out.DType, v))
+	lines := make([]string, len(e.lines))
+	for i, l := range e.lines {
+		lines[i] = strings.TrimPrefix(l, "    ")
+	}
+	return lines, nil
+}
+
+// attnGeom is the geometry of an attention body the multi-row layouts
+// share: pv's shape (its batch dims are the kernel's b0, b1, ...), the
+// query rows S, the keys T, the head dims D (of q and k) and Dv (of v),
+// and the batch (the product of pv's batch dims).
+type attnGeom struct {
+	pv                 ir.Shape
+	r                  int
+	S, D, T, Dv, batch int64
+}
+
+func attentionGeometry(body *ir.Graph, p attentionParts) attnGeom {
+	pv := body.Node(p.pv).Shape
+	q, kt := body.Node(p.q).Shape, body.Node(p.kt).Shape
+	r := len(pv)
+	g := attnGeom{pv: pv, r: r, S: int64(pv[r-2]), Dv: int64(pv[r-1]), D: int64(q[len(q)-1]), T: int64(kt[len(kt)-1])}
+	g.batch = pv.NumElements() / (g.S * g.Dv)
+	return g
+}
+
+// opIndex is an operand's index at (row, col), its batch dims following
+// pv's, a size-1 batch dim (a broadcast) read at 0.
+func (g attnGeom) opIndex(shape ir.Shape, row, col string) index {
+	ix := make(index, len(shape))
+	off := g.r - len(shape)
+	for d := 0; d < len(shape)-2; d++ {
+		if shape[d] == 1 {
+			ix[d] = "0"
+		} else {
+			ix[d] = fmt.Sprintf("b%d", d+off)
+		}
+	}
+	ix[len(shape)-2], ix[len(shape)-1] = row, col
+	return ix
+}
+
+// outIndex is pv's index at query row s and value column d.
+func (g attnGeom) outIndex(s, d string) index {
+	ix := make(index, g.r)
+	for i := 0; i < g.r-2; i++ {
+		ix[i] = fmt.Sprintf("b%d", i)
+	}
+	ix[g.r-2], ix[g.r-1] = s, d
+	return ix
+}
+
+// printBatch declares the batch indices b0, b1, ... of the flat batch
+// index bz (which it consumes).
+func (g attnGeom) printBatch(b *strings.Builder, indent string) {
+	for d := g.r - 3; d >= 0; d-- {
+		fmt.Fprintf(b, "%slong long b%d = bz %% %dLL; bz /= %dLL;\n", indent, d, g.pv[d], g.pv[d])
+	}
+}
+
+// printLines writes an emitter's lines at indent.
+func printLines(b *strings.Builder, lines []string, indent string) {
+	for _, l := range lines {
+		b.WriteString(indent + strings.TrimPrefix(l, "    ") + "\n")
+	}
+}
+
+// attnStaticShared is the static shared memory a block may declare
+// (larger needs dynamic shared memory, which the printer does not use):
+// the multi-row and tensor-core layouts are refused past it, as the cost
+// model does not list them.
+const attnStaticShared = 48 * 1024
+
+// attnRowsShared is the shared memory, in bytes, of the f32 multi-row
+// layout: the query rows, a key tile (a column of padding keeps the lanes'
+// reads of different keys in different banks), a value tile and the
+// probabilities, all f32. cost.attentionFeatures prices the same.
+func attnRowsShared(bm, bn int, d, dv int64) int64 {
+	return 4 * (int64(bm)*d + int64(bn)*(d+1) + int64(bn)*dv + int64(bm*bn))
+}
+
+// printAttentionRows prints the f32 layout of BM query rows a block (BM >
+// 1, keys 32 a tile). The block owns rows s0 .. s0+BM-1 of one batch (and
+// head); warp w owns rows w, w + W, ... (W warps), BM/W of them. For each
+// tile of 32 keys the block loads the keys and values into shared memory
+// once (their prologues computed there), then each warp computes its rows'
+// scores, lane c taking key c (the query rows are broadcast reads, the
+// keys read with a padded stride, conflict-free), applies the scale and
+// mask, and updates its rows' running max and sum with shuffles across the
+// lanes; the probabilities go to shared memory for the warp itself, and
+// each lane accumulates value columns lane, lane + 32, ... of its rows. The
+// warp that computes a row's softmax also owns its output, so the
+// rescaling factor and the sum never leave its registers.
+func printAttentionRows(k *Kernel, body *ir.Graph, p attentionParts, s cost.Schedule) (string, error) {
+	g := attentionGeometry(body, p)
+	S, D, T, Dv := g.S, g.D, g.T, g.Dv
+	warps := s.Threads / 32
+	if s.BN != attnTile || s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Threads%32 != 0 || s.Threads > 1024 || warps == 0 || s.BM%warps != 0 {
+		return "", fmt.Errorf("attention: schedule %s: the multi-row layout takes %d keys (bn) a step and a whole number of query rows (bm) per warp", s, attnTile)
+	}
+	rpw := s.BM / warps         // rows per warp
+	cols := int((Dv + 31) / 32) // value columns per lane
+	if rpw*cols > attnRowsAccumulators {
+		return "", fmt.Errorf("attention: schedule %s: %d rows of %d value columns a warp keep %d accumulators a thread, more than %d", s, rpw, Dv, rpw*cols, attnRowsAccumulators)
+	}
+	if sh := attnRowsShared(s.BM, s.BN, D, Dv); sh > attnStaticShared {
+		return "", fmt.Errorf("attention: schedule %s: %d bytes of shared memory for head dims %d and %d, more than %d", s, sh, D, Dv, attnStaticShared)
+	}
+	k.Schedule = s
+	BM, BN := int64(s.BM), int64(s.BN)
+	tilesS := (S + BM - 1) / BM
+	k.Block = [3]int{s.Threads, 1, 1}
+	k.Grid = [3]int{int(min(g.batch*tilesS, 65535)), 1, 1}
+	emitter := func(reduced map[ir.Value]string) *elementwise {
+		return &elementwise{body: body, temps: map[string]string{}, reduced: reduced}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  __shared__ float Qs[%d][%d];\n", BM, D)
+	fmt.Fprintf(&b, "  __shared__ float Ks[%d][%d];\n", BN, D+1)
+	fmt.Fprintf(&b, "  __shared__ float Vs[%d][%d];\n", BN, Dv)
+	fmt.Fprintf(&b, "  __shared__ float Ps[%d][%d];\n", BM, BN)
+	b.WriteString("  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n")
+	fmt.Fprintf(&b, "  for (long long tile = blockIdx.x; tile < %dLL; tile += gridDim.x) {\n", g.batch*tilesS)
+	fmt.Fprintf(&b, "    const long long s0 = tile %% %dLL * %d;\n    long long bz = tile / %dLL;\n", tilesS, BM, tilesS)
+	g.printBatch(&b, "    ")
+
+	// The query rows, their prologue computed; rows past S are zeros.
+	e := emitter(nil)
+	qv, err := e.value(p.q, g.opIndex(body.Node(p.q).Shape, "s", "dd"), false)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "    for (int i = threadIdx.x; i < %d; i += %d) {\n", BM*D, s.Threads)
+	fmt.Fprintf(&b, "      const int r = i / %d;\n      const long long dd = i %% %d, s = s0 + r;\n      float x = 0.0f;\n", D, D)
+	fmt.Fprintf(&b, "      if (s < %dLL) {\n", S)
+	printLines(&b, e.lines, "        ")
+	fmt.Fprintf(&b, "        x = %s;\n      }\n      Qs[r][dd] = x;\n    }\n", qv)
+	fmt.Fprintf(&b, "    float m[%d], l[%d], o[%d][%d];\n", rpw, rpw, rpw, cols)
+	fmt.Fprintf(&b, "    for (int i = 0; i < %d; i++) {\n      m[i] = -INFINITY; l[i] = 0.0f;\n", rpw)
+	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j++) o[i][j] = 0.0f;\n    }\n", cols)
+	fmt.Fprintf(&b, "    for (long long t0 = 0; t0 < %dLL; t0 += %d) {\n", T, BN)
+	b.WriteString("      // The previous tile's keys and values (the first time, the query\n")
+	b.WriteString("      // rows' writes) are done with.\n")
+	b.WriteString("      __syncthreads();\n")
+	// The key and value tiles, their prologues computed; keys past T are
+	// zeros (their probabilities are zero, and 0 * 0 stays 0 where
+	// uninitialized memory could hold a NaN).
+	tileLoad := func(v ir.Value, ix index, dst string, width int64, col string) error {
+		e := emitter(nil)
+		x, err := e.value(v, ix, false)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "      for (int i = threadIdx.x; i < %d; i += %d) {\n", BN*width, s.Threads)
+		fmt.Fprintf(&b, "        const int c = i / %d;\n        const long long %s = i %% %d, t = t0 + c;\n        float x = 0.0f;\n", width, col, width)
+		fmt.Fprintf(&b, "        if (t < %dLL) {\n", T)
+		printLines(&b, e.lines, "          ")
+		fmt.Fprintf(&b, "          x = %s;\n        }\n        %s[c][%s] = x;\n      }\n", x, dst, col)
+		return nil
+	}
+	if err := tileLoad(p.kt, g.opIndex(body.Node(p.kt).Shape, "dd", "t"), "Ks", D, "dd"); err != nil {
+		return "", err
+	}
+	if err := tileLoad(p.v, g.opIndex(body.Node(p.v).Shape, "t", "d"), "Vs", Dv, "d"); err != nil {
+		return "", err
+	}
+	b.WriteString("      __syncthreads();\n")
+	// Scores: lane = key, every row of the warp from one read of the key.
+	fmt.Fprintf(&b, "      float dot[%d];\n      for (int i = 0; i < %d; i++) dot[i] = 0.0f;\n", rpw, rpw)
+	fmt.Fprintf(&b, "      for (int dd = 0; dd < %d; dd++) {\n        const float kd = Ks[lane][dd];\n", D)
+	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) dot[i] += Qs[warp + %d * i][dd] * kd;\n      }\n", rpw, warps)
+	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) {\n", rpw)
+	fmt.Fprintf(&b, "        const long long s = s0 + warp + %d * i, t = t0 + lane;\n        float sc = -INFINITY;\n", warps)
+	es := emitter(map[ir.Value]string{p.qk: "dot[i]"})
+	sv, err := es.value(p.scores, g.opIndex(body.Node(p.scores).Shape, "s", "t"), false)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "        if (s < %dLL && t < %dLL) {\n", S, T)
+	printLines(&b, es.lines, "          ")
+	fmt.Fprintf(&b, "          sc = %s;\n        }\n", sv)
+	b.WriteString(`        float mx = sc;
+        for (int w = 16; w > 0; w >>= 1) { float y = __shfl_xor_sync(0xffffffffu, mx, w); mx = (mx != mx || mx > y) ? mx : y; }
+        const float mnew = (m[i] != m[i] || m[i] > mx) ? m[i] : mx;
+        const float pt = sc == -INFINITY ? 0.0f : expf(sc - mnew);
+        float ps = pt;
+        for (int w = 16; w > 0; w >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, w);
+`)
+	fmt.Fprintf(&b, "        Ps[warp + %d * i][lane] = pt;\n", warps)
+	b.WriteString(`        // The rescaling of what the earlier tiles accumulated.
+        const float alpha = m[i] == -INFINITY ? 0.0f : expf(m[i] - mnew);
+        m[i] = mnew;
+        l[i] = l[i] * alpha + ps;
+`)
+	fmt.Fprintf(&b, "        for (int j = 0; j < %d; j++) o[i][j] *= alpha;\n      }\n", cols)
+	b.WriteString("      // Each warp reads only its own rows' probabilities.\n      __syncwarp();\n")
+	fmt.Fprintf(&b, "      for (int c = 0; c < %d && t0 + c < %dLL; c++) {\n", BN, T)
+	fmt.Fprintf(&b, "        float vc[%d];\n", cols)
+	fmt.Fprintf(&b, "        for (int j = 0; j < %d; j++) vc[j] = lane + 32 * j < %d ? Vs[c][lane + 32 * j] : 0.0f;\n", cols, Dv)
+	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) {\n", rpw)
+	fmt.Fprintf(&b, "          const float pc = Ps[warp + %d * i][c];\n", warps)
+	fmt.Fprintf(&b, "          for (int j = 0; j < %d; j++) o[i][j] += pc * vc[j];\n        }\n      }\n    }\n", cols)
+	// The rows, through the views after pv.
+	st, err := attentionStore(body, p, g.outIndex("s", "d"), "(o[i][j] / l[i])")
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "    for (int i = 0; i < %d; i++) {\n", rpw)
+	fmt.Fprintf(&b, "      const long long s = s0 + warp + %d * i;\n      if (s >= %dLL) continue;\n", warps, S)
+	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j++) {\n        const long long d = lane + 32 * j;\n        if (d >= %dLL) break;\n", cols, Dv)
+	printLines(&b, st, "        ")
+	b.WriteString("      }\n    }\n")
+	b.WriteString("    // The next tile's query rows overwrite Qs, which slower warps may\n    // still read.\n    __syncthreads();\n  }\n")
+	return b.String(), nil
+}
+
+// attnRowsAccumulators bounds the output accumulators a thread of the
+// multi-row layout keeps (rows a warp times value columns a lane), so that
+// they stay in registers.
+const attnRowsAccumulators = 32

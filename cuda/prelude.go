@@ -7,7 +7,7 @@ import "strings"
 // (inline PTX, rounding to nearest even), 16-byte vector loads and stores,
 // the tensor-core helpers (packing f16x2/bf16x2 fragment registers,
 // mma.sync m16n8k16 with f32 accumulators, cp.async global-to-shared
-// copies), and INFINITY and NAN (which come from headers NVRTC compiles without).
+// copies, ldmatrix fragment loads), and INFINITY and NAN (which come from headers NVRTC compiles without).
 // The emulation header (package cuda/emu) defines the same names in plain
 // C++.
 const NVRTCPrelude = `// lumsearch NVRTC prelude
@@ -76,6 +76,24 @@ __device__ __forceinline__ void lum_cp_async16(void* dst, const void* src) {
 }
 __device__ __forceinline__ void lum_cp_async_wait() {
   asm volatile("cp.async.wait_all;" ::: "memory");
+}
+// ldmatrix (sm_75 and later), warp-wide: four 8x8 matrices of 16-bit values
+// from shared memory; lane l gives the address of row l % 8 of matrix l / 8
+// (8 values, 16-byte aligned), and register i receives matrix i's elements
+// (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1), low half first, or with
+// .trans (2 (l % 4), l / 4) and (2 (l % 4) + 1, l / 4): PTX ISA 9.7.14.5.15,
+// "Warp-level matrix load instruction: ldmatrix". A row-major tile read with
+// .trans gives mma's B fragments of its transpose. The memory clobber keeps
+// the compiler from moving the loads across barriers.
+__device__ __forceinline__ void lum_ldmatrix_x4(unsigned r[4], const void* row) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
+}
+__device__ __forceinline__ void lum_ldmatrix_x4_trans(unsigned r[4], const void* row) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s) : "memory");
 }
 `
 

@@ -1001,3 +1001,42 @@ inline void lum_cp_async_wait() {
   for (int i = 0; i < f.ncp; i++) memcpy(f.cp_dst[i], f.cp_src[i], 16);
   f.ncp = 0;
 }
+
+// ---------------------------------------------------------------- ldmatrix
+
+// lum_ldmatrix_x4 and lum_ldmatrix_x4_trans are
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (PTX ISA 9.7.14.5.15,
+// "Warp-level matrix load instruction: ldmatrix"), warp-wide: four 8x8
+// matrices of 16-bit values; lane l gives the address of row l % 8 of matrix
+// l / 8 (8 values, 16 bytes, 16-byte aligned). With g = l / 4 and t = l % 4,
+// register i of lane l receives matrix i's elements (g, 2t) and (g, 2t + 1),
+// or with .trans (2t, g) and (2t + 1, g), the first in the low 16 bits. The
+// rows really come from the lanes that name them: each lane fetches the row
+// addresses it needs with warp shuffles (so every lane must call it, and a
+// lane's wrong address shows in the other lanes' registers) and reads them
+// after the shuffle. On the GPU the whole warp reads at once; here a lane
+// reads when it resumes, so a write to the tile by a lane of the same warp
+// after its ldmatrix and before a barrier (a race the hardware would not
+// show) may be seen: the emulation is stricter, never easier.
+inline unsigned lum_emu_ldmatrix_half(const void* row, int i) {
+  unsigned short h;
+  memcpy(&h, static_cast<const char*>(row) + 2 * i, 2);
+  return h;
+}
+inline void lum_ldmatrix_x4(unsigned r[4], const void* row) {
+  if (uintptr_t(row) & 15) lum_emu::misaligned("lum_ldmatrix_x4 row", row);
+  int lane = lum_emu::current("lum_ldmatrix_x4").linear & 31, g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; i++) {
+    const void* p = __shfl_sync(0xffffffffu, row, i * 8 + g);
+    r[i] = lum_emu_ldmatrix_half(p, 2 * t) | (lum_emu_ldmatrix_half(p, 2 * t + 1) << 16);
+  }
+}
+inline void lum_ldmatrix_x4_trans(unsigned r[4], const void* row) {
+  if (uintptr_t(row) & 15) lum_emu::misaligned("lum_ldmatrix_x4_trans row", row);
+  int lane = lum_emu::current("lum_ldmatrix_x4_trans").linear & 31, g = lane >> 2, t = lane & 3;
+  for (int i = 0; i < 4; i++) {
+    const void* p0 = __shfl_sync(0xffffffffu, row, i * 8 + 2 * t);
+    const void* p1 = __shfl_sync(0xffffffffu, row, i * 8 + 2 * t + 1);
+    r[i] = lum_emu_ldmatrix_half(p0, g) | (lum_emu_ldmatrix_half(p1, g) << 16);
+  }
+}
