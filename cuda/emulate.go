@@ -18,6 +18,7 @@ import (
 func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outShapes [][]ir.ValueType, opt emu.Options) ([][]*ir.Tensor, error) {
 	var bufs []emu.Buffer
 	var launches []emu.Launch
+	opt.Discard = append([]int(nil), opt.Discard...) // inputs are added below
 	var eks []emu.Kernel
 	outAt := make([][]int, len(kernels))
 	for i, k := range kernels {
@@ -32,7 +33,9 @@ func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outSha
 		}
 		for _, t := range args[i] {
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
-			bufs = append(bufs, emu.Buffer{Bytes: len(encode(t)), Data: encode(t)})
+			data := encode(t)
+			opt.Discard = append(opt.Discard, len(bufs))
+			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
 		}
 		for _, o := range outShapes[i] {
 			outAt[i] = append(outAt[i], len(bufs))

@@ -33,25 +33,35 @@ var compileCommand = &command{
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is
 searched on two of them and their seam), extracts the program the cost model
-of --target predicts fastest, lowers it to launches and a memory plan,
-prints every kernel as CUDA C, compiles them with NVRTC for --arch when
-libnvrtc is present, and verifies the pipeline: for a corpus model, the same
-architecture at a reduced size (two layers, hidden size 64) goes through
-every step and its CUDA runs under the CPU emulation against the reference
-interpreter; an ONNX model (its symbolic dimensions bound with --dim) is
-run whole under the emulation with its own weights when it is small enough
-(at most 16M elements of intermediates), else verification says it was
-skipped.
+of --target predicts fastest, lowers it to launches and a memory plan, and
+prints every kernel as CUDA C in the schedule (tiles, threads, tensor cores)
+the cost model ranks first. With libnvrtc present it compiles each kernel's
+best four schedules for --arch, prices them again with the registers and
+shared memory NVRTC reports, and keeps the fastest.
+
+Then it verifies, unless --verify=false: every distinct kernel runs under
+the CPU emulation at its real shapes on random inputs (a large one on a
+seeded sample of its thread blocks, the reference interpreter computing
+just the elements they wrote), and the whole program's wiring is checked:
+for a corpus model, the same architecture at a reduced size (two layers,
+hidden size 64) goes through every step and its CUDA runs under the
+emulation against the reference interpreter; an ONNX model (its symbolic
+dimensions bound with --dim) is run whole under the emulation with its own
+weights when it is small enough (at most 16M elements of intermediates),
+else that check says it was skipped.
 
 It writes DIR/kernels.cu (the NVRTC prelude and every kernel), the host
 library DIR/model.h and DIR/model.cpp (a C API over the CUDA driver, which
 it loads at run time, embedding the PTX and CUBIN; any C++17 compiler
 builds it, no CUDA toolkit; without NVRTC it embeds no kernels and its
 lum_create says so) and DIR/plan.json (buffers, the arena, and each
-launch's kernel, grid, block, buffers, predicted time and NVRTC's register,
-shared memory and spill report). Prepared weights are not written yet; a
-kernel form the printer does not know yet (tensor-core matmuls and half
-precision attention) stops the command with its name.`,
+launch's kernel, grid, block, buffers, schedule and the next three
+candidates, predicted time, bytes and arithmetic, and NVRTC's register,
+shared memory and spill report). When the model comes with weights (an
+ONNX model's initializers) it also writes DIR/weights.safetensors: the
+weights the run reads and those computed from weights at load time, which
+the host library's lum_load_prepared loads in place of lum_load_weights and
+lum_prepare.`,
 	example: `
 lumsearch compile llama-3-8b:layer --seq 16 -o out/
 lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/
@@ -186,6 +196,11 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 		fmt.Fprintf(stdout, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
 			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills)
 	}
+	if verify {
+		if err := verifyKernels(ctx, model, lp, c.kernels, stdout); err != nil {
+			return err
+		}
+	}
 	switch {
 	case !verify:
 	case strings.HasSuffix(model, ".onnx"):
@@ -219,8 +234,58 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 	if err := os.WriteFile(filepath.Join(dir, "plan.json"), append(plan, '\n'), 0o644); err != nil {
 		return err
 	}
+	if weights != nil {
+		if err := writePreparedWeights(ctx, model, dir, lp, weights, stdout); err != nil {
+			return fmt.Errorf("compile %s: %w", model, err)
+		}
+	}
 	fmt.Fprintf(stdout, "  wrote %s, %s, %s and %s\n", filepath.Join(dir, "kernels.cu"), filepath.Join(dir, "model.h"),
 		filepath.Join(dir, "model.cpp"), filepath.Join(dir, "plan.json"))
+	return nil
+}
+
+// verifyKernels runs every distinct kernel of the program under the CPU
+// emulation at its real shapes on random inputs, the large ones on a
+// seeded sample of thread blocks with the reference computing only the
+// elements they wrote (cuda.VerifyKernels: one compilation, the kernels
+// run a group at a time to bound memory), and reports what it compared.
+func verifyKernels(ctx context.Context, model string, lp *lower.Program, ks []*cuda.Kernel, stdout io.Writer) error {
+	if _, err := exec.LookPath("g++"); err != nil {
+		fmt.Fprintf(stdout, "  verify: kernels not run: the CPU emulation needs g++ (%v)\n", err)
+		return nil
+	}
+	start := time.Now()
+	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
+	bodyOf := map[*cuda.Kernel]*ir.Graph{}
+	var distinct []*cuda.Kernel
+	for i, k := range ks {
+		if _, ok := bodyOf[k]; !ok {
+			bodyOf[k] = launches[i].Body
+			distinct = append(distinct, k)
+		}
+	}
+	bodies := make([]*ir.Graph, len(distinct))
+	for i, k := range distinct {
+		bodies[i] = bodyOf[k]
+	}
+	checks, err := cuda.VerifyKernels(ctx, distinct, bodies, cuda.VerifyOptions{Seed: 1})
+	if err != nil {
+		return fmt.Errorf("verify %s: a kernel at its real shapes differs from the reference: %w", model, err)
+	}
+	var whole, sampled, blocksRun, blocks int
+	var elements int64
+	worst := 0.0
+	for _, c := range checks {
+		if c.Sampled {
+			sampled++
+		} else {
+			whole++
+		}
+		blocksRun, blocks, elements = blocksRun+c.BlocksRun, blocks+c.GridBlocks, elements+c.Elements
+		worst = math.Max(worst, c.WorstRatio)
+	}
+	fmt.Fprintf(stdout, "  verify: %d distinct kernels at their real shapes under the CPU emulation match the reference (%d whole, %d on a sample of thread blocks; %d of %d blocks run, %d elements compared, worst error %.2g of the tolerance; %v)\n",
+		len(distinct), whole, sampled, blocksRun, blocks, elements, worst, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -31,7 +31,10 @@
 // # Threads
 //
 // Blocks of a grid run on Options.Workers OS threads, one block at a time per
-// worker. The threads of a block are user-level fibers on their worker: 64 KiB
+// worker. Launch.Blocks, when set, runs only the listed blocks (linear ids,
+// x fastest) of the real grid, for checking a sample of a large launch:
+// blockIdx and gridDim are those of the whole grid and every check below
+// applies to the blocks that run. The threads of a block are user-level fibers on their worker: 64 KiB
 // stacks with a guard page, mapped once per worker and reused, and a
 // hand-written context switch (x86-64 and aarch64: callee-saved registers and
 // the floating-point control state). A fiber runs until a scheduling point
@@ -67,7 +70,8 @@
 // guard page is caught by the runner's SIGSEGV handler and reported as an
 // "out-of-bounds access" naming the kernel, the launch, the block, the thread
 // and the buffer; a write into the canary bytes is reported after the
-// launch. A buffer given without data starts filled with the NaN pattern.
+// launch. A buffer given without data starts filled with the NaN pattern
+// (NaNPattern); Unwritten tells which of its elements a run wrote.
 //
 // # Compilation
 //

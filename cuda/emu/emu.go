@@ -53,13 +53,37 @@ type Launch struct {
 	Kernel      string
 	Grid, Block [3]int
 	Args        []Arg
+	// Blocks, when not empty, are the only blocks of the grid that run:
+	// linear block ids (x fastest, then y, then z), each in the grid and
+	// listed once. blockIdx and gridDim still describe the whole grid, and
+	// every check (guards, canaries, deadlocks, shuffling by Options.Seed
+	// and the block id) applies to the blocks that run as in a whole run.
+	Blocks []int
 }
 
 // Buffer is one device buffer of Bytes bytes. Data, when not nil, is its
-// initial content (len(Data) == Bytes); nil fills it with a NaN pattern.
+// initial content (len(Data) == Bytes); nil fills it with the NaN pattern.
 type Buffer struct {
 	Bytes int
 	Data  []byte
+}
+
+// NaNPattern is the 32-bit little-endian word repeated from the start of a
+// buffer given without data: a quiet NaN as f32, and each of its halves a
+// NaN as f16 and bf16.
+const NaNPattern uint32 = 0x7fff7fff
+
+// Unwritten reports whether the n bytes at off of a buffer's final content
+// (a buffer given without data) still hold the NaN pattern, that is,
+// whether no launch wrote a different value there. A value equal to the
+// pattern (the canonical f16 or bf16 NaN, 0x7fff) reads as unwritten.
+func Unwritten(data []byte, off, n int) bool {
+	for i := off; i < off+n; i++ {
+		if data[i] != byte(NaNPattern>>(8*(i&3))) {
+			return false
+		}
+	}
+	return true
 }
 
 // Options tune a run. The zero value is valid.
@@ -69,10 +93,16 @@ type Options struct {
 	Workers  int    // OS threads running blocks; 0 means GOMAXPROCS
 	CacheDir string // compiled runners; "" means os.UserCacheDir()/lumsearch/emu
 	Compiler string // "" means g++
+	// Discard lists buffers whose final bytes the caller does not want (a
+	// kernel's inputs): the runner does not write them back and Run
+	// returns nil for them, which spares copying gigabytes of weights
+	// back at real shapes.
+	Discard []int
 }
 
 // Run compiles source (cached) with the kernels' launchers, performs the
-// launches in order on fresh buffers and returns every buffer's final bytes.
+// launches in order on fresh buffers and returns every buffer's final bytes
+// (nil for those Options.Discard lists).
 // A kernel failure (out-of-bounds access, misaligned vector access, deadlock,
 // crash) is a *KernelError, a compilation failure a *CompileError; when ctx
 // ends, the runner is killed and the error wraps ctx.Err().
@@ -80,6 +110,11 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	idx, err := validate(kernels, bufs, launches)
 	if err != nil {
 		return nil, err
+	}
+	for _, i := range opt.Discard {
+		if i < 0 || i >= len(bufs) {
+			return nil, fmt.Errorf("emu: Options.Discard names buffer %d of %d", i, len(bufs))
+		}
 	}
 	bin, err := compile(ctx, source, glue(kernels), &opt)
 	if err != nil {
@@ -116,8 +151,15 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	if err != nil {
 		return nil, fmt.Errorf("emu: %w", err)
 	}
+	discard := make([]bool, len(bufs))
+	for _, i := range opt.Discard {
+		discard[i] = true
+	}
 	res := make([][]byte, len(bufs))
 	for i, b := range bufs {
+		if discard[i] {
+			continue
+		}
 		if len(data) < b.Bytes {
 			return nil, errors.New("emu: runner output is truncated")
 		}

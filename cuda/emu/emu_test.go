@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,7 @@ var testKernels = []Kernel{
 	{"warp_ops", params("const int* x", "int* out")},
 	{"shfl_exited", params("float* y")},
 	{"index3d", params("int* out")},
+	{"grid_ids", params("int* out")},
 	{"scalars", params("double* y", "long long a", "float b", "unsigned c")},
 	{"math_ops", params("const float* x", "float* y", "int n")},
 	{"stack_hog", params("float* y", "int n")},
@@ -222,6 +224,67 @@ func TestIndex3D(t *testing.T) {
 	}
 }
 
+// TestBlockSubset runs a few blocks of a 3-D grid: only their threads
+// write, blockIdx and gridDim describe the whole grid, and the other
+// blocks' elements keep the NaN pattern of a buffer given without data.
+func TestBlockSubset(t *testing.T) {
+	t.Parallel()
+	g, b := [3]int{3, 2, 2}, [3]int{4, 2, 1}
+	nb, nt := g[0]*g[1]*g[2], b[0]*b[1]*b[2]
+	tests := []struct {
+		name   string
+		blocks []int
+		opt    Options
+	}{
+		{"first and last", []int{0, nb - 1}, Options{}},
+		{"unordered", []int{7, 2, 11, 5}, Options{}},
+		{"shuffled, one worker", []int{9, 1, 4}, Options{Shuffle: true, Seed: 5, Workers: 1}},
+		{"more workers than blocks", []int{3}, Options{Workers: 8}},
+		{"every block listed", []int{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, Options{Shuffle: true, Seed: 2}},
+	}
+	for _, tc := range tests {
+		out, err := run(t, []Buffer{{4 * 6 * nb * nt, nil}},
+			[]Launch{{Kernel: "grid_ids", Grid: g, Block: b, Args: []Arg{buf(0)}, Blocks: tc.blocks}}, tc.opt)
+		require.NoError(t, err, tc.name)
+		v := u32s(out[0])
+		for lb := range nb {
+			bx, by, bz := lb%g[0], lb/g[0]%g[1], lb/(g[0]*g[1])
+			want := []uint32{uint32(bx), uint32(by), uint32(bz), uint32(g[0]), uint32(g[1]), uint32(g[2])}
+			if !slices.Contains(tc.blocks, lb) {
+				want = []uint32{0x7fff7fff, 0x7fff7fff, 0x7fff7fff, 0x7fff7fff, 0x7fff7fff, 0x7fff7fff}
+			}
+			for lt := range nt {
+				at := 6 * (lb*nt + lt)
+				require.Equal(t, want, v[at:][:6], "%s: block %d thread %d", tc.name, lb, lt)
+				require.Equal(t, !slices.Contains(tc.blocks, lb), Unwritten(out[0], 4*at, 24), "%s: block %d thread %d", tc.name, lb, lt)
+			}
+		}
+	}
+}
+
+// TestBlockSubsetFailures: a failure in a selected block is reported with
+// that block's index; blocks left out never run.
+func TestBlockSubsetFailures(t *testing.T) {
+	t.Parallel()
+	_, err := run(t, []Buffer{{4 * 64, nil}}, []Launch{{Kernel: "divergent_barrier", Grid: [3]int{4, 2, 1}, Block: grid(64),
+		Args: []Arg{buf(0)}, Blocks: []int{6}}}, Options{})
+	var ke *KernelError
+	require.ErrorAs(t, err, &ke)
+	assert.Equal(t, "deadlock", ke.Kind)
+	assert.Equal(t, []int{2, 1, 0}, ke.Block)
+
+	// oob_write's threads past n write out of bounds; with n covering the
+	// first block only, running just that block succeeds.
+	_, err = run(t, []Buffer{{4 * 32, nil}}, []Launch{{Kernel: "oob_write", Grid: grid(3), Block: grid(32),
+		Args: []Arg{buf(0), intArg(32)}, Blocks: []int{0}}}, Options{})
+	require.NoError(t, err)
+	_, err = run(t, []Buffer{{4 * 32, nil}}, []Launch{{Kernel: "oob_write", Grid: grid(3), Block: grid(32),
+		Args: []Arg{buf(0), intArg(32)}, Blocks: []int{0, 2}}}, Options{})
+	require.ErrorAs(t, err, &ke)
+	assert.Equal(t, "out-of-bounds", ke.Kind)
+	assert.Equal(t, []int{2, 0, 0}, ke.Block)
+}
+
 func TestScalarArgs(t *testing.T) {
 	t.Parallel()
 	out, err := run(t, []Buffer{{24, nil}}, []Launch{launch1("scalars", 1, 1, buf(0), intArg(1<<40+3), Arg{Float: 1.5, IsFloat: true}, intArg(4000000000))}, Options{})
@@ -279,6 +342,12 @@ func TestValidation(t *testing.T) {
 		{"bad type", []Kernel{{"k", []Param{{"y", "float&"}}}}, nil, nil, `unsupported parameter type "float&"`},
 		{"bad name", []Kernel{{"k-1", nil}}, nil, nil, "not a C identifier"},
 		{"duplicate", []Kernel{{"k", nil}, {"k", nil}}, nil, nil, "listed twice"},
+		{"block outside the grid", k, []Buffer{{4, nil}}, []Launch{{Kernel: "k", Grid: [3]int{2, 3, 1}, Block: grid(1), Args: []Arg{buf(0), intArg(1)}, Blocks: []int{0, 6}}},
+			"grid [2 3 1]: selected block 6 (Blocks[1]) is outside the grid's 6 blocks"},
+		{"negative block", k, []Buffer{{4, nil}}, []Launch{{Kernel: "k", Grid: grid(4), Block: grid(1), Args: []Arg{buf(0), intArg(1)}, Blocks: []int{-1}}},
+			"selected block -1 (Blocks[0]) is outside the grid's 4 blocks"},
+		{"block twice", k, []Buffer{{4, nil}}, []Launch{{Kernel: "k", Grid: grid(4), Block: grid(1), Args: []Arg{buf(0), intArg(1)}, Blocks: []int{3, 1, 3}}},
+			"block 3 is selected twice (Blocks[0] and Blocks[2])"},
 	}
 	for _, tc := range tests {
 		_, err := Run(context.Background(), "", tc.kernels, tc.bufs, tc.launches, Options{CacheDir: testCache})
@@ -296,4 +365,44 @@ func TestCompileError(t *testing.T) {
 	var ce *CompileError
 	require.ErrorAs(t, err, &ce)
 	assert.Contains(t, ce.Log, "undefined_name")
+}
+
+// TestUnwritten reads the NaN pattern at every element size and offset.
+func TestUnwritten(t *testing.T) {
+	fill := make([]byte, 32)
+	for i := 0; i < len(fill); i += 4 {
+		binary.LittleEndian.PutUint32(fill[i:], NaNPattern)
+	}
+	for _, size := range []int{1, 2, 4, 8} {
+		for off := 0; off+size <= len(fill); off += size {
+			assert.True(t, Unwritten(fill, off, size), "size %d offset %d", size, off)
+			b := slices.Clone(fill)
+			b[off+size-1] ^= 1
+			assert.False(t, Unwritten(b, off, size), "size %d offset %d", size, off)
+		}
+	}
+	half := make([]byte, 4)
+	binary.LittleEndian.PutUint16(half, 0x7fff) // the canonical f16 NaN reads as unwritten
+	binary.LittleEndian.PutUint16(half[2:], 0x7e00)
+	assert.True(t, Unwritten(half, 0, 2))
+	assert.False(t, Unwritten(half, 2, 2))
+}
+
+// TestDiscard: buffers the caller discards come back nil, the others as
+// computed; a discarded index out of range is an error.
+func TestDiscard(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	a, b := randFloats(rng, 100), randFloats(rng, 100)
+	bufs := []Buffer{{Bytes: 400, Data: f32Bytes(a)}, {Bytes: 400, Data: f32Bytes(b)}, {Bytes: 400}}
+	launches := []Launch{launch1("vadd", 1, 128, buf(0), buf(1), buf(2), intArg(100))}
+	out, err := run(t, bufs, launches, Options{Discard: []int{0, 1}})
+	require.NoError(t, err)
+	assert.Nil(t, out[0])
+	assert.Nil(t, out[1])
+	c := bytesF32(out[2])
+	for i := range c {
+		require.Equal(t, a[i]+b[i], c[i])
+	}
+	_, err = run(t, bufs, launches, Options{Discard: []int{3}})
+	require.ErrorContains(t, err, "Discard names buffer 3")
 }

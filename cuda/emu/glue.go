@@ -89,8 +89,12 @@ func validate(kernels []Kernel, bufs []Buffer, launches []Launch) ([]int, error)
 		if threads > 1024 || l.Block[2] > 64 {
 			return nil, fmt.Errorf("emu: launch %d (%s): block %v exceeds CUDA's limits (1024 threads, z <= 64)", li, l.Kernel, l.Block)
 		}
-		if int64(l.Grid[0])*int64(l.Grid[1])*int64(l.Grid[2]) > math.MaxInt32 {
+		nblocks := int64(l.Grid[0]) * int64(l.Grid[1]) * int64(l.Grid[2])
+		if nblocks > math.MaxInt32 {
 			return nil, fmt.Errorf("emu: launch %d (%s): grid %v has too many blocks", li, l.Kernel, l.Grid)
+		}
+		if err := validateBlocks(l.Blocks, nblocks); err != nil {
+			return nil, fmt.Errorf("emu: launch %d (%s): grid %v: %w", li, l.Kernel, l.Grid, err)
 		}
 		if len(l.Args) != len(k.Params) {
 			return nil, fmt.Errorf("emu: launch %d (%s): %d arguments for %d parameters", li, l.Kernel, len(l.Args), len(k.Params))
@@ -110,6 +114,25 @@ func validate(kernels []Kernel, bufs []Buffer, launches []Launch) ([]int, error)
 		}
 	}
 	return idx, nil
+}
+
+// validateBlocks checks a launch's block selection: linear ids inside a
+// grid of nblocks blocks, none twice.
+func validateBlocks(blocks []int, nblocks int64) error {
+	if len(blocks) == 0 {
+		return nil
+	}
+	seen := make(map[int]int, len(blocks))
+	for i, b := range blocks {
+		if b < 0 || int64(b) >= nblocks {
+			return fmt.Errorf("selected block %d (Blocks[%d]) is outside the grid's %d blocks", b, i, nblocks)
+		}
+		if j, dup := seen[b]; dup {
+			return fmt.Errorf("block %d is selected twice (Blocks[%d] and Blocks[%d])", b, j, i)
+		}
+		seen[b] = i
+	}
+	return nil
 }
 
 // glue generates the translation unit that the runner is compiled from: the
@@ -158,7 +181,7 @@ func encodeInput(idx []int, bufs []Buffer, launches []Launch, workers int, opt O
 	var b []byte
 	u32 := func(v uint32) { b = binary.LittleEndian.AppendUint32(b, v) }
 	u64 := func(v uint64) { b = binary.LittleEndian.AppendUint64(b, v) }
-	b = append(b, "LUMEMU01"...)
+	b = append(b, "LUMEMU02"...)
 	u32(uint32(workers))
 	shuffle := uint32(0)
 	if opt.Shuffle {
@@ -167,13 +190,20 @@ func encodeInput(idx []int, bufs []Buffer, launches []Launch, workers int, opt O
 	u32(shuffle)
 	u64(opt.Seed)
 	u32(uint32(len(bufs)))
-	for _, buf := range bufs {
+	discard := make([]bool, len(bufs))
+	for _, i := range opt.Discard {
+		discard[i] = true
+	}
+	for i, buf := range bufs {
 		u64(uint64(buf.Bytes))
-		if buf.Data == nil {
-			b = append(b, 0)
-			continue
+		flags := byte(0)
+		if buf.Data != nil {
+			flags |= 1
 		}
-		b = append(b, 1)
+		if discard[i] {
+			flags |= 2
+		}
+		b = append(b, flags)
 		b = append(b, buf.Data...)
 	}
 	u32(uint32(len(launches)))
@@ -184,6 +214,10 @@ func encodeInput(idx []int, bufs []Buffer, launches []Launch, workers int, opt O
 		}
 		for _, t := range l.Block {
 			u32(uint32(t))
+		}
+		u32(uint32(len(l.Blocks))) // 0: every block
+		for _, id := range l.Blocks {
+			u32(uint32(id))
 		}
 		u32(uint32(len(l.Args)))
 		for _, a := range l.Args {

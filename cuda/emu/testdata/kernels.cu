@@ -200,6 +200,20 @@ extern "C" __global__ void index3d(int* __restrict__ out) {
   o[5] = int(threadIdx.z);
 }
 
+// grid_ids writes, for every thread, its block index and the grid's
+// dimensions.
+extern "C" __global__ void grid_ids(int* __restrict__ out) {
+  unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  int* o = out + 6 * (b * blockDim.x * blockDim.y * blockDim.z + t);
+  o[0] = int(blockIdx.x);
+  o[1] = int(blockIdx.y);
+  o[2] = int(blockIdx.z);
+  o[3] = int(gridDim.x);
+  o[4] = int(gridDim.y);
+  o[5] = int(gridDim.z);
+}
+
 extern "C" __global__ void scalars(double* __restrict__ y, long long a, float b, unsigned c) {
   y[0] = double(a);
   y[1] = double(b);
