@@ -345,7 +345,7 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     4 or 8 rows a block;
 //   - matmul, f32: BMxBN tiles (16 to 128 by 32 to 128, up to 512
 //     threads) of 4x4 outputs a thread, or for tiles of 16 or 32 rows
-//     1x4, K steps of 16;
+//     1x4, K steps of 16, single or double buffered;
 //   - matmul, f16 and bf16: tensor-core tiles, a warp per 32x32
 //     (or 16x32) patch, 1 to 16 warps, K steps of 32, two stages;
 //   - attention: a block per query row, keys 32 at a time, 64 to 256
@@ -375,11 +375,13 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F32 {
 			for _, bm := range []int{16, 32, 64, 128} {
 				for _, bn := range []int{32, 64, 128} {
-					if t := bm / 4 * bn / 4; t <= 512 {
-						out = append(out, Schedule{BM: bm, BN: bn, BK: 16, Threads: t, Stages: 1})
-					}
-					if t := bm * bn / 4; bm <= 32 && t <= 512 {
-						out = append(out, Schedule{BM: bm, BN: bn, BK: 16, Threads: t, Stages: 1, TM: 1})
+					for _, stages := range []int{1, 2} {
+						if t := bm / 4 * bn / 4; t <= 512 {
+							out = append(out, Schedule{BM: bm, BN: bn, BK: 16, Threads: t, Stages: stages})
+						}
+						if t := bm * bn / 4; bm <= 32 && t <= 512 {
+							out = append(out, Schedule{BM: bm, BN: bn, BK: 16, Threads: t, Stages: stages, TM: 1})
+						}
 					}
 				}
 			}
@@ -558,7 +560,7 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	}
 	class, cdt := tensorDType(dt, s.Tensor)
 	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: s.Stages}, true
 }
 
 // attentionFeatures prices the printed flash forms (package cuda,

@@ -28,6 +28,11 @@ type Features struct {
 	Blocks, PerSM, WarpsPerBlock int
 	// Launches counts the kernel launches (1 for a kernel).
 	Launches int
+	// Stages is the operand tiles a warp keeps in flight (a software
+	// pipeline's depth; 0 or 1 when it waits for each): latency is hidden
+	// by resident warps times stages. An assumption the measurements are
+	// to calibrate, like the factors.
+	Stages int
 }
 
 // Waves is the number of rounds of blocks each multiprocessor works
@@ -55,7 +60,7 @@ func (f Features) occupancyShare(d *Device) float64 {
 	if f.Blocks > 0 {
 		resident = min(resident, (f.Blocks+d.SMs-1)/d.SMs)
 	}
-	return math.Min(1, float64(resident*f.WarpsPerBlock)/latencyWarps)
+	return math.Min(1, float64(resident*f.WarpsPerBlock*max(f.Stages, 1))/latencyWarps)
 }
 
 // Factors are a device's efficiency factors: the fractions of its peaks

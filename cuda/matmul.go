@@ -62,9 +62,13 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	if s.TM != 0 {
 		TM = s.TM
 	}
-	if s.Tensor || s.BK != mmBK || s.BM%16 != 0 || s.BN%32 != 0 || s.Stages != 1 || s.Rows != 0 || (TM != 4 && TM != 1) || s.Threads != s.BM/TM*s.BN/4 || s.Threads > 1024 {
-		return "", fmt.Errorf("f32 matmul: schedule %s: the f32 path takes BM a multiple of 16, BN of 32, BK 16, one stage, tm 4 or 1 and (BM/tm)x(BN/4) threads", s)
+	if s.Tensor || s.BK != mmBK || s.BM%16 != 0 || s.BN%32 != 0 || (s.Stages != 1 && s.Stages != 2) || s.Rows != 0 || (TM != 4 && TM != 1) || s.Threads != s.BM/TM*s.BN/4 || s.Threads > 1024 {
+		return "", fmt.Errorf("f32 matmul: schedule %s: the f32 path takes BM a multiple of 16, BN of 32, BK 16, one or two stages, tm 4 or 1 and (BM/tm)x(BN/4) threads", s)
 	}
+	// Two stages double-buffer the tiles: step kt loads K tile kt into one
+	// buffer while the threads multiply tile kt - 1 from the other, one
+	// barrier a step instead of two.
+	double := s.Stages == 2
 	k.Schedule = s
 	BM, BN, BK, threads := s.BM, s.BN, s.BK, s.Threads
 	g, err := matmulGeometry(body, mm)
@@ -76,7 +80,13 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	k.Grid = [3]int{int((N + int64(BN) - 1) / int64(BN)), int((M + int64(BM) - 1) / int64(BM)), int(batch)}
 	opIndex := g.opIndex
 	var b strings.Builder
-	fmt.Fprintf(&b, "  __shared__ float As[%d][%d];\n  __shared__ float Bs[%d][%d];\n", BK, BM+4, BK, BN+4)
+	buf := "" // the shared buffer a step uses: [s] when double-buffered
+	if double {
+		buf = "[s]"
+		fmt.Fprintf(&b, "  __shared__ float As[2][%d][%d];\n  __shared__ float Bs[2][%d][%d];\n", BK, BM+4, BK, BN+4)
+	} else {
+		fmt.Fprintf(&b, "  __shared__ float As[%d][%d];\n  __shared__ float Bs[%d][%d];\n", BK, BM+4, BK, BN+4)
+	}
 	fmt.Fprintf(&b, "  const int tx = threadIdx.x %% %d, ty = threadIdx.x / %d;\n", BN/4, BN/4)
 	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", BM, BN)
 	b.WriteString("  long long bz = blockIdx.z;\n")
@@ -90,7 +100,14 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		return "", err
 	}
 	fmt.Fprintf(&b, "  float acc[%d][4];\n  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;\n", TM, TM)
-	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, BK)
+	steps := (K + int64(BK) - 1) / int64(BK)
+	if double {
+		fmt.Fprintf(&b, "  for (long long kt = 0; kt <= %dLL; kt++) {\n", steps)
+		fmt.Fprintf(&b, "    if (kt < %dLL) {\n", steps)
+		fmt.Fprintf(&b, "    const int s = (int)(kt %% 2);\n    const long long k0 = kt * %d;\n", BK)
+	} else {
+		fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, BK)
+	}
 	// Each thread loads 4 elements of each tile, computing the prologue.
 	loadTile := func(operand ir.Value, shape ir.Shape, rowsA bool) error {
 		e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt}
@@ -99,12 +116,12 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 			// As[kk][mm] = A[m0+mm][k0+kk]
 			row, col = "(m0 + mm)", "(k0 + kk)"
 			guard = fmt.Sprintf("m0 + mm < %dLL && k0 + kk < %dLL", M, K)
-			dst = "As[kk][mm]"
+			dst = "As" + buf + "[kk][mm]"
 		} else {
 			// Bs[kk][nn] = B[k0+kk][n0+nn]
 			row, col = "(k0 + kk)", "(n0 + nn)"
 			guard = fmt.Sprintf("k0 + kk < %dLL && n0 + nn < %dLL", K, N)
-			dst = "Bs[kk][nn]"
+			dst = "Bs" + buf + "[kk][nn]"
 		}
 		v, err := e.value(operand, opIndex(shape, row, col), true)
 		if err != nil {
@@ -129,18 +146,26 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	if err := loadTile(mn.Inputs[1], bb.Shape, false); err != nil {
 		return "", err
 	}
-	b.WriteString("    __syncthreads();\n")
+	if double {
+		b.WriteString("    }\n    if (kt > 0) {\n    const int s = (int)((kt - 1) % 2);\n")
+	} else {
+		b.WriteString("    __syncthreads();\n")
+	}
 	fmt.Fprintf(&b, "    for (int kk = 0; kk < %d; kk++) {\n", BK)
 	if TM == 4 {
 		b.WriteString("      float av[4], bv[4];\n")
-		b.WriteString("      for (int i = 0; i < 4; i++) { av[i] = As[kk][ty * 4 + i]; bv[i] = Bs[kk][tx * 4 + i]; }\n")
+		fmt.Fprintf(&b, "      for (int i = 0; i < 4; i++) { av[i] = As%[1]s[kk][ty * 4 + i]; bv[i] = Bs%[1]s[kk][tx * 4 + i]; }\n", buf)
 	} else {
 		fmt.Fprintf(&b, "      float av[%d], bv[4];\n", TM)
-		fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) av[i] = As[kk][ty * %d + i];\n", TM, TM)
-		b.WriteString("      for (int j = 0; j < 4; j++) bv[j] = Bs[kk][tx * 4 + j];\n")
+		fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) av[i] = As%s[kk][ty * %d + i];\n", TM, buf, TM)
+		fmt.Fprintf(&b, "      for (int j = 0; j < 4; j++) bv[j] = Bs%s[kk][tx * 4 + j];\n", buf)
 	}
 	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) acc[i][j] += av[i] * bv[j];\n", TM)
-	b.WriteString("    }\n    __syncthreads();\n  }\n")
+	if double {
+		b.WriteString("    }\n    }\n    __syncthreads();\n  }\n")
+	} else {
+		b.WriteString("    }\n    __syncthreads();\n  }\n")
+	}
 	// Epilogue: C's element (m, n) of batch b is linear index i.
 	fmt.Fprintf(&b, "  for (int ii = 0; ii < %d; ii++) for (int jj = 0; jj < 4; jj++) {\n", TM)
 	fmt.Fprintf(&b, "    long long m = m0 + ty * %d + ii, n = n0 + tx * 4 + jj;\n", TM)
