@@ -560,7 +560,12 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	}
 	class, cdt := tensorDType(dt, s.Tensor)
 	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: s.Stages}, true
+	// Every block loads a BMxK strip of A and a KxBN strip of B into
+	// shared memory, in the operand dtype (f32 for the f32 path).
+	steps := ceilDiv(K, s.BK) * s.BK
+	tileBytes := float64(batch*tilesM*tilesN) * float64(steps) * float64(s.BM+s.BN) * float64(size)
+
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: s.Stages, TileBytes: tileBytes}, true
 }
 
 // attentionFeatures prices the printed flash forms (package cuda,
@@ -665,5 +670,7 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	} else {
 		work = append([]Work{{FMA, "f32", flops}}, work...)
 	}
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
+	// Every block streams all keys and values through shared memory.
+	tileBytes := float64(batch*tiles) * float64(T) * float64(D+Dv) * float64(body.Node(qk.Inputs[1]).DType.Size())
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tileBytes}, true
 }

@@ -261,3 +261,22 @@ func TestResourcedFollowsTheCompiler(t *testing.T) {
 	_, err = m.Resourced(k, best.Schedule, Resources{Registers: 32, Shared: d.SharedPerBlock + 1})
 	require.Error(t, err)
 }
+
+// TestSmallTilesPayForL2: a large tensor-core matmul re-reads its operands
+// from L2 once per tile, so a 32x32 tile (a quarter of a 128x128 tile's
+// reuse) is L2-bound and the model picks a large tile.
+func TestSmallTilesPayForL2(t *testing.T) {
+	d := testDevice(t)
+	m := NewModel(d, Defaults(d))
+	k := matmulBody(t, ir.BF16, 0, 4096, 4096, 4096)
+	ranked, err := m.Ranked(k)
+	require.NoError(t, err)
+	best := ranked[0]
+	assert.GreaterOrEqual(t, best.Schedule.BM*best.Schedule.BN, 64*128, "best %s", best.Schedule)
+	for _, e := range ranked {
+		if e.Schedule.BM == 32 && e.Schedule.BN == 32 {
+			assert.Greater(t, e.Seconds, 2*best.Seconds, "%s against %s", e.Schedule, best.Schedule)
+			assert.Greater(t, e.Features.TileBytes, 3*best.Features.TileBytes)
+		}
+	}
+}

@@ -28,6 +28,11 @@ type Features struct {
 	Blocks, PerSM, WarpsPerBlock int
 	// Launches counts the kernel launches (1 for a kernel).
 	Launches int
+	// TileBytes is what the blocks load from L2 into shared memory and
+	// registers: every operand tile each block reads, re-reads included
+	// (DRAM traffic is Bytes; a small tile re-reads its operands from L2
+	// many times, which caps its arithmetic rate).
+	TileBytes float64
 	// Stages is the operand tiles a warp keeps in flight (a software
 	// pipeline's depth; 0 or 1 when it waits for each): latency is hidden
 	// by resident warps times stages. An assumption the measurements are
@@ -43,6 +48,12 @@ type Features struct {
 func (f Features) Waves(d *Device) int {
 	return max(1, (f.Blocks+d.SMs-1)/d.SMs)
 }
+
+// l2Bandwidth is L2's read bandwidth as a multiple of DRAM's, for tile
+// loads: an assumption (about 17 TB/s on an H100 SXM) that lets a 128x128
+// tensor-core tile reach the tensor cores' rate while a 32x32 one, with a
+// quarter of the reuse, cannot; measurements are to calibrate it.
+const l2Bandwidth = 5.0
 
 // latencyWarps is the resident warps per multiprocessor past which memory
 // and arithmetic latency is hidden; below it a kernel reaches
@@ -109,6 +120,11 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 		}
 		comp += w.FLOPs / (p.FLOPS * eff)
 	}
+	// L2 serves tile loads at a few times DRAM's rate: l2Bandwidth
+	// times the device's achieved DRAM bandwidth, an assumption until
+	// measurements calibrate it (the device tables give no L2 rate).
+	l2 := x.TileBytes / (l2Bandwidth * d.MemoryBandwidth * f.Memory)
+	mem = math.Max(mem, l2)
 	fill := 1.0
 	if x.Blocks > 0 {
 		fill = float64(x.Blocks) / float64(x.Waves(d)*d.SMs)
