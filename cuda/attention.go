@@ -206,19 +206,7 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 
 	// Indices over the batch dims of pv (b0..), with an operand's size-1
 	// batch dims read at 0.
-	opIndex := func(shape ir.Shape, row, col string) index {
-		ix := make(index, len(shape))
-		off := r - len(shape)
-		for d := 0; d < len(shape)-2; d++ {
-			if shape[d] == 1 {
-				ix[d] = "0"
-			} else {
-				ix[d] = fmt.Sprintf("b%d", d+off)
-			}
-		}
-		ix[len(shape)-2], ix[len(shape)-1] = row, col
-		return ix
-	}
+	opIndex := func(shape ir.Shape, row, col string) index { return batchedIndex(r, shape, row, col) }
 	emitter := func(reduced map[ir.Value]string) *elementwise {
 		return &elementwise{body: body, temps: map[string]string{}, reduced: reduced}
 	}
@@ -369,17 +357,7 @@ func attentionGeometry(body *ir.Graph, p attentionParts) attnGeom {
 // opIndex is an operand's index at (row, col), its batch dims following
 // pv's, a size-1 batch dim (a broadcast) read at 0.
 func (g attnGeom) opIndex(shape ir.Shape, row, col string) index {
-	ix := make(index, len(shape))
-	off := g.r - len(shape)
-	for d := 0; d < len(shape)-2; d++ {
-		if shape[d] == 1 {
-			ix[d] = "0"
-		} else {
-			ix[d] = fmt.Sprintf("b%d", d+off)
-		}
-	}
-	ix[len(shape)-2], ix[len(shape)-1] = row, col
-	return ix
+	return batchedIndex(g.r, shape, row, col)
 }
 
 // outIndex is pv's index at query row s and value column d.

@@ -54,8 +54,16 @@ func matmulGeometry(body *ir.Graph, mm ir.Value) (matmulGeom, error) {
 // output's (the kernels name them b0, b1, ...), a broadcast (size 1) batch
 // dim reading index 0.
 func (g matmulGeom) opIndex(shape ir.Shape, row, col string) index {
+	return batchedIndex(g.r, shape, row, col)
+}
+
+// batchedIndex is the index at (row, col) of an operand of shape in a
+// batched product whose result has rank r: its batch dims are the
+// result's (named b0, b1, ... by the kernels), a size-1 one (a broadcast)
+// read at 0.
+func batchedIndex(r int, shape ir.Shape, row, col string) index {
 	ix := make(index, len(shape))
-	off := g.r - len(shape)
+	off := r - len(shape)
 	for d := 0; d < len(shape)-2; d++ {
 		if shape[d] == 1 {
 			ix[d] = "0"
