@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/lumsearch/lumsearch/internal/dl"
 )
 
 // EnvPath names the environment variable that points Load at one libnvrtc.
@@ -152,7 +154,7 @@ func isNotFound(err error) bool {
 
 // open loads one libnvrtc and resolves its functions.
 func open(path string) (*Library, error) {
-	h, err := dlopen(path)
+	h, err := dl.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -172,12 +174,12 @@ func open(path string) (*Library, error) {
 		{"nvrtcGetPTX", &lib.getPTX},
 	}
 	for _, f := range required {
-		sym := dlsym(h, f.name)
+		sym := dl.Sym(h, f.name)
 		if sym == 0 {
-			dlclose(h)
+			dl.Close(h)
 			return nil, fmt.Errorf("%s has no %s: not an NVRTC library", path, f.name)
 		}
-		bind(f.fptr, sym)
+		dl.Bind(f.fptr, sym)
 	}
 	optional := []struct {
 		name string
@@ -189,8 +191,8 @@ func open(path string) (*Library, error) {
 		{"nvrtcGetSupportedArchs", &lib.getArchs},
 	}
 	for _, f := range optional {
-		if sym := dlsym(h, f.name); sym != 0 {
-			bind(f.fptr, sym)
+		if sym := dl.Sym(h, f.name); sym != 0 {
+			dl.Bind(f.fptr, sym)
 		}
 	}
 	if lib.getCUBINSize == nil || lib.getCUBIN == nil {
@@ -201,12 +203,12 @@ func open(path string) (*Library, error) {
 	}
 	var major, minor int32
 	if r := lib.version(&major, &minor); r != 0 {
-		dlclose(h)
+		dl.Close(h)
 		return nil, fmt.Errorf("nvrtcVersion: %s", lib.errorString(r))
 	}
 	lib.major, lib.minor = int(major), int(minor)
 	if lib.major < 11 || lib.major == 11 && lib.minor < 2 {
-		dlclose(h)
+		dl.Close(h)
 		return nil, fmt.Errorf("NVRTC %d.%d is older than 11.2", major, minor)
 	}
 	// The handle stays open for the life of the process.

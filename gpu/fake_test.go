@@ -1,0 +1,245 @@
+package gpu
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/ebitengine/purego"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeDriver is a libcuda.so.1 that runs nothing: device memory is host
+// memory, launches are written to a log that the test reads through
+// fake_log, and fake_set turns failures on and off.
+const fakeDriver = `#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+static int no_device, fail_alloc, nparams;
+static char logbuf[1 << 16];
+static size_t loglen;
+static double clock_ms;
+static __thread int depth;
+static int capturing;
+static uintptr_t capture_stream;
+static int captured, allocs;
+
+static void logf_(const char *line) {
+    size_t n = strlen(line);
+    if (loglen + n < sizeof logbuf) { memcpy(logbuf + loglen, line, n); loglen += n; logbuf[loglen] = 0; }
+}
+
+void fake_set(const char *key, int v) {
+    if (!strcmp(key, "no_device")) no_device = v;
+    if (!strcmp(key, "fail_alloc")) fail_alloc = v;
+    if (!strcmp(key, "nparams")) nparams = v;
+    if (!strcmp(key, "reset")) { loglen = 0; logbuf[0] = 0; }
+}
+const char *fake_log(void) { return logbuf; }
+int fake_allocs(void) { return __atomic_load_n(&allocs, __ATOMIC_SEQ_CST); }
+int fake_depth(void) { return depth; }
+
+CUresult cuInit(unsigned f) { (void)f; return no_device ? 100 : 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 12040; return 0; }
+CUresult cuGetErrorName(CUresult r, const char **s) {
+    switch (r) {
+    case 2: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
+    case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0;
+    case 901: *s = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"; return 0;
+    }
+    return 1;
+}
+CUresult cuGetErrorString(CUresult r, const char **s) {
+    switch (r) {
+    case 2: *s = "out of memory"; return 0;
+    case 100: *s = "no CUDA-capable device is detected"; return 0;
+    }
+    return 1;
+}
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int *d, int o) { if (o != 0) return 101; *d = 0; return 0; }
+CUresult cuDeviceGetName(char *s, int n, int d) { (void)d; snprintf(s, n, "Fake GPU"); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d) {
+    (void)d;
+    switch (a) {
+    case 1: *v = 1024; break;
+    case 8: *v = 49152; break;
+    case 10: *v = 32; break;
+    case 13: *v = 1980000; break;
+    case 16: *v = 132; break;
+    case 75: *v = 9; break;
+    case 76: *v = 0; break;
+    case 97: *v = 232448; break;
+    default: return 1;
+    }
+    return 0;
+}
+CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = (size_t)80 << 30; return 0; }
+static int ctx_obj;
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = &ctx_obj; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
+CUresult cuCtxPushCurrent_v2(void *c) { if (c != &ctx_obj) return 201; depth++; return 0; }
+CUresult cuCtxPopCurrent_v2(void **c) { if (depth == 0) return 201; depth--; if (c) *c = &ctx_obj; return 0; }
+CUresult cuCtxSynchronize(void) { return depth ? 0 : 201; }
+#define NEED_CTX if (depth == 0) return 201
+CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
+    NEED_CTX;
+    if (fail_alloc) return 2;
+    *p = (uint64_t)(uintptr_t)malloc(n); __atomic_add_fetch(&allocs, 1, __ATOMIC_SEQ_CST); return 0;
+}
+CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; free((void *)(uintptr_t)p); __atomic_sub_fetch(&allocs, 1, __ATOMIC_SEQ_CST); return 0; }
+CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { NEED_CTX; memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { NEED_CTX; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n) { NEED_CTX; memset((void *)(uintptr_t)d, v, n); return 0; }
+static int mod_obj, fn_obj;
+CUresult cuModuleLoadData(void **m, const void *img) {
+    NEED_CTX;
+    char line[128];
+    snprintf(line, sizeof line, "load %.8s\n", (const char *)img);
+    logf_(line);
+    *m = &mod_obj; return 0;
+}
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+    NEED_CTX;
+    if (m != &mod_obj) return 400;
+    if (strcmp(name, "missing") == 0) return 500;
+    *f = &fn_obj; return 0;
+}
+CUresult cuModuleUnload(void *m) { NEED_CTX; return m == &mod_obj ? 0 : 400; }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, uintptr_t stream, void **params, void **extra) {
+    NEED_CTX;
+    if (f != &fn_obj || extra) return 400;
+    if (capturing && stream == capture_stream) { captured++; return 0; }
+    char line[512];
+    int n = snprintf(line, sizeof line, "launch grid=%u,%u,%u block=%u,%u,%u shared=%u stream=%s",
+                     gx, gy, gz, bx, by, bz, shared, stream ? "s" : "0");
+    for (int i = 0; i < nparams; i++) {
+        uint64_t w; memcpy(&w, params[i], 8);
+        n += snprintf(line + n, sizeof line - n, " %llx", (unsigned long long)w);
+    }
+    snprintf(line + n, sizeof line - n, "\n");
+    logf_(line);
+    return 0;
+}
+static int stream_obj;
+CUresult cuStreamCreate(uintptr_t *s, unsigned f) { NEED_CTX; (void)f; *s = (uintptr_t)&stream_obj; return 0; }
+CUresult cuStreamSynchronize(uintptr_t s) { NEED_CTX; (void)s; return 0; }
+CUresult cuStreamDestroy_v2(uintptr_t s) { NEED_CTX; (void)s; return 0; }
+CUresult cuEventCreate(double **e, unsigned f) { NEED_CTX; (void)f; *e = malloc(sizeof(double)); **e = -1; return 0; }
+CUresult cuEventRecord(double *e, uintptr_t s) { NEED_CTX; (void)s; clock_ms += 1.5; *e = clock_ms; return 0; }
+CUresult cuEventSynchronize(double *e) { NEED_CTX; return *e < 0 ? 600 : 0; }
+CUresult cuEventElapsedTime(float *ms, double *a, double *b) { NEED_CTX; *ms = (float)(*b - *a); return 0; }
+CUresult cuEventDestroy_v2(double *e) { NEED_CTX; free(e); return 0; }
+CUresult cuStreamBeginCapture_v2(uintptr_t s, unsigned mode) {
+    NEED_CTX; (void)mode;
+    if (capturing || !s) return 900;
+    capturing = 1; capture_stream = s; captured = 0; return 0;
+}
+CUresult cuStreamEndCapture(uintptr_t s, int **g) {
+    NEED_CTX;
+    if (!capturing || s != capture_stream) return 900;
+    capturing = 0; *g = malloc(sizeof(int)); **g = captured; return 0;
+}
+CUresult cuGraphInstantiateWithFlags(int **x, int *g, unsigned long long flags) {
+    NEED_CTX; (void)flags; *x = malloc(sizeof(int)); **x = *g; return 0;
+}
+CUresult cuGraphLaunch(int *x, uintptr_t s) {
+    NEED_CTX; char line[64];
+    snprintf(line, sizeof line, "graph launch %d kernels stream=%s\n", *x, s ? "s" : "0");
+    logf_(line); return 0;
+}
+CUresult cuGraphExecDestroy(int *x) { NEED_CTX; free(x); return 0; }
+CUresult cuGraphDestroy(int *g) { NEED_CTX; free(g); return 0; }
+`
+
+// fake is the fake driver, built once, and its control functions.
+type fake struct {
+	path   string
+	set    func(key string, v int32)
+	log    func() string
+	allocs func() int32
+	depth  func() int32
+}
+
+var (
+	fakeOnce  sync.Once
+	fakeLib   *fake
+	fakeErr   error
+	fakeSkip  string
+	fakeBuild string
+	fakeDir   string
+)
+
+// TestMain removes the fake driver's directory after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fakeDir != "" {
+		_ = os.RemoveAll(fakeDir)
+	}
+	os.Exit(code)
+}
+
+// buildFake builds the fake libcuda.so.1 (once per test binary) and binds its
+// control functions; it skips the test when there is no C compiler.
+func buildFake(t *testing.T) *fake {
+	t.Helper()
+	fakeOnce.Do(func() {
+		cc := ""
+		for _, c := range []string{"gcc", "g++"} {
+			if _, err := exec.LookPath(c); err == nil {
+				cc = c
+				break
+			}
+		}
+		if cc == "" {
+			fakeSkip = "no gcc or g++ to build a fake libcuda.so.1"
+			return
+		}
+		dir, err := os.MkdirTemp("", "fakecuda")
+		if err != nil {
+			fakeErr = err
+			return
+		}
+		fakeDir = dir
+		src := filepath.Join(dir, "fake.c")
+		lang := []string{"-std=c99"}
+		if cc == "g++" {
+			lang = []string{"-x", "c"}
+		}
+		if fakeErr = os.WriteFile(src, []byte(fakeDriver), 0o644); fakeErr != nil {
+			return
+		}
+		f := &fake{path: filepath.Join(dir, "libcuda.so.1")}
+		args := append(lang, "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", src, "-o", f.path)
+		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+			fakeErr = err
+			fakeBuild = string(out)
+			return
+		}
+		h, err := purego.Dlopen(f.path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err != nil {
+			fakeErr = err
+			return
+		}
+		purego.RegisterLibFunc(&f.set, h, "fake_set")
+		purego.RegisterLibFunc(&f.log, h, "fake_log")
+		purego.RegisterLibFunc(&f.allocs, h, "fake_allocs")
+		purego.RegisterLibFunc(&f.depth, h, "fake_depth")
+		fakeLib = f
+	})
+	if fakeSkip != "" {
+		t.Skip(fakeSkip)
+	}
+	require.NoError(t, fakeErr, fakeBuild)
+	t.Setenv(EnvPath, fakeLib.path)
+	fakeLib.set("reset", 0)
+	fakeLib.set("no_device", 0)
+	fakeLib.set("fail_alloc", 0)
+	return fakeLib
+}
