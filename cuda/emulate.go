@@ -33,7 +33,7 @@ func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outSha
 		}
 		for _, t := range args[i] {
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
-			data := encode(t)
+			data := EncodeTensor(t)
 			opt.Discard = append(opt.Discard, len(bufs))
 			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
 		}
@@ -51,7 +51,7 @@ func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outSha
 	out := make([][]*ir.Tensor, len(kernels))
 	for i := range kernels {
 		for j, b := range outAt[i] {
-			t, err := decode(outShapes[i][j], got[b])
+			t, err := DecodeTensor(outShapes[i][j], got[b])
 			if err != nil {
 				return nil, err
 			}
@@ -61,8 +61,10 @@ func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outSha
 	return out, nil
 }
 
-// encode lays a tensor out as a device buffer of its dtype.
-func encode(t *ir.Tensor) []byte {
+// EncodeTensor lays a tensor out as a device buffer of its dtype (little
+// endian; bool as one byte), as kernels, the emulation and the GPU runtime
+// read it.
+func EncodeTensor(t *ir.Tensor) []byte {
 	n := t.Len()
 	size := t.DType.Size()
 	b := make([]byte, int(n)*size)
@@ -89,8 +91,8 @@ func encode(t *ir.Tensor) []byte {
 	return b
 }
 
-// decode reads a device buffer back as a tensor.
-func decode(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
+// DecodeTensor reads a device buffer back as a tensor of type vt.
+func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 	n := vt.Shape.NumElements()
 	size := vt.DType.Size()
 	if len(b) != int(n)*size {

@@ -38,14 +38,14 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 			if !ok {
 				return nil, nil, fmt.Errorf("emulate %s: no value for %s %s", prog.Name, b.Kind, b.Name)
 			}
-			data = encode(t)
+			data = EncodeTensor(t)
 		case lower.Constant:
 			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
 			res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
 			if err != nil {
 				return nil, nil, fmt.Errorf("emulate %s: constant %s: %w", prog.Name, b.Name, err)
 			}
-			data = encode(res.Outputs["out"])
+			data = EncodeTensor(res.Outputs["out"])
 		}
 		where[b.ID] = emu.Arg{Buffer: len(bufs)}
 		bufs = append(bufs, emu.Buffer{Bytes: int(max(b.Bytes, 1)), Data: data})
@@ -76,7 +76,7 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 	read := func(id int) (*ir.Tensor, error) {
 		b := prog.Buffers[id]
 		a := where[id]
-		return decode(ir.ValueType{Shape: b.Shape, DType: b.DType}, got[a.Buffer][a.Offset:a.Offset+int(b.Bytes)])
+		return DecodeTensor(ir.ValueType{Shape: b.Shape, DType: b.DType}, got[a.Buffer][a.Offset:a.Offset+int(b.Bytes)])
 	}
 	outputs, states = map[string]*ir.Tensor{}, map[string]*ir.Tensor{}
 	for name, id := range prog.Outputs {

@@ -125,7 +125,7 @@ func newHost(prog *lower.Program, kernels []*Kernel, ptx string, cubin []byte, a
 			if err != nil {
 				return nil, fmt.Errorf("constant %s: %w", b.Name, err)
 			}
-			data := encode(res.Outputs["out"])
+			data := EncodeTensor(res.Outputs["out"])
 			if int64(len(data)) != b.Bytes {
 				return nil, fmt.Errorf("constant %s: %d bytes for a %d-byte buffer", b.Name, len(data), b.Bytes)
 			}

@@ -967,7 +967,7 @@ func expectedCopies(t *testing.T, lp *lower.Program, file []byte) []string {
 			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
 			res, err := ir.Eval(context.Background(), g, nil, ir.EvalOptions{})
 			require.NoError(t, err)
-			line(b.ID, encode(res.Outputs["out"]))
+			line(b.ID, EncodeTensor(res.Outputs["out"]))
 		}
 	}
 	f, err := cst.Parse("good", file)

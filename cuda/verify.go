@@ -341,7 +341,7 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 	for i, p := range plans {
 		l := emu.Launch{Kernel: p.k.Name, Grid: p.k.Grid, Block: p.k.Block, Blocks: p.blocks}
 		for _, v := range p.body.Inputs() {
-			data := encode(p.feeds[p.body.Node(v).Name])
+			data := EncodeTensor(p.feeds[p.body.Node(v).Name])
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
 			discard = append(discard, len(bufs))
 			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
@@ -457,7 +457,7 @@ func (p *verifyPlan) checkWhole(ctx context.Context, c *KernelCheck) error {
 			c.WorstRatio = math.Inf(1)
 			return c.Mismatch
 		}
-		got, err := decode(vt, raw)
+		got, err := DecodeTensor(vt, raw)
 		if err != nil {
 			return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 		}
@@ -581,7 +581,7 @@ func errorRatio(got, want, mag, tol float64) float64 {
 
 // element decodes the value at the start of b as a dt.
 func element(dt ir.DType, b []byte) float64 {
-	t, err := decode(ir.ValueType{Shape: ir.Shape{1}, DType: dt}, b[:dt.Size()])
+	t, err := DecodeTensor(ir.ValueType{Shape: ir.Shape{1}, DType: dt}, b[:dt.Size()])
 	if err != nil {
 		return math.NaN()
 	}

@@ -1,0 +1,72 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestProgramOnFakeDriver loads a lowered decode step on the fake driver,
+// prepares it and runs it: every launch goes out in order with its grid,
+// block and first buffer's address (the arena's planned offset for an
+// intermediate), inputs and states arrive byte for byte, and the outputs
+// come back with their shapes. The fake runs no kernel, so the numbers are
+// checked on a GPU (issue 8's check script), not here.
+func TestProgramOnFakeDriver(t *testing.T) {
+	f, _, c := openFake(t)
+	f.set("nparams", 1)
+	g, err := corpus.Build("tiny-llama:decode", corpus.Options{Seq: 5, Past: 2})
+	require.NoError(t, err)
+	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+	require.NoError(t, err)
+	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+	require.NoError(t, err)
+	ks, err := cuda.PrintProgram(lp)
+	require.NoError(t, err)
+	p, err := LoadProgram(c, lp, ks, []byte("//ptx"))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close()) }()
+
+	feeds, err := ir.RandomFeeds(g, 3, ir.Typical)
+	require.NoError(t, err)
+	_, err = p.Run(feeds, nil)
+	require.ErrorContains(t, err, "not prepared")
+	require.NoError(t, p.Prepare(context.Background(), feeds))
+	for _, s := range g.States() {
+		name := g.Node(s).Name
+		require.NoError(t, p.SetState(name, feeds[name]))
+		got, err := p.State(name)
+		require.NoError(t, err)
+		assert.Equal(t, feeds[name].Float64s(), got.Float64s(), "state %s round trip", name)
+	}
+	f.set("reset", 1)
+	outs, err := p.Run(feeds, nil)
+	require.NoError(t, err)
+	var want strings.Builder
+	for i, l := range lp.Run {
+		k := ks[len(lp.Prep)+i]
+		first := l.Args
+		if len(first) == 0 {
+			first = l.Outs
+		}
+		fmt.Fprintf(&want, "launch grid=%d,%d,%d block=%d,%d,%d shared=0 stream=0 %x\n",
+			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], p.Pointer(first[0]))
+	}
+	assert.Equal(t, want.String(), f.log())
+	for name, id := range lp.Outputs {
+		require.Contains(t, outs, name)
+		assert.True(t, lp.Buffers[id].Shape.Equal(outs[name].Shape), "output %s", name)
+	}
+	delete(feeds, g.Node(g.Inputs()[0]).Name)
+	_, err = p.Run(feeds, nil)
+	assert.ErrorContains(t, err, "no input")
+}
