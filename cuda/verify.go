@@ -264,7 +264,7 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 		return nil, fmt.Errorf("verify kernel %s: a kernel body has inputs and outputs only", k.Name)
 	}
 	seed := kernelSeed(opt.Seed, k.Name)
-	p := &verifyPlan{k: k, body: body, seed: seed, reduction: reductionLength(body)}
+	p := &verifyPlan{k: k, body: body, seed: seed, reduction: ReductionLength(body)}
 	var elems int64
 	for _, v := range inputs {
 		n := body.Node(v)
@@ -296,7 +296,7 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 
 // draw makes the plan's random inputs.
 func (p *verifyPlan) draw() error {
-	feeds, err := verifyFeeds(p.body, p.seed)
+	feeds, err := KernelInputs(p.body, p.seed)
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 	}
@@ -600,10 +600,10 @@ func unravel(i int64, shape ir.Shape) []int64 {
 	return at
 }
 
-// reductionLength is the longest sum the body computes: a reduced axis, a
+// ReductionLength is the longest sum the body computes: a reduced axis, a
 // matmul's inner extent, a softmax or norm row, an attention's keys or
 // head dimension (max reductions are exact and do not count).
-func reductionLength(body *ir.Graph) int {
+func ReductionLength(body *ir.Graph) int {
 	r := 1
 	for _, n := range body.Nodes {
 		var l ir.Dim
@@ -632,11 +632,11 @@ func reductionLength(body *ir.Graph) int {
 	return r
 }
 
-// verifyFeeds draws a kernel body's inputs: ir.RandomFeeds's typical
+// KernelInputs draws a kernel body's inputs: ir.RandomFeeds's typical
 // values (floats of both signs and varied magnitude, positive where an op
 // needs it, never all zeros), with gather indices drawn over their whole
 // valid range, negative ones (counting from the end) included.
-func verifyFeeds(body *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
+func KernelInputs(body *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
 	feeds, err := ir.RandomFeeds(body, seed, ir.Typical)
 	if err != nil {
 		return nil, err

@@ -422,7 +422,7 @@ func TestVerifyFeeds(t *testing.T) {
 		table, ids := b.Input("$0", ir.F32, 10, 6), b.Input("$1", ir.I64, 40, 30)
 		return b.Gather(table, b.Reshape(ids, 1200), 0)
 	})
-	feeds, err := verifyFeeds(body, 3)
+	feeds, err := KernelInputs(body, 3)
 	require.NoError(t, err)
 	ids := feeds["$1"].Float64s()
 	assert.Equal(t, -10.0, slices.Min(ids))
@@ -430,18 +430,18 @@ func TestVerifyFeeds(t *testing.T) {
 	x := feeds["$0"].Float64s()
 	assert.Negative(t, slices.Min(x))
 	assert.Positive(t, slices.Max(x))
-	again, err := verifyFeeds(body, 3)
+	again, err := KernelInputs(body, 3)
 	require.NoError(t, err)
 	assert.Equal(t, feeds, again)
 }
 
 func TestReductionLength(t *testing.T) {
 	eb := elementwiseBodies(t)
-	assert.Equal(t, 1, reductionLength(eb["silu_mul"]))
-	assert.Equal(t, 300, reductionLength(eb["row_sum"]))
-	assert.Equal(t, 37, reductionLength(eb["softmax"]))
-	assert.Equal(t, 256, reductionLength(bigMatmulBody(t)))
-	assert.Equal(t, 70, reductionLength(attentionBody(t, 1, 70)))
+	assert.Equal(t, 1, ReductionLength(eb["silu_mul"]))
+	assert.Equal(t, 300, ReductionLength(eb["row_sum"]))
+	assert.Equal(t, 37, ReductionLength(eb["softmax"]))
+	assert.Equal(t, 256, ReductionLength(bigMatmulBody(t)))
+	assert.Equal(t, 70, ReductionLength(attentionBody(t, 1, 70)))
 }
 
 // TestVerifyWindowedOutputs verifies the kernels of a decode step whose

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/lumsearch/lumsearch/internal/fakecuda"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,8 +27,8 @@ func TestOpenMissingLibrary(t *testing.T) {
 }
 
 func TestOpenNoDevice(t *testing.T) {
-	f := buildFake(t)
-	f.set("no_device", 1)
+	f := fakecuda.Build(t)
+	f.Set("no_device", 1)
 	d, err := Open()
 	require.Error(t, err)
 	assert.Nil(t, d)
@@ -38,8 +40,8 @@ func TestOpenNoDevice(t *testing.T) {
 }
 
 // openFake opens the fake driver and the primary context of its device.
-func openFake(t *testing.T) (*fake, *Driver, *Context) {
-	f := buildFake(t)
+func openFake(t *testing.T) (*fakecuda.Driver, *Driver, *Context) {
+	f := fakecuda.Build(t)
 	d, err := Open()
 	require.NoError(t, err)
 	dev, err := d.Device(0)
@@ -48,8 +50,8 @@ func openFake(t *testing.T) (*fake, *Driver, *Context) {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		assert.NoError(t, ctx.Release())
-		assert.Equal(t, int32(0), f.allocs(), "allocations outstanding")
-		assert.Equal(t, int32(0), f.depth(), "context depth")
+		assert.Equal(t, int32(0), f.Allocs(), "allocations outstanding")
+		assert.Equal(t, int32(0), f.Depth(), "context depth")
 	})
 	return f, d, ctx
 }
@@ -104,7 +106,7 @@ func TestBufferRoundTrip(t *testing.T) {
 
 func TestAllocError(t *testing.T) {
 	f, _, ctx := openFake(t)
-	f.set("fail_alloc", 1)
+	f.Set("fail_alloc", 1)
 	_, err := ctx.Alloc(1 << 20)
 	require.Error(t, err)
 	assert.EqualError(t, err, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY: out of memory")
@@ -117,7 +119,7 @@ func TestAllocError(t *testing.T) {
 
 func TestLaunch(t *testing.T) {
 	f, _, ctx := openFake(t)
-	f.set("nparams", 3)
+	f.Set("nparams", 3)
 	m, err := ctx.LoadModule([]byte(".version 8.0\n.target sm_90\n"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Unload()) }()
@@ -131,14 +133,14 @@ func TestLaunch(t *testing.T) {
 	require.NoError(t, fn.Launch([3]int{4, 2, 1}, [3]int{128, 1, 1}, 256, nil, b, int32(-7), float32(1.5)))
 	want := fmt.Sprintf("load .version\nlaunch grid=4,2,1 block=128,1,1 shared=256 stream=0 %x %x %x\n",
 		b.Ptr(), uint32(0xfffffff9), math.Float32bits(1.5))
-	assert.Equal(t, want, f.log())
+	assert.Equal(t, want, f.Log())
 	assert.ErrorContains(t, fn.Launch([3]int{0, 1, 1}, [3]int{1, 1, 1}, 0, nil), "dimension 0 is 0")
 	assert.ErrorContains(t, fn.Launch([3]int{1, 1, 1}, [3]int{1, 1, 1}, 0, nil, "x"), "argument 0 has unsupported type string")
 }
 
 func TestStreamEventsGraph(t *testing.T) {
 	f, _, ctx := openFake(t)
-	f.set("nparams", 1)
+	f.Set("nparams", 1)
 	m, err := ctx.LoadModule([]byte("//ptx"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Unload()) }()
@@ -175,7 +177,7 @@ func TestStreamEventsGraph(t *testing.T) {
 	require.NoError(t, s.Synchronize())
 	require.NoError(t, ctx.Synchronize())
 	require.NoError(t, x.Destroy())
-	assert.Equal(t, "load //ptx\nlaunch grid=1,1,1 block=32,1,1 shared=0 stream=s 5\ngraph launch 3 kernels stream=s\n", f.log())
+	assert.Equal(t, "load //ptx\nlaunch grid=1,1,1 block=32,1,1 shared=0 stream=s 5\ngraph launch 3 kernels stream=s\n", f.Log())
 }
 
 // TestConcurrent runs buffer round trips from several goroutines: each
@@ -215,4 +217,11 @@ func TestConcurrent(t *testing.T) {
 	for _, err := range errs {
 		assert.NoError(t, err)
 	}
+}
+
+// TestMain removes the fake driver's folder after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	fakecuda.Cleanup()
+	os.Exit(code)
 }

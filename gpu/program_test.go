@@ -23,7 +23,7 @@ import (
 // checked on a GPU (issue 8's check script), not here.
 func TestProgramOnFakeDriver(t *testing.T) {
 	f, _, c := openFake(t)
-	f.set("nparams", 1)
+	f.Set("nparams", 1)
 	g, err := corpus.Build("tiny-llama:decode", corpus.Options{Seq: 5, Past: 2})
 	require.NoError(t, err)
 	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
@@ -48,7 +48,7 @@ func TestProgramOnFakeDriver(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, feeds[name].Float64s(), got.Float64s(), "state %s round trip", name)
 	}
-	f.set("reset", 1)
+	f.Set("reset", 1)
 	outs, err := p.Run(feeds, nil)
 	require.NoError(t, err)
 	var want strings.Builder
@@ -61,7 +61,7 @@ func TestProgramOnFakeDriver(t *testing.T) {
 		fmt.Fprintf(&want, "launch grid=%d,%d,%d block=%d,%d,%d shared=0 stream=0 %x\n",
 			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], p.Pointer(first[0]))
 	}
-	assert.Equal(t, want.String(), f.log())
+	assert.Equal(t, want.String(), f.Log())
 	for name, id := range lp.Outputs {
 		require.Contains(t, outs, name)
 		assert.True(t, lp.Buffers[id].Shape.Equal(outs[name].Shape), "output %s", name)

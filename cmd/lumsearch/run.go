@@ -20,7 +20,7 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand, compileCommand}
+	commands = []*command{corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand, compileCommand, workerCommand}
 }
 
 // lookup returns the subcommand called name, or nil.

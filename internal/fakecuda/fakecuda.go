@@ -1,4 +1,9 @@
-package gpu
+// Package fakecuda builds, for tests, a fake CUDA driver (libcuda.so.1)
+// that runs nothing: device memory is host memory, launches and graph
+// launches are written to a log the test reads, and switches turn failures
+// on. Packages that load the driver (gpu, measure) test their calls to it
+// without a GPU.
+package fakecuda
 
 import (
 	"os"
@@ -11,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fakeDriver is a libcuda.so.1 that runs nothing: device memory is host
+// source is a libcuda.so.1 that runs nothing: device memory is host
 // memory, launches are written to a log that the test reads through
 // fake_log, and fake_set turns failures on and off.
-const fakeDriver = `#include <stdint.h>
+const source = `#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,38 +163,46 @@ CUresult cuGraphExecDestroy(int *x) { NEED_CTX; free(x); return 0; }
 CUresult cuGraphDestroy(int *g) { NEED_CTX; free(g); return 0; }
 `
 
-// fake is the fake driver, built once, and its control functions.
-type fake struct {
-	path   string
-	set    func(key string, v int32)
-	log    func() string
-	allocs func() int32
-	depth  func() int32
+// Driver is the fake driver, built once per test binary, and its control
+// functions.
+type Driver struct {
+	// Path is the library's file, which LUMSEARCH_LIBCUDA points at.
+	Path string
+	// Set turns a switch on or off: "no_device" (cuInit fails),
+	// "fail_alloc" (cuMemAlloc fails), "nparams" (parameters each launch
+	// logs), "reset" (clears the log).
+	Set func(key string, v int32)
+	// Log is every launch since the last reset, a line each.
+	Log func() string
+	// Allocs is the device allocations outstanding.
+	Allocs func() int32
+	// Depth is the context stack's depth.
+	Depth func() int32
 }
 
 var (
-	fakeOnce  sync.Once
-	fakeLib   *fake
-	fakeErr   error
-	fakeSkip  string
-	fakeBuild string
-	fakeDir   string
+	once     sync.Once
+	lib      *Driver
+	buildErr error
+	skip     string
+	output   string
+	dir      string
 )
 
-// TestMain removes the fake driver's directory after the tests.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if fakeDir != "" {
-		_ = os.RemoveAll(fakeDir)
+// Cleanup removes the fake driver's folder; call it from TestMain after the
+// tests.
+func Cleanup() {
+	if dir != "" {
+		_ = os.RemoveAll(dir)
 	}
-	os.Exit(code)
 }
 
-// buildFake builds the fake libcuda.so.1 (once per test binary) and binds its
-// control functions; it skips the test when there is no C compiler.
-func buildFake(t *testing.T) *fake {
+// Build builds the fake driver (once per test binary), points
+// LUMSEARCH_LIBCUDA at it for the test and resets its switches; it skips
+// the test when there is no C compiler.
+func Build(t testing.TB) *Driver {
 	t.Helper()
-	fakeOnce.Do(func() {
+	once.Do(func() {
 		cc := ""
 		for _, c := range []string{"gcc", "g++"} {
 			if _, err := exec.LookPath(c); err == nil {
@@ -198,48 +211,49 @@ func buildFake(t *testing.T) *fake {
 			}
 		}
 		if cc == "" {
-			fakeSkip = "no gcc or g++ to build a fake libcuda.so.1"
+			skip = "no gcc or g++ to build a fake libcuda.so.1"
 			return
 		}
-		dir, err := os.MkdirTemp("", "fakecuda")
+		d, err := os.MkdirTemp("", "fakecuda")
 		if err != nil {
-			fakeErr = err
+			buildErr = err
 			return
 		}
-		fakeDir = dir
-		src := filepath.Join(dir, "fake.c")
+		dir = d
+		src := filepath.Join(d, "fake.c")
 		lang := []string{"-std=c99"}
 		if cc == "g++" {
 			lang = []string{"-x", "c"}
 		}
-		if fakeErr = os.WriteFile(src, []byte(fakeDriver), 0o644); fakeErr != nil {
+		if buildErr = os.WriteFile(src, []byte(source), 0o644); buildErr != nil {
 			return
 		}
-		f := &fake{path: filepath.Join(dir, "libcuda.so.1")}
-		args := append(lang, "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", src, "-o", f.path)
+		f := &Driver{Path: filepath.Join(d, "libcuda.so.1")}
+		args := append(lang, "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-O1", src, "-o", f.Path)
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-			fakeErr = err
-			fakeBuild = string(out)
+			buildErr = err
+			output = string(out)
 			return
 		}
-		h, err := purego.Dlopen(f.path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		h, err := purego.Dlopen(f.Path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
-			fakeErr = err
+			buildErr = err
 			return
 		}
-		purego.RegisterLibFunc(&f.set, h, "fake_set")
-		purego.RegisterLibFunc(&f.log, h, "fake_log")
-		purego.RegisterLibFunc(&f.allocs, h, "fake_allocs")
-		purego.RegisterLibFunc(&f.depth, h, "fake_depth")
-		fakeLib = f
+		purego.RegisterLibFunc(&f.Set, h, "fake_set")
+		purego.RegisterLibFunc(&f.Log, h, "fake_log")
+		purego.RegisterLibFunc(&f.Allocs, h, "fake_allocs")
+		purego.RegisterLibFunc(&f.Depth, h, "fake_depth")
+		lib = f
 	})
-	if fakeSkip != "" {
-		t.Skip(fakeSkip)
+	if skip != "" {
+		t.Skip(skip)
 	}
-	require.NoError(t, fakeErr, fakeBuild)
-	t.Setenv(EnvPath, fakeLib.path)
-	fakeLib.set("reset", 0)
-	fakeLib.set("no_device", 0)
-	fakeLib.set("fail_alloc", 0)
-	return fakeLib
+	require.NoError(t, buildErr, output)
+	t.Setenv("LUMSEARCH_LIBCUDA", lib.Path)
+	lib.Set("reset", 0)
+	lib.Set("no_device", 0)
+	lib.Set("fail_alloc", 0)
+	lib.Set("nparams", 0)
+	return lib
 }

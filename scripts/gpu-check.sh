@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# gpu-check.sh: one command that measures lumsearch against PyTorch on a
+# machine with an NVIDIA GPU and no Go toolchain.
+#
+# The lumsearch binary is built elsewhere (go build -o lumsearch
+# ./cmd/lumsearch) and copied in with this folder (gpu-check.sh and
+# torch_bench.py). The script:
+#   1. detects the GPU with nvidia-smi; without one it says so and runs in
+#      dry mode: every step that needs no GPU still runs, so the script is
+#      tested on any machine;
+#   2. checks the lumsearch binary runs (lumsearch version);
+#   3. probes the PyTorch side (python3 + torch, both optional);
+#   4. with a GPU and PyTorch, measures the ceilings: device-to-device copy
+#      GB/s and a bf16 library matmul TFLOP/s;
+#   5. for each graph in GRAPHS: compiles it with lumsearch into
+#      OUT/compile-NAME (verified under the CPU emulation on a GPU machine,
+#      so numbers are checked before anything is timed), times it with
+#      "lumsearch bench" when the build has it, and times the same graph in
+#      PyTorch eager and with torch.compile (each graph capped in time);
+#   6. prints one table and writes OUT/results.json, OUT/summary.txt and
+#      the tuning records produced (OUT/tunedb.jsonl).
+# The whole run is capped by --budget-seconds (default 480: 8 minutes).
+set -euo pipefail
+
+usage() {
+	cat <<'USAGE'
+usage: gpu-check.sh [--dry-run] [--lumsearch PATH] [--out DIR] [--budget-seconds N]
+
+  --dry-run           do only what needs no GPU, even if one is present
+  --lumsearch PATH    the lumsearch binary (default: lumsearch beside this
+                      script, else on PATH)
+  --out DIR           where results go (default: ./gpu-check-out)
+  --budget-seconds N  cap on the whole run in seconds (default 480)
+
+Environment: GRAPHS (space-separated corpus graphs), SEQ (tokens, default
+16), DTYPE (bf16, f16 or f32; default bf16), PYTHON (default python3).
+USAGE
+}
+
+die_usage() {
+	echo "gpu-check.sh: $*" >&2
+	usage >&2
+	exit 2
+}
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+dry_run=0
+lumsearch=""
+out="gpu-check-out"
+budget=480
+
+while [[ $# -gt 0 ]]; do
+	case "$1" in
+	--dry-run) dry_run=1 ;;
+	--lumsearch)
+		[[ $# -ge 2 ]] || die_usage "--lumsearch needs a PATH"
+		lumsearch=$2
+		shift
+		;;
+	--out)
+		[[ $# -ge 2 ]] || die_usage "--out needs a DIR"
+		out=$2
+		shift
+		;;
+	--budget-seconds)
+		[[ $# -ge 2 ]] || die_usage "--budget-seconds needs a number"
+		budget=$2
+		shift
+		;;
+	-h | --help)
+		usage
+		exit 0
+		;;
+	*) die_usage "unknown option: $1" ;;
+	esac
+	shift
+done
+[[ $budget =~ ^[0-9]+$ && $budget -gt 0 ]] || die_usage "--budget-seconds wants a positive whole number, got '$budget'"
+
+# The graphs to compare. tiny-llama:layer compiles in seconds and keeps dry
+# mode quick; the full-size layers are what the GPU comparison is about
+# (torch_bench.py knows the shapes of llama-3-8b, llama-3.2-1b and
+# mistral-7b layers, MLPs and RMSNorms).
+read -r -a graphs <<<"${GRAPHS:-tiny-llama:layer llama-3-8b:rmsnorm llama-3-8b:mlp llama-3-8b:layer}"
+seq_len=${SEQ:-16}
+dtype=${DTYPE:-bf16}
+python=${PYTHON:-python3}
+
+start_s=$SECONDS
+deadline=$((start_s + budget))
+
+# remaining prints the seconds left in the budget (never below 0).
+remaining() {
+	local r=$((deadline - SECONDS))
+	((r > 0)) || r=0
+	echo "$r"
+}
+
+# capped SECONDS CMD...: runs CMD with a time cap no larger than what is
+# left of the budget, so one slow step cannot take the whole run. Without
+# coreutils' timeout it runs uncapped (the budget is still checked between
+# steps).
+capped() {
+	local cap=$1
+	shift
+	local left
+	left=$(remaining)
+	((cap < left)) || cap=$left
+	if ((cap <= 0)); then
+		echo "budget spent: skipped $*" >&2
+		return 124
+	fi
+	if command -v timeout >/dev/null 2>&1; then
+		timeout --kill-after=10 "$cap" "$@"
+	else
+		"$@"
+	fi
+}
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+log="$out/log.txt"
+: >"$log"
+# Tuning records that anything run here produces go beside the results.
+export LUMSEARCH_TUNEDB="$out/tunedb.jsonl"
+
+say() {
+	echo "$*"
+	echo "$*" >>"$log"
+}
+
+# --- the GPU -----------------------------------------------------------
+# Detect the GPU even under --dry-run, so the log says what the machine has.
+gpu_name=""
+if command -v nvidia-smi >/dev/null 2>&1 && gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>>"$log" | head -n 1) && [[ -n $gpu_name ]]; then
+	if ((dry_run)); then
+		say "GPU: $gpu_name; --dry-run: dry mode"
+	else
+		say "GPU: $gpu_name"
+	fi
+else
+	gpu_name=""
+	dry_run=1
+	say "no NVIDIA GPU: dry mode"
+fi
+
+# --- lumsearch ----------------------------------------------------------
+if [[ -z $lumsearch ]]; then
+	if [[ -x $script_dir/lumsearch ]]; then
+		lumsearch=$script_dir/lumsearch
+	else
+		lumsearch=$(command -v lumsearch || true)
+	fi
+fi
+if [[ -z $lumsearch || ! -x $lumsearch ]]; then
+	echo "gpu-check.sh: no lumsearch binary (give --lumsearch PATH; build it with: go build -o lumsearch ./cmd/lumsearch)" >&2
+	exit 1
+fi
+if ! lumsearch_version=$("$lumsearch" version 2>&1); then
+	echo "gpu-check.sh: $lumsearch version failed: $lumsearch_version" >&2
+	exit 1
+fi
+say "lumsearch: $lumsearch_version"
+
+# "lumsearch bench" times a compiled program on the GPU; older builds lack
+# it, and then the lumsearch column stays empty rather than failing.
+have_bench=0
+if "$lumsearch" help 2>/dev/null | grep -qE '^[[:space:]]+bench[[:space:]]'; then
+	have_bench=1
+else
+	say "lumsearch bench: not available in this build; the lumsearch column is empty"
+fi
+
+# --- PyTorch --------------------------------------------------------------
+have_torch=0
+torch_probe='{"torch": false, "reason": "PyTorch missing: no python3"}'
+if command -v "$python" >/dev/null 2>&1; then
+	if torch_probe=$(capped 60 "$python" "$script_dir/torch_bench.py" --probe 2>>"$log"); then
+		if grep -q '"torch": true' <<<"$torch_probe"; then
+			have_torch=1
+		fi
+	else
+		torch_probe='{"torch": false, "reason": "PyTorch missing: torch_bench.py --probe failed; see log.txt"}'
+	fi
+fi
+if ((have_torch)); then
+	say "PyTorch: $torch_probe"
+else
+	say "PyTorch missing: the eager and torch.compile columns are empty ($torch_probe)"
+fi
+
+# json_num FIELD JSON: prints FIELD's number from a one-line JSON object,
+# or nothing. Enough for the flat objects torch_bench.py and bench print.
+json_num() {
+	sed -n "s/.*\"$1\": *\([-0-9.eE+]*\).*/\1/p" <<<"$2" | head -n 1
+}
+
+# json_str STRING: STRING as a JSON string literal.
+json_str() {
+	local s=$1
+	s=${s//\\/\\\\}
+	s=${s//\"/\\\"}
+	s=${s//$'\n'/\\n}
+	s=${s//$'\t'/\\t}
+	s=${s//$'\r'/}
+	printf '"%s"' "$s"
+}
+
+# --- the ceilings ---------------------------------------------------------
+ceilings='{"ok": false, "reason": "dry mode"}'
+if ((!dry_run)); then
+	if ((have_torch)); then
+		say "measuring copy bandwidth and bf16 matmul rate ..."
+		ceilings=$(capped 60 "$python" "$script_dir/torch_bench.py" --ceilings --time-cap 45 2>>"$log") ||
+			ceilings='{"ok": false, "reason": "torch_bench.py --ceilings failed or ran out of time; see log.txt"}'
+	else
+		ceilings='{"ok": false, "reason": "PyTorch missing"}'
+	fi
+	say "ceilings: $ceilings"
+fi
+copy_gbs=$(json_num copy_gbs "$ceilings")
+mm_tflops=$(json_num matmul_bf16_tflops "$ceilings")
+
+# --- the graphs ---------------------------------------------------------
+# Each graph gets an equal share of what is left, at most 120 s, split
+# between compiling, lumsearch bench and PyTorch.
+rows=()
+graph_json=()
+for g in "${graphs[@]}"; do
+	left=$(remaining)
+	share=$((left / ${#graphs[@]}))
+	((share <= 120)) || share=120
+	((share >= 10)) || share=10
+	safe=${g//[^A-Za-z0-9._-]/_}
+	cdir="$out/compile-$safe"
+	compile_status="skipped"
+	ls_ms="" eager_ms="" compile_ms="" nbytes="" flops="" notes=""
+
+	# Compile. On a GPU machine verify under the emulation: numbers first.
+	verify=false
+	((dry_run)) || verify=true
+	say "compile $g (--verify=$verify) -> $cdir"
+	if capped "$share" "$lumsearch" compile "$g" --seq "$seq_len" --dtype "$dtype" --verify="$verify" -o "$cdir" >"$cdir.log" 2>&1; then
+		compile_status="ok"
+	else
+		rc=$?
+		compile_status="failed (exit $rc; see $(basename "$cdir").log)"
+		# 124 and 137 are timeout's: the graph's share of the budget ran out.
+		if ((rc == 124 || rc == 137)); then
+			notes+="compile ran out of time; "
+		else
+			notes+="compile failed; "
+		fi
+	fi
+	cat "$cdir.log" >>"$log"
+	say "  compile: $compile_status"
+
+	# lumsearch bench: assumed to print one JSON object with "ms" (median
+	# milliseconds per run) after checking the program's outputs.
+	if ((have_bench && !dry_run)) && [[ $compile_status == ok ]]; then
+		if bench=$(capped "$share" "$lumsearch" bench "$cdir" --json 2>>"$log"); then
+			ls_ms=$(json_num ms "$bench")
+			echo "$bench" >"$out/bench-$safe.json"
+		else
+			notes+="lumsearch bench failed; "
+		fi
+	fi
+
+	# PyTorch eager and torch.compile, the same graph at the same shapes.
+	if ((have_torch && !dry_run)); then
+		if tb=$(capped $((share + 15)) "$python" "$script_dir/torch_bench.py" --graph "$g" --seq "$seq_len" --dtype "$dtype" --time-cap "$share" 2>>"$log"); then
+			echo "$tb" >"$out/torch-$safe.json"
+			eager_ms=$(json_num eager_ms "$tb")
+			compile_ms=$(json_num compile_ms "$tb")
+			nbytes=$(json_num bytes "$tb")
+			flops=$(json_num flops "$tb")
+			reason=$(sed -n 's/.*"\(compile_\)\{0,1\}reason": *"\([^"]*\)".*/\2/p' <<<"$tb" | head -n 1)
+			[[ -z $reason ]] || notes+="$reason; "
+		else
+			notes+="PyTorch run failed or ran out of time; "
+		fi
+	fi
+	notes=${notes%; }
+
+	rows+=("$g|$ls_ms|$eager_ms|$compile_ms|$nbytes|$flops|$notes")
+	graph_json+=("$(printf '{"graph": %s, "compile": %s, "compile_dir": %s, "lumsearch_ms": %s, "eager_ms": %s, "torch_compile_ms": %s, "bytes": %s, "flops": %s, "notes": %s}' \
+		"$(json_str "$g")" "$(json_str "$compile_status")" "$(json_str "$cdir")" \
+		"${ls_ms:-null}" "${eager_ms:-null}" "${compile_ms:-null}" "${nbytes:-null}" "${flops:-null}" "$(json_str "$notes")")")
+done
+
+# --- the table ----------------------------------------------------------
+# Ratios are lumsearch's time over the other's (below 1: lumsearch faster).
+# Achieved GB/s and TFLOP/s use lumsearch's time, else eager's, and are set
+# against the measured ceilings as a percentage.
+table=$(
+	printf '%s\n' "${rows[@]}" | awk -F'|' -v copy="$copy_gbs" -v mm="$mm_tflops" '
+	function num(s) { return s != "" }
+	function f(fmt, v) { return sprintf(fmt, v) }
+	BEGIN {
+		printf "%-22s %10s %10s %10s %8s %8s %14s %16s  %s\n", "graph", "lumsearch", "eager", "compile", "ls/eag", "ls/comp", "GB/s (%copy)", "TFLOP/s (%mm)", "notes"
+	}
+	{
+		g = $1; ls = $2; eg = $3; co = $4; by = $5; fl = $6; note = $7
+		r1 = (num(ls) && num(eg) && eg > 0) ? f("%.2f", ls / eg) : ""
+		r2 = (num(ls) && num(co) && co > 0) ? f("%.2f", ls / co) : ""
+		t = num(ls) ? ls : eg
+		bw = ""; tf = ""
+		if (num(t) && t > 0 && num(by)) {
+			v = by / (t / 1e3) / 1e9; bw = f("%.0f", v)
+			if (num(copy) && copy > 0) bw = bw f(" (%.0f%%)", 100 * v / copy)
+		}
+		if (num(t) && t > 0 && num(fl) && fl > 0) {
+			v = fl / (t / 1e3) / 1e12; tf = f("%.1f", v)
+			if (num(mm) && mm > 0) tf = tf f(" (%.0f%%)", 100 * v / mm)
+		}
+		printf "%-22s %10s %10s %10s %8s %8s %14s %16s  %s\n", g, (num(ls) ? f("%.3f", ls) : ""), (num(eg) ? f("%.3f", eg) : ""), (num(co) ? f("%.3f", co) : ""), r1, r2, bw, tf, note
+	}'
+)
+
+mode="gpu"
+((dry_run)) && mode="dry"
+elapsed=$((SECONDS - start_s))
+{
+	echo "gpu-check: mode=$mode gpu=${gpu_name:-none} lumsearch=$lumsearch_version bench=$have_bench torch=$have_torch seq=$seq_len dtype=$dtype elapsed=${elapsed}s"
+	echo "ceilings: copy ${copy_gbs:-?} GB/s, bf16 matmul ${mm_tflops:-?} TFLOP/s"
+	echo "times in ms; ratios are lumsearch/eager and lumsearch/torch.compile"
+	echo "$table"
+} >"$out/summary.txt"
+echo
+cat "$out/summary.txt"
+
+{
+	printf '{\n  "mode": %s,\n  "gpu": %s,\n  "lumsearch_version": %s,\n  "lumsearch_bench": %s,\n' \
+		"$(json_str "$mode")" "$(json_str "$gpu_name")" "$(json_str "$lumsearch_version")" "$( ((have_bench)) && echo true || echo false)"
+	printf '  "torch_probe": %s,\n  "ceilings": %s,\n  "seq": %s,\n  "dtype": %s,\n  "budget_seconds": %s,\n  "elapsed_seconds": %s,\n' \
+		"$torch_probe" "$ceilings" "$seq_len" "$(json_str "$dtype")" "$budget" "$elapsed"
+	printf '  "tunedb": %s,\n  "graphs": [\n' "$(json_str "$LUMSEARCH_TUNEDB")"
+	for i in "${!graph_json[@]}"; do
+		sep=","
+		((i == ${#graph_json[@]} - 1)) && sep=""
+		printf '    %s%s\n' "${graph_json[$i]}" "$sep"
+	done
+	printf '  ]\n}\n'
+} >"$out/results.json"
+echo
+echo "wrote $out/results.json, $out/summary.txt and $out/log.txt (tuning records, if any: $LUMSEARCH_TUNEDB)"
