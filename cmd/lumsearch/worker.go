@@ -35,7 +35,7 @@ CPU times of the emulation, labelled "emulated" in every response.
 
 The search starts workers itself and kills one that hangs or crashes on a
 candidate; run it by hand to debug a request.`,
-	example: `echo '{"id":1,"body":"...","seed":7}' | lumsearch worker --measure emulated`,
+	example: `lumsearch worker --measure emulated < requests.jsonl`,
 	setup: func(fs *flag.FlagSet) action {
 		mode := fs.String("measure", "gpu", "where to measure: `gpu` or emulated")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
