@@ -40,12 +40,11 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 			}
 			data = EncodeTensor(t)
 		case lower.Constant:
-			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
-			res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
+			t, err := b.Value(ctx)
 			if err != nil {
-				return nil, nil, fmt.Errorf("emulate %s: constant %s: %w", prog.Name, b.Name, err)
+				return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 			}
-			data = EncodeTensor(res.Outputs["out"])
+			data = EncodeTensor(t)
 		}
 		where[b.ID] = emu.Arg{Buffer: len(bufs)}
 		bufs = append(bufs, emu.Buffer{Bytes: int(max(b.Bytes, 1)), Data: data})

@@ -117,15 +117,11 @@ func newHost(prog *lower.Program, kernels []*Kernel, ptx string, cubin []byte, a
 				return nil, fmt.Errorf("temp %s (%d bytes at %d) lies outside the %d-byte arena", b.Name, b.Bytes, b.Offset, prog.ArenaBytes)
 			}
 		case lower.Constant:
-			if b.Leaf == nil {
-				return nil, fmt.Errorf("constant %s has no leaf", b.Name)
-			}
-			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
-			res, err := ir.Eval(context.Background(), g, nil, ir.EvalOptions{})
+			t, err := b.Value(context.Background())
 			if err != nil {
-				return nil, fmt.Errorf("constant %s: %w", b.Name, err)
+				return nil, err
 			}
-			data := EncodeTensor(res.Outputs["out"])
+			data := EncodeTensor(t)
 			if int64(len(data)) != b.Bytes {
 				return nil, fmt.Errorf("constant %s: %d bytes for a %d-byte buffer", b.Name, len(data), b.Bytes)
 			}

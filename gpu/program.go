@@ -82,12 +82,11 @@ func (p *Program) Prepare(ctx context.Context, weights map[string]*ir.Tensor) er
 			}
 			t = w
 		case lower.Constant:
-			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
-			res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
+			c, err := b.Value(ctx)
 			if err != nil {
-				return fmt.Errorf("prepare %s: constant %s: %w", p.prog.Name, b.Name, err)
+				return fmt.Errorf("prepare %s: %w", p.prog.Name, err)
 			}
-			t = res.Outputs["out"]
+			t = c
 		default:
 			continue
 		}

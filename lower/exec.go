@@ -33,12 +33,11 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 			}
 			vals[buf.ID] = t
 		case Constant:
-			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{buf.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
-			res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
+			t, err := buf.Value(ctx)
 			if err != nil {
-				return nil, nil, fmt.Errorf("execute %s: constant %s: %w", prog.Name, buf.Name, err)
+				return nil, nil, fmt.Errorf("execute %s: %w", prog.Name, err)
 			}
-			vals[buf.ID] = res.Outputs["out"]
+			vals[buf.ID] = t
 		}
 	}
 	run := func(l *Launch) error {

@@ -12,6 +12,7 @@
 package lower
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -657,4 +658,18 @@ func (b *builder) dropBuffers(drop map[int]bool) {
 			m[name] = id[v]
 		}
 	}
+}
+
+// Value computes a Constant buffer's content from its leaf (a const or
+// iota node), as the loader does on the host.
+func (b *Buffer) Value(ctx context.Context) (*ir.Tensor, error) {
+	if b.Kind != Constant || b.Leaf == nil {
+		return nil, fmt.Errorf("%s %s has no constant leaf", b.Kind, b.Name)
+	}
+	g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
+	res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("constant %s: %w", b.Name, err)
+	}
+	return res.Outputs["out"], nil
 }

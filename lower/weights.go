@@ -96,15 +96,11 @@ func PrepareWeights(ctx context.Context, prog *Program, weights map[string]*ir.T
 			}
 			vals[i] = t
 		case Constant:
-			if b.Leaf == nil {
-				return nil, fail("constant %s has no leaf", b.Name)
-			}
-			g := &ir.Graph{Name: "constant", Nodes: []*ir.Node{b.Leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
-			res, err := ir.Eval(ctx, g, nil, ir.EvalOptions{})
+			t, err := b.Value(ctx)
 			if err != nil {
-				return nil, fail("constant %s: %w", b.Name, err)
+				return nil, fail("%w", err)
 			}
-			vals[i] = res.Outputs["out"]
+			vals[i] = t
 		case Prepared:
 		default:
 			// A Prep launch reads only weights, constants and prepared

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/gpu"
@@ -36,17 +35,7 @@ type GPU struct {
 
 // Measure checks and times one candidate.
 func (g GPU) Measure(ctx context.Context, req Request) Response {
-	body, err := ir.Parse(req.Body)
-	if err != nil {
-		return failed(req.ID, "body: %v", err)
-	}
-	var s cost.Schedule
-	if req.Schedule != "" {
-		if s, err = cost.ParseSchedule(req.Schedule); err != nil {
-			return failed(req.ID, "%v", err)
-		}
-	}
-	k, err := cuda.PrintKernelWith("candidate", "measured candidate", body, s)
+	body, k, err := candidate(req, "candidate")
 	if err != nil {
 		return failed(req.ID, "%v", err)
 	}

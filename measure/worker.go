@@ -57,17 +57,7 @@ type Emulated struct {
 
 // Measure checks and times one candidate.
 func (e Emulated) Measure(ctx context.Context, req Request) Response {
-	body, err := ir.Parse(req.Body)
-	if err != nil {
-		return failed(req.ID, "body: %v", err)
-	}
-	var s cost.Schedule
-	if req.Schedule != "" {
-		if s, err = cost.ParseSchedule(req.Schedule); err != nil {
-			return failed(req.ID, "%v", err)
-		}
-	}
-	k, err := cuda.PrintKernelWith(fmt.Sprintf("candidate%d", max(req.ID, 0)), "measured candidate", body, s)
+	body, k, err := candidate(req, fmt.Sprintf("candidate%d", max(req.ID, 0)))
 	if err != nil {
 		return failed(req.ID, "%v", err)
 	}
@@ -102,6 +92,26 @@ func (e Emulated) Measure(ctx context.Context, req Request) Response {
 	}
 	med, iqr := medianIQR(times)
 	return Response{OK: true, Where: WhereEmulated, Median: med, IQR: iqr, Samples: len(times), Checked: check.Elements, Schedule: k.Schedule.String()}
+}
+
+// candidate parses a request's body and schedule and prints its kernel
+// under name.
+func candidate(req Request, name string) (*ir.Graph, *cuda.Kernel, error) {
+	body, err := ir.Parse(req.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("body: %w", err)
+	}
+	var s cost.Schedule
+	if req.Schedule != "" {
+		if s, err = cost.ParseSchedule(req.Schedule); err != nil {
+			return nil, nil, err
+		}
+	}
+	k, err := cuda.PrintKernelWith(name, "measured candidate", body, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	return body, k, nil
 }
 
 // medianIQR is the median and interquartile range of times.
