@@ -133,7 +133,7 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 			return nil, fmt.Errorf("run %s: %w", p.prog.Name, err)
 		}
 	}
-	if err := p.launch(p.prog.Run, p.kernels[len(p.prog.Prep):], stream); err != nil {
+	if err := p.launchRun(stream); err != nil {
 		return nil, fmt.Errorf("run %s: %w", p.prog.Name, err)
 	}
 	sync := p.ctx.Synchronize
@@ -163,6 +163,12 @@ func (p *Program) State(name string) (*ir.Tensor, error) {
 		}
 	}
 	return nil, fmt.Errorf("%s has no state %s", p.prog.Name, name)
+}
+
+// launchRun issues one run's launches on stream, reading the inputs and
+// states already on the device and waiting for nothing.
+func (p *Program) launchRun(stream *Stream) error {
+	return p.launch(p.prog.Run, p.kernels[len(p.prog.Prep):], stream)
 }
 
 // launch issues launches in order, each kernel's arguments the device
