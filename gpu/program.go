@@ -4,53 +4,84 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/plan"
 )
 
-// Program is a lowered program loaded on a device: its kernels' module,
+// Program is a compiled program loaded on a device: its kernels' module,
 // one allocation for the arena of intermediates and one for every other
-// buffer, ready to prepare once and run many times.
+// buffer, ready to prepare once and run many times. It runs from a plan
+// (plan.json) alone, so a compiled output folder needs no compiler.
 type Program struct {
 	ctx      *Context
-	prog     *lower.Program
-	kernels  []*cuda.Kernel // PrintProgram's: the preparation launches, then one run
+	plan     *plan.Plan
+	name     string
+	types    []ir.ValueType // by buffer id
 	module   *Module
 	funcs    map[string]*Function
 	arena    *Buffer
-	bufs     []*Buffer // by buffer id; nil for Temp buffers, which live in the arena
+	bufs     []*Buffer // by buffer id; nil for temp buffers, which live in the arena
 	prepared bool
+	// lowered is the lowered program when the program was loaded from
+	// one, which computes the constants; constants are their values.
+	lowered   *lower.Program
+	constants map[string]*ir.Tensor
 }
 
 // LoadProgram loads a lowered program's kernels (PrintProgram's, compiled
 // into image: a CUBIN or PTX) on the context's device and allocates its
-// buffers.
-func LoadProgram(c *Context, prog *lower.Program, kernels []*cuda.Kernel, image []byte) (p *Program, err error) {
-	if n := len(prog.Prep) + len(prog.Run); n != len(kernels) {
-		return nil, fmt.Errorf("load %s: %d kernels for %d launches", prog.Name, len(kernels), n)
+// buffers. Prepare computes its constants, so it needs only the weights.
+func LoadProgram(c *Context, prog *lower.Program, kernels []*cuda.Kernel, image []byte) (*Program, error) {
+	pl, err := plan.Build(prog, kernels, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", prog.Name, err)
 	}
-	p = &Program{ctx: c, prog: prog, kernels: kernels, funcs: map[string]*Function{}, bufs: make([]*Buffer, len(prog.Buffers))}
+	p, err := LoadPlan(c, prog.Name, pl, image)
+	if err != nil {
+		return nil, err
+	}
+	p.lowered = prog
+	return p, nil
+}
+
+// LoadPlan loads a planned program (name is for messages) whose kernels
+// are compiled into image, a CUBIN or PTX, on the context's device and
+// allocates its buffers.
+func LoadPlan(c *Context, name string, pl *plan.Plan, image []byte) (p *Program, err error) {
+	if err := pl.Validate(); err != nil {
+		return nil, fmt.Errorf("load %s: %w", name, err)
+	}
+	p = &Program{ctx: c, plan: pl, name: name, funcs: map[string]*Function{}, bufs: make([]*Buffer, len(pl.Buffers))}
+	for _, b := range pl.Buffers {
+		vt, err := b.Type()
+		if err != nil {
+			return nil, fmt.Errorf("load %s: buffer %d: %w", name, b.ID, err)
+		}
+		p.types = append(p.types, vt)
+	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(fmt.Errorf("load %s: %w", prog.Name, err), p.Close())
+			err = errors.Join(fmt.Errorf("load %s: %w", name, err), p.Close())
 			p = nil
 		}
 	}()
 	if p.module, err = c.LoadModule(image); err != nil {
 		return nil, err
 	}
-	for _, k := range cuda.Distinct(kernels) {
-		if p.funcs[k.Name], err = p.module.Function(k.Name); err != nil {
+	for _, k := range pl.Kernels() {
+		if p.funcs[k], err = p.module.Function(k); err != nil {
 			return nil, err
 		}
 	}
-	if p.arena, err = c.Alloc(int(max(prog.ArenaBytes, 256))); err != nil {
+	if p.arena, err = c.Alloc(int(max(pl.ArenaBytes, 256))); err != nil {
 		return nil, err
 	}
-	for _, b := range prog.Buffers {
-		if b.Kind == lower.Temp {
+	for _, b := range pl.Buffers {
+		if b.Kind == temp {
 			continue
 		}
 		if p.bufs[b.ID], err = c.Alloc(int(max(b.Bytes, 1))); err != nil {
@@ -60,94 +91,142 @@ func LoadProgram(c *Context, prog *lower.Program, kernels []*cuda.Kernel, image 
 	return p, nil
 }
 
+// The buffer kinds the runtime treats apart, by their plan names.
+var (
+	temp     = lower.Temp.String()
+	input    = lower.Input.String()
+	weight   = lower.Weight.String()
+	constant = lower.Constant.String()
+	prepared = lower.Prepared.String()
+	state    = lower.State.String()
+)
+
 // Pointer is the device address of a lowered buffer: a Temp buffer's is in
 // the arena at its planned offset.
 func (p *Program) Pointer(id int) uint64 {
-	if b := p.prog.Buffers[id]; b.Kind == lower.Temp {
+	if b := p.plan.Buffers[id]; b.Kind == temp {
 		return p.arena.Ptr() + uint64(b.Offset)
 	}
 	return p.bufs[id].Ptr()
 }
 
-// Prepare uploads the weights (by name) and the constants and runs the
-// preparation launches, once before the first run.
-func (p *Program) Prepare(ctx context.Context, weights map[string]*ir.Tensor) error {
-	for _, b := range p.prog.Buffers {
-		var t *ir.Tensor
-		switch b.Kind {
-		case lower.Weight:
-			w, ok := weights[b.Name]
-			if !ok {
-				return fmt.Errorf("prepare %s: no weight %s", p.prog.Name, b.Name)
-			}
-			t = w
-		case lower.Constant:
-			c, err := b.Value(ctx)
-			if err != nil {
-				return fmt.Errorf("prepare %s: %w", p.prog.Name, err)
-			}
-			t = c
-		default:
-			continue
-		}
-		if err := p.upload(b, t); err != nil {
-			return fmt.Errorf("prepare %s: %w", p.prog.Name, err)
-		}
+// Prepare uploads the weights and constants (by buffer name; the
+// constants may be left out of tensors when the program was loaded by
+// LoadProgram) and runs the preparation launches, once before the first
+// run.
+func (p *Program) Prepare(ctx context.Context, tensors map[string]*ir.Tensor) error {
+	if err := p.computeConstants(ctx); err != nil {
+		return fmt.Errorf("prepare %s: %w", p.name, err)
 	}
-	if err := p.launch(p.prog.Prep, p.kernels[:len(p.prog.Prep)], nil); err != nil {
-		return fmt.Errorf("prepare %s: %w", p.prog.Name, err)
+	if err := p.uploadKinds(tensors, weight, constant); err != nil {
+		return fmt.Errorf("prepare %s: %w", p.name, err)
+	}
+	if err := p.launch(p.plan.Prep, nil); err != nil {
+		return fmt.Errorf("prepare %s: %w", p.name, err)
 	}
 	if err := p.ctx.Synchronize(); err != nil {
-		return fmt.Errorf("prepare %s: %w", p.prog.Name, err)
+		return fmt.Errorf("prepare %s: %w", p.name, err)
 	}
 	p.prepared = true
 	return nil
 }
 
+// LoadPrepared uploads prepared weights (lower.PrepareWeights's tensors:
+// the weights a run reads and those the preparation launches compute)
+// and the constants, in place of Prepare: no preparation launch runs.
+func (p *Program) LoadPrepared(ctx context.Context, tensors map[string]*ir.Tensor) error {
+	if err := p.computeConstants(ctx); err != nil {
+		return fmt.Errorf("load prepared weights of %s: %w", p.name, err)
+	}
+	read := make([]bool, len(p.plan.Buffers))
+	for _, l := range p.plan.Run {
+		for _, a := range l.Args {
+			read[a] = true
+		}
+	}
+	for _, b := range p.plan.Buffers {
+		if !read[b.ID] || (b.Kind != weight && b.Kind != prepared && b.Kind != constant) {
+			continue
+		}
+		if err := p.uploadNamed(b, tensors); err != nil {
+			return fmt.Errorf("load prepared weights of %s: %w", p.name, err)
+		}
+	}
+	p.prepared = true
+	return nil
+}
+
+// computeConstants evaluates the constants of a program loaded from a
+// lowered program, once.
+func (p *Program) computeConstants(ctx context.Context) error {
+	if p.lowered == nil || p.constants != nil {
+		return nil
+	}
+	consts, err := plan.Constants(ctx, p.lowered)
+	p.constants = consts
+	return err
+}
+
+// uploadKinds uploads every buffer of the given kinds from tensors.
+func (p *Program) uploadKinds(tensors map[string]*ir.Tensor, kinds ...string) error {
+	for _, b := range p.plan.Buffers {
+		if slices.Contains(kinds, b.Kind) {
+			if err := p.uploadNamed(b, tensors); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// uploadNamed uploads buffer b's tensor, found by name in tensors or,
+// for a constant, among the constants computed at load.
+func (p *Program) uploadNamed(b plan.Buffer, tensors map[string]*ir.Tensor) error {
+	t, ok := tensors[b.Name]
+	if !ok && b.Kind == constant {
+		t, ok = p.constants[b.Name]
+	}
+	if !ok {
+		return fmt.Errorf("no %s %s", b.Kind, b.Name)
+	}
+	return p.upload(b, t)
+}
+
 // SetState uploads a state's content (a KV cache), which runs then read
 // and update in place.
 func (p *Program) SetState(name string, t *ir.Tensor) error {
-	for _, b := range p.prog.Buffers {
-		if b.Kind == lower.State && b.Name == name {
+	for _, b := range p.plan.Buffers {
+		if b.Kind == state && b.Name == name {
 			return p.upload(b, t)
 		}
 	}
-	return fmt.Errorf("%s has no state %s", p.prog.Name, name)
+	return fmt.Errorf("%s has no state %s", p.name, name)
 }
 
 // Run uploads the inputs, launches the run on stream (nil: the default
 // stream), waits for it and returns the outputs by name.
 func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]*ir.Tensor, error) {
 	if !p.prepared {
-		return nil, fmt.Errorf("run %s: not prepared", p.prog.Name)
+		return nil, fmt.Errorf("run %s: not prepared", p.name)
 	}
-	for _, b := range p.prog.Buffers {
-		if b.Kind != lower.Input {
-			continue
-		}
-		t, ok := inputs[b.Name]
-		if !ok {
-			return nil, fmt.Errorf("run %s: no input %s", p.prog.Name, b.Name)
-		}
-		if err := p.upload(b, t); err != nil {
-			return nil, fmt.Errorf("run %s: %w", p.prog.Name, err)
-		}
+	if err := p.uploadKinds(inputs, input); err != nil {
+		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
 	if err := p.launchRun(stream); err != nil {
-		return nil, fmt.Errorf("run %s: %w", p.prog.Name, err)
+		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
 	sync := p.ctx.Synchronize
 	if stream != nil {
 		sync = stream.Synchronize
 	}
 	if err := sync(); err != nil {
-		return nil, fmt.Errorf("run %s: %w", p.prog.Name, err)
+		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
 	out := map[string]*ir.Tensor{}
-	for name, id := range p.prog.Outputs {
+	for name, id := range p.plan.Outputs {
 		t, err := p.download(id)
 		if err != nil {
-			return nil, fmt.Errorf("run %s: output %s: %w", p.prog.Name, name, err)
+			return nil, fmt.Errorf("run %s: output %s: %w", p.name, name, err)
 		}
 		out[name] = t
 	}
@@ -157,39 +236,39 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 // State downloads a state's current content: after a run, its updated
 // value (a run ends with the state written, in place or by a copy).
 func (p *Program) State(name string) (*ir.Tensor, error) {
-	for _, b := range p.prog.Buffers {
-		if b.Kind == lower.State && b.Name == name {
+	for _, b := range p.plan.Buffers {
+		if b.Kind == state && b.Name == name {
 			return p.download(b.ID)
 		}
 	}
-	return nil, fmt.Errorf("%s has no state %s", p.prog.Name, name)
+	return nil, fmt.Errorf("%s has no state %s", p.name, name)
 }
 
 // launchRun issues one run's launches on stream, reading the inputs and
 // states already on the device and waiting for nothing.
 func (p *Program) launchRun(stream *Stream) error {
-	return p.launch(p.prog.Run, p.kernels[len(p.prog.Prep):], stream)
+	return p.launch(p.plan.Run, stream)
 }
 
 // launch issues launches in order, each kernel's arguments the device
 // addresses of its buffers.
-func (p *Program) launch(ls []*lower.Launch, ks []*cuda.Kernel, stream *Stream) error {
-	for i, l := range ls {
-		k := ks[i]
+func (p *Program) launch(ls []plan.Launch, stream *Stream) error {
+	for _, l := range ls {
 		var args []any
-		for _, id := range append(append([]int(nil), l.Args...), l.Outs...) {
+		for _, id := range append(slices.Clone(l.Args), l.Outs...) {
 			args = append(args, p.Pointer(id))
 		}
-		if err := p.funcs[k.Name].Launch(k.Grid, k.Block, 0, stream, args...); err != nil {
-			return fmt.Errorf("launch %s (kernel %s): %w", l.Name, k.Name, err)
+		if err := p.funcs[l.Kernel].Launch(l.Grid, l.Block, 0, stream, args...); err != nil {
+			return fmt.Errorf("launch %s (kernel %s): %w", l.Name, l.Kernel, err)
 		}
 	}
 	return nil
 }
 
-func (p *Program) upload(b *lower.Buffer, t *ir.Tensor) error {
-	if t.DType != b.DType || !t.Shape.Equal(b.Shape) {
-		return fmt.Errorf("%s %s is %s%v, the program's is %s%v", b.Kind, b.Name, t.DType, t.Shape, b.DType, b.Shape)
+func (p *Program) upload(b plan.Buffer, t *ir.Tensor) error {
+	vt := p.types[b.ID]
+	if t.DType != vt.DType || !t.Shape.Equal(vt.Shape) {
+		return fmt.Errorf("%s %s is %s%v, the program's is %s%v", b.Kind, b.Name, t.DType, t.Shape, vt.DType, vt.Shape)
 	}
 	return p.bufs[b.ID].Upload(cuda.EncodeTensor(t))
 }
@@ -197,7 +276,7 @@ func (p *Program) upload(b *lower.Buffer, t *ir.Tensor) error {
 // download reads a buffer that is not in the arena (an output or a
 // state) back as a tensor.
 func (p *Program) download(id int) (*ir.Tensor, error) {
-	b := p.prog.Buffers[id]
+	b := p.plan.Buffers[id]
 	if p.bufs[id] == nil {
 		return nil, fmt.Errorf("%s %s lives in the arena and is not read back", b.Kind, b.Name)
 	}
@@ -205,7 +284,7 @@ func (p *Program) download(id int) (*ir.Tensor, error) {
 	if err := p.bufs[id].Download(data); err != nil {
 		return nil, err
 	}
-	return cuda.DecodeTensor(ir.ValueType{Shape: b.Shape, DType: b.DType}, data)
+	return cuda.DecodeTensor(p.types[id], data)
 }
 
 // Close frees the program's device memory and unloads its module.

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -19,9 +19,12 @@ import (
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/gogen"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/safetensors"
 )
 
 // compileCommand runs the pipeline without measurement.
@@ -227,13 +230,32 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 			return err
 		}
 	}
-	plan, err := json.MarshalIndent(makePlan(model, m.Device.Name, arch, lp, c.kernels, resources, m), "", "  ")
+	pl, err := plan.Build(lp, c.kernels, resources, m)
 	if err != nil {
-		return err
+		return fmt.Errorf("compile %s: %w", model, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), append(plan, '\n'), 0o644); err != nil {
-		return err
+	pl.Version, pl.Model, pl.Target, pl.Arch = versionString(), model, m.Device.Name, arch
+	pl.Options = plan.Options{Seq: opt.Seq, Past: opt.Past, DType: opt.DType.String(), Dims: maps.Clone(dims)}
+	if err := pl.Write(dir); err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
 	}
+	consts, err := plan.Constants(ctx, lp)
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	constData, err := safetensors.Encode(consts, map[string]string{versionMetadataKey: versionString()})
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, plan.ConstantsFile), constData, 0o644); err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	goDir := filepath.Join(dir, "go", gogen.PackageName(model))
+	pkgName, err := gogen.Write(goDir, gogen.Package{Plan: pl, PTX: ptx, CUBIN: cubin, Constants: constData})
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	fmt.Fprintf(stdout, "  go package: %s in %s (embeds the plan, kernels and constants; runs through lumsearch's gpu runtime)\n", pkgName, goDir)
 	if weights != nil {
 		if err := writePreparedWeights(ctx, model, dir, lp, weights, stdout); err != nil {
 			return fmt.Errorf("compile %s: %w", model, err)
@@ -421,99 +443,4 @@ func relativeLimit(dt ir.DType) float64 {
 		return 1e-4
 	}
 	return 64 * dt.Eps()
-}
-
-// planFile is plan.json.
-type planFile struct {
-	Model      string         `json:"model"`
-	Target     string         `json:"target"`
-	Arch       string         `json:"arch"`
-	ArenaBytes int64          `json:"arena_bytes"`
-	TempBytes  int64          `json:"temp_bytes"`
-	Buffers    []planBuffer   `json:"buffers"`
-	Prep       []planLaunch   `json:"prep"`
-	Run        []planLaunch   `json:"run"`
-	Outputs    map[string]int `json:"outputs"`
-	Updates    map[string]int `json:"updates,omitempty"`
-}
-
-type planBuffer struct {
-	ID     int     `json:"id"`
-	Kind   string  `json:"kind"`
-	Name   string  `json:"name"`
-	DType  string  `json:"dtype"`
-	Shape  []int64 `json:"shape"`
-	Bytes  int64   `json:"bytes"`
-	Offset int64   `json:"offset,omitempty"`
-}
-
-type planLaunch struct {
-	Kernel    string  `json:"kernel"`
-	Form      string  `json:"form"`
-	Grid      [3]int  `json:"grid"`
-	Block     [3]int  `json:"block"`
-	Args      []int   `json:"args"`
-	Outs      []int   `json:"outs"`
-	Predicted float64 `json:"predicted_s"`
-	Registers int     `json:"registers,omitempty"`
-	Shared    int     `json:"shared_bytes,omitempty"`
-	Spills    int     `json:"spill_bytes,omitempty"`
-	// Schedule is the schedule printed; Alternatives the next best by
-	// the cost model, the candidates a measuring run tries.
-	Schedule     string            `json:"schedule"`
-	Alternatives []planAlternative `json:"alternatives,omitempty"`
-	// Bytes and Work are the cost model's DRAM traffic and arithmetic
-	// (by instruction class and dtype) for the printed schedule.
-	Bytes float64            `json:"bytes,omitempty"`
-	Work  map[string]float64 `json:"work,omitempty"`
-}
-
-type planAlternative struct {
-	Schedule  string  `json:"schedule"`
-	Predicted float64 `json:"predicted_s"`
-}
-
-func makePlan(model, target, arch string, lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources, m *cost.Model) planFile {
-	p := planFile{Model: model, Target: target, Arch: arch, ArenaBytes: lp.ArenaBytes, TempBytes: lp.TempBytes, Outputs: lp.Outputs, Updates: lp.Updates}
-	for _, b := range lp.Buffers {
-		shape := make([]int64, len(b.Shape))
-		for i, d := range b.Shape {
-			shape[i] = int64(d)
-		}
-		p.Buffers = append(p.Buffers, planBuffer{ID: b.ID, Kind: b.Kind.String(), Name: b.Name, DType: b.DType.String(), Shape: shape, Bytes: b.Bytes, Offset: b.Offset})
-	}
-	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
-	for i, l := range launches {
-		k := ks[i]
-		pl := planLaunch{Kernel: k.Name, Form: l.Form.String(), Grid: k.Grid, Block: k.Block, Args: l.Args, Outs: l.Outs, Schedule: k.Schedule.String()}
-		est := k.Estimate
-		if est == nil {
-			if e, err := m.Kernel(l.Body); err == nil {
-				est = &e
-			}
-		}
-		if est != nil {
-			pl.Predicted, pl.Bytes = est.Seconds, est.Features.Bytes
-			for _, w := range est.Features.Work {
-				if w.FLOPs > 0 {
-					if pl.Work == nil {
-						pl.Work = map[string]float64{}
-					}
-					pl.Work[string(w.Class)+" "+w.DType] += w.FLOPs
-				}
-			}
-		}
-		for _, a := range k.Alternatives {
-			pl.Alternatives = append(pl.Alternatives, planAlternative{Schedule: a.Schedule.String(), Predicted: a.Seconds})
-		}
-		if r, ok := res[k.Name]; ok {
-			pl.Registers, pl.Shared, pl.Spills = r.Registers, r.SharedBytes, r.SpillStores
-		}
-		if i < len(lp.Prep) {
-			p.Prep = append(p.Prep, pl)
-		} else {
-			p.Run = append(p.Run, pl)
-		}
-	}
-	return p
 }

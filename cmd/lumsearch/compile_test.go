@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/internal/shareddata"
+	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -45,17 +45,17 @@ func TestCompile(t *testing.T) {
 				assert.NotContains(t, string(library), "constexpr size_t kPTXBytes = 0;")
 			}
 			assert.Regexp(t, `(?m)^  wrote \S+kernels\.cu, \S+model\.h, \S+model\.cpp and \S+plan\.json$`, r.stdout)
-			data, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+			pl, err := plan.Read(dir)
 			require.NoError(t, err)
-			var plan planFile
-			require.NoError(t, json.Unmarshal(data, &plan))
-			assert.Equal(t, model, plan.Model)
-			require.NotEmpty(t, plan.Run)
-			for _, l := range plan.Run {
+			assert.Equal(t, model, pl.Model)
+			assert.Equal(t, "sm_90", pl.Arch)
+			assert.NotEmpty(t, pl.Version)
+			require.NotEmpty(t, pl.Run)
+			for _, l := range pl.Run {
 				assert.Positive(t, l.Predicted, l.Kernel)
 				assert.Positive(t, l.Block[0], l.Kernel)
 			}
-			assert.NotEmpty(t, plan.Outputs)
+			assert.NotEmpty(t, pl.Outputs)
 		})
 	}
 	r := runArgs(t, "compile", "tiny-llama:layer")

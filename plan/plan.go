@@ -1,0 +1,378 @@
+// Package plan owns plan.json, the description of a compiled program that
+// runs without the compiler: where it came from (the model, the options,
+// the target and the lumsearch version), its buffers and the arena of
+// intermediates, and its launches in order, each with its kernel, grid,
+// block and buffers, and the cost model's figures for it.
+//
+// "lumsearch compile" writes it; the runtime (package gpu), "lumsearch
+// bench" and the generated Go package read it back, so a compiled model
+// runs from its output folder alone. Parse checks a plan whole before
+// anything trusts its buffer ids, sizes or offsets.
+package plan
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+)
+
+// FileName is the plan's name in a compiled output folder.
+const FileName = "plan.json"
+
+// Plan is plan.json.
+type Plan struct {
+	// Version is the lumsearch build that wrote the plan.
+	Version string `json:"lumsearch_version,omitempty"`
+	// Model is what was compiled: a corpus name or an ONNX file's path.
+	Model string `json:"model"`
+	// Options are the model's build options, so that the same program can
+	// be compiled again.
+	Options Options `json:"options"`
+	// Target is the device the cost model priced for, Arch the
+	// architecture the kernels were compiled for.
+	Target string `json:"target"`
+	Arch   string `json:"arch"`
+	// ArenaBytes is the arena of intermediates, TempBytes the bytes of
+	// intermediates packed into it.
+	ArenaBytes int64    `json:"arena_bytes"`
+	TempBytes  int64    `json:"temp_bytes"`
+	Buffers    []Buffer `json:"buffers"`
+	// Prep are the launches run once at load, Run those of every run.
+	Prep []Launch `json:"prep"`
+	Run  []Launch `json:"run"`
+	// Outputs maps each output's name to its buffer, Updates each state
+	// to the buffer holding its new value after a run.
+	Outputs map[string]int `json:"outputs"`
+	Updates map[string]int `json:"updates,omitempty"`
+	// WeightsDigest identifies the prepared weights the program takes
+	// (lower.WeightsDigest): a prepared weights file carries it in its
+	// metadata under lower.DigestMetadataKey.
+	WeightsDigest string `json:"weights_digest,omitempty"`
+}
+
+// Options are the build options of a model, as "lumsearch compile" takes
+// them.
+type Options struct {
+	Seq   int              `json:"seq,omitempty"`
+	Past  int              `json:"past,omitempty"`
+	DType string           `json:"dtype,omitempty"`
+	Dims  map[string]int64 `json:"dims,omitempty"`
+}
+
+// Buffer is one tensor in device memory; see lower.Buffer.
+type Buffer struct {
+	ID    int     `json:"id"`
+	Kind  string  `json:"kind"` // lower.BufferKind's name: input, weight, state, constant, prepared, temp, output
+	Name  string  `json:"name"`
+	DType string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+	Bytes int64   `json:"bytes"`
+	// Offset is a temp buffer's place in the arena.
+	Offset int64 `json:"offset,omitempty"`
+}
+
+// Launch is one kernel launch: the kernel reads buffers Args and writes
+// buffers Outs, its parameters in that order.
+type Launch struct {
+	// Name is the launch's name in the lowered program, Kernel the
+	// printed kernel's (launches with equal bodies share a kernel).
+	Name   string `json:"name,omitempty"`
+	Kernel string `json:"kernel"`
+	Form   string `json:"form"`
+	Grid   [3]int `json:"grid"`
+	Block  [3]int `json:"block"`
+	Args   []int  `json:"args"`
+	Outs   []int  `json:"outs"`
+	// Predicted is the cost model's time for the launch, in seconds.
+	Predicted float64 `json:"predicted_s"`
+	// Registers, Shared and Spills are NVRTC's report for the kernel.
+	Registers int `json:"registers,omitempty"`
+	Shared    int `json:"shared_bytes,omitempty"`
+	Spills    int `json:"spill_bytes,omitempty"`
+	// Schedule is the schedule printed; Alternatives the next best by
+	// the cost model, the candidates a measuring run tries.
+	Schedule     string        `json:"schedule"`
+	Alternatives []Alternative `json:"alternatives,omitempty"`
+	// Bytes and Work are the cost model's DRAM traffic and arithmetic
+	// (by instruction class and dtype) for the printed schedule.
+	Bytes float64            `json:"bytes,omitempty"`
+	Work  map[string]float64 `json:"work,omitempty"`
+}
+
+// Alternative is a schedule the cost model ranked below the printed one.
+type Alternative struct {
+	Schedule  string  `json:"schedule"`
+	Predicted float64 `json:"predicted_s"`
+}
+
+// Build describes a lowered program and its printed kernels (one per
+// launch, cuda.PrintProgram's order: Prep then Run). res holds NVRTC's
+// report by kernel name (may be nil); m prices the launches whose kernels
+// carry no estimate (may be nil).
+func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources, m *cost.Model) (*Plan, error) {
+	launches := append(slices.Clone(lp.Prep), lp.Run...)
+	if len(ks) != len(launches) {
+		return nil, fmt.Errorf("plan of %s: %d kernels for %d launches", lp.Name, len(ks), len(launches))
+	}
+	digest, err := lower.WeightsDigest(lp)
+	if err != nil {
+		return nil, fmt.Errorf("plan of %s: %w", lp.Name, err)
+	}
+	p := &Plan{ArenaBytes: lp.ArenaBytes, TempBytes: lp.TempBytes, Outputs: maps.Clone(lp.Outputs), Updates: maps.Clone(lp.Updates), WeightsDigest: digest}
+	for _, b := range lp.Buffers {
+		shape := make([]int64, len(b.Shape))
+		for i, d := range b.Shape {
+			shape[i] = int64(d)
+		}
+		p.Buffers = append(p.Buffers, Buffer{ID: b.ID, Kind: b.Kind.String(), Name: b.Name, DType: b.DType.String(), Shape: shape, Bytes: b.Bytes, Offset: b.Offset})
+	}
+	for i, l := range launches {
+		k := ks[i]
+		pl := Launch{Name: l.Name, Kernel: k.Name, Form: l.Form.String(), Grid: k.Grid, Block: k.Block,
+			Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs), Schedule: k.Schedule.String()}
+		est := k.Estimate
+		if est == nil && m != nil {
+			if e, err := m.Kernel(l.Body); err == nil {
+				est = &e
+			}
+		}
+		if est != nil {
+			pl.Predicted, pl.Bytes = est.Seconds, est.Features.Bytes
+			for _, w := range est.Features.Work {
+				if w.FLOPs > 0 {
+					if pl.Work == nil {
+						pl.Work = map[string]float64{}
+					}
+					pl.Work[string(w.Class)+" "+w.DType] += w.FLOPs
+				}
+			}
+		}
+		for _, a := range k.Alternatives {
+			pl.Alternatives = append(pl.Alternatives, Alternative{Schedule: a.Schedule.String(), Predicted: a.Seconds})
+		}
+		if r, ok := res[k.Name]; ok {
+			pl.Registers, pl.Shared, pl.Spills = r.Registers, r.SharedBytes, r.SpillStores
+		}
+		if i < len(lp.Prep) {
+			p.Prep = append(p.Prep, pl)
+		} else {
+			p.Run = append(p.Run, pl)
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("plan of %s: %w", lp.Name, err)
+	}
+	return p, nil
+}
+
+// kinds are the buffer kinds a plan may name.
+var kinds = map[string]bool{}
+
+func init() {
+	for k := lower.Input; k <= lower.Output; k++ {
+		kinds[k.String()] = true
+	}
+}
+
+// maxRank and maxBytes bound what a plan may declare, so that a damaged
+// file cannot make its reader allocate without limit.
+const (
+	maxRank  = 16
+	maxBytes = 1 << 46
+)
+
+// Validate checks that the plan is whole: buffer ids are their places,
+// kinds and dtypes are known, each buffer's bytes are its shape's, temp
+// buffers lie inside the arena, launches name existing buffers and write
+// no input, weight or constant, and outputs and updates name buffers of
+// the right kinds.
+func (p *Plan) Validate() error {
+	if p.ArenaBytes < 0 || p.ArenaBytes > maxBytes {
+		return fmt.Errorf("arena_bytes %d out of range", p.ArenaBytes)
+	}
+	for i, b := range p.Buffers {
+		if b.ID != i {
+			return fmt.Errorf("buffer %d has id %d", i, b.ID)
+		}
+		if !kinds[b.Kind] {
+			return fmt.Errorf("buffer %d (%s): unknown kind %q", i, b.Name, b.Kind)
+		}
+		vt, err := b.Type()
+		if err != nil {
+			return fmt.Errorf("buffer %d (%s): %w", i, b.Name, err)
+		}
+		if want := vt.Shape.NumElements() * int64(vt.DType.Size()); b.Bytes != want {
+			return fmt.Errorf("buffer %d (%s): %d bytes for %s%v, want %d", i, b.Name, b.Bytes, b.DType, b.Shape, want)
+		}
+		if b.Kind == lower.Temp.String() {
+			if b.Offset < 0 || b.Offset > p.ArenaBytes-b.Bytes {
+				return fmt.Errorf("buffer %d (%s): %d bytes at arena offset %d overrun the %d-byte arena", i, b.Name, b.Bytes, b.Offset, p.ArenaBytes)
+			}
+		} else if b.Offset != 0 {
+			return fmt.Errorf("buffer %d (%s): a %s buffer has no arena offset", i, b.Name, b.Kind)
+		}
+	}
+	readOnly := map[string]bool{lower.Input.String(): true, lower.Weight.String(): true, lower.Constant.String(): true}
+	for _, group := range []struct {
+		name string
+		ls   []Launch
+	}{{"prep", p.Prep}, {"run", p.Run}} {
+		for i, l := range group.ls {
+			if l.Kernel == "" {
+				return fmt.Errorf("%s launch %d has no kernel", group.name, i)
+			}
+			for d := range 3 {
+				if l.Grid[d] < 1 || l.Block[d] < 1 {
+					return fmt.Errorf("%s launch %d (%s): grid %v, block %v", group.name, i, l.Kernel, l.Grid, l.Block)
+				}
+			}
+			if t := l.Block[0] * l.Block[1] * l.Block[2]; t > 1024 {
+				return fmt.Errorf("%s launch %d (%s): %d threads per block", group.name, i, l.Kernel, t)
+			}
+			for _, id := range append(slices.Clone(l.Args), l.Outs...) {
+				if id < 0 || id >= len(p.Buffers) {
+					return fmt.Errorf("%s launch %d (%s): buffer %d of %d", group.name, i, l.Kernel, id, len(p.Buffers))
+				}
+			}
+			if len(l.Outs) == 0 {
+				return fmt.Errorf("%s launch %d (%s) writes nothing", group.name, i, l.Kernel)
+			}
+			for _, id := range l.Outs {
+				if b := p.Buffers[id]; readOnly[b.Kind] {
+					return fmt.Errorf("%s launch %d (%s) writes %s buffer %d (%s)", group.name, i, l.Kernel, b.Kind, id, b.Name)
+				}
+			}
+		}
+	}
+	for what, m := range map[string]map[string]int{"output": p.Outputs, "update": p.Updates} {
+		for name, id := range m {
+			if id < 0 || id >= len(p.Buffers) {
+				return fmt.Errorf("%s %s: buffer %d of %d", what, name, id, len(p.Buffers))
+			}
+			if k := p.Buffers[id].Kind; k == lower.Temp.String() {
+				return fmt.Errorf("%s %s is temp buffer %d, which is not kept after a run", what, name, id)
+			}
+		}
+	}
+	return nil
+}
+
+// Type is the buffer's dtype and shape.
+func (b Buffer) Type() (ir.ValueType, error) {
+	dt, err := ir.ParseDType(b.DType)
+	if err != nil {
+		return ir.ValueType{}, err
+	}
+	if len(b.Shape) > maxRank {
+		return ir.ValueType{}, fmt.Errorf("rank %d", len(b.Shape))
+	}
+	shape := make(ir.Shape, len(b.Shape))
+	n := int64(1)
+	for i, d := range b.Shape {
+		if d < 0 || (n > 0 && d > maxBytes/n) {
+			return ir.ValueType{}, fmt.Errorf("shape %v out of range", b.Shape)
+		}
+		n *= d
+		shape[i] = ir.Dim(d)
+	}
+	return ir.ValueType{Shape: shape, DType: dt}, nil
+}
+
+// Parse reads a plan and validates it; name says where it came from.
+func Parse(name string, data []byte) (*Plan, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var p Plan
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", name, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("plan %s: data after the plan", name)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", name, err)
+	}
+	return &p, nil
+}
+
+// Read reads DIR/plan.json.
+func Read(dir string) (*Plan, error) {
+	path := filepath.Join(dir, FileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read plan: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Encode is the plan as plan.json holds it: indented, with a final
+// newline.
+func (p *Plan) Encode() ([]byte, error) {
+	data, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// Write writes DIR/plan.json.
+func (p *Plan) Write(dir string) error {
+	data, err := p.Encode()
+	if err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, FileName), data, 0o644); err != nil {
+		return fmt.Errorf("write plan: %w", err)
+	}
+	return nil
+}
+
+// Kernels returns the distinct kernel names of the plan's launches, in
+// first-use order (Prep, then Run).
+func (p *Plan) Kernels() []string {
+	var names []string
+	seen := map[string]bool{}
+	for _, l := range append(slices.Clone(p.Prep), p.Run...) {
+		if !seen[l.Kernel] {
+			seen[l.Kernel] = true
+			names = append(names, l.Kernel)
+		}
+	}
+	return names
+}
+
+// ConstantsFile holds, in a compiled output folder, the values of the
+// program's constant buffers by buffer name: what the runtime uploads for
+// them, since plan.json holds no tensor data.
+const ConstantsFile = "constants.safetensors"
+
+// Constants evaluates a lowered program's constant buffers (the graph's
+// constants and iotas), by buffer name.
+func Constants(ctx context.Context, lp *lower.Program) (map[string]*ir.Tensor, error) {
+	out := map[string]*ir.Tensor{}
+	for _, b := range lp.Buffers {
+		if b.Kind != lower.Constant {
+			continue
+		}
+		if _, dup := out[b.Name]; dup {
+			return nil, fmt.Errorf("constants of %s: two constant buffers are named %s", lp.Name, b.Name)
+		}
+		t, err := b.Value(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("constants of %s: %w", lp.Name, err)
+		}
+		out[b.Name] = t
+	}
+	return out, nil
+}
