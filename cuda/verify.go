@@ -29,6 +29,13 @@ type VerifyOptions struct {
 	// output element compared; a larger one runs a sample of MaxBlocks
 	// blocks. 0 means 1<<16.
 	MaxElements int64
+	// MaxWork is the other whole-run threshold: a kernel whose output
+	// elements times its reduction length (ReductionLength) exceed it
+	// runs a sample of MaxBlocks blocks even when its outputs are few, as
+	// a decode step's or a short prefill's matmuls are: every element
+	// costs the reference and the emulation a whole dot product. 0 means
+	// 1<<24.
+	MaxWork int64
 	// Emu tunes the emulation (shuffled threads, workers, cache).
 	Emu emu.Options
 	// MaxBytes bounds the input and output bytes of one emulation run
@@ -43,6 +50,7 @@ type VerifyOptions struct {
 const (
 	defaultVerifyBlocks   = 8
 	defaultVerifyElements = 1 << 16
+	defaultVerifyWork     = 1 << 24
 	defaultVerifyBytes    = 1 << 30
 )
 
@@ -164,6 +172,9 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 	}
 	if opt.MaxElements <= 0 {
 		opt.MaxElements = defaultVerifyElements
+	}
+	if opt.MaxWork <= 0 {
+		opt.MaxWork = defaultVerifyWork
 	}
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = defaultVerifyBytes
@@ -288,7 +299,7 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 		p.bytes += size * int64(n.DType.Size())
 	}
 	p.grid = k.Grid[0] * k.Grid[1] * k.Grid[2]
-	if elems > opt.MaxElements && p.grid > opt.MaxBlocks {
+	if (elems > opt.MaxElements || elems*int64(ReductionLength(body)) > opt.MaxWork) && p.grid > opt.MaxBlocks {
 		p.blocks = sampleBlocks(p.grid, opt.MaxBlocks, seed)
 	}
 	return p, nil

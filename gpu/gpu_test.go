@@ -177,7 +177,7 @@ func TestStreamEventsGraph(t *testing.T) {
 	require.NoError(t, s.Synchronize())
 	require.NoError(t, ctx.Synchronize())
 	require.NoError(t, x.Destroy())
-	assert.Equal(t, "load //ptx\nlaunch grid=1,1,1 block=32,1,1 shared=0 stream=s 5\ngraph launch 3 kernels stream=s\n", f.Log())
+	assert.Equal(t, "load //ptx\nrecord stream=s\nlaunch grid=1,1,1 block=32,1,1 shared=0 stream=s 5\nrecord stream=s\ngraph launch 3 kernels stream=s\n", f.Log())
 }
 
 // TestConcurrent runs buffer round trips from several goroutines: each

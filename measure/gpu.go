@@ -10,11 +10,9 @@ import (
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/gpu"
+	"github.com/lumsearch/lumsearch/internal/timing"
 	"github.com/lumsearch/lumsearch/ir"
 )
-
-// l2CacheSizeAttr is CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE.
-const l2CacheSizeAttr = 38
 
 // maxChecked bounds the output elements a GPU measurement compares with
 // the reference (ir.EvalAt computes only those).
@@ -22,15 +20,18 @@ const maxChecked = 4096
 
 // GPU measures candidates on a device: the kernel is printed, compiled
 // by NVRTC for the device's architecture and loaded; one run's outputs are
-// compared with the reference on a seeded sample of elements; then it is
+// checked: when they are large (more than maxChecked elements), all of
+// them against the naive program of the same body run on the same device
+// (the reference at real shapes, within a relative L2 bound), and always a
+// seeded sample of elements against the reference interpreter. Then it is
 // timed with CUDA events, each run after an L2 flush (a memset of a buffer
-// twice the L2's size), after Warmup untimed runs, Repeats times or until
-// MaxTime.
+// twice the L2's size), after Warmup untimed runs, at least Repeats times
+// and until the times settle or MaxTime (rule).
 type GPU struct {
 	Ctx     *gpu.Context
 	NVRTC   *nvrtc.Library
 	Warmup  int           // untimed runs first (0: 2)
-	MaxTime time.Duration // bound on the timed runs (0: 2 s)
+	MaxTime time.Duration // bound on the timed runs once Repeats are done (0: 2 s)
 }
 
 // Measure checks and times one candidate.
@@ -113,20 +114,30 @@ func (g GPU) run(ctx context.Context, req Request, k *cuda.Kernel, body *ir.Grap
 	if err := g.Ctx.Synchronize(); err != nil {
 		return Response{}, err
 	}
-	checked, err := check(ctx, body, feeds, outs, req.Seed)
+	got, err := download(body, outs)
+	if err != nil {
+		return Response{}, err
+	}
+	var large bool
+	for _, o := range body.Outputs {
+		large = large || body.Node(o.Value).Shape.NumElements() > maxChecked
+	}
+	if large {
+		if err := g.checkNaive(ctx, body, feeds, got); err != nil {
+			return Response{}, err
+		}
+	}
+	checked, err := check(ctx, body, feeds, got, req.Seed)
 	if err != nil {
 		return Response{}, err
 	}
 	// Time it: an L2 flush before each run, so every run reads its
 	// operands from DRAM as in a model's run.
-	l2, err := g.Ctx.Device().Attribute(l2CacheSizeAttr)
+	flush, err := g.Ctx.NewL2Flush()
 	if err != nil {
 		return Response{}, err
 	}
-	flush, err := alloc(2 * max(l2, 1<<20))
-	if err != nil {
-		return Response{}, err
-	}
+	defer flush.Free()
 	start, err := g.Ctx.NewEvent()
 	if err != nil {
 		return Response{}, err
@@ -137,67 +148,66 @@ func (g GPU) run(ctx context.Context, req Request, k *cuda.Kernel, body *ir.Grap
 		return Response{}, err
 	}
 	defer end.Destroy()
-	warmup, maxTime := g.Warmup, g.MaxTime
+	warmup := g.Warmup
 	if warmup <= 0 {
 		warmup = 2
-	}
-	if maxTime <= 0 {
-		maxTime = 2 * time.Second
-	}
-	repeats := req.Repeats
-	if repeats <= 0 {
-		repeats = DefaultRepeats
 	}
 	for range warmup {
 		if err := launch(); err != nil {
 			return Response{}, err
 		}
 	}
-	var times []float64
-	began := time.Now()
-	for len(times) < repeats && (len(times) < 3 || time.Since(began) < maxTime) {
-		if err := flush.Memset(0, flush.Size(), byte(len(times))); err != nil {
-			return Response{}, err
+	times, err := rule(req, g.MaxTime).Repeat(func() (float64, error) {
+		if err := flush.Flush(); err != nil {
+			return 0, err
 		}
 		if err := start.Record(nil); err != nil {
-			return Response{}, err
+			return 0, err
 		}
 		if err := launch(); err != nil {
-			return Response{}, err
+			return 0, err
 		}
 		if err := end.Record(nil); err != nil {
-			return Response{}, err
+			return 0, err
 		}
 		if err := end.Synchronize(); err != nil {
-			return Response{}, err
+			return 0, err
 		}
 		ms, err := gpu.Elapsed(start, end)
-		if err != nil {
-			return Response{}, err
-		}
-		times = append(times, float64(ms)/1e3)
+		return float64(ms) / 1e3, err
+	})
+	if err != nil {
+		return Response{}, err
 	}
-	med, iqr := medianIQR(times)
+	med, iqr := timing.MedianIQR(times)
 	return Response{OK: true, Where: WhereGPU, Median: med, IQR: iqr, Samples: len(times), Checked: checked}, nil
 }
 
-// check compares a seeded sample of each output's elements (all of a
-// small output) with the reference computed for just those elements.
-func check(ctx context.Context, body *ir.Graph, feeds map[string]*ir.Tensor, outs []*gpu.Buffer, seed uint64) (int64, error) {
-	rng := rand.New(rand.NewPCG(seed, 0xc4ec))
-	want := map[string][]int64{}
+// download reads the kernel's outputs back, by output name.
+func download(body *ir.Graph, outs []*gpu.Buffer) (map[string]*ir.Tensor, error) {
 	got := map[string]*ir.Tensor{}
 	for j, o := range body.Outputs {
 		n := body.Node(o.Value)
 		data := make([]byte, int(n.Shape.NumElements())*n.DType.Size())
 		if err := outs[j].Download(data); err != nil {
-			return 0, err
+			return nil, fmt.Errorf("output %s: %w", o.Name, err)
 		}
 		t, err := cuda.DecodeTensor(ir.ValueType{Shape: n.Shape, DType: n.DType}, data)
 		if err != nil {
-			return 0, err
+			return nil, fmt.Errorf("output %s: %w", o.Name, err)
 		}
 		got[o.Name] = t
+	}
+	return got, nil
+}
+
+// check compares a seeded sample of each output's elements (all of a
+// small output) with the reference computed for just those elements.
+func check(ctx context.Context, body *ir.Graph, feeds map[string]*ir.Tensor, got map[string]*ir.Tensor, seed uint64) (int64, error) {
+	rng := rand.New(rand.NewPCG(seed, 0xc4ec))
+	want := map[string][]int64{}
+	for _, o := range body.Outputs {
+		n := body.Node(o.Value)
 		total := n.Shape.NumElements()
 		var idx []int64
 		if total <= maxChecked {

@@ -87,7 +87,7 @@ func TestEmulatedMeasuring(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, resp.OK, resp.Error)
 	assert.Equal(t, WhereEmulated, resp.Where)
-	assert.Equal(t, 3, resp.Samples)
+	assert.GreaterOrEqual(t, resp.Samples, 3, "at least Repeats runs")
 	assert.Positive(t, resp.Median)
 	assert.Equal(t, int64(37*50), resp.Checked)
 	assert.Equal(t, "threads=128", resp.Schedule)
@@ -161,13 +161,38 @@ func TestServeProtocol(t *testing.T) {
 	assert.Equal(t, int64(5), rs[2].ID)
 }
 
-func TestMedianIQR(t *testing.T) {
-	m, iqr := medianIQR([]float64{5, 1, 3, 2, 4})
-	assert.Equal(t, 3.0, m)
-	assert.Equal(t, 2.0, iqr)
-	m, iqr = medianIQR([]float64{2})
-	assert.Equal(t, 2.0, m)
-	assert.Zero(t, iqr)
+// TestStopRule: a request's Repeats is the fewest timed runs; the runs go
+// on until their times settle or the time cap, fed here a deterministic
+// sequence of times and a clock that advances a second per reading.
+func TestStopRule(t *testing.T) {
+	times := []float64{9, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 3, 1, 2, 1, 3, 1, 2, 1, 3}
+	noisy := []float64{1, 2, 1, 3, 1, 2, 1, 3, 1, 2, 1, 3, 1, 2, 1, 3, 1, 2}
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		maxTime time.Duration
+		xs      []float64
+		want    int
+	}{
+		{"settles after the outliers", Request{Repeats: 3}, time.Hour, times, 9},
+		{"no fewer than Repeats", Request{Repeats: 12}, time.Hour, times, 12},
+		{"DefaultRepeats when none is named", Request{}, time.Hour, []float64{1, 1, 1, 1, 1, 1, 1}, DefaultRepeats},
+		{"noisy times stop at the cap", Request{Repeats: 3}, 8 * time.Second, noisy, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rule(tc.req, tc.maxTime)
+			now := time.Unix(0, 0)
+			r.Now = func() time.Time { now = now.Add(time.Second); return now }
+			i := 0
+			got, err := r.Repeat(func() (float64, error) {
+				require.Less(t, i, len(tc.xs), "more runs than the sequence has")
+				i++
+				return tc.xs[i-1], nil
+			})
+			require.NoError(t, err)
+			assert.Len(t, got, tc.want)
+		})
+	}
 }
 
 func mustSchedule(t *testing.T, text string) cost.Schedule {

@@ -27,11 +27,13 @@ type Request struct {
 	Schedule string `json:"schedule,omitempty"`
 	// Seed draws the random inputs and the verified blocks.
 	Seed uint64 `json:"seed"`
-	// Repeats is the timed runs after the check (0: DefaultRepeats).
+	// Repeats is the fewest timed runs after the check (0:
+	// DefaultRepeats); runs go on until their times settle (interquartile
+	// range under 2% of the median) or the measurer's time cap.
 	Repeats int `json:"repeats,omitempty"`
 }
 
-// DefaultRepeats is the timed runs of a request that names none.
+// DefaultRepeats is the fewest timed runs of a request that names none.
 const DefaultRepeats = 5
 
 // Response answers one request.

@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/internal/timing"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -49,10 +49,12 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, m Measurer) error {
 
 // Emulated measures candidates under the CPU emulation: the kernel is
 // printed, checked at its real shapes against the reference
-// (cuda.VerifyKernel), then run Repeats times; the times are the
-// emulation's wall times, labelled WhereEmulated.
+// (cuda.VerifyKernel), then run at least Repeats times and until the
+// times settle or MaxTime (the same rule as on a GPU, rule); the times
+// are the emulation's wall times, labelled WhereEmulated.
 type Emulated struct {
-	Emu emu.Options
+	Emu     emu.Options
+	MaxTime time.Duration // bound on the timed runs once Repeats are done (0: 2 s)
 }
 
 // Measure checks and times one candidate.
@@ -78,19 +80,17 @@ func (e Emulated) Measure(ctx context.Context, req Request) Response {
 		n := body.Node(o.Value)
 		outs = append(outs, ir.ValueType{Shape: n.Shape, DType: n.DType})
 	}
-	repeats := req.Repeats
-	if repeats <= 0 {
-		repeats = DefaultRepeats
-	}
-	var times []float64
-	for range repeats {
+	times, err := rule(req, e.MaxTime).Repeat(func() (float64, error) {
 		start := time.Now()
 		if _, err := cuda.Emulate(ctx, []*cuda.Kernel{k}, [][]*ir.Tensor{args}, [][]ir.ValueType{outs}, e.Emu); err != nil {
-			return failed(req.ID, "run: %v", err)
+			return 0, err
 		}
-		times = append(times, time.Since(start).Seconds())
+		return time.Since(start).Seconds(), nil
+	})
+	if err != nil {
+		return failed(req.ID, "run: %v", err)
 	}
-	med, iqr := medianIQR(times)
+	med, iqr := timing.MedianIQR(times)
 	return Response{OK: true, Where: WhereEmulated, Median: med, IQR: iqr, Samples: len(times), Checked: check.Elements, Schedule: k.Schedule.String()}
 }
 
@@ -114,17 +114,13 @@ func candidate(req Request, name string) (*ir.Graph, *cuda.Kernel, error) {
 	return body, k, nil
 }
 
-// medianIQR is the median and interquartile range of times.
-func medianIQR(times []float64) (median, iqr float64) {
-	s := slices.Clone(times)
-	slices.Sort(s)
-	q := func(p float64) float64 {
-		x := p * float64(len(s)-1)
-		i := int(x)
-		if i+1 >= len(s) {
-			return s[len(s)-1]
-		}
-		return s[i] + (x-float64(i))*(s[i+1]-s[i])
+// rule is when a request's timed runs stop: at least its Repeats
+// (DefaultRepeats if none), then once their spread is small or maxTime
+// (0: timing's default) has passed.
+func rule(req Request, maxTime time.Duration) timing.Rule {
+	least := req.Repeats
+	if least <= 0 {
+		least = DefaultRepeats
 	}
-	return q(0.5), q(0.75) - q(0.25)
+	return timing.Rule{Min: least, MaxTime: maxTime}
 }

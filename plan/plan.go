@@ -43,6 +43,14 @@ type Plan struct {
 	// architecture the kernels were compiled for.
 	Target string `json:"target"`
 	Arch   string `json:"arch"`
+	// Seed, Command, RulesHash and TuneDBHash are an optimize run's
+	// provenance: its seed, its options as text, the SHA-256 of the rule
+	// sets it ran and of the tuning database it read ("" when there was
+	// none).
+	Seed       uint64 `json:"seed,omitempty"`
+	Command    string `json:"command_options,omitempty"`
+	RulesHash  string `json:"rules_hash,omitempty"`
+	TuneDBHash string `json:"tunedb_hash,omitempty"`
 	// ArenaBytes is the arena of intermediates, TempBytes the bytes of
 	// intermediates packed into it.
 	ArenaBytes int64    `json:"arena_bytes"`

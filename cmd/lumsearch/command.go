@@ -62,6 +62,10 @@ func (c *command) execute(ctx context.Context, args []string, stdout, stderr io.
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "lumsearch: %s: %v\n", c.name, err)
+		var coded *codedError
+		if errors.As(err, &coded) {
+			return coded.code
+		}
 		return exitError
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -117,6 +118,12 @@ func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions, m *co
 	if err != nil {
 		return nil, err
 	}
+	return lowerAndPrint(g, prog, m)
+}
+
+// lowerAndPrint lowers an extracted program and prints its kernels in the
+// schedules m ranks first (nil m: each form's default).
+func lowerAndPrint(g *ir.Graph, prog *rules.Program, m *cost.Model) (*compiled, error) {
 	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
 	if err != nil {
 		return nil, err
@@ -130,6 +137,29 @@ func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions, m *co
 		return nil, err
 	}
 	return &compiled{prog: prog, lowered: lp, kernels: ks}, nil
+}
+
+// source is what model and options a program was compiled from.
+type source struct {
+	model   string
+	g       *ir.Graph
+	weights map[string]*ir.Tensor // the model's own (nil for a corpus model)
+	opt     corpus.Options
+	dims    dimFlags
+	sat     rules.SaturateOptions
+	m       *cost.Model
+	arch    string
+}
+
+// final is a program ready to write: lowered, printed, compiled by NVRTC
+// when it is present, and verified unless verification was turned off.
+type final struct {
+	*compiled
+	src, ptx  string
+	cubin     []byte
+	resources map[string]nvrtc.Resources
+	// verified says what verification passed ("" when it was off).
+	verified string
 }
 
 func compileModel(ctx context.Context, model, dir string, opt corpus.Options, dims dimFlags, price pricing, arch string, verify bool, stdout io.Writer) error {
@@ -157,12 +187,31 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 		c.prog.Kernels, c.prog.Prep, seconds(c.prog.Cost), costName, naive.Kernels+naive.Prep, seconds(naive.Cost))
 	fmt.Fprintf(stdout, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
-	resources := map[string]nvrtc.Resources{}
-	var ptx, src string
-	var cubin []byte
+	src := &source{model: model, g: g, weights: weights, opt: opt, dims: dims, sat: sat, m: m, arch: arch}
+	f, err := finalize(ctx, src, c, verify, stdout)
+	if err != nil {
+		return err
+	}
+	if _, err := writeOutput(ctx, dir, src, f, stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "  wrote %s, %s, %s and %s\n", filepath.Join(dir, "kernels.cu"), filepath.Join(dir, "model.h"),
+		filepath.Join(dir, "model.cpp"), filepath.Join(dir, "plan.json"))
+	return nil
+}
+
+// finalize makes a printed program ready to write: NVRTC (when present)
+// re-ranks the schedules by the resources it reports and compiles the
+// kernels, then the program is verified (when verify is set): every
+// distinct kernel at its real shapes, and the whole program's wiring at a
+// reduced size (a corpus model) or whole (an imported one). It reports on
+// log as it goes.
+func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io.Writer) (*final, error) {
+	model, arch, m, lp := src.model, src.arch, src.m, c.lowered
+	f := &final{compiled: c, resources: map[string]nvrtc.Resources{}}
 	if lib, err := nvrtc.Load(); err != nil {
-		src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
-		fmt.Fprintf(stdout, "  nvrtc: not compiled: %v\n", err)
+		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
+		fmt.Fprintf(log, "  nvrtc: not compiled: %v\n", err)
 	} else {
 		// The cost model guessed each schedule's registers and shared
 		// memory; NVRTC knows them. Price the best few schedules of each
@@ -180,90 +229,98 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 		}
 		ks, changed, err := cuda.Rerank(lp, c.kernels, compileUnit, m.Resourced)
 		if err != nil {
-			return fmt.Errorf("compile %s: %w", model, err)
+			return nil, fmt.Errorf("compile %s: %w", model, err)
 		}
 		c.kernels = ks
-		fmt.Fprintf(stdout, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
+		fmt.Fprintf(log, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
 			len(cuda.Distinct(ks)), 1+cuda.Alternatives, changed)
-		src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
-		res, err := lib.Compile(ctx, src, "kernels.cu", nvrtc.Options{Arch: arch})
+		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
+		res, err := lib.Compile(ctx, f.src, "kernels.cu", nvrtc.Options{Arch: arch})
 		if err != nil {
-			return fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)
+			return nil, fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)
 		}
-		resources, ptx, cubin = res.Kernels, res.PTX, res.CUBIN
+		f.resources, f.ptx, f.cubin = res.Kernels, res.PTX, res.CUBIN
 		regs, smem, spills := 0, 0, 0
 		for _, r := range res.Kernels {
 			regs, smem, spills = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores
 		}
 		major, minor := lib.Version()
-		fmt.Fprintf(stdout, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
+		fmt.Fprintf(log, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
 			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills)
 	}
-	if verify {
-		if err := verifyKernels(ctx, model, lp, c.kernels, stdout); err != nil {
-			return err
-		}
+	if !verify {
+		return f, nil
 	}
-	switch {
-	case !verify:
-	case strings.HasSuffix(model, ".onnx"):
-		if err := verifyWhole(ctx, model, g, weights, c, stdout); err != nil {
-			return err
-		}
-	default:
-		if err := verifyReduced(ctx, model, opt, sat, m, stdout); err != nil {
-			return err
-		}
+	var what bytes.Buffer
+	out := io.MultiWriter(log, &what)
+	if err := verifyKernels(ctx, model, lp, c.kernels, out); err != nil {
+		return nil, err
 	}
-	header, library, err := cuda.HostLibrary(lp, c.kernels, ptx, cubin, arch)
+	if strings.HasSuffix(model, ".onnx") {
+		if err := verifyWhole(ctx, model, src.g, src.weights, c, out); err != nil {
+			return nil, err
+		}
+	} else if err := verifyReduced(ctx, model, src.opt, src.sat, m, out); err != nil {
+		return nil, err
+	}
+	f.verified = strings.TrimSpace(strings.ReplaceAll(what.String(), "\n  ", "; "))
+	f.verified = strings.TrimPrefix(f.verified, "verify: ")
+	return f, nil
+}
+
+// writeOutput writes a final program's output folder: kernels.cu, the
+// host library, plan.json (with where the program came from), the
+// constants, the Go package and, for a model with weights, the prepared
+// weights. It returns the plan.
+func writeOutput(ctx context.Context, dir string, src *source, f *final, stdout io.Writer) (*plan.Plan, error) {
+	model, lp := src.model, f.lowered
+	header, library, err := cuda.HostLibrary(lp, f.kernels, f.ptx, f.cubin, src.arch)
 	if err != nil {
-		return fmt.Errorf("compile %s: %w", model, err)
+		return nil, fmt.Errorf("compile %s: %w", model, err)
 	}
-	if ptx == "" {
+	if f.ptx == "" {
 		fmt.Fprintf(stdout, "  host library: no kernels embedded (NVRTC is missing): its lum_create fails until the model is compiled where libnvrtc is installed\n")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, fmt.Errorf("output folder: %w", err)
 	}
-	for _, f := range [][2]string{{"kernels.cu", src}, {"model.h", header}, {"model.cpp", library}} {
-		if err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0o644); err != nil {
-			return err
+	for _, file := range [][2]string{{"kernels.cu", f.src}, {"model.h", header}, {"model.cpp", library}} {
+		if err := os.WriteFile(filepath.Join(dir, file[0]), []byte(file[1]), 0o644); err != nil {
+			return nil, fmt.Errorf("output folder: %w", err)
 		}
 	}
-	pl, err := plan.Build(lp, c.kernels, resources, m)
+	pl, err := plan.Build(lp, f.kernels, f.resources, src.m)
 	if err != nil {
-		return fmt.Errorf("compile %s: %w", model, err)
+		return nil, fmt.Errorf("compile %s: %w", model, err)
 	}
-	pl.Version, pl.Model, pl.Target, pl.Arch = versionString(), model, m.Device.Name, arch
-	pl.Options = plan.Options{Seq: opt.Seq, Past: opt.Past, DType: opt.DType.String(), Dims: maps.Clone(dims)}
+	pl.Version, pl.Model, pl.Target, pl.Arch = versionString(), model, src.m.Device.Name, src.arch
+	pl.Options = plan.Options{Seq: src.opt.Seq, Past: src.opt.Past, DType: src.opt.DType.String(), Dims: maps.Clone(src.dims)}
 	if err := pl.Write(dir); err != nil {
-		return fmt.Errorf("compile %s: %w", model, err)
+		return nil, fmt.Errorf("compile %s: %w", model, err)
 	}
 	consts, err := plan.Constants(ctx, lp)
 	if err != nil {
-		return fmt.Errorf("compile %s: %w", model, err)
+		return nil, fmt.Errorf("compile %s: %w", model, err)
 	}
 	constData, err := safetensors.Encode(consts, map[string]string{versionMetadataKey: versionString()})
 	if err != nil {
-		return fmt.Errorf("compile %s: %w", model, err)
+		return nil, fmt.Errorf("compile %s: %w", model, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, plan.ConstantsFile), constData, 0o644); err != nil {
-		return fmt.Errorf("compile %s: %w", model, err)
+		return nil, fmt.Errorf("output folder: %w", err)
 	}
 	goDir := filepath.Join(dir, "go", gogen.PackageName(model))
-	pkgName, err := gogen.Write(goDir, gogen.Package{Plan: pl, PTX: ptx, CUBIN: cubin, Constants: constData})
+	pkgName, err := gogen.Write(goDir, gogen.Package{Plan: pl, PTX: f.ptx, CUBIN: f.cubin, Constants: constData})
 	if err != nil {
-		return fmt.Errorf("compile %s: %w", model, err)
+		return nil, fmt.Errorf("compile %s: %w", model, err)
 	}
 	fmt.Fprintf(stdout, "  go package: %s in %s (embeds the plan, kernels and constants; runs through lumsearch's gpu runtime)\n", pkgName, goDir)
-	if weights != nil {
-		if err := writePreparedWeights(ctx, model, dir, lp, weights, stdout); err != nil {
-			return fmt.Errorf("compile %s: %w", model, err)
+	if src.weights != nil {
+		if err := writePreparedWeights(ctx, model, dir, lp, src.weights, stdout); err != nil {
+			return nil, fmt.Errorf("compile %s: %w", model, err)
 		}
 	}
-	fmt.Fprintf(stdout, "  wrote %s, %s, %s and %s\n", filepath.Join(dir, "kernels.cu"), filepath.Join(dir, "model.h"),
-		filepath.Join(dir, "model.cpp"), filepath.Join(dir, "plan.json"))
-	return nil
+	return pl, nil
 }
 
 // verifyKernels runs every distinct kernel of the program under the CPU
@@ -291,6 +348,9 @@ func verifyKernels(ctx context.Context, model string, lp *lower.Program, ks []*c
 		bodies[i] = bodyOf[k]
 	}
 	checks, err := cuda.VerifyKernels(ctx, distinct, bodies, cuda.VerifyOptions{Seed: 1})
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("verify %s: stopped before the kernels were checked: %w", model, ctx.Err())
+	}
 	if err != nil {
 		return fmt.Errorf("verify %s: a kernel at its real shapes differs from the reference: %w", model, err)
 	}

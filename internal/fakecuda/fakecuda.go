@@ -1,7 +1,9 @@
 // Package fakecuda builds, for tests, a fake CUDA driver (libcuda.so.1)
-// that runs nothing: device memory is host memory, launches and graph
-// launches are written to a log the test reads, and switches turn failures
-// on. Packages that load the driver (gpu, measure) test their calls to it
+// that runs nothing: device memory is host memory (zeroed when
+// allocated), launches, graph launches, memsets and event records are
+// written to a log the test reads, and switches turn failures on. Its L2
+// cache is 1 MiB; every event record advances its clock by 1.5 ms.
+// Packages that load the driver (gpu, measure) test their calls to it
 // without a GPU.
 package fakecuda
 
@@ -80,6 +82,7 @@ CUresult cuDeviceGetAttribute(int *v, int a, int d) {
     case 75: *v = 9; break;
     case 76: *v = 0; break;
     case 97: *v = 232448; break;
+    case 38: *v = 1 << 20; break;
     default: return 1;
     }
     return 0;
@@ -95,12 +98,18 @@ CUresult cuCtxSynchronize(void) { return depth ? 0 : 201; }
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
     NEED_CTX;
     if (fail_alloc) return 2;
-    *p = (uint64_t)(uintptr_t)malloc(n); __atomic_add_fetch(&allocs, 1, __ATOMIC_SEQ_CST); return 0;
+    /* Zeroed, so that what a test reads back from memory no launch wrote
+       is the same at every run. */
+    *p = (uint64_t)(uintptr_t)calloc(1, n ? n : 1); __atomic_add_fetch(&allocs, 1, __ATOMIC_SEQ_CST); return 0;
 }
 CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; free((void *)(uintptr_t)p); __atomic_sub_fetch(&allocs, 1, __ATOMIC_SEQ_CST); return 0; }
 CUresult cuMemcpyHtoD_v2(uint64_t d, const void *s, size_t n) { NEED_CTX; memcpy((void *)(uintptr_t)d, s, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *d, uint64_t s, size_t n) { NEED_CTX; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
-CUresult cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n) { NEED_CTX; memset((void *)(uintptr_t)d, v, n); return 0; }
+CUresult cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n) {
+    NEED_CTX; memset((void *)(uintptr_t)d, v, n);
+    char line[64]; snprintf(line, sizeof line, "memset %zu\n", n); logf_(line);
+    return 0;
+}
 static int mod_obj, fn_obj;
 CUresult cuModuleLoadData(void **m, const void *img) {
     NEED_CTX;
@@ -137,7 +146,11 @@ CUresult cuStreamCreate(uintptr_t *s, unsigned f) { NEED_CTX; (void)f; *s = (uin
 CUresult cuStreamSynchronize(uintptr_t s) { NEED_CTX; (void)s; return 0; }
 CUresult cuStreamDestroy_v2(uintptr_t s) { NEED_CTX; (void)s; return 0; }
 CUresult cuEventCreate(double **e, unsigned f) { NEED_CTX; (void)f; *e = malloc(sizeof(double)); **e = -1; return 0; }
-CUresult cuEventRecord(double *e, uintptr_t s) { NEED_CTX; (void)s; clock_ms += 1.5; *e = clock_ms; return 0; }
+CUresult cuEventRecord(double *e, uintptr_t s) {
+    NEED_CTX; clock_ms += 1.5; *e = clock_ms;
+    logf_(s ? "record stream=s\n" : "record stream=0\n");
+    return 0;
+}
 CUresult cuEventSynchronize(double *e) { NEED_CTX; return *e < 0 ? 600 : 0; }
 CUresult cuEventElapsedTime(float *ms, double *a, double *b) { NEED_CTX; *ms = (float)(*b - *a); return 0; }
 CUresult cuEventDestroy_v2(double *e) { NEED_CTX; free(e); return 0; }
@@ -172,7 +185,8 @@ type Driver struct {
 	// "fail_alloc" (cuMemAlloc fails), "nparams" (parameters each launch
 	// logs), "reset" (clears the log).
 	Set func(key string, v int32)
-	// Log is every launch since the last reset, a line each.
+	// Log is every launch, graph launch, memset and event record since
+	// the last reset, a line each.
 	Log func() string
 	// Allocs is the device allocations outstanding.
 	Allocs func() int32

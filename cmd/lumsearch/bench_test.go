@@ -1,0 +1,212 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/internal/fakecuda"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/tunedb"
+)
+
+// TestBenchWithoutGPU: --measure gpu on a machine without a CUDA driver
+// fails at once, before compiling anything, with an error that says so
+// and names the way out; a bad --measure is a usage error.
+func TestBenchWithoutGPU(t *testing.T) {
+	t.Setenv("LUMSEARCH_LIBCUDA", filepath.Join(t.TempDir(), "libcuda.so.1"))
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	r := runArgs(t, "bench", "tiny-llama:mlp", "--seq", "4")
+	assert.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, "--measure gpu: no CUDA device")
+	assert.Contains(t, r.stderr, "--measure emulated runs both programs under the CPU emulation instead")
+	assert.Empty(t, r.stdout)
+	r = runArgs(t, "bench", "tiny-llama:mlp", "--measure", "tpu")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, `--measure "tpu": gpu or emulated`)
+	r = runArgs(t, "bench")
+	assert.Equal(t, exitUsage, r.code)
+}
+
+// benchJSON is the part of bench's JSON object the tests read.
+type benchJSON struct {
+	Model    string  `json:"model"`
+	Where    string  `json:"where"`
+	MS       float64 `json:"ms"`
+	NaiveMS  float64 `json:"naive_ms"`
+	Speedup  float64 `json:"speedup"`
+	Runs     int     `json:"runs"`
+	RelLimit float64 `json:"relative_limit"`
+	Checked  int     `json:"checked_elements"`
+	Kernels  []struct {
+		Launch, Kernel, Schedule string
+		Predicted                float64 `json:"predicted_ms"`
+		MS                       float64 `json:"median_ms"`
+		Runs                     int     `json:"runs"`
+	} `json:"kernels"`
+	TuneDB   string `json:"tunedb"`
+	Recorded int    `json:"recorded"`
+}
+
+func needGxx(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("the CPU emulation needs g++:", err)
+	}
+}
+
+// benchEmulated runs bench --measure emulated --json on target with a
+// small time cap and returns the parsed object.
+func benchEmulated(t *testing.T, db string, args ...string) benchJSON {
+	t.Helper()
+	args = append([]string{"bench"}, args...)
+	r := runArgs(t, append(args, "--measure", "emulated", "--json", "--tunedb", db, "--min-runs", "3", "--max-time", "200ms")...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var got benchJSON
+	dec := json.NewDecoder(strings.NewReader(r.stdout))
+	require.NoError(t, dec.Decode(&got), r.stdout)
+	assert.False(t, dec.More(), "exactly one JSON object: %s", r.stdout)
+	assert.Equal(t, 1, strings.Count(r.stdout, `"ms":`), "one \"ms\", the one scripts/gpu-check.sh reads")
+	return got
+}
+
+// TestBenchEmulatedJSON: under the emulation both programs run, agree,
+// are timed (at least --min-runs runs each) and their times are labelled
+// emulated in the JSON and in the tuning database, one record per
+// distinct kernel, kept apart from GPU records.
+func TestBenchEmulatedJSON(t *testing.T) {
+	needGxx(t)
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "default.jsonl"))
+	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
+	got := benchEmulated(t, db, "tiny-llama:mlp", "--seq", "4")
+	assert.Equal(t, "tiny-llama:mlp", got.Model)
+	assert.Equal(t, "emulated", got.Where)
+	assert.Positive(t, got.MS)
+	assert.Positive(t, got.NaiveMS)
+	assert.InDelta(t, got.NaiveMS/got.MS, got.Speedup, 1e-9)
+	assert.GreaterOrEqual(t, got.Runs, 3)
+	assert.Equal(t, 1e-4, got.RelLimit)
+	assert.Positive(t, got.Checked)
+	require.NotEmpty(t, got.Kernels)
+	kernels := map[string]bool{}
+	for _, k := range got.Kernels {
+		assert.NotEmpty(t, k.Schedule, k.Launch)
+		assert.Positive(t, k.Predicted, k.Launch)
+		assert.Positive(t, k.MS, k.Launch)
+		assert.GreaterOrEqual(t, k.Runs, 3, k.Launch)
+		kernels[k.Kernel] = true
+	}
+	assert.Equal(t, db, got.TuneDB)
+	assert.Equal(t, len(kernels), got.Recorded)
+
+	d, err := tunedb.Open(db)
+	require.NoError(t, err)
+	recs := d.Records()
+	require.Len(t, recs, len(kernels))
+	for _, r := range recs {
+		require.NoError(t, r.Validate())
+		assert.Equal(t, tunedb.WhereEmulated, r.Where)
+		_, err := ir.Parse(r.Key.Spec)
+		assert.NoError(t, err, "the spec is a launch body in ir text")
+		assert.Equal(t, tunedb.WhereEmulated, r.Key.Device)
+		assert.Contains(t, r.Key.Shapes, "->")
+		assert.Positive(t, r.Predicted)
+		_, isGPU := d.Lookup(r.Key)
+		assert.False(t, isGPU, "an emulated time never passes for a GPU time")
+	}
+	def, err := tunedb.Open(os.Getenv(tunedb.EnvPath))
+	require.NoError(t, err)
+	assert.Zero(t, def.Len(), "--tunedb, not the default database, got the records")
+}
+
+// TestBenchDir: bench DIR compiles the model again from DIR's plan.json
+// and runs when the kernels are DIR/kernels.cu; once kernels.cu is edited
+// it refuses, and model flags are refused with a DIR.
+func TestBenchDir(t *testing.T) {
+	needGxx(t)
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "default.jsonl"))
+	dir := filepath.Join(t.TempDir(), "out")
+	r := runArgs(t, "compile", "tiny-llama:mlp", "--seq", "4", "--verify=false", "-o", dir)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
+	got := benchEmulated(t, db, dir)
+	assert.Equal(t, "tiny-llama:mlp", got.Model)
+	assert.Positive(t, got.MS)
+	assert.Positive(t, got.Recorded)
+
+	r = runArgs(t, "bench", dir, "--seq", "8", "--measure", "emulated")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "--seq applies to a MODEL")
+
+	f, err := os.OpenFile(filepath.Join(dir, "kernels.cu"), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("// edited\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	r = runArgs(t, "bench", dir, "--measure", "emulated", "--json", "--tunedb", db)
+	assert.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, "was compiled by another lumsearch version or options")
+	assert.Empty(t, r.stdout)
+}
+
+// TestBenchOnFakeDriver runs bench --measure gpu on the fake driver, which
+// computes nothing (every output reads back as the zeros it was allocated
+// with, so the check against the naive program passes trivially here and
+// means something only on a GPU). What it shows is the wiring: both
+// programs compiled by NVRTC and loaded, each whole run captured once and
+// replayed as a graph (two warm-ups, then --min-runs timed replays after
+// an L2 flush each, the fake's steady 1.5 ms stopping the loop there), the
+// launches timed one by one, and GPU records with the device, driver and
+// compiler in the tuning database.
+func TestBenchOnFakeDriver(t *testing.T) {
+	if _, err := nvrtc.Load(); err != nil {
+		t.Skip(err)
+	}
+	f := fakecuda.Build(t)
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "default.jsonl"))
+	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
+	r := runArgs(t, "bench", "tiny-llama:mlp", "--seq", "4", "--json", "--tunedb", db, "--min-runs", "3")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var got benchJSON
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+	assert.Equal(t, "gpu", got.Where)
+	assert.InDelta(t, 1.5, got.MS, 1e-9)
+	assert.InDelta(t, 1.5, got.NaiveMS, 1e-9)
+	assert.Equal(t, 3, got.Runs)
+	require.NotEmpty(t, got.Kernels)
+	for _, k := range got.Kernels {
+		assert.InDelta(t, 1.5, k.MS, 1e-9, k.Launch)
+		assert.Equal(t, 3, k.Runs, k.Launch)
+	}
+	log := f.Log()
+	assert.Equal(t, 2, strings.Count(log, "load \x7fELF"), "two CUBINs: the compiled and the naive program")
+	assert.Equal(t, 5, strings.Count(log, fmt.Sprintf("graph launch %d kernels stream=s\n", len(got.Kernels))), "the compiled program's graph: 2 warm-ups and 3 timed")
+	assert.Equal(t, 10, strings.Count(log, "graph launch"), "and the naive program's")
+	assert.Equal(t, 3+3+3, strings.Count(log, "memset 2097152\n"), "an L2 flush before every timed run")
+
+	d, err := tunedb.Open(db)
+	require.NoError(t, err)
+	require.NotZero(t, d.Len())
+	assert.Equal(t, got.Recorded, d.Len())
+	for _, rec := range d.Records() {
+		require.NoError(t, rec.Validate())
+		assert.Equal(t, tunedb.WhereGPU, rec.Where)
+		assert.Equal(t, "Fake GPU", rec.Key.Device)
+		assert.Equal(t, "12.4", rec.Key.Driver)
+		assert.True(t, strings.HasPrefix(rec.Key.Compiler, "nvrtc "), rec.Key.Compiler)
+	}
+}
+
+// TestMain removes the fake driver's folder after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	fakecuda.Cleanup()
+	os.Exit(code)
+}
