@@ -115,9 +115,11 @@ func (c *command) writeHelp(w io.Writer) {
 // writeMainHelp prints the program's overview and its command list.
 func writeMainHelp(w io.Writer) {
 	fmt.Fprint(w, `lumsearch is an equality-saturation superoptimizing compiler for ML models.
-Today "compile" runs the pipeline without measurement (search, extraction by
-the cost model, lowering, CUDA, NVRTC and verification under a CPU emulation
-of the GPU); "optimize", which measures on a GPU, does not exist yet.
+"optimize" searches a model's fastest verified program within a time budget
+(saturation, extraction by the cost model, measurement on a GPU or under the
+CPU emulation, lowering, CUDA, NVRTC and verification under the emulation)
+and writes it with a report; "compile" runs the same pipeline once, without
+a budget or measurement.
 
 Usage: lumsearch <command> [arguments]
 

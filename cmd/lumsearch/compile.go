@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -265,8 +266,14 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 	}
 	f.verified = strings.TrimSpace(strings.ReplaceAll(what.String(), "\n  ", "; "))
 	f.verified = strings.TrimPrefix(f.verified, "verify: ")
+	// The record of what was verified is part of the output, which must
+	// not change from run to run: drop the wall times.
+	f.verified = verifyTime.ReplaceAllString(f.verified, ")")
 	return f, nil
 }
+
+// verifyTime matches the wall time that ends a verify line's parenthesis.
+var verifyTime = regexp.MustCompile(`; [0-9hms.µ]+\)`)
 
 // writeOutput writes a final program's output folder: kernels.cu, the
 // host library, plan.json (with where the program came from), the

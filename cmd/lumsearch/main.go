@@ -1,13 +1,14 @@
 // Command lumsearch is the command line of lumsearch, an equality-saturation
 // superoptimizing compiler for ML models.
 //
-// Today it exposes what exists: the e-graph engine (egraph: load an
-// egraph-serialize JSON file, report its size, draw it with Graphviz),
-// extraction (extract: tree, greedy DAG and exact DAG extraction of such a
-// file), the corpus of model graphs (corpus: list, print and run them in
-// the reference interpreter, ONNX models included), and the rule verifier
-// (rules check). The compiler commands (optimize, compile, ...) come with the
-// packages they need.
+// The main command is optimize (the budgeted search: saturation, extraction,
+// measurement, lowering, CUDA, verification, and the output folder with its
+// report); compile runs the same pipeline once; bench times a compiled
+// program on a GPU; worker measures candidates for the search; verify
+// re-checks an output folder. The others expose the parts: the e-graph
+// engine (egraph), extraction (extract), the corpus of model graphs
+// (corpus), the rules and their statistics (rules) and the tuning database
+// (tunedb).
 //
 // Usage:
 //

@@ -210,8 +210,8 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{name: "no arguments", args: nil, code: exitUsage,
 			stderr: []string{"Usage: lumsearch <command>", "egraph", "version", "help"}, noStdout: true},
-		{name: "unknown command", args: []string{"optimize", "model.onnx"}, code: exitUsage,
-			stderr: []string{`lumsearch: unknown command "optimize"`, "egraph, extract, rules, version, help"}, noStdout: true},
+		{name: "unknown command", args: []string{"superoptimize", "model.onnx"}, code: exitUsage,
+			stderr: []string{`lumsearch: unknown command "superoptimize"`, "optimize, corpus, egraph, extract, rules, version, help"}, noStdout: true},
 		{name: "help", args: []string{"help"}, code: exitOK,
 			stdout: []string{"Usage: lumsearch <command>", "egraph", "version", "Example:"}, emptyError: true},
 		{name: "-h", args: []string{"-h"}, code: exitOK,

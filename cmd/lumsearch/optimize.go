@@ -453,8 +453,13 @@ func measureKernels(ctx context.Context, c *compiled, m *cost.Model, client *mea
 				At:        time.Now().UTC(),
 				Predicted: est.Seconds,
 			}
-			if resp.Where == measure.WhereGPU {
+			switch resp.Where {
+			case measure.WhereGPU:
+				rec.Where = tunedb.WhereGPU
 				rec.Key.Driver, rec.Key.Compiler = "unknown", "nvrtc"
+			default:
+				// Emulated times are stored apart from every device's.
+				rec.Where, rec.Key.Device, rec.Key.Compiler = tunedb.WhereEmulated, tunedb.WhereEmulated, "g++"
 			}
 			if err := db.Append(rec); err != nil {
 				return out, err
