@@ -14,7 +14,8 @@ import (
 // intermediates placed in one arena buffer at their planned offsets as on
 // the device, and returns the outputs and the states' new contents. feeds
 // holds the inputs, weights and states by name; constants are computed on
-// the host, as the loader does. A launch that writes an output through a
+// the host, as the loader does (those of a buffer without a graph leaf are
+// taken from feeds). A launch that writes an output through a
 // window (lower.Launch.Window: a state's new rows written in place) gets
 // the whole buffer, which its kernel writes at the window's elements
 // alone; the window must fit the buffer.
@@ -40,9 +41,14 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 			}
 			data = EncodeTensor(t)
 		case lower.Constant:
-			t, err := b.Value(ctx)
-			if err != nil {
-				return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+			// A program read back from a plan has no graph leaves: its
+			// constants come with the feeds, by name.
+			t, ok := feeds[b.Name]
+			if b.Leaf != nil || !ok {
+				var err error
+				if t, err = b.Value(ctx); err != nil {
+					return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+				}
 			}
 			data = EncodeTensor(t)
 		}

@@ -98,10 +98,13 @@ type Launch struct {
 	Name   string `json:"name,omitempty"`
 	Kernel string `json:"kernel"`
 	Form   string `json:"form"`
-	Grid   [3]int `json:"grid"`
-	Block  [3]int `json:"block"`
-	Args   []int  `json:"args"`
-	Outs   []int  `json:"outs"`
+	// Body is the kernel's body in the ir text format: what it computes,
+	// the reference "lumsearch verify" checks the kernel against.
+	Body  string `json:"body,omitempty"`
+	Grid  [3]int `json:"grid"`
+	Block [3]int `json:"block"`
+	Args  []int  `json:"args"`
+	Outs  []int  `json:"outs"`
 	// Predicted is the cost model's time for the launch, in seconds.
 	Predicted float64 `json:"predicted_s"`
 	// Registers, Shared and Spills are NVRTC's report for the kernel.
@@ -147,7 +150,7 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 	}
 	for i, l := range launches {
 		k := ks[i]
-		pl := Launch{Name: l.Name, Kernel: k.Name, Form: l.Form.String(), Grid: k.Grid, Block: k.Block,
+		pl := Launch{Name: l.Name, Kernel: k.Name, Form: l.Form.String(), Body: l.Body.String(), Grid: k.Grid, Block: k.Block,
 			Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs), Schedule: k.Schedule.String()}
 		est := k.Estimate
 		if est == nil && m != nil {
@@ -383,4 +386,66 @@ func Constants(ctx context.Context, lp *lower.Program) (map[string]*ir.Tensor, e
 		out[b.Name] = t
 	}
 	return out, nil
+}
+
+// Lowered rebuilds the lowered program the plan describes, each launch's
+// body parsed from its text: what the emulation runs and the verifier
+// checks. Its constant buffers have no graph leaves (their values are in
+// the output folder's constants file), and its launches no forms or
+// classes. A plan written without bodies cannot be rebuilt.
+func (p *Plan) Lowered(name string) (*lower.Program, error) {
+	kindOf := map[string]lower.BufferKind{}
+	for k := lower.Input; k <= lower.Output; k++ {
+		kindOf[k.String()] = k
+	}
+	lp := &lower.Program{Name: name, ArenaBytes: p.ArenaBytes, TempBytes: p.TempBytes, Outputs: maps.Clone(p.Outputs), Updates: maps.Clone(p.Updates)}
+	for _, b := range p.Buffers {
+		vt, err := b.Type()
+		if err != nil {
+			return nil, fmt.Errorf("plan of %s: buffer %d: %w", name, b.ID, err)
+		}
+		lp.Buffers = append(lp.Buffers, &lower.Buffer{ID: b.ID, Kind: kindOf[b.Kind], Name: b.Name, Shape: vt.Shape, DType: vt.DType, Bytes: b.Bytes, Offset: b.Offset})
+	}
+	for i, l := range append(slices.Clone(p.Prep), p.Run...) {
+		if l.Body == "" {
+			return nil, fmt.Errorf("plan of %s: launch %d (%s) has no body; compile the model again with this version", name, i, l.Kernel)
+		}
+		body, err := ir.Parse(l.Body)
+		if err != nil {
+			return nil, fmt.Errorf("plan of %s: launch %d (%s): %w", name, i, l.Kernel, err)
+		}
+		if got, want := len(body.Inputs()), len(l.Args); got != want {
+			return nil, fmt.Errorf("plan of %s: launch %d (%s): its body reads %d inputs, the launch passes %d", name, i, l.Kernel, got, want)
+		}
+		if got, want := len(body.Outputs), len(l.Outs); got != want {
+			return nil, fmt.Errorf("plan of %s: launch %d (%s): its body writes %d outputs, the launch %d buffers", name, i, l.Kernel, got, want)
+		}
+		for j, v := range body.Inputs() {
+			n, b := body.Node(v), lp.Buffers[l.Args[j]]
+			if n.DType != b.DType || !n.Shape.Equal(b.Shape) {
+				return nil, fmt.Errorf("plan of %s: launch %d (%s): input %d is %s%v in its body, buffer %d is %s%v", name, i, l.Kernel, j, n.DType, n.Shape, b.ID, b.DType, b.Shape)
+			}
+		}
+		for j, o := range body.Outputs {
+			n, b := body.Node(o.Value), lp.Buffers[l.Outs[j]]
+			w, windowed, err := lower.OutputWindow(body, j)
+			if err != nil {
+				return nil, fmt.Errorf("plan of %s: launch %d (%s): %w", name, i, l.Kernel, err)
+			}
+			shape := n.Shape
+			if windowed {
+				shape = w.Shape
+			}
+			if n.DType != b.DType || !shape.Equal(b.Shape) {
+				return nil, fmt.Errorf("plan of %s: launch %d (%s): output %d is %s%v in its body, buffer %d is %s%v", name, i, l.Kernel, j, n.DType, shape, b.ID, b.DType, b.Shape)
+			}
+		}
+		ll := &lower.Launch{Name: l.Name, Body: body, Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs)}
+		if i < len(p.Prep) {
+			lp.Prep = append(lp.Prep, ll)
+		} else {
+			lp.Run = append(lp.Run, ll)
+		}
+	}
+	return lp, nil
 }

@@ -20,7 +20,7 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{optimizeCommand, corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand, compileCommand, benchCommand, workerCommand}
+	commands = []*command{optimizeCommand, corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand, compileCommand, verifyCommand, benchCommand, workerCommand}
 }
 
 // lookup returns the subcommand called name, or nil.
