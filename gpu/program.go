@@ -179,12 +179,14 @@ func (p *Program) uploadKinds(tensors map[string]*ir.Tensor, kinds ...string) er
 	return nil
 }
 
-// uploadNamed uploads buffer b's tensor, found by name in tensors or,
-// for a constant, among the constants computed at load.
+// uploadNamed uploads buffer b's tensor, found by name among the
+// constants computed at load (a constant) or in tensors.
 func (p *Program) uploadNamed(b plan.Buffer, tensors map[string]*ir.Tensor) error {
-	t, ok := tensors[b.Name]
-	if !ok && b.Kind == constant {
-		t, ok = p.constants[b.Name]
+	// A constant the program computed itself wins over a tensor of the
+	// same name, which may be another program's constant.
+	t, ok := p.constants[b.Name]
+	if !ok || b.Kind != constant {
+		t, ok = tensors[b.Name]
 	}
 	if !ok {
 		return fmt.Errorf("no %s %s", b.Kind, b.Name)

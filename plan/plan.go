@@ -369,11 +369,14 @@ func (p *Plan) Kernels() []string {
 const ConstantsFile = "constants.safetensors"
 
 // Constants evaluates a lowered program's constant buffers (the graph's
-// constants and iotas), by buffer name.
+// constants and iotas), by buffer name; buffers without a graph leaf (a
+// program rebuilt by Lowered) are left out.
 func Constants(ctx context.Context, lp *lower.Program) (map[string]*ir.Tensor, error) {
 	out := map[string]*ir.Tensor{}
 	for _, b := range lp.Buffers {
-		if b.Kind != lower.Constant {
+		if b.Kind != lower.Constant || b.Leaf == nil {
+			// A program rebuilt from a plan has no leaves: its
+			// constants are in the output folder's file.
 			continue
 		}
 		if _, dup := out[b.Name]; dup {

@@ -28,6 +28,7 @@ import (
 	"github.com/lumsearch/lumsearch/measure"
 	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/safetensors"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -151,6 +152,7 @@ type benchSetup struct {
 	model     string
 	g         *ir.Graph
 	weights   map[string]*ir.Tensor // an ONNX model's; nil for a corpus model
+	consts    map[string]*ir.Tensor // the constants of a program read from a folder
 	opt       benchProgram
 	naive     benchProgram
 	device    string // the cost model's device
@@ -182,40 +184,35 @@ func buildBench(ctx context.Context, model string, opt corpus.Options, dims dimF
 		return nil, "", fmt.Errorf("bench %s: %w", model, err)
 	}
 	if lib, lerr := nvrtc.Load(); lerr == nil {
-		compileUnit := func(unit string) (map[string]cost.Resources, error) {
-			res, err := lib.Compile(ctx, cuda.NVRTCPrelude+"\n"+unit, "schedules.cu", nvrtc.Options{Arch: arch})
-			if err != nil {
-				return nil, err
-			}
-			out := map[string]cost.Resources{}
-			for name, r := range res.Kernels {
-				out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes}
-			}
-			return out, nil
-		}
-		if c.kernels, _, err = cuda.Rerank(c.lowered, c.kernels, compileUnit, m.Resourced); err != nil {
+		if _, err := rerank(ctx, lib, c, m, arch); err != nil {
 			return nil, "", fmt.Errorf("bench %s: %w", model, err)
 		}
 	}
 	s.opt = benchProgram{lp: c.lowered, ks: c.kernels}
-	naive, err := rules.NaiveProgram(ctx, g, sat)
-	if err != nil {
-		return nil, "", fmt.Errorf("bench %s: naive program: %w", model, err)
+	if s.naive, err = naiveBench(ctx, g, sat, m); err != nil {
+		return nil, "", fmt.Errorf("bench %s: %w", model, err)
 	}
-	nlp, err := lower.FromExtraction(naive.EGraph, g, naive.Classes, naive.Problem, naive.Solution)
-	if err != nil {
-		return nil, "", fmt.Errorf("bench %s: naive program: %w", model, err)
-	}
-	nks, err := cuda.PrintProgramWith(nlp, m.Ranked)
-	if err != nil {
-		return nil, "", fmt.Errorf("bench %s: naive program: %w", model, err)
-	}
-	s.naive = benchProgram{lp: nlp, ks: nks}
 	return s, cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels), nil
 }
 
-// dir benches a compiled output folder: the program is built again from
-// its plan's provenance and must print DIR/kernels.cu exactly.
+// naiveBench lowers and prints g's naive program, the reference a bench
+// compares with.
+func naiveBench(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions, m *cost.Model) (benchProgram, error) {
+	naive, err := rules.NaiveProgram(ctx, g, sat)
+	if err != nil {
+		return benchProgram{}, fmt.Errorf("naive program: %w", err)
+	}
+	nc, err := lowerAndPrint(g, naive, m)
+	if err != nil {
+		return benchProgram{}, fmt.Errorf("naive program: %w", err)
+	}
+	return benchProgram{lp: nc.lowered, ks: nc.kernels}, nil
+}
+
+// dir benches a compiled output folder: the program the folder holds
+// (plan.json's launches and bodies, whose kernels must print DIR/kernels.cu
+// exactly, and its constants) against the naive program of the model its
+// provenance names.
 func (b bench) dir(ctx context.Context, dir string, stdout io.Writer) error {
 	pl, err := plan.Read(dir)
 	if err != nil {
@@ -234,20 +231,41 @@ func (b bench) dir(ctx context.Context, dir string, stdout io.Writer) error {
 	if opt.Seq == 0 {
 		opt.Seq = corpus.DefaultSeq
 	}
-	dims := dimFlags{}
-	maps.Copy(dims, pl.Options.Dims)
-	want, err := os.ReadFile(filepath.Join(dir, "kernels.cu"))
+	lp, err := pl.Lowered(pl.Model)
 	if err != nil {
 		return fmt.Errorf("bench %s: %w", dir, err)
 	}
-	s, src, err := buildBench(ctx, pl.Model, opt, dims, pl.Target, pl.Arch)
+	srcPath := filepath.Join(dir, "kernels.cu")
+	src, err := os.ReadFile(srcPath)
 	if err != nil {
-		return fmt.Errorf("bench %s: compiling %s again from plan.json: %w", dir, pl.Model, err)
+		return fmt.Errorf("bench %s: %w", dir, err)
 	}
-	if src != string(want) {
-		s.closeFunc()
-		return fmt.Errorf("bench %s: compiling %s again from plan.json gives other kernels than %s: %s was compiled by another lumsearch version or options (or the tuning database has changed since); compile it again",
-			dir, pl.Model, filepath.Join(dir, "kernels.cu"), dir)
+	ks, err := reprint(pl, lp, string(src), srcPath)
+	if err != nil {
+		return fmt.Errorf("bench %s: %w", dir, err)
+	}
+	consts, _, err := safetensors.ReadFile(filepath.Join(dir, plan.ConstantsFile))
+	if err != nil {
+		return fmt.Errorf("bench %s: %w", dir, err)
+	}
+	g, weights, closeModel, err := rebuildModel(pl.Model, opt, dimFlags(pl.Options.Dims))
+	if err != nil {
+		return fmt.Errorf("bench %s: rebuild %s from plan.json: %w", dir, pl.Model, err)
+	}
+	if err := matchesModel(g, lp); err != nil {
+		closeModel()
+		return fmt.Errorf("bench %s: the model %s as rebuilt from plan.json: %w", dir, pl.Model, err)
+	}
+	sat, _, m, err := pricing{estimate: "model", target: pl.Target}.options(ctx)
+	if err != nil {
+		closeModel()
+		return err
+	}
+	s := &benchSetup{model: pl.Model, g: g, weights: weights, consts: consts, device: m.Device.Name, closeFunc: closeModel,
+		opt: benchProgram{lp: lp, ks: ks}}
+	if s.naive, err = naiveBench(ctx, g, sat, m); err != nil {
+		closeModel()
+		return fmt.Errorf("bench %s: %w", dir, err)
 	}
 	return b.run(ctx, s, stdout)
 }
@@ -293,14 +311,21 @@ func (b bench) run(ctx context.Context, s *benchSetup, stdout io.Writer) error {
 // from the seed, as compile's verification does; an ONNX model keeps its
 // own weights.
 func benchFeeds(s *benchSetup, seed uint64) (map[string]*ir.Tensor, error) {
+	var feeds map[string]*ir.Tensor
+	var err error
 	if s.weights == nil {
-		return ir.RandomFeeds(s.g, seed, ir.Typical)
+		feeds, err = ir.RandomFeeds(s.g, seed, ir.Typical)
+	} else {
+		feeds, err = ir.RandomLeaves(s.g, seed, ir.Typical, ir.OpInput, ir.OpState)
 	}
-	feeds, err := ir.RandomLeaves(s.g, seed, ir.Typical, ir.OpInput, ir.OpState)
 	if err != nil {
 		return nil, err
 	}
 	maps.Copy(feeds, s.weights)
+	// A folder's program has its constants by name; a program that
+	// computes its own takes those (gpu.Program and the emulation both
+	// prefer them).
+	maps.Copy(feeds, s.consts)
 	return feeds, nil
 }
 

@@ -38,15 +38,17 @@ func TestBenchWithoutGPU(t *testing.T) {
 
 // benchJSON is the part of bench's JSON object the tests read.
 type benchJSON struct {
-	Model    string  `json:"model"`
-	Where    string  `json:"where"`
-	MS       float64 `json:"ms"`
-	NaiveMS  float64 `json:"naive_ms"`
-	Speedup  float64 `json:"speedup"`
-	Runs     int     `json:"runs"`
-	RelLimit float64 `json:"relative_limit"`
-	Checked  int     `json:"checked_elements"`
-	Kernels  []struct {
+	Model   string  `json:"model"`
+	Where   string  `json:"where"`
+	MS      float64 `json:"ms"`
+	NaiveMS float64 `json:"naive_ms"`
+	Speedup float64 `json:"speedup"`
+	// Predicted is the cost model's time per run (the plan's, for a DIR).
+	Predicted float64 `json:"predicted_ms"`
+	Runs      int     `json:"runs"`
+	RelLimit  float64 `json:"relative_limit"`
+	Checked   int     `json:"checked_elements"`
+	Kernels   []struct {
 		Launch, Kernel, Schedule string
 		Predicted                float64 `json:"predicted_ms"`
 		MS                       float64 `json:"median_ms"`
@@ -126,9 +128,9 @@ func TestBenchEmulatedJSON(t *testing.T) {
 	assert.Zero(t, def.Len(), "--tunedb, not the default database, got the records")
 }
 
-// TestBenchDir: bench DIR compiles the model again from DIR's plan.json
-// and runs when the kernels are DIR/kernels.cu; once kernels.cu is edited
-// it refuses, and model flags are refused with a DIR.
+// TestBenchDir: bench DIR runs the program DIR holds (plan.json's launches,
+// whose kernels must print DIR/kernels.cu); once a kernel in kernels.cu is
+// edited it refuses, and model flags are refused with a DIR.
 func TestBenchDir(t *testing.T) {
 	needGxx(t)
 	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "default.jsonl"))
@@ -145,14 +147,16 @@ func TestBenchDir(t *testing.T) {
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, "--seq applies to a MODEL")
 
-	f, err := os.OpenFile(filepath.Join(dir, "kernels.cu"), os.O_APPEND|os.O_WRONLY, 0)
+	assert.Positive(t, got.Predicted, "the plan's predictions")
+	path := filepath.Join(dir, "kernels.cu")
+	src, err := os.ReadFile(path)
 	require.NoError(t, err)
-	_, err = f.WriteString("// edited\n")
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	edited := strings.Replace(string(src), "__syncthreads();", "__syncthreads(); __syncthreads();", 1)
+	require.NotEqual(t, string(src), edited)
+	require.NoError(t, os.WriteFile(path, []byte(edited), 0o644))
 	r = runArgs(t, "bench", dir, "--measure", "emulated", "--json", "--tunedb", db)
 	assert.Equal(t, exitError, r.code)
-	assert.Contains(t, r.stderr, "was compiled by another lumsearch version or options")
+	assert.Contains(t, r.stderr, "is not what its body and schedule")
 	assert.Empty(t, r.stdout)
 }
 

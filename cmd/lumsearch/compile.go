@@ -201,6 +201,30 @@ func compileModel(ctx context.Context, model, dir string, opt corpus.Options, di
 	return nil
 }
 
+// rerank prices each kernel's best few schedules again with the
+// registers and shared memory NVRTC reports for them (the cost model only
+// guessed those) and reprints the kernels whose best schedule changed; it
+// returns how many changed.
+func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model, arch string) (int, error) {
+	compileUnit := func(unit string) (map[string]cost.Resources, error) {
+		res, err := lib.Compile(ctx, cuda.NVRTCPrelude+"\n"+unit, "schedules.cu", nvrtc.Options{Arch: arch})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]cost.Resources{}
+		for name, r := range res.Kernels {
+			out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes}
+		}
+		return out, nil
+	}
+	ks, changed, err := cuda.Rerank(c.lowered, c.kernels, compileUnit, m.Resourced)
+	if err != nil {
+		return 0, err
+	}
+	c.kernels = ks
+	return changed, nil
+}
+
 // finalize makes a printed program ready to write: NVRTC (when present)
 // re-ranks the schedules by the resources it reports and compiles the
 // kernels, then the program is verified (when verify is set): every
@@ -214,25 +238,11 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 		fmt.Fprintf(log, "  nvrtc: not compiled: %v\n", err)
 	} else {
-		// The cost model guessed each schedule's registers and shared
-		// memory; NVRTC knows them. Price the best few schedules of each
-		// kernel again as compiled.
-		compileUnit := func(unit string) (map[string]cost.Resources, error) {
-			res, err := lib.Compile(ctx, cuda.NVRTCPrelude+"\n"+unit, "schedules.cu", nvrtc.Options{Arch: arch})
-			if err != nil {
-				return nil, err
-			}
-			out := map[string]cost.Resources{}
-			for name, r := range res.Kernels {
-				out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes}
-			}
-			return out, nil
-		}
-		ks, changed, err := cuda.Rerank(lp, c.kernels, compileUnit, m.Resourced)
+		changed, err := rerank(ctx, lib, c, m, arch)
 		if err != nil {
 			return nil, fmt.Errorf("compile %s: %w", model, err)
 		}
-		c.kernels = ks
+		ks := c.kernels
 		fmt.Fprintf(log, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
 			len(cuda.Distinct(ks)), 1+cuda.Alternatives, changed)
 		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)

@@ -169,6 +169,11 @@ func reprint(pl *plan.Plan, lp *lower.Program, src, srcPath string) ([]*cuda.Ker
 		if got != want {
 			return nil, fmt.Errorf("kernel %s in %s is not what its body and schedule (%s) print: the file was edited or written by another version", k.Name, srcPath, l.Schedule)
 		}
+		if l.Predicted > 0 {
+			// The plan's prediction, for reports; the printer alone
+			// does not price.
+			k.Estimate = &cost.Estimate{Schedule: s, Seconds: l.Predicted}
+		}
 		byName[l.Kernel] = k
 		ks = append(ks, k)
 	}
