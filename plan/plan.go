@@ -25,6 +25,7 @@ import (
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
 )
 
 // FileName is the plan's name in a compiled output folder.
@@ -88,6 +89,10 @@ type Buffer struct {
 	Bytes int64   `json:"bytes"`
 	// Offset is a temp buffer's place in the arena.
 	Offset int64 `json:"offset,omitempty"`
+	// Leaf is a constant buffer's graph leaf (a const or iota node), as a
+	// one-node graph in the ir text format, so that the program rebuilt
+	// from the plan computes its constants as the compiled one did.
+	Leaf string `json:"leaf,omitempty"`
 }
 
 // Launch is one kernel launch: the kernel reads buffers Args and writes
@@ -146,7 +151,11 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 		for i, d := range b.Shape {
 			shape[i] = int64(d)
 		}
-		p.Buffers = append(p.Buffers, Buffer{ID: b.ID, Kind: b.Kind.String(), Name: b.Name, DType: b.DType.String(), Shape: shape, Bytes: b.Bytes, Offset: b.Offset})
+		pb := Buffer{ID: b.ID, Kind: b.Kind.String(), Name: b.Name, DType: b.DType.String(), Shape: shape, Bytes: b.Bytes, Offset: b.Offset}
+		if b.Kind == lower.Constant && b.Leaf != nil {
+			pb.Leaf = leafGraph(b.Leaf).String()
+		}
+		p.Buffers = append(p.Buffers, pb)
 	}
 	for i, l := range launches {
 		k := ks[i]
@@ -363,6 +372,11 @@ func (p *Plan) Kernels() []string {
 	return names
 }
 
+// leafGraph is a constant's leaf as a graph of its own.
+func leafGraph(leaf *ir.Node) *ir.Graph {
+	return &ir.Graph{Name: "constant", Nodes: []*ir.Node{leaf}, Outputs: []ir.Output{{Name: "out", Value: 0}}}
+}
+
 // ConstantsFile holds, in a compiled output folder, the values of the
 // program's constant buffers by buffer name: what the runtime uploads for
 // them, since plan.json holds no tensor data.
@@ -407,7 +421,24 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plan of %s: buffer %d: %w", name, b.ID, err)
 		}
-		lp.Buffers = append(lp.Buffers, &lower.Buffer{ID: b.ID, Kind: kindOf[b.Kind], Name: b.Name, Shape: vt.Shape, DType: vt.DType, Bytes: b.Bytes, Offset: b.Offset})
+		lb := &lower.Buffer{ID: b.ID, Kind: kindOf[b.Kind], Name: b.Name, Shape: vt.Shape, DType: vt.DType, Bytes: b.Bytes, Offset: b.Offset}
+		if b.Leaf != "" {
+			if lb.Kind != lower.Constant {
+				return nil, fmt.Errorf("plan of %s: %s buffer %d has a constant's leaf", name, b.Kind, b.ID)
+			}
+			g, err := ir.Parse(b.Leaf)
+			if err != nil {
+				return nil, fmt.Errorf("plan of %s: constant buffer %d: %w", name, b.ID, err)
+			}
+			if len(g.Nodes) != 1 || (g.Nodes[0].Op != ir.OpConst && g.Nodes[0].Op != ir.OpIota) {
+				return nil, fmt.Errorf("plan of %s: constant buffer %d: its leaf is not one const or iota node", name, b.ID)
+			}
+			if leaf := g.Nodes[0]; leaf.DType != vt.DType || !leaf.Shape.Equal(vt.Shape) {
+				return nil, fmt.Errorf("plan of %s: constant buffer %d is %s%v, its leaf %s%v", name, b.ID, vt.DType, vt.Shape, leaf.DType, leaf.Shape)
+			}
+			lb.Leaf = g.Nodes[0]
+		}
+		lp.Buffers = append(lp.Buffers, lb)
 	}
 	for i, l := range append(slices.Clone(p.Prep), p.Run...) {
 		if l.Body == "" {
@@ -443,7 +474,7 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 				return nil, fmt.Errorf("plan of %s: launch %d (%s): output %d is %s%v in its body, buffer %d is %s%v", name, i, l.Kernel, j, n.DType, shape, b.ID, b.DType, b.Shape)
 			}
 		}
-		ll := &lower.Launch{Name: l.Name, Body: body, Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs)}
+		ll := &lower.Launch{Name: l.Name, Body: body, Form: rules.FormOf(body), Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs)}
 		if i < len(p.Prep) {
 			lp.Prep = append(lp.Prep, ll)
 		} else {

@@ -52,6 +52,24 @@ func TestRoundTrip(t *testing.T) {
 	}
 	assert.NotEmpty(t, q.Kernels())
 
+	// The program rebuilt from the plan has the same launches and
+	// computes the same constants.
+	back, err := q.Lowered("back")
+	require.NoError(t, err)
+	require.Len(t, back.Run, len(lp.Run))
+	for i, l := range lp.Run {
+		assert.Equal(t, l.Body.String(), back.Run[i].Body.String())
+		assert.Equal(t, l.Args, back.Run[i].Args)
+	}
+	again, err := Constants(context.Background(), back)
+	require.NoError(t, err)
+	want, err := Constants(context.Background(), lp)
+	require.NoError(t, err)
+	require.Len(t, again, len(want))
+	for name, w := range want {
+		assert.Equal(t, w.Float64s(), again[name].Float64s(), name)
+	}
+
 	consts, err := Constants(context.Background(), lp)
 	require.NoError(t, err)
 	for _, b := range q.Buffers {

@@ -48,12 +48,19 @@ func DefaultStages() []Stage {
 	}
 }
 
-// Candidate is a program the search extracted at the end of a stage.
+// Candidate is a program the search extracted at the end of a stage, or
+// one it was given to start from (Config.Initial: a previous run's plan).
 type Candidate struct {
-	Stage   string
+	Stage string
+	// Program is the extraction; nil for a given program.
 	Program *rules.Program
-	// Cost is the predicted seconds per run (Program.Cost).
+	// Cost is the predicted seconds per run: Program.Cost, or what
+	// Config.Price says.
 	Cost float64
+	// Prepared is what Config.Price built to price it (the lowered,
+	// printed program), for Finalize to go on from; a given program
+	// comes with it.
+	Prepared any
 	// Final is what Config.Finalize built for it (lowered, printed,
 	// compiled, verified); nil until then.
 	Final any
@@ -80,6 +87,15 @@ type Config struct {
 	// its Final and Verified; an error makes the candidate unusable (the
 	// search reports it and keeps the previous one). Required.
 	Finalize func(ctx context.Context, c *Candidate) error
+	// Price, when set, prices a stage's candidate as it will run (say,
+	// lowered and printed in its best schedules), setting its Cost and
+	// Prepared, so that extracted and given programs compare alike.
+	Price func(ctx context.Context, c *Candidate) error
+	// Initial are programs to start from (a previous run's plan, kept by
+	// the tuning database): the search's result is never predicted
+	// slower than the best of them that verifies. Their Cost must be set
+	// as Price sets it.
+	Initial []*Candidate
 	// Measure, when set, measures the final program's kernels (on a GPU
 	// or under the emulation) after the stages and may re-extract: it
 	// returns the candidate to finalize instead (or c itself).
@@ -252,6 +268,23 @@ func (s *searcher) run(ctx context.Context) error {
 	}()
 
 	var last *Candidate
+	for _, c := range s.cfg.Initial {
+		s.mu.Lock()
+		s.res.Candidates = append(s.res.Candidates, c)
+		if last == nil || c.Cost < last.Cost {
+			last = c
+			s.best = c.Cost
+		}
+		s.mu.Unlock()
+		s.emit(Event{Kind: "candidate", Stage: c.Stage, Best: s.best, Message: "given"})
+	}
+	if last != nil && background {
+		// The program to start from is the first insurance.
+		pendingMu.Lock()
+		pending = last
+		pendingMu.Unlock()
+		wake <- struct{}{}
+	}
 	for _, st := range s.cfg.Stages {
 		if ctx.Err() != nil {
 			break
@@ -277,11 +310,21 @@ func (s *searcher) run(ctx context.Context) error {
 			// its program is still a correct one.
 			s.notef("stage %s was cut short; its program comes from the e-graph as it stood", st.Name)
 		}
-		s.stageSteps(st.Name, prog)
 		c := &Candidate{Stage: st.Name, Program: prog, Cost: prog.Cost}
+		if s.cfg.Price != nil {
+			if err := s.cfg.Price(ctx, c); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				return fmt.Errorf("stage %s: %w", st.Name, err)
+			}
+		}
+		s.stageSteps(st.Name, prog, c.Cost)
 		s.mu.Lock()
 		s.res.Candidates = append(s.res.Candidates, c)
-		better := last == nil || c.Cost < last.Cost
+		// A stage's program wins a tie with a given one: it is what this
+		// run's options make, so equal runs write equal outputs.
+		better := last == nil || c.Cost < last.Cost || (c.Cost == last.Cost && last.Program == nil)
 		if better {
 			last = c
 			s.best = c.Cost
@@ -312,6 +355,12 @@ func (s *searcher) run(ctx context.Context) error {
 		case err != nil && ctx.Err() == nil:
 			s.notef("measuring failed: %v", err)
 		case m != nil && m != last:
+			if s.cfg.Price != nil && m.Program != nil {
+				if err := s.cfg.Price(ctx, m); err != nil {
+					s.notef("pricing the measured program failed: %v", err)
+					break
+				}
+			}
 			s.mu.Lock()
 			s.res.Candidates = append(s.res.Candidates, m)
 			if m.Cost < s.best {
@@ -336,7 +385,13 @@ func (s *searcher) run(ctx context.Context) error {
 	// first, the naive program last.
 	rest := slices.Clone(s.res.Candidates)
 	slices.SortStableFunc(rest, func(a, b *Candidate) int { return cmpFloat(a.Cost, b.Cost) })
-	rest = append(rest, &Candidate{Stage: "naive", Program: naive, Cost: naive.Cost})
+	nc := &Candidate{Stage: "naive", Program: naive, Cost: naive.Cost}
+	if s.cfg.Price != nil {
+		if err := s.cfg.Price(ctx, nc); err != nil {
+			return err
+		}
+	}
+	rest = append(rest, nc)
 	for _, c := range rest {
 		if c.Final != nil || c.Rejected != nil || ctx.Err() != nil {
 			continue
@@ -394,7 +449,7 @@ func (s *searcher) finalize(ctx context.Context, c *Candidate) {
 
 // stageSteps records a stage's saturation iterations (the repeated
 // block's pair search first, when there was one) and its extraction.
-func (s *searcher) stageSteps(stage string, prog *rules.Program) {
+func (s *searcher) stageSteps(stage string, prog *rules.Program, cost float64) {
 	var reports []*egraph.Report
 	if prog.Block != nil && prog.Block.Pair != nil {
 		reports = append(reports, prog.Block.Pair.Report)
@@ -409,7 +464,7 @@ func (s *searcher) stageSteps(stage string, prog *rules.Program) {
 			s.emit(Event{Kind: "step", Stage: stage, Nodes: it.Nodes, Classes: it.Classes, Best: s.best})
 		}
 	}
-	s.note(Step{Phase: "extract", Stage: stage, Nodes: prog.EGraph.NumNodes(), Classes: prog.EGraph.NumClasses(), Best: prog.Cost})
+	s.note(Step{Phase: "extract", Stage: stage, Nodes: prog.EGraph.NumNodes(), Classes: prog.EGraph.NumClasses(), Best: cost})
 }
 
 // note appends a step, numbering it and carrying the best cost forward.

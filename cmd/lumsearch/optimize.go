@@ -25,6 +25,7 @@ import (
 	"github.com/lumsearch/lumsearch/gpu"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/measure"
+	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/rules"
 	"github.com/lumsearch/lumsearch/search"
 	"github.com/lumsearch/lumsearch/tunedb"
@@ -256,10 +257,21 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 		Budget: o.budget,
 		Events: ev.event,
 		Dump:   o.dump,
-		Finalize: func(ctx context.Context, c *search.Candidate) error {
+		Price: func(ctx context.Context, c *search.Candidate) error {
 			lc, err := lowerAndPrint(g, c.Program, m)
 			if err != nil {
 				return err
+			}
+			c.Prepared, c.Cost = lc, runCost(lc)
+			return nil
+		},
+		Finalize: func(ctx context.Context, c *search.Candidate) error {
+			lc, _ := c.Prepared.(*compiled)
+			if lc == nil {
+				var err error
+				if lc, err = lowerAndPrint(g, c.Program, m); err != nil {
+					return err
+				}
 			}
 			var log bytes.Buffer
 			f, err := finalize(ctx, src, lc, o.verify, &log)
@@ -279,9 +291,9 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 	}
 	if measurer != nil {
 		cfg.Measure = func(ctx context.Context, c *search.Candidate) (*search.Candidate, error) {
-			lc, err := lowerAndPrint(g, c.Program, m)
-			if err != nil {
-				return nil, err
+			lc, _ := c.Prepared.(*compiled)
+			if lc == nil {
+				return c, nil
 			}
 			ms, err := measureKernels(ctx, lc, m, measurer, o.candidates, o.seed, o.db, ev)
 			measured = ms
@@ -295,12 +307,24 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 				return c, err
 			}
 			m.Measurements = cost.NewDBMeasurements(db)
+			if c.Program == nil {
+				// A previous run's program: its schedules follow the
+				// measurements when it is printed again.
+				return c, nil
+			}
 			prog, err := c.Program.Reextract(ctx, sat.Cost)
 			if err != nil {
 				return c, err
 			}
 			return &search.Candidate{Stage: c.Stage + "+measured", Program: prog, Cost: prog.Cost}, nil
 		}
+	}
+	storeKey := planStoreKey(model, o)
+	if prev, err := previousPlan(o.db, storeKey, model, g, m); err != nil {
+		ev.printf("  note: the previous run's plan is not used: %v\n", err)
+	} else if prev != nil {
+		cfg.Initial = []*search.Candidate{prev}
+		ev.printf("  previous run: its plan (%s per run predicted) is the program to beat\n", seconds(prev.Cost))
 	}
 	res, err := search.Run(ctx, g, cfg)
 	if err != nil {
@@ -330,7 +354,10 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 	if err := pl.Write(o.out); err != nil {
 		return withCode(exitOutput, err)
 	}
-	rep := buildReport(model, g, o, res, best, m, measured, where)
+	if err := storePlan(o.db, storeKey, pl); err != nil {
+		ev.printf("  note: the plan was not kept for the next run: %v\n", err)
+	}
+	rep := buildReport(wctx, model, g, o, res, best, m, measured, where)
 	if o.budget > 0 {
 		rep.Budget, rep.Elapsed = o.budget, time.Since(start)
 	}
@@ -509,7 +536,7 @@ func openTuneDB(path string) (*tunedb.DB, error) {
 }
 
 // buildReport fills the run's report.
-func buildReport(model string, g *ir.Graph, o optimizeOptions, res *search.Result, best *final, m *cost.Model, measured []kernelMeasurement, where string) *search.Report {
+func buildReport(ctx context.Context, model string, g *ir.Graph, o optimizeOptions, res *search.Result, best *final, m *cost.Model, measured []kernelMeasurement, where string) *search.Report {
 	rep := &search.Report{Model: model, Target: m.Device.Name, Arch: o.arch, Version: versionString(), Seed: o.seed, Options: o.canonical(),
 		EndedBy: res.EndedBy, Steps: res.Steps, Notes: res.Notes}
 	if where != "" {
@@ -537,31 +564,37 @@ func buildReport(model string, g *ir.Graph, o optimizeOptions, res *search.Resul
 		if k.Estimate != nil {
 			pred = k.Estimate.Seconds
 		}
-		row := search.Kernel{Launch: l.Name, Kernel: k.Name, Form: l.Form.String(), Schedule: k.Schedule.String(), Predicted: pred}
+		form := l.Form.String()
+		row := search.Kernel{Launch: l.Name, Kernel: k.Name, Form: form, Schedule: k.Schedule.String(), Predicted: pred}
 		if km, ok := measuredBy[k.Name]; ok && km.schedule == row.Schedule {
 			row.Measured, row.Where = km.resp.Median, km.resp.Where
 		}
 		rep.Kernels = append(rep.Kernels, row)
-		c := cat(row.Form)
+		c := cat(category(row.Form))
 		c.Launches++
 		c.Predicted += pred
 	}
-	for _, k := range res.Naive.List {
-		if k.Prep {
-			continue
+	// The naive program priced as it would run, like the others.
+	naiveCost := res.Naive.Cost
+	if nc, err := lowerAndPrint(g, res.Naive, m); err == nil {
+		naiveCost = runCost(nc)
+		for i, l := range nc.lowered.Run {
+			k := nc.kernels[len(nc.lowered.Prep)+i]
+			c := cat(category(l.Form.String()))
+			c.NaiveLaunches++
+			if k.Estimate != nil {
+				c.NaivePredicted += k.Estimate.Seconds
+			}
 		}
-		c := cat(k.Form.String())
-		c.NaiveLaunches++
-		if e, err := m.Kernel(k.Body); err == nil {
-			c.NaivePredicted += e.Seconds
-		}
+	} else {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the naive program could not be lowered for its categories: %v", err))
 	}
 	for _, name := range slices.Sorted(mapsKeys(cats)) {
 		c := cats[name]
 		all := c.Launches > 0
 		sum := 0.0
 		for _, k := range rep.Kernels {
-			if k.Form == name {
+			if category(k.Form) == name {
 				if k.Measured == 0 {
 					all = false
 				}
@@ -574,13 +607,45 @@ func buildReport(model string, g *ir.Graph, o optimizeOptions, res *search.Resul
 		rep.Categories = append(rep.Categories, *c)
 	}
 	rep.Summary = search.Summary{Launches: len(lp.Run), NaiveLaunches: res.Naive.Kernels, Prep: len(lp.Prep),
-		Predicted: best.prog.Cost, Naive: res.Naive.Cost, Verified: res.Best.Verified}
-	if res.Best.Program.Block != nil {
-		rep.Summary.Layers = res.Best.Program.Block.Copies
+		Predicted: res.Best.Cost, Naive: naiveCost, Verified: res.Best.Verified}
+	// The rule statistics and the repeated blocks are the last stage's
+	// (the best program may be a previous run's, with none).
+	var searched *rules.Program
+	for _, c := range res.Candidates {
+		if c.Program != nil {
+			searched = c.Program
+		}
+	}
+	if searched != nil {
+		if searched.Block != nil {
+			rep.Summary.Layers = searched.Block.Copies
+		}
+		rep.RuleSets = ruleSets(searched)
+	}
+	if res.Best.Program == nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the program is the previous run's (stage %q): this run found none predicted faster", res.Best.Stage))
 	}
 	rep.Summary.FloorBytes, rep.Summary.FloorFLOPs, rep.Summary.Floor = floor(g, m)
-	rep.RuleSets = ruleSets(res.Best.Program)
 	return rep
+}
+
+// category is a kernel form's category: the form without its prologue
+// and epilogue ("matmul, prologue [...]" is a matmul).
+func category(form string) string {
+	c, _, _ := strings.Cut(form, ",")
+	return strings.TrimSpace(c)
+}
+
+// runCost is a printed program's predicted seconds per run: its run
+// launches' kernels in their chosen schedules.
+func runCost(c *compiled) float64 {
+	total := 0.0
+	for i := range c.lowered.Run {
+		if k := c.kernels[len(c.lowered.Prep)+i]; k.Estimate != nil {
+			total += k.Estimate.Seconds
+		}
+	}
+	return total
 }
 
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {
@@ -807,4 +872,92 @@ func (p *progress) done(rep *search.Report, dir string, elapsed time.Duration) {
 	}
 	p.clearStatus()
 	fmt.Fprintln(p.w, msg)
+}
+
+// The tuning database keeps, beside its records, the plan of each model's
+// last optimize run, so that the next run of the same model starts from it
+// and is never predicted slower (DESIGN.md: a tuning database makes the
+// next run incremental).
+
+// planStoreKey names a model's plan in the store: everything that makes
+// the same program mean the same thing (model, build options, target,
+// architecture, rules), but not the budget or limits, which only decide
+// how far the search gets.
+func planStoreKey(model string, o optimizeOptions) string {
+	rulesHash, _ := rules.SetsHash()
+	h := sha256.New()
+	fmt.Fprintf(h, "lumsearch plan store 1\nmodel %s\nseq %d\ndtype %s\nkind %s\ndims %s\ntarget %s\narch %s\nrules %s\n",
+		model, o.seq, o.dtype, o.kind, o.dims, o.target, o.arch, rulesHash)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// planStoreDir is the folder of kept plans beside the tuning database.
+func planStoreDir(dbPath string) (string, error) {
+	if dbPath == "" {
+		var err error
+		if dbPath, err = tunedb.DefaultPath(); err != nil {
+			return "", err
+		}
+	}
+	return dbPath + ".plans", nil
+}
+
+// previousPlan returns the kept plan of this model and options as a
+// candidate, printed in the schedules the cost model ranks first now and
+// priced as the search prices its own; nil when there is none.
+func previousPlan(dbPath, key, model string, g *ir.Graph, m *cost.Model) (*search.Candidate, error) {
+	dir, err := planStoreDir(dbPath)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, key+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	pl, err := plan.Parse(key, data)
+	if err != nil {
+		return nil, err
+	}
+	lp, err := pl.Lowered(model)
+	if err != nil {
+		return nil, err
+	}
+	if err := matchesModel(g, lp); err != nil {
+		return nil, fmt.Errorf("it does not fit %s: %w", model, err)
+	}
+	ks, err := cuda.PrintProgramWith(lp, m.Ranked)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiled{lowered: lp, kernels: ks}
+	return &search.Candidate{Stage: "previous run", Prepared: c, Cost: runCost(c)}, nil
+}
+
+// storePlan keeps a verified plan for the next run, replacing the file
+// atomically so that a killed run leaves the old one whole.
+func storePlan(dbPath, key string, pl *plan.Plan) error {
+	dir, err := planStoreDir(dbPath)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	data, err := pl.Encode()
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, key+".*.tmp")
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(data)
+	if err := errors.Join(werr, tmp.Close()); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, key+".json"))
 }

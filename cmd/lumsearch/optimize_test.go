@@ -199,3 +199,43 @@ func TestOptimizeInterrupted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, files["report.md"], "| Search ended by | interrupted |")
 }
+
+// resultOf is the summary of optimize --json's last event.
+func resultOf(t *testing.T, stdout string) search.Summary {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var last struct {
+		Kind    string         `json:"event"`
+		Summary search.Summary `json:"summary"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
+	require.Equal(t, "result", last.Kind)
+	return last.Summary
+}
+
+// TestOptimizeStartsFromPreviousRun: a run cut short by tight limits
+// starts from the plan the tuning database kept from a longer run of the
+// same model, so it is not predicted slower than that run, while the same
+// tight run without the kept plan is.
+func TestOptimizeStartsFromPreviousRun(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
+	t.Setenv(tunedb.EnvPath, db)
+	args := func(limit string) []string {
+		return []string{"optimize", "tiny-llama:layer", "--seq", "6", "--budget", "0", "--measure", "none", "--json", "--iter-limit", limit, "-o", filepath.Join(t.TempDir(), "out")}
+	}
+	r := runArgs(t, args("1")...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	tight := resultOf(t, r.stdout)
+	require.NoError(t, os.RemoveAll(db+".plans"))
+
+	r = runArgs(t, args("10")...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	long := resultOf(t, r.stdout)
+	require.Less(t, long.Predicted, tight.Predicted, "the longer search finds a faster program")
+
+	r = runArgs(t, args("1")...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	again := resultOf(t, r.stdout)
+	assert.Contains(t, r.stdout, `"stage":"previous run"`)
+	assert.LessOrEqual(t, again.Predicted, long.Predicted)
+}
