@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/search"
 	"github.com/lumsearch/lumsearch/tunedb"
@@ -238,4 +239,31 @@ func TestOptimizeStartsFromPreviousRun(t *testing.T) {
 	again := resultOf(t, r.stdout)
 	assert.Contains(t, r.stdout, `"stage":"previous run"`)
 	assert.LessOrEqual(t, again.Predicted, long.Predicted)
+}
+
+// TestOptimizeHuggingFaceFolder optimizes a folder holding a Hugging Face
+// config.json (built as --kind), and writes the e-graph and program of
+// every stage with --dump.
+func TestOptimizeHuggingFaceFolder(t *testing.T) {
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	cfg, err := os.ReadFile(filepath.Join("..", "..", "corpus", "configs", "tiny-llama.json"))
+	require.NoError(t, err)
+	folder := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "config.json"), cfg, 0o644))
+	dir, dump := filepath.Join(t.TempDir(), "out"), filepath.Join(t.TempDir(), "dump")
+	r := runArgs(t, "optimize", folder, "--kind", "layer", "--seq", "4", "--budget", "0", "--iter-limit", "4", "--measure", "none", "--dump", dump, "-o", dir)
+	require.Equal(t, exitOK, r.code, r.stderr+r.stdout)
+	pl, err := plan.Read(dir)
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(folder, "config.json")+":layer", pl.Model)
+	dumped := readTree(t, dump)
+	for _, f := range []string{"01-fusion.egraph.json", "01-fusion.program.txt", "02-all.egraph.json", "02-all.program.txt"} {
+		require.Contains(t, dumped, f)
+	}
+	_, err = egraph.ReadSerializedFile(filepath.Join(dump, "02-all.egraph.json"))
+	require.NoError(t, err)
+	assert.Contains(t, dumped["02-all.program.txt"], "## kernel 0")
+
+	r = runArgs(t, "verify", dir)
+	require.Equal(t, exitOK, r.code, r.stderr+r.stdout)
 }
