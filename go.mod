@@ -6,7 +6,10 @@ require github.com/stretchr/testify v1.12.1
 
 require github.com/ebitengine/purego v0.11.3
 
-require github.com/dave/jennifer v1.7.1 // indirect
+require (
+	github.com/dave/jennifer v1.7.1 // indirect
+	golang.org/x/sync v0.25.0 // indirect
+)
 
 require (
 	github.com/x448/float16 v0.8.4

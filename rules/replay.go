@@ -2,9 +2,12 @@ package rules
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
@@ -54,14 +57,21 @@ func SaturateModel(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data]
 	}
 	start := time.Now()
 	pairG, toG := pairGraph(g, rep)
-	pair, err := Saturate(ctx, pairG, rws, opt)
-	if err != nil {
-		return nil, err
-	}
+	// The pair of blocks and the model's own e-graph are independent
+	// subgraph searches until the replay joins them: they run in
+	// parallel. Each is deterministic alone, so the result does not
+	// depend on which finishes first.
+	var pair *Program
+	var grp errgroup.Group
+	grp.Go(func() error {
+		var err error
+		pair, err = Saturate(ctx, pairG, rws, opt)
+		return err
+	})
 	eg, an := NewEGraph(false)
 	classes, err := AddGraph(eg, g)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, grp.Wait())
 	}
 	// The model's own e-graph gets the lower and fusion rules among rws
 	// (by their names, which LowerRewrites and RegionRewrites give), so
@@ -75,6 +85,9 @@ func SaturateModel(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data]
 	}
 	r := egraph.Runner[Data]{IterLimit: opt.IterLimit, NodeLimit: opt.NodeLimit, TimeLimit: opt.TimeLimit}
 	report, err := r.Run(ctx, eg, local)
+	if werr := grp.Wait(); werr != nil {
+		return nil, werr
+	}
 	if err != nil {
 		return nil, fmt.Errorf("saturate %s: %w", g.Name, err)
 	}
