@@ -100,6 +100,8 @@ type Config struct {
 	// or under the emulation) after the stages and may re-extract: it
 	// returns the candidate to finalize instead (or c itself).
 	Measure func(ctx context.Context, c *Candidate) (*Candidate, error)
+	// Rounds bounds the measure-and-extract-again rounds (0: 1).
+	Rounds int
 	// Events receives progress (may be nil). It is called from the
 	// search's goroutines one at a time.
 	Events func(Event)
@@ -348,27 +350,32 @@ func (s *searcher) run(ctx context.Context) error {
 	if last == nil {
 		return nil
 	}
-	if s.cfg.Measure != nil && ctx.Err() == nil {
-		s.emit(Event{Kind: "phase", Phase: "measure"})
+	// Measure, feed the measurements back, and measure the new program,
+	// while the program changes, rounds remain and the budget lasts.
+	for round := 0; s.cfg.Measure != nil && round < max(s.cfg.Rounds, 1) && ctx.Err() == nil; round++ {
+		s.emit(Event{Kind: "phase", Phase: "measure", Message: fmt.Sprintf("round %d", round+1)})
 		m, err := s.cfg.Measure(ctx, last)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.notef("measuring failed: %v", err)
-		case m != nil && m != last:
-			if s.cfg.Price != nil && m.Program != nil {
-				if err := s.cfg.Price(ctx, m); err != nil {
-					s.notef("pricing the measured program failed: %v", err)
-					break
-				}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.notef("measuring failed: %v", err)
 			}
-			s.mu.Lock()
-			s.res.Candidates = append(s.res.Candidates, m)
-			if m.Cost < s.best {
-				s.best = m.Cost
-			}
-			s.mu.Unlock()
-			last = m
+			break
 		}
+		if m == nil || m == last {
+			break
+		}
+		if s.cfg.Price != nil && m.Program != nil && m.Prepared == nil {
+			if err := s.cfg.Price(ctx, m); err != nil {
+				s.notef("pricing the measured program failed: %v", err)
+				break
+			}
+		}
+		s.mu.Lock()
+		s.res.Candidates = append(s.res.Candidates, m)
+		s.best = min(s.best, m.Cost)
+		s.mu.Unlock()
+		s.emit(Event{Kind: "candidate", Stage: m.Stage, Best: s.best, Message: "extracted again with the measured times"})
+		last = m
 	}
 	// The final program: finalized here unless the background worker
 	// has it or had it.

@@ -290,13 +290,18 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 		},
 	}
 	if measurer != nil {
+		cfg.Rounds = 1
+		if where == measure.WhereGPU {
+			cfg.Rounds = 3
+		}
+		done := map[string]bool{} // kernel body and schedule measured
 		cfg.Measure = func(ctx context.Context, c *search.Candidate) (*search.Candidate, error) {
 			lc, _ := c.Prepared.(*compiled)
 			if lc == nil {
 				return c, nil
 			}
-			ms, err := measureKernels(ctx, lc, m, measurer, o.candidates, o.seed, o.db, ev)
-			measured = ms
+			ms, err := measureKernels(ctx, lc, m, measurer, o.candidates, o.seed, o.db, done, ev)
+			measured = append(measured, ms...)
 			if err != nil || where != measure.WhereGPU {
 				// Emulated times are CPU times: recorded apart and
 				// reported, never fed back into a GPU's extraction.
@@ -307,16 +312,35 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 				return c, err
 			}
 			m.Measurements = cost.NewDBMeasurements(db)
+			// Measured times override predictions: extract again (a
+			// previous run's program keeps its launches) and print in
+			// the schedules that measured fastest.
+			next := &search.Candidate{Stage: c.Stage, Program: c.Program}
+			var nc *compiled
 			if c.Program == nil {
-				// A previous run's program: its schedules follow the
-				// measurements when it is printed again.
-				return c, nil
+				ks, err := cuda.PrintProgramWith(lc.lowered, m.Ranked)
+				if err != nil {
+					return c, err
+				}
+				nc = &compiled{lowered: lc.lowered, kernels: ks}
+			} else {
+				prog, err := c.Program.Reextract(ctx, sat.Cost)
+				if err != nil {
+					return c, err
+				}
+				if nc, err = lowerAndPrint(g, prog, m); err != nil {
+					return c, err
+				}
+				next.Program = prog
 			}
-			prog, err := c.Program.Reextract(ctx, sat.Cost)
-			if err != nil {
-				return c, err
+			if cuda.Source(nc.kernels) == cuda.Source(lc.kernels) && len(nc.lowered.Run) == len(lc.lowered.Run) {
+				return c, nil // nothing changed: the rounds end
 			}
-			return &search.Candidate{Stage: c.Stage + "+measured", Program: prog, Cost: prog.Cost}, nil
+			if !strings.HasSuffix(next.Stage, "+measured") {
+				next.Stage += "+measured"
+			}
+			next.Prepared, next.Cost = nc, runCost(nc)
+			return next, nil
 		}
 	}
 	storeKey := planStoreKey(model, o)
@@ -416,9 +440,9 @@ type kernelMeasurement struct {
 
 // measureKernels measures the most expensive distinct kernels of a
 // printed program (by predicted time per run, n at most) in their best
-// schedules through the worker, and records the measurements in the tuning
-// database.
-func measureKernels(ctx context.Context, c *compiled, m *cost.Model, client *measure.Client, n int, seed uint64, dbPath string, ev *progress) ([]kernelMeasurement, error) {
+// schedules through the worker, skipping those done holds (and adding the
+// rest), and records the measurements in the tuning database.
+func measureKernels(ctx context.Context, c *compiled, m *cost.Model, client *measure.Client, n int, seed uint64, dbPath string, done map[string]bool, ev *progress) ([]kernelMeasurement, error) {
 	lp := c.lowered
 	type item struct {
 		k     *cuda.Kernel
@@ -457,6 +481,11 @@ func measureKernels(ctx context.Context, c *compiled, m *cost.Model, client *mea
 			if err := ctx.Err(); err != nil {
 				return out, err
 			}
+			key := it.body.String() + "\n" + est.Schedule.String()
+			if done[key] {
+				continue
+			}
+			done[key] = true
 			id++
 			req := measure.Request{ID: id, Body: it.body.String(), Schedule: est.Schedule.String(), Seed: seed}
 			resp, err := client.Measure(ctx, req)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/internal/shareddata"
 	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/search"
 	"github.com/lumsearch/lumsearch/tunedb"
@@ -82,6 +83,20 @@ func PackageNameOf(model string) string {
 	return strings.NewReplacer("-", "_", ":", "_").Replace(model)
 }
 
+// TestOptimizeONNX optimizes an ONNX model with its own weights: its
+// symbolic dimension bound, the whole program verified under the emulation
+// with those weights, and the prepared weights written.
+func TestOptimizeONNX(t *testing.T) {
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	dir := filepath.Join(t.TempDir(), "out")
+	r := runArgs(t, "optimize", writeONNX(t), "--dim", "batch=4", "--budget", "0", "--measure", "none", "-o", dir)
+	require.Equal(t, exitOK, r.code, r.stderr+r.stdout)
+	assert.Regexp(t, `(?m)^  verify: the whole program matches the reference interpreter under the CPU emulation`, r.stdout)
+	files := readTree(t, dir)
+	assert.Contains(t, files, "weights.safetensors")
+	assert.Contains(t, files, "report.md")
+}
+
 // TestOptimizeDeterministic runs the same optimize twice, at GOMAXPROCS 1
 // and 2, with work limits ending the search: the output folders are
 // byte-identical.
@@ -133,6 +148,8 @@ func TestOptimizeErrors(t *testing.T) {
 	blocker := filepath.Join(t.TempDir(), "file")
 	require.NoError(t, os.WriteFile(blocker, []byte("x"), 0o644))
 	bad := writeFile(t, "bad.onnx", "not a protobuf")
+	symbolic := writeONNX(t)
+	einsum := filepath.Join(shareddata.Dir(t), "onnx-node", "test_einsum_batch_matmul", "model.onnx")
 	for _, c := range []struct {
 		name string
 		args []string
@@ -142,6 +159,8 @@ func TestOptimizeErrors(t *testing.T) {
 		{"unknown model", []string{"optimize", "no-such-model:layer", "-o", t.TempDir()}, exitInput, "no-such-model"},
 		{"unreadable onnx", []string{"optimize", bad, "-o", t.TempDir()}, exitInput, "bad.onnx"},
 		{"missing onnx", []string{"optimize", filepath.Join(t.TempDir(), "gone.onnx"), "-o", t.TempDir()}, exitInput, "gone.onnx"},
+		{"unbound dimension", []string{"optimize", symbolic, "-o", t.TempDir()}, exitInput, "--dim batch=VALUE"},
+		{"unsupported op", []string{"optimize", einsum, "-o", t.TempDir()}, exitInput, `node "z" (Einsum, opset 12): operator Einsum is not supported`},
 		{"output is a file", []string{"optimize", "tiny-llama:mlp", "-o", filepath.Join(blocker, "out")}, exitOutput, "output folder"},
 		{"no gpu", []string{"optimize", "tiny-llama:mlp", "--measure", "gpu", "-o", t.TempDir()}, exitNoDevice, "no CUDA device"},
 		{"no -o", []string{"optimize", "tiny-llama:mlp"}, exitUsage, "-o DIR"},
