@@ -343,6 +343,8 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 			return next, nil
 		}
 	}
+	// The tuning database as the run read it, before it adds records.
+	dbHash := tuneDBHash(o.db)
 	storeKey := planStoreKey(model, o)
 	if prev, err := previousPlan(o.db, storeKey, model, g, m); err != nil {
 		ev.printf("  note: the previous run's plan is not used: %v\n", err)
@@ -374,7 +376,7 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pl.TuneDBHash = tuneDBHash(o.db)
+	pl.TuneDBHash = dbHash
 	if err := pl.Write(o.out); err != nil {
 		return withCode(exitOutput, err)
 	}
@@ -392,8 +394,8 @@ func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
 	return nil
 }
 
-// tuneDBHash is the SHA-256 of the tuning database's file as the run
-// left it ("" when there is none).
+// tuneDBHash is the SHA-256 of the tuning database's file ("" when there
+// is none).
 func tuneDBHash(path string) string {
 	if path == "" {
 		var err error
