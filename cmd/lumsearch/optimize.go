@@ -849,7 +849,11 @@ func (p *progress) event(e search.Event) {
 	switch e.Kind {
 	case "step":
 		if p.terminal {
-			fmt.Fprintf(p.w, "\r\033[K  [%s %.1fs%s] e-graph %d e-nodes, %d classes; best %s", e.Stage, e.Elapsed, left, e.Nodes, e.Classes, seconds(e.Best))
+			best := "none yet"
+			if e.Best > 0 {
+				best = seconds(e.Best)
+			}
+			fmt.Fprintf(p.w, "\r\033[K  [%s %.1fs%s] e-graph %d e-nodes, %d classes; best %s", e.Stage, e.Elapsed, left, e.Nodes, e.Classes, best)
 			p.status = true
 		}
 		return
