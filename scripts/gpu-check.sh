@@ -15,8 +15,13 @@
 #   5. for each graph in GRAPHS: compiles it with lumsearch into
 #      OUT/compile-NAME (verified under the CPU emulation on a GPU machine,
 #      so numbers are checked before anything is timed), times it with
-#      "lumsearch bench" when the build has it, and times the same graph in
-#      PyTorch eager and with torch.compile (each graph capped in time);
+#      "lumsearch bench" when the build has it (which with --save writes the
+#      inputs and weights it fed and the compiled program's outputs into
+#      OUT/bench-NAME/), and times the same graph in PyTorch eager and with
+#      torch.compile on those same tensors, after comparing PyTorch's
+#      outputs with lumsearch's (each graph capped in time); where the
+#      tensors are missing or do not map onto PyTorch's graph, PyTorch runs
+#      on its own random inputs and the table says so;
 #   6. prints one table and writes OUT/results.json, OUT/summary.txt and
 #      the tuning records produced (OUT/tunedb.jsonl).
 # The whole run is capped by --budget-seconds (default 480: 8 minutes).
@@ -170,6 +175,14 @@ if "$lumsearch" help 2>/dev/null | grep -qE '^[[:space:]]+bench[[:space:]]'; the
 else
 	say "lumsearch bench: not available in this build; the lumsearch column is empty"
 fi
+# "bench --save" writes the tensors bench fed and the outputs it got, which
+# PyTorch then runs on; older builds lack it, and PyTorch draws its own.
+have_save=0
+if ((have_bench)) && "$lumsearch" help bench 2>/dev/null | grep -q -- '--save'; then
+	have_save=1
+elif ((have_bench)); then
+	say "lumsearch bench --save: not available in this build; PyTorch runs on its own random inputs"
+fi
 
 # --- PyTorch --------------------------------------------------------------
 have_torch=0
@@ -193,6 +206,12 @@ fi
 # or nothing. Enough for the flat objects torch_bench.py and bench print.
 json_num() {
 	sed -n "s/.*\"$1\": *\([-0-9.eE+]*\).*/\1/p" <<<"$2" | head -n 1
+}
+
+# json_field FIELD JSON: prints FIELD's string value (without quotes or
+# escapes inside) from a one-line JSON object, or nothing.
+json_field() {
+	sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p" <<<"$2" | head -n 1
 }
 
 # json_str STRING: STRING as a JSON string literal.
@@ -233,8 +252,12 @@ for g in "${graphs[@]}"; do
 	((share >= 10)) || share=10
 	safe=${g//[^A-Za-z0-9._-]/_}
 	cdir="$out/compile-$safe"
+	sdir="$out/bench-$safe"
 	compile_status="skipped"
 	ls_ms="" eager_ms="" compile_ms="" nbytes="" flops="" notes=""
+	# What PyTorch ran on ("lumsearch" or "random"), its worst relative L2
+	# error against lumsearch's outputs and the verdict (true or false).
+	torch_inputs="" ls_err="" ls_match="" saved=""
 
 	# Compile. On a GPU machine verify under the emulation: numbers first.
 	verify=false
@@ -257,35 +280,78 @@ for g in "${graphs[@]}"; do
 
 	# lumsearch bench: assumed to print one JSON object with "ms" (median
 	# milliseconds per run) after checking the program's outputs.
+	# With --save it also writes inputs.safetensors, outputs.safetensors
+	# and graph.txt into OUT/bench-NAME/ for PyTorch to run on.
 	if ((have_bench && !dry_run)) && [[ $compile_status == ok ]]; then
-		if bench=$(capped "$share" "$lumsearch" bench "$cdir" --json 2>>"$log"); then
+		save_args=()
+		((have_save)) && save_args=(--save "$sdir")
+		if bench=$(capped "$share" "$lumsearch" bench "$cdir" --json ${save_args[@]+"${save_args[@]}"} 2>>"$log"); then
 			ls_ms=$(json_num ms "$bench")
 			echo "$bench" >"$out/bench-$safe.json"
+			if [[ -f $sdir/inputs.safetensors && -f $sdir/outputs.safetensors ]]; then
+				saved=$sdir
+			fi
 		else
 			notes+="lumsearch bench failed; "
 		fi
 	fi
 
 	# PyTorch eager and torch.compile, the same graph at the same shapes.
+	# With lumsearch's saved tensors (--inputs) it compares its outputs
+	# with lumsearch's before timing anything.
 	if ((have_torch && !dry_run)); then
-		if tb=$(capped $((share + 15)) "$python" "$script_dir/torch_bench.py" --graph "$g" --seq "$seq_len" --dtype "$dtype" --time-cap "$share" 2>>"$log"); then
+		inputs_args=()
+		[[ -z $saved ]] || inputs_args=(--inputs "$saved")
+		if tb=$(capped $((share + 15)) "$python" "$script_dir/torch_bench.py" --graph "$g" --seq "$seq_len" --dtype "$dtype" --time-cap "$share" ${inputs_args[@]+"${inputs_args[@]}"} 2>>"$log"); then
 			echo "$tb" >"$out/torch-$safe.json"
 			eager_ms=$(json_num eager_ms "$tb")
 			compile_ms=$(json_num compile_ms "$tb")
 			nbytes=$(json_num bytes "$tb")
 			flops=$(json_num flops "$tb")
+			torch_inputs=$(json_field inputs "$tb")
+			ls_err=$(json_num max_rel_err_vs_lumsearch "$tb")
+			if grep -q '"lumsearch_match": true' <<<"$tb"; then
+				ls_match=true
+			elif grep -q '"lumsearch_match": false' <<<"$tb"; then
+				ls_match=false
+			fi
 			reason=$(sed -n 's/.*"\(compile_\)\{0,1\}reason": *"\([^"]*\)".*/\2/p' <<<"$tb" | head -n 1)
 			[[ -z $reason ]] || notes+="$reason; "
+			for field in lumsearch_reason inputs_reason; do
+				reason=$(json_field "$field" "$tb")
+				[[ -z $reason ]] || notes+="$reason; "
+			done
+			if [[ -z $saved && -n $eager_ms ]]; then
+				notes+="PyTorch ran on its own random inputs (no tensors saved by lumsearch bench); "
+			fi
 		else
 			notes+="PyTorch run failed or ran out of time; "
 		fi
 	fi
 	notes=${notes%; }
 
-	rows+=("$g|$ls_ms|$eager_ms|$compile_ms|$nbytes|$flops|$notes")
-	graph_json+=("$(printf '{"graph": %s, "compile": %s, "compile_dir": %s, "lumsearch_ms": %s, "eager_ms": %s, "torch_compile_ms": %s, "bytes": %s, "flops": %s, "notes": %s}' \
-		"$(json_str "$g")" "$(json_str "$compile_status")" "$(json_str "$cdir")" \
-		"${ls_ms:-null}" "${eager_ms:-null}" "${compile_ms:-null}" "${nbytes:-null}" "${flops:-null}" "$(json_str "$notes")")")
+	# The table's torch=ls? column: yes or NO with the worst relative L2
+	# error when PyTorch ran on lumsearch's tensors, "own inputs" when it
+	# ran on its own, empty when it did not run.
+	match_cell=""
+	if [[ $ls_match == true ]]; then
+		match_cell="yes"
+	elif [[ $ls_match == false ]]; then
+		match_cell="NO"
+	elif [[ -n $eager_ms && $torch_inputs != lumsearch ]]; then
+		match_cell="own inputs"
+	fi
+	[[ -z $ls_err || -z $match_cell ]] || match_cell+=" $(awk -v e="$ls_err" 'BEGIN { printf "%.1e", e }')"
+
+	rows+=("$g|$ls_ms|$eager_ms|$compile_ms|$nbytes|$flops|$match_cell|$notes")
+	torch_inputs_json=null
+	[[ -z $torch_inputs ]] || torch_inputs_json=$(json_str "$torch_inputs")
+	saved_json=null
+	[[ -z $saved ]] || saved_json=$(json_str "$saved")
+	graph_json+=("$(printf '{"graph": %s, "compile": %s, "compile_dir": %s, "saved_dir": %s, "lumsearch_ms": %s, "eager_ms": %s, "torch_compile_ms": %s, "bytes": %s, "flops": %s, "torch_inputs": %s, "max_rel_err_vs_lumsearch": %s, "torch_matches_lumsearch": %s, "notes": %s}' \
+		"$(json_str "$g")" "$(json_str "$compile_status")" "$(json_str "$cdir")" "$saved_json" \
+		"${ls_ms:-null}" "${eager_ms:-null}" "${compile_ms:-null}" "${nbytes:-null}" "${flops:-null}" \
+		"$torch_inputs_json" "${ls_err:-null}" "${ls_match:-null}" "$(json_str "$notes")")")
 done
 
 # --- the table ----------------------------------------------------------
@@ -297,10 +363,10 @@ table=$(
 	function num(s) { return s != "" }
 	function f(fmt, v) { return sprintf(fmt, v) }
 	BEGIN {
-		printf "%-22s %10s %10s %10s %8s %8s %14s %16s  %s\n", "graph", "lumsearch", "eager", "compile", "ls/eag", "ls/comp", "GB/s (%copy)", "TFLOP/s (%mm)", "notes"
+		printf "%-22s %10s %10s %10s %8s %8s %14s %16s %12s  %s\n", "graph", "lumsearch", "eager", "compile", "ls/eag", "ls/comp", "GB/s (%copy)", "TFLOP/s (%mm)", "torch=ls?", "notes"
 	}
 	{
-		g = $1; ls = $2; eg = $3; co = $4; by = $5; fl = $6; note = $7
+		g = $1; ls = $2; eg = $3; co = $4; by = $5; fl = $6; mt = $7; note = $8
 		r1 = (num(ls) && num(eg) && eg > 0) ? f("%.2f", ls / eg) : ""
 		r2 = (num(ls) && num(co) && co > 0) ? f("%.2f", ls / co) : ""
 		t = num(ls) ? ls : eg
@@ -313,7 +379,7 @@ table=$(
 			v = fl / (t / 1e3) / 1e12; tf = f("%.1f", v)
 			if (num(mm) && mm > 0) tf = tf f(" (%.0f%%)", 100 * v / mm)
 		}
-		printf "%-22s %10s %10s %10s %8s %8s %14s %16s  %s\n", g, (num(ls) ? f("%.3f", ls) : ""), (num(eg) ? f("%.3f", eg) : ""), (num(co) ? f("%.3f", co) : ""), r1, r2, bw, tf, note
+		printf "%-22s %10s %10s %10s %8s %8s %14s %16s %12s  %s\n", g, (num(ls) ? f("%.3f", ls) : ""), (num(eg) ? f("%.3f", eg) : ""), (num(co) ? f("%.3f", co) : ""), r1, r2, bw, tf, mt, note
 	}'
 )
 
@@ -324,6 +390,7 @@ elapsed=$((SECONDS - start_s))
 	echo "gpu-check: mode=$mode gpu=${gpu_name:-none} lumsearch=$lumsearch_version bench=$have_bench torch=$have_torch seq=$seq_len dtype=$dtype elapsed=${elapsed}s"
 	echo "ceilings: copy ${copy_gbs:-?} GB/s, bf16 matmul ${mm_tflops:-?} TFLOP/s"
 	echo "times in ms; ratios are lumsearch/eager and lumsearch/torch.compile"
+	echo "torch=ls?: whether PyTorch eager and torch.compile, run on the inputs and weights lumsearch bench fed, gave lumsearch's outputs (worst relative L2 error); own inputs: PyTorch drew its own"
 	echo "$table"
 } >"$out/summary.txt"
 echo

@@ -37,7 +37,7 @@ import (
 var benchCommand = &command{
 	name:     "bench",
 	summary:  "check a compiled program against the naive one, then time both on a GPU (or under the CPU emulation)",
-	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90]",
+	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90]",
 	doc: `
 "bench" builds two programs of the same model: the one "compile" makes (the
 search, the cost model's extraction and schedules) and the naive one (each
@@ -69,10 +69,21 @@ outputs are checked the same way and the times are the emulation's wall
 times, labelled emulated in the table, in the JSON and in the tuning
 database, which keeps them apart from GPU records. --json prints one JSON
 object instead of the table: {"ms": the compiled program's median, "naive_ms",
-"speedup", "where": "gpu" or "emulated", "kernels": [...], ...}.`,
+"speedup", "where": "gpu" or "emulated", "kernels": [...], ...}.
+
+--save DIR writes, after the run, what bench fed and what the compiled
+program gave, so that another tool can run the same graph on the same
+tensors and compare: DIR/inputs.safetensors (every input, state and weight
+of the model's graph, by the graph's names; its metadata lists which are
+which as JSON lists under "inputs", "states" and "weights", with the
+"model" and "seed"), DIR/outputs.safetensors (the compiled program's
+outputs by output name and the states' values after the run by state
+name) and DIR/graph.txt (the model's graph in the ir text format, which
+names and shapes them all). scripts/torch_bench.py --inputs DIR reads them.`,
 	example: `
 lumsearch bench out/ --json
-lumsearch bench tiny-gpt2:block --seq 4 --measure emulated`,
+lumsearch bench tiny-gpt2:block --seq 4 --measure emulated
+lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 	setup: func(fs *flag.FlagSet) action {
 		mode := fs.String("measure", "gpu", "where to measure: `gpu` or emulated")
 		asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
@@ -86,6 +97,7 @@ lumsearch bench tiny-gpt2:block --seq 4 --measure emulated`,
 		minRuns := fs.Int("min-runs", timing.DefaultMin, "the fewest timed runs of each measurement")
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
+		save := fs.String("save", "", "after the run, write the tensors fed (inputs.safetensors), the compiled program's outputs (outputs.safetensors) and the graph (graph.txt) into `DIR`")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
 				return usagef("want: bench DIR|MODEL")
@@ -96,7 +108,7 @@ lumsearch bench tiny-gpt2:block --seq 4 --measure emulated`,
 			if *minRuns < 1 || *maxTime <= 0 {
 				return usagef("--min-runs and --max-time must be positive")
 			}
-			b := bench{mode: *mode, json: *asJSON, dbPath: *db, seed: *seed, rule: timing.Rule{Min: *minRuns, MaxTime: *maxTime}}
+			b := bench{mode: *mode, json: *asJSON, dbPath: *db, seed: *seed, save: *save, rule: timing.Rule{Min: *minRuns, MaxTime: *maxTime}}
 			if b.mode == "gpu" {
 				// Say so before minutes of compiling, not after.
 				if _, err := gpu.Open(); err != nil {
@@ -137,6 +149,7 @@ type bench struct {
 	json   bool
 	dbPath string
 	seed   uint64
+	save   string // --save's folder, "" for none
 	rule   timing.Rule
 }
 
@@ -282,6 +295,9 @@ type benchTimes struct {
 	relError  float64      // of the compiled program's outputs against the naive one's
 	relLimit  float64
 	checkedAt int // elements compared
+	// outputs are the compiled program's outputs, and its states as
+	// "state NAME", as they were checked (what --save writes).
+	outputs map[string]*ir.Tensor
 }
 
 // run measures a built bench and reports it.
@@ -303,6 +319,11 @@ func (b bench) run(ctx context.Context, s *benchSetup, stdout io.Writer) error {
 	dbPath, recorded, err := b.record(s, t)
 	if err != nil {
 		return fmt.Errorf("bench %s: %w", s.model, err)
+	}
+	if b.save != "" {
+		if err := saveBench(b.save, s, b.seed, feeds, t.outputs); err != nil {
+			return fmt.Errorf("bench %s: %w", s.model, err)
+		}
 	}
 	return b.report(s, t, dbPath, recorded, stdout)
 }
@@ -424,6 +445,7 @@ func (b bench) onGPU(ctx context.Context, s *benchSetup, feeds map[string]*ir.Te
 	if t.relError, t.relLimit, t.checkedAt, err = compareWithNaive(got, want); err != nil {
 		return nil, err
 	}
+	t.outputs = got
 	topt := gpu.TimeOptions{Rule: b.rule}
 	if t.opt, err = opt.Time(topt); err != nil {
 		return nil, err
@@ -467,6 +489,7 @@ func (b bench) emulated(ctx context.Context, s *benchSetup, feeds map[string]*ir
 	if t.relError, t.relLimit, t.checkedAt, err = compareWithNaive(got, want); err != nil {
 		return nil, err
 	}
+	t.outputs = got
 	whole := func(bp benchProgram) (gpu.Timing, error) {
 		xs, err := b.rule.Repeat(func() (float64, error) {
 			start := time.Now()

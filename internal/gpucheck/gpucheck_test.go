@@ -69,11 +69,7 @@ func TestDryRun(t *testing.T) {
 	}
 	root := repoRoot(t)
 	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "lumsearch")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/lumsearch")
-	build.Dir = root
-	b, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", b)
+	bin := buildLumsearch(t)
 
 	path, python := toolsPath(t)
 	out := filepath.Join(tmp, "out")
@@ -82,11 +78,12 @@ func TestDryRun(t *testing.T) {
 	// Only the restricted PATH, so a real nvidia-smi cannot be found, and
 	// the default graph list (a GRAPHS from the caller would change it).
 	cmd.Env = []string{"PATH=" + path, "HOME=" + tmp, "XDG_CACHE_HOME=" + filepath.Join(tmp, "cache")}
-	b, err = cmd.CombinedOutput()
+	b, err := cmd.CombinedOutput()
 	stdout := string(b)
 	require.NoError(t, err, "gpu-check.sh: %s", stdout)
 
 	assert.Contains(t, stdout, "no NVIDIA GPU: dry mode")
+	assert.NotContains(t, stdout, "--save: not available", "this build's bench has --save")
 	// This build has "lumsearch bench"; in dry mode it is found, not run.
 	assert.Contains(t, stdout, " bench=1 ")
 	if !python || !torchImportable() {
@@ -94,6 +91,7 @@ func TestDryRun(t *testing.T) {
 	}
 	header := "graph                   lumsearch      eager    compile   ls/eag  ls/comp"
 	assert.Contains(t, stdout, header, "the table header")
+	assert.Regexp(t, `TFLOP/s \(%mm\) +torch=ls\?  notes`, stdout, "the column saying whether PyTorch matched lumsearch")
 
 	summary, err := os.ReadFile(filepath.Join(out, "summary.txt"))
 	require.NoError(t, err)
@@ -111,6 +109,8 @@ func TestDryRun(t *testing.T) {
 			CompileDir  string   `json:"compile_dir"`
 			LumsearchMS *float64 `json:"lumsearch_ms"`
 			EagerMS     *float64 `json:"eager_ms"`
+			SavedDir    *string  `json:"saved_dir"`
+			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
@@ -126,6 +126,8 @@ func TestDryRun(t *testing.T) {
 		assert.Equal(t, "ok", g.Compile, "%s compiles", g.Graph)
 		assert.Nil(t, g.LumsearchMS, "%s: nothing is timed in dry mode", g.Graph)
 		assert.Nil(t, g.EagerMS, "%s: nothing is timed in dry mode", g.Graph)
+		assert.Nil(t, g.SavedDir, "%s: bench does not run in dry mode", g.Graph)
+		assert.Nil(t, g.Matches, "%s: PyTorch does not run in dry mode", g.Graph)
 		for _, f := range []string{"kernels.cu", "model.h", "model.cpp", "plan.json"} {
 			assert.FileExists(t, filepath.Join(g.CompileDir, f))
 		}
@@ -163,25 +165,57 @@ func TestFakeGPU(t *testing.T) {
 		return p
 	}
 	write("nvidia-smi", `echo "NVIDIA H200"`+"\n")
+	// bench --save writes the two files, except for the layer, where it
+	// saves nothing (as a bench of an older build would).
 	lumsearch := write("lumsearch", `case "$1" in
 version) echo "lumsearch (fake)" ;;
-help) printf 'Commands:\n  compile   x\n  bench     time a compiled program\n' ;;
+help)
+	if [[ ${2:-} == bench ]]; then
+		echo 'Usage: lumsearch bench DIR|MODEL [--json] [--save DIR]'
+	else
+		printf 'Commands:\n  compile   x\n  bench     time a compiled program\n'
+	fi
+	;;
 compile) while [[ $# -gt 0 && $1 != -o ]]; do shift; done; mkdir -p "$2"; : >"$2/plan.json" ;;
-bench) echo '{"ms": 0.5}' ;;
+bench)
+	dir=$2
+	while [[ $# -gt 0 && $1 != --save ]]; do shift; done
+	if [[ $# -ge 2 && $dir != *layer ]]; then
+		mkdir -p "$2"
+		: >"$2/inputs.safetensors"
+		: >"$2/outputs.safetensors"
+	fi
+	echo '{"ms": 0.5}'
+	;;
 *) exit 2 ;;
 esac
 `)
+	// The PyTorch side matches lumsearch on the MLP and not on the RMS
+	// norm, and runs on its own inputs without --inputs.
 	python := write("fakepy", `case "$2" in
 --probe) echo '{"cuda_available": true, "torch": true, "torch_version": "2.9.0"}' ;;
 --ceilings) echo '{"copy_gbs": 4000.0, "matmul_bf16_tflops": 800.0, "ok": true}' ;;
---graph) echo '{"bytes": 1000000000, "compile_ms": 0.25, "eager_ms": 1.0, "flops": 100000000000}' ;;
+--graph)
+	graph=$3
+	while [[ $# -gt 0 && $1 != --inputs ]]; do shift; done
+	if [[ $# -lt 2 ]]; then
+		echo '{"bytes": 1000000000, "compile_ms": 0.25, "eager_ms": 1.0, "flops": 100000000000, "inputs": "random"}'
+	elif [[ ! -f $2/inputs.safetensors ]]; then
+		echo "fakepy: --inputs $2 has no inputs.safetensors" >&2
+		exit 1
+	elif [[ $graph == *mlp ]]; then
+		echo '{"bytes": 1000000000, "compile_ms": 0.25, "eager_ms": 1.0, "flops": 100000000000, "inputs": "lumsearch", "lumsearch_match": true, "max_rel_err_vs_lumsearch": 0.002}'
+	else
+		echo '{"eager_ms": 2.0, "inputs": "lumsearch", "lumsearch_match": false, "lumsearch_reason": "PyTorch eager'"'"'s output differs from lumsearch'"'"'s (relative L2 0.3 > 0.05)", "max_rel_err_vs_lumsearch": 0.3}'
+	fi
+	;;
 esac
 `)
 	tmp := t.TempDir()
 	out := filepath.Join(tmp, "out")
 	cmd := exec.Command(bash, filepath.Join(root, "scripts", "gpu-check.sh"), "--lumsearch", lumsearch, "--out", out, "--budget-seconds", "60")
 	cmd.Dir = tmp
-	cmd.Env = []string{"PATH=" + path, "HOME=" + tmp, "GRAPHS=llama-3-8b:mlp", "PYTHON=" + python}
+	cmd.Env = []string{"PATH=" + path, "HOME=" + tmp, "GRAPHS=llama-3-8b:mlp llama-3-8b:rmsnorm llama-3-8b:layer", "PYTHON=" + python}
 	b, err := cmd.CombinedOutput()
 	stdout := string(b)
 	require.NoError(t, err, "gpu-check.sh: %s", stdout)
@@ -190,24 +224,54 @@ esac
 	// 0.5 ms lumsearch against 1.0 eager and 0.25 torch.compile; 1 GB in
 	// 0.5 ms is 2000 GB/s, half the copy ceiling; 100 GFLOP in 0.5 ms is
 	// 200 TFLOP/s, a quarter of the matmul rate.
-	assert.Regexp(t, `llama-3-8b:mlp +0\.500 +1\.000 +0\.250 +0\.50 +2\.00 +2000 \(50%\) +200\.0 \(25%\)`, stdout)
+	assert.Regexp(t, `llama-3-8b:mlp +0\.500 +1\.000 +0\.250 +0\.50 +2\.00 +2000 \(50%\) +200\.0 \(25%\) +yes 2\.0e-03 *\n`, stdout)
+	// PyTorch ran on lumsearch's tensors and disagreed: NO, and the why.
+	assert.Regexp(t, `llama-3-8b:rmsnorm +0\.500 +2\.000 .* NO 3\.0e-01  PyTorch eager's output differs from lumsearch's \(relative L2 0\.3 > 0\.05\)\n`, stdout)
+	// bench saved nothing: PyTorch drew its own inputs, and says so.
+	assert.Regexp(t, `llama-3-8b:layer +0\.500 +1\.000 .* own inputs  PyTorch ran on its own random inputs \(no tensors saved by lumsearch bench\)\n`, stdout)
+	assert.Contains(t, stdout, "torch=ls?: whether PyTorch eager and torch.compile")
 
 	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
 	require.NoError(t, err)
 	var res struct {
 		Mode   string `json:"mode"`
 		Graphs []struct {
-			Graph       string  `json:"graph"`
-			LumsearchMS float64 `json:"lumsearch_ms"`
-			EagerMS     float64 `json:"eager_ms"`
-			CompileMS   float64 `json:"torch_compile_ms"`
+			Graph       string   `json:"graph"`
+			LumsearchMS float64  `json:"lumsearch_ms"`
+			EagerMS     float64  `json:"eager_ms"`
+			CompileMS   float64  `json:"torch_compile_ms"`
+			SavedDir    *string  `json:"saved_dir"`
+			TorchInputs *string  `json:"torch_inputs"`
+			RelErr      *float64 `json:"max_rel_err_vs_lumsearch"`
+			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
 	assert.Equal(t, "gpu", res.Mode)
-	require.Len(t, res.Graphs, 1)
-	assert.Equal(t, "llama-3-8b:mlp", res.Graphs[0].Graph)
-	assert.InDelta(t, 0.5, res.Graphs[0].LumsearchMS, 1e-9)
-	assert.InDelta(t, 1.0, res.Graphs[0].EagerMS, 1e-9)
-	assert.InDelta(t, 0.25, res.Graphs[0].CompileMS, 1e-9)
+	require.Len(t, res.Graphs, 3)
+	mlp, norm, layer := res.Graphs[0], res.Graphs[1], res.Graphs[2]
+	assert.Equal(t, "llama-3-8b:mlp", mlp.Graph)
+	assert.InDelta(t, 0.5, mlp.LumsearchMS, 1e-9)
+	assert.InDelta(t, 1.0, mlp.EagerMS, 1e-9)
+	assert.InDelta(t, 0.25, mlp.CompileMS, 1e-9)
+	if assert.NotNil(t, mlp.SavedDir) {
+		assert.Equal(t, filepath.Join(out, "bench-llama-3-8b_mlp"), *mlp.SavedDir)
+	}
+	if assert.NotNil(t, mlp.TorchInputs) {
+		assert.Equal(t, "lumsearch", *mlp.TorchInputs)
+	}
+	if assert.NotNil(t, mlp.RelErr) {
+		assert.InDelta(t, 0.002, *mlp.RelErr, 1e-12)
+	}
+	if assert.NotNil(t, mlp.Matches) {
+		assert.True(t, *mlp.Matches)
+	}
+	if assert.NotNil(t, norm.Matches) {
+		assert.False(t, *norm.Matches)
+	}
+	assert.Nil(t, layer.SavedDir)
+	assert.Nil(t, layer.Matches)
+	if assert.NotNil(t, layer.TorchInputs) {
+		assert.Equal(t, "random", *layer.TorchInputs)
+	}
 }
