@@ -106,7 +106,10 @@ func TestVerifyKernels(t *testing.T) {
 		sampled func(k *Kernel) bool
 	}{
 		{"default", VerifyOptions{Seed: 1}, func(k *Kernel) bool { return large[k.Name] }},
-		{"whole", VerifyOptions{Seed: 2, MaxElements: 1 << 30}, func(*Kernel) bool { return false }},
+		{"whole", VerifyOptions{Seed: 2, MaxElements: 1 << 30, MaxWork: 1 << 62}, func(*Kernel) bool { return false }},
+		// Few outputs but long reductions: sampled by work alone.
+		{"sampled by work", VerifyOptions{Seed: 5, MaxElements: 1 << 30, MaxWork: 1},
+			func(k *Kernel) bool { return k.Grid[0]*k.Grid[1]*k.Grid[2] > 8 }},
 		{"sampled", VerifyOptions{Seed: 3, MaxElements: 1, MaxBlocks: 3},
 			func(k *Kernel) bool { return k.Grid[0]*k.Grid[1]*k.Grid[2] > 3 }},
 		{"sampled shuffled", VerifyOptions{Seed: 4, MaxElements: 1, MaxBlocks: 2, Emu: emu.Options{Shuffle: true, Seed: 9}},
@@ -335,7 +338,7 @@ func TestVerifyKernelTimings(t *testing.T) {
 		for _, mode := range []struct {
 			name string
 			opt  VerifyOptions
-		}{{"default", VerifyOptions{Seed: 1}}, {"whole", VerifyOptions{Seed: 1, MaxElements: 1 << 30}}} {
+		}{{"default", VerifyOptions{Seed: 1}}, {"whole", VerifyOptions{Seed: 1, MaxElements: 1 << 30, MaxWork: 1 << 62}}} {
 			mode.opt.Emu.CacheDir = cache
 			runs := []string{"compiling", "cached"}
 			if mode.name == "whole" {
@@ -396,7 +399,7 @@ func TestVerifyKernelErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "verify kernel mm_lazy: the sampled blocks [0 44] of 45 wrote no output element")
 	var m *KernelMismatch
 	assert.False(t, errors.As(err, &m))
-	_, err = VerifyKernel(context.Background(), lazy, mmBody, VerifyOptions{Seed: 1, MaxElements: 1 << 30})
+	_, err = VerifyKernel(context.Background(), lazy, mmBody, VerifyOptions{Seed: 1, MaxElements: 1 << 30, MaxWork: 1 << 62})
 	assert.ErrorAs(t, err, &m)
 	assert.Positive(t, m.NeverWritten)
 }

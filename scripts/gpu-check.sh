@@ -169,8 +169,11 @@ say "lumsearch: $lumsearch_version"
 
 # "lumsearch bench" times a compiled program on the GPU; older builds lack
 # it, and then the lumsearch column stays empty rather than failing.
+# (The help text is read whole first: "grep -q" stops reading at its first
+# match, and under pipefail the writer's SIGPIPE would fail the test.)
 have_bench=0
-if "$lumsearch" help 2>/dev/null | grep -qE '^[[:space:]]+bench[[:space:]]'; then
+help_text=$("$lumsearch" help 2>/dev/null || true)
+if grep -qE '^[[:space:]]+bench[[:space:]]' <<<"$help_text"; then
 	have_bench=1
 else
 	say "lumsearch bench: not available in this build; the lumsearch column is empty"
@@ -178,7 +181,8 @@ fi
 # "bench --save" writes the tensors bench fed and the outputs it got, which
 # PyTorch then runs on; older builds lack it, and PyTorch draws its own.
 have_save=0
-if ((have_bench)) && "$lumsearch" help bench 2>/dev/null | grep -q -- '--save'; then
+bench_help=$("$lumsearch" help bench 2>/dev/null || true)
+if ((have_bench)) && grep -q -- '--save' <<<"$bench_help"; then
 	have_save=1
 elif ((have_bench)); then
 	say "lumsearch bench --save: not available in this build; PyTorch runs on its own random inputs"
