@@ -465,6 +465,20 @@ func (e *elementwise) reduceLoop(n *ir.Node, ix index, guarded bool) (string, er
 	if cType(n.DType) != "float" {
 		return "", fmt.Errorf("a %s reduction over %s", n.Op, n.DType)
 	}
+	if guarded {
+		// A guarded value is one expression, evaluated only where its
+		// guard holds (a concat's or pad's branch reads out of bounds
+		// elsewhere): the loop goes inside a lambda called in place.
+		if len(inner.lines) > 0 {
+			return "", fmt.Errorf("a %s reduction whose operand needs statements, under a guard", n.Op)
+		}
+		expr := fmt.Sprintf("([&]() -> float { float %s = %s; for (long long %s = 0; %s < %dLL; %s++) { %s } return %s; }())",
+			acc, init, v, v, src[ax], v, combine, acc)
+		if n.DType != ir.F32 {
+			return castExpr(ir.F32, n.DType, expr), nil
+		}
+		return expr, nil
+	}
 	e.emit("float %s = %s;", acc, init)
 	e.emit("for (long long %s = 0; %s < %dLL; %s++) {", v, v, src[ax], v)
 	for _, l := range inner.lines {

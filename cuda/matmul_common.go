@@ -110,7 +110,7 @@ func (g matmulGeom) printEpilogue(b *strings.Builder, body *ir.Graph, mm ir.Valu
 func normPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, blockRows, warps int) (func(ir.Value, index) (string, bool), error) {
 	var reds []ir.Value
 	for i, n := range body.Nodes {
-		if n.Op.Class() == ir.ClassReduce {
+		if rowReduction(body, n) {
 			reds = append(reds, ir.Value(i))
 		}
 	}

@@ -130,12 +130,24 @@ func attentionBody(t testing.TB, s, tk ir.Dim) *ir.Graph {
 // the softmax computed in f32 between casts, as the corpus builders do for
 // half precision.
 func attentionBodyOf(t testing.TB, dt ir.DType, s, tk ir.Dim) *ir.Graph {
+	return attentionBodySplit(t, dt, s, tk, 0)
+}
+
+// attentionBodySplit is attentionBodyOf with q, k and v, when split > 0,
+// each the sum of split partials (split-K's, summed as they are loaded).
+func attentionBodySplit(t testing.TB, dt ir.DType, s, tk ir.Dim, split ir.Dim) *ir.Graph {
 	t.Helper()
 	b := ir.NewBuilder("kernel")
 	const h, kvh, d = 4, 2, 8
-	q := b.Input("$0", dt, 1, h, s, d)
-	k := b.Input("$1", dt, 1, kvh, tk, d)
-	v := b.Input("$2", dt, 1, kvh, tk, d)
+	in := func(name string, shape ...ir.Dim) ir.Value {
+		if split == 0 {
+			return b.Input(name, dt, shape...)
+		}
+		return b.Reshape(b.Sum(b.Input(name, dt, append(ir.Shape{split}, shape...)...), 0), shape...)
+	}
+	q := in("$0", 1, h, s, d)
+	k := in("$1", 1, kvh, tk, d)
+	v := in("$2", 1, kvh, tk, d)
 	cos, sin := b.Input("$3", dt, tk, d), b.Input("$4", dt, tk, d)
 	rot := func(x ir.Value, heads ir.Dim, rows ir.Dim) ir.Value {
 		shape := ir.Shape{1, heads, rows, d}

@@ -70,11 +70,9 @@ func isRowKernel(body *ir.Graph) bool {
 		switch n.Op.Class() {
 		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
 		case ir.ClassReduce:
-			in := body.Node(n.Inputs[0]).Shape
-			if n.Attrs.Axis != len(in)-1 && n.Attrs.Axis != -1 {
-				return false
-			}
-			found = true
+			// A sum across rows (split-K's final sum) is computed as it
+			// is read, by a loop of its own (elementwise.reduceLoop).
+			found = found || rowReduction(body, n)
 		default:
 			return false
 		}
@@ -82,11 +80,21 @@ func isRowKernel(body *ir.Graph) bool {
 	return found
 }
 
+// rowReduction reports whether n reduces along its input's last axis: a
+// row kernel's (or a norm prologue's) reduction, not a sum across rows.
+func rowReduction(body *ir.Graph, n *ir.Node) bool {
+	if n.Op.Class() != ir.ClassReduce {
+		return false
+	}
+	in := body.Node(n.Inputs[0]).Shape
+	return n.Attrs.Axis == -1 || n.Attrs.Axis == len(in)-1
+}
+
 // printRow prints a row kernel.
 func printRow(k *Kernel, body *ir.Graph, s cost.Schedule) ([]string, string, error) {
 	var reds []ir.Value
 	for i, n := range body.Nodes {
-		if n.Op.Class() == ir.ClassReduce {
+		if rowReduction(body, n) {
 			if n.DType != ir.F32 && n.DType != ir.F16 && n.DType != ir.BF16 {
 				return nil, "", fmt.Errorf("a %s reduction over %s: row kernels reduce floats only", n.Op, n.DType)
 			}
@@ -105,9 +113,9 @@ func printRow(k *Kernel, body *ir.Graph, s cost.Schedule) ([]string, string, err
 	after := make([]bool, len(body.Nodes))
 	for i, n := range body.Nodes {
 		for _, in := range n.Inputs {
-			after[i] = after[i] || after[in] || body.Node(in).Op.Class() == ir.ClassReduce
+			after[i] = after[i] || after[in] || rowReduction(body, body.Node(in))
 		}
-		if !after[i] || n.Op.Class() == ir.ClassReduce {
+		if !after[i] || rowReduction(body, n) {
 			continue
 		}
 		switch n.Op.Class() {

@@ -28,6 +28,9 @@ func scheduleBodies(t testing.TB) map[string]*ir.Graph {
 	bodies["attention_prefill"] = attentionBody(t, 5, 5)
 	bodies["attention_decode"] = attentionBody(t, 1, 70)
 	bodies["attention_bf16"] = attentionBodyOf(t, ir.BF16, 5, 37)
+	for name, body := range splitSumBodies(t) {
+		bodies[name] = body
+	}
 	return bodies
 }
 

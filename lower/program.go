@@ -574,7 +574,7 @@ func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
 		if !need[i] {
 			continue
 		}
-		if !rowsOp(n) {
+		if !rowsOp(body, n) {
 			return nil, nil, false
 		}
 		if n.Op == ir.OpInput {
@@ -613,12 +613,17 @@ func noopCasts(body *ir.Graph, v ir.Value) ir.Value {
 // update: the ops of the elementwise form (views, moves, elementwise ops
 // and leaves of at most one value), which the printer writes through a
 // window.
-func rowsOp(n *ir.Node) bool {
+func rowsOp(body *ir.Graph, n *ir.Node) bool {
 	switch n.Op.Class() {
 	case ir.ClassLeaf:
 		return n.Op != ir.OpConst || len(n.Data) <= 1
 	case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
 		return true
+	case ir.ClassReduce:
+		// A short sum across rows (split-K's partials summed as they
+		// are read): each element loops over the summed axis.
+		in := body.Node(n.Inputs[0]).Shape
+		return n.Op == ir.OpSum && n.Axis >= 0 && n.Axis < len(in)-1 && in[n.Axis] <= rules.MaxCrossSum
 	}
 	return false
 }

@@ -346,7 +346,13 @@ func TestRowsBody(t *testing.T) {
 			return b.Cast(b.SliceUpdate(s, x, 2, 5), ir.F16)
 		}},
 		{"not a slice_update", false, func(b *ir.Builder, s, x ir.Value) ir.Value { return b.Neg(s) }},
-		{"rows of a reduction", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+		{"rows of a row reduction", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(s, b.Expand(b.Sum(x, 3), 1, 2, 1, 4), 2, 5)
+		}},
+		{"rows of a long reduction across rows", false, func(b *ir.Builder, s, x ir.Value) ir.Value {
+			return b.SliceUpdate(s, b.Sum(b.Expand(x, 1, 2, 32, 4), 2), 2, 5)
+		}},
+		{"rows summed from split-K partials", true, func(b *ir.Builder, s, x ir.Value) ir.Value {
 			return b.SliceUpdate(s, b.Sum(b.Expand(x, 1, 2, 3, 4), 2), 2, 5)
 		}},
 	}

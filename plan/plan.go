@@ -280,7 +280,9 @@ func (p *Plan) Validate() error {
 			if id < 0 || id >= len(p.Buffers) {
 				return fmt.Errorf("%s %s: buffer %d of %d", what, name, id, len(p.Buffers))
 			}
-			if k := p.Buffers[id].Kind; k == lower.Temp.String() {
+			// An update may name the intermediate a run copies into
+			// its state at the end; an output must outlive the run.
+			if k := p.Buffers[id].Kind; what == "output" && k == lower.Temp.String() {
 				return fmt.Errorf("%s %s is temp buffer %d, which is not kept after a run", what, name, id)
 			}
 		}

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/lumsearch/lumsearch/cost"
@@ -257,6 +258,9 @@ func ModelCost(eg *egraph.EGraph[Data], m *cost.Model) extract.CostFunc {
 			if !ok {
 				return math.Inf(1)
 			}
+			if rows, ok := inPlaceRows(eg, n, body); ok {
+				body = rows
+			}
 			e, err := m.Kernel(body)
 			if err != nil {
 				return math.Inf(1)
@@ -272,4 +276,84 @@ func ModelCost(eg *egraph.EGraph[Data], m *cost.Model) extract.CostFunc {
 		}
 		return math.Inf(1)
 	}
+}
+
+// inPlaceRows is, for a kernel writing a state's new content
+// (slice_update(state, rows) over the state's class read whole there and
+// nowhere else, rows computed by the elementwise form), the body lowering
+// runs instead: the rows alone, written into the state buffer in place
+// (lower's updateInPlace). Pricing the whole state's copy would make a
+// decode step's KV cache write look like a copy of the cache.
+func inPlaceRows(eg *egraph.EGraph[Data], n egraph.Node, body *ir.Graph) (*ir.Graph, bool) {
+	if len(body.Outputs) != 1 {
+		return nil, false
+	}
+	out := body.Outputs[0].Value
+	for body.Node(out).Op == ir.OpCast && body.Node(body.Node(out).Inputs[0]).DType == body.Node(out).DType {
+		out = body.Node(out).Inputs[0]
+	}
+	su := body.Node(out)
+	if su.Op != ir.OpSliceUpdate {
+		return nil, false
+	}
+	base := su.Inputs[0]
+	if body.Node(base).Op != ir.OpInput {
+		return nil, false
+	}
+	k := slices.Index(body.Inputs(), base)
+	if k < 0 || k >= len(n.Children) || !isState(eg, n.Children[k]) {
+		return nil, false
+	}
+	rows := su.Inputs[1]
+	need := make([]bool, len(body.Nodes))
+	need[rows] = true
+	for i := int(rows); i >= 0; i-- {
+		if !need[i] {
+			continue
+		}
+		nd := body.Nodes[i]
+		switch c := nd.Op.Class(); {
+		case ir.Value(i) == base:
+			return nil, false // the rows read the old content
+		case c == ir.ClassLeaf || c == ir.ClassUnary || c == ir.ClassBinary || c == ir.ClassCompare || c == ir.ClassSelect || c == ir.ClassView || c == ir.ClassMove:
+		case nd.Op == ir.OpSum && !rowReduce(body, nd):
+		default:
+			return nil, false
+		}
+		for _, in := range nd.Inputs {
+			need[in] = true
+		}
+	}
+	b := ir.NewBuilder(body.Name)
+	vals := make([]ir.Value, len(body.Nodes))
+	for i, nd := range body.Nodes[:rows+1] {
+		if !need[i] {
+			continue
+		}
+		if nd.Op == ir.OpInput {
+			vals[i] = b.Input(nd.Name, nd.DType, nd.Shape...)
+			continue
+		}
+		kids := make([]ir.Value, len(nd.Inputs))
+		for j, in := range nd.Inputs {
+			kids[j] = vals[in]
+		}
+		vals[i] = b.Apply(nd.Op, nd.Attrs, kids...)
+	}
+	b.Output("rows", vals[rows])
+	g, err := b.Build()
+	if err != nil {
+		return nil, false
+	}
+	return g, true
+}
+
+// isState reports whether class c holds a state leaf (a KV cache).
+func isState(eg *egraph.EGraph[Data], c egraph.ClassID) bool {
+	for _, id := range eg.ClassNodes(eg.Find(c)) {
+		if op, ok := OpOf(eg.Node(id).Op); ok && op == ir.OpState {
+			return true
+		}
+	}
+	return false
 }

@@ -33,8 +33,11 @@ const (
 //     scale, mask) on their operands.
 //
 // Casts and concats count as views: they only say where elements come
-// from. A kernel without matmuls may write a second output, a value it
-// computes on the way (a residual sum next to its norm).
+// from, and so does a short sum across rows (MaxCrossSum: split-K's final
+// sum over its partials) of values loaded from the arguments: any form
+// sums the partials as it loads them. A kernel without matmuls may write a
+// second output, a value it computes on the way (a residual sum next to
+// its norm).
 func Legal(body *ir.Graph) bool {
 	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) == 0 || len(body.Outputs) > maxKernelOutputs {
 		return false
@@ -82,8 +85,19 @@ type formNode struct {
 	// them, which a tile cannot normalize).
 	left     ir.Shape
 	rowShape ir.Shape // the shape a row op reduces, for formRow and formSoftmax
-	kids     []int32
+	// cross marks a short sum across rows (MaxCrossSum): free, but only
+	// over values computed from the kernel's arguments by free nodes.
+	cross bool
+	kids  []int32
 }
+
+// MaxCrossSum is the longest sum across rows (over an axis other than the
+// last) that a kernel of any form may compute on the way, each element
+// looping over the summed axis as it is read: split-K's final sum over its
+// partials (at most 16 of them, rules.SplitKFactors) fused into the
+// partials' consumer. Longer ones, and max reductions across rows, are a
+// kernel of their own.
+const MaxCrossSum = 16
 
 // formOf classifies one op; shape gives its inputs' shapes.
 func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape) formNode {
@@ -109,6 +123,12 @@ func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape) formN
 			ax += len(in)
 		}
 		if op.Class() == ir.ClassReduce && ax != len(in)-1 {
+			if op == ir.OpSum && ax >= 0 && ax < len(in) && in[ax] <= MaxCrossSum {
+				// A short sum across rows (split-K's final sum over its
+				// partials) reads a few elements per output element:
+				// any form computes it as it loads, like a gather.
+				return formNode{kind: formFree, moves: true, cross: true}
+			}
 			return formNode{kind: formOther} // a reduction across rows is its own kind of kernel
 		}
 		if op == ir.OpMaxReduce || op == ir.OpSoftmax {
@@ -128,6 +148,20 @@ func legalForm(nodes []formNode, partial bool) bool {
 	others, softmax, exp := 0, false, false
 	var rowShape ir.Shape
 	var rows []int
+	// computed[i]: node i is, or depends on, a node that is not free (a
+	// matmul, a row op, another op). A sum across rows must not: its
+	// loop recomputes its operand per summed element, which the forms
+	// do only for values loaded from the arguments.
+	computed := make([]bool, len(nodes))
+	for i, n := range nodes {
+		computed[i] = n.kind != formFree
+		for _, k := range n.kids {
+			computed[i] = computed[i] || computed[k]
+		}
+		if n.cross && computed[i] {
+			return false
+		}
+	}
 	for i, n := range nodes {
 		switch n.kind {
 		case formMatMul:
@@ -296,10 +330,20 @@ func formOfBody(body *ir.Graph) Form {
 		}
 		if feeds[i] {
 			f.Prologue = append(f.Prologue, n.Op.String())
-			f.RowPrologue = f.RowPrologue || c == ir.ClassReduce || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm
+			f.RowPrologue = f.RowPrologue || rowReduce(body, n) || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm
 		} else {
 			f.Epilogue = append(f.Epilogue, n.Op.String())
 		}
 	}
 	return f
+}
+
+// rowReduce reports whether n is a reduction along its input's last axis
+// (a sum across rows, say split-K's final sum, is not one).
+func rowReduce(body *ir.Graph, n *ir.Node) bool {
+	if n.Op.Class() != ir.ClassReduce {
+		return false
+	}
+	in := body.Node(n.Inputs[0]).Shape
+	return n.Axis == -1 || n.Axis == len(in)-1
 }

@@ -70,11 +70,40 @@ func TestLegal(t *testing.T) {
 			return b.MatMul(b.MatMul(softmax(b, b.MatMul(q, k)), v), b.Weight("o", ir.F32, 4, 4))
 		}, false, ""},
 		{"one reduction across rows", func(b *ir.Builder) ir.Value {
-			return b.Sum(b.Exp(b.Input("x", ir.F32, 8, 16)), 0)
+			return b.Sum(b.Exp(b.Input("x", ir.F32, 32, 16)), 0)
 		}, true, "sum"},
 		{"two reductions across rows", func(b *ir.Builder) ir.Value {
-			x := b.Input("x", ir.F32, 8, 16)
+			x := b.Input("x", ir.F32, 32, 16)
 			return b.Add(b.Sum(x, 0), b.Sum(b.Exp(x), 0))
+		}, false, ""},
+		{"a max across a few rows", func(b *ir.Builder) ir.Value {
+			x := b.Input("x", ir.F32, 4, 16)
+			return b.Add(b.ReduceMax(x, 0), b.Sum(b.Exp(x), 0))
+		}, true, "reduce_max"},
+		{"short sums across rows (split-K partials)", func(b *ir.Builder) ir.Value {
+			p := b.Input("p", ir.F32, 4, 8, 16)
+			q := b.Input("q", ir.F32, 16, 8, 16)
+			return b.Add(b.Sum(p, 0), b.Sum(b.Exp(q), 0))
+		}, true, "elementwise"},
+		{"split-K partials summed in a matmul prologue", func(b *ir.Builder) ir.Value {
+			p := b.Input("p", ir.F32, 4, 8, 16)
+			return b.MatMul(b.Reshape(b.Sum(p, 0), 8, 16), b.Weight("w", ir.F32, 16, 4))
+		}, true, "matmul, prologue [sum]"},
+		{"split-K partials summed in a matmul epilogue", func(b *ir.Builder) ir.Value {
+			p := b.Input("p", ir.F32, 4, 8, 4)
+			mm := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Weight("w", ir.F32, 16, 4))
+			return b.Add(mm, b.Reshape(b.Sum(p, 0), 8, 4))
+		}, true, "matmul, epilogue [sum add]"},
+		{"split-K partials summed before a norm", func(b *ir.Builder) ir.Value {
+			p := b.Input("p", ir.F32, 4, 8, 16)
+			return b.RMSNorm(b.Add(b.Input("x", ir.F32, 1, 8, 16), b.Reshape(b.Sum(p, 0), 1, 8, 16)), b.Weight("w", ir.F32, 16), 1e-5)
+		}, true, "row"},
+		{"a sum across rows of a matmul's result", func(b *ir.Builder) ir.Value {
+			mm := b.MatMul(b.Input("x", ir.F32, 4, 8, 16), b.Weight("w", ir.F32, 4, 16, 4))
+			return b.Sum(mm, 0)
+		}, false, ""},
+		{"a sum across rows of a row kernel's result", func(b *ir.Builder) ir.Value {
+			return b.Sum(b.Softmax(b.Input("x", ir.F32, 4, 8, 16), -1), 0)
 		}, false, ""},
 		{"too many arguments", func(b *ir.Builder) ir.Value {
 			s := b.Input("x0", ir.F32, 4)

@@ -32,6 +32,14 @@ type regionPolicy struct {
 	// norm prologue then reads a residual sum materialized by the matmul
 	// kernel that produced it, instead of recomputing its matmul.
 	stopAtMatMuls bool
+	// noMatMuls grows through everything but matmuls: a row kernel
+	// normalizing a residual sum reads the matmul's result instead of
+	// taking the matmul in (which would leave the norm's reduction out).
+	noMatMuls bool
+	// noPrologue leaves a matmul's operands as arguments: the matmul
+	// reads them as they are (a tensor-core tile loads them directly)
+	// and the body grows on its epilogue side only.
+	noPrologue bool
 	// elementwise grows through elementwise ops and views only.
 	elementwise bool
 }
@@ -40,21 +48,25 @@ type regionPolicy struct {
 func regionPolicies(arity int) []regionPolicy {
 	var out []regionPolicy
 	for first := range max(arity, 1) {
-		out = append(out, regionPolicy{first: first}, regionPolicy{first: first, stopAtMatMuls: true})
+		out = append(out, regionPolicy{first: first}, regionPolicy{first: first, stopAtMatMuls: true},
+			regionPolicy{first: first, noPrologue: true})
 	}
+	out = append(out, regionPolicy{noMatMuls: true})
 	return append(out, regionPolicy{elementwise: true})
 }
 
 // RegionRewrites are the region fusion rules: one per tensor op and arity,
-// each adding to a node's class the kernels grown from it.
+// each adding to a node's class the kernels grown from it, and the rules
+// that sum split-K partials inside the kernels reading them
+// (CrossSumRewrites).
 func RegionRewrites() []*egraph.Rewrite[Data] {
 	memo := &regionMemo{}
-	return opRewrites("region", func(op ir.Op, name string) egraph.ApplyFunc[Data] {
+	return append(CrossSumRewrites(), opRewrites("region", func(op ir.Op, name string) egraph.ApplyFunc[Data] {
 		return func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
 			root := egraph.Node{Op: Symbol(op), Payload: m.GetPayload("?attrs"), Children: slices.Clone(m.Subst)}
 			return growRegions(g, memo, name, root, m.Root())
 		}
-	})
+	})...)
 }
 
 // regionMemo remembers the nodes whose regions were grown, per e-graph: the
@@ -95,9 +107,11 @@ func growRegions(g *egraph.EGraph[Data], memo *regionMemo, rule string, root egr
 	// A class keeps at most maxAlternatives kernels: algebra gives a class
 	// many nodes, and the first ones grown (the model's own node's
 	// regions come in the first iteration) are the ones a fusion needs.
+	// Kernels summing split-K partials as they read them
+	// (CrossSumRewrites) are variants of others and do not count.
 	kernels := 0
 	for _, id := range g.ClassNodes(c) {
-		if g.Node(id).Op == KernelSymbol {
+		if n := g.Node(id); n.Op == KernelSymbol && !readsCrossSum(n.Payload) {
 			kernels++
 		}
 	}
@@ -246,9 +260,8 @@ func (r *region) grow(rootClass egraph.ClassID, root egraph.Node) bool {
 	if r.pol.first > 0 && r.pol.first < len(order) {
 		order = append(order[r.pol.first:], order[:r.pol.first]...)
 	}
-	for _, k := range order {
-		r.visit(k)
-	}
+	root.Children = order
+	r.visitOperands(root)
 	return len(r.nodes) > 1 || len(r.consts) > 0
 }
 
@@ -278,6 +291,23 @@ func (r *region) visit(c egraph.ClassID) {
 	}
 	if !r.try(c, n) {
 		r.arg(c)
+		return
+	}
+	r.visitOperands(n)
+}
+
+// visitOperands visits the operands of node n, just added: a matmul's
+// are arguments under noPrologue.
+func (r *region) visitOperands(n egraph.Node) {
+	if op, _ := OpOf(n.Op); r.pol.noPrologue && op == ir.OpMatMul {
+		for _, k := range n.Children {
+			k = r.g.Find(k)
+			_, inside := r.at[k]
+			_, isArg := r.argAt[k]
+			if !inside && !isArg && !r.consts[k] {
+				r.arg(k)
+			}
+		}
 		return
 	}
 	for _, k := range n.Children {
@@ -433,6 +463,9 @@ func (r *region) isLeaf(c egraph.ClassID) bool {
 func (r *region) try(c egraph.ClassID, n egraph.Node) bool {
 	op, ok := OpOf(n.Op)
 	if !ok {
+		return false
+	}
+	if r.pol.noMatMuls && op == ir.OpMatMul {
 		return false
 	}
 	if r.pol.elementwise && len(r.nodes) > 0 {

@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lumsearch/lumsearch/egraph"
@@ -131,6 +132,9 @@ func (prog *Program) extract(ctx context.Context, name string, price func(*egrap
 	sol, cost, err := extract.GreedyImproved(ctx, p)
 	if err != nil {
 		return err
+	}
+	if alt, altCost, ok := extractWithoutCrossSums(ctx, eg, p, RootClasses(prog.Roots), price(eg)); ok && altCost < cost {
+		sol, cost = alt, altCost
 	}
 	prog.Problem, prog.Solution, prog.Cost = p, sol, cost
 	if prog.List, err = ProgramKernels(eg, p, sol); err != nil {
@@ -281,4 +285,67 @@ func NaiveKernels(g *ir.Graph) int {
 		}
 	}
 	return n
+}
+
+// extractWithoutCrossSums is a second start for extraction: the greedy
+// program of the e-graph without the kernels that sum split-K partials as
+// they read them (CrossSumRewrites), refined by Improve over all of p. The
+// greedy choices are made class by class, and those kernels give a class
+// cheap options that tie it to one split (a kernel reading a split
+// projection's partials), which can lead it away from a program where
+// several classes share one unsplit kernel; starting from the program
+// without them and improving keeps the better of both. ok is false when
+// there is no such program (or nothing to leave out).
+func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *extract.Problem, roots []egraph.ClassID, price extract.CostFunc) (*extract.Solution, float64, bool) {
+	crossKernel := func(id egraph.NodeID) bool {
+		n := eg.Node(id)
+		return n.Op == KernelSymbol && readsCrossSum(n.Payload)
+	}
+	some := false
+	for _, id := range p.NodeIDs {
+		some = some || crossKernel(id)
+	}
+	if !some {
+		return nil, 0, false
+	}
+	masked := func(g *egraph.Graph, id egraph.NodeID) float64 {
+		if crossKernel(id) {
+			return math.Inf(1)
+		}
+		return price(g, id)
+	}
+	p2, err := extract.NewProblem(&eg.Graph, roots, masked, nil)
+	if err != nil {
+		return nil, 0, false
+	}
+	s2, _, err := extract.GreedyImproved(ctx, p2)
+	if err != nil {
+		return nil, 0, false
+	}
+	// The same choices in p's numbering.
+	class := make(map[egraph.ClassID]int32, len(p.ClassIDs))
+	for i, c := range p.ClassIDs {
+		class[c] = int32(i)
+	}
+	node := make(map[egraph.NodeID]int32, len(p.NodeIDs))
+	for i, id := range p.NodeIDs {
+		node[id] = int32(i)
+	}
+	start := extract.NewSolution(p)
+	for c, ch := range s2.Choice {
+		if ch < 0 {
+			continue
+		}
+		ci, ok1 := class[p2.ClassIDs[c]]
+		ni, ok2 := node[p2.NodeIDs[ch]]
+		if !ok1 || !ok2 {
+			return nil, 0, false
+		}
+		start.Choice[ci] = ni
+	}
+	sol, cost, err := extract.Improve(ctx, p, start)
+	if err != nil {
+		return nil, 0, false
+	}
+	return sol, cost, true
 }
