@@ -36,6 +36,11 @@ type VerifyOptions struct {
 	// costs the reference and the emulation a whole dot product. 0 means
 	// 1<<24.
 	MaxWork int64
+	// MaxCompare bounds the elements a sampled run compares: when its
+	// blocks wrote more, a seeded sample of them, spread over every
+	// output, is compared (each element of a large matmul's tile costs the
+	// reference a whole dot product). 0 means 1<<13.
+	MaxCompare int
 	// Emu tunes the emulation (shuffled threads, workers, cache).
 	Emu emu.Options
 	// MaxBytes bounds the input and output bytes of one emulation run
@@ -51,6 +56,7 @@ const (
 	defaultVerifyBlocks   = 8
 	defaultVerifyElements = 1 << 16
 	defaultVerifyWork     = 1 << 24
+	defaultVerifyCompare  = 1 << 13
 	defaultVerifyBytes    = 1 << 30
 )
 
@@ -141,7 +147,8 @@ func indexString(at []int64) string {
 // runs a seeded sample of opt.MaxBlocks blocks (the first and last always
 // among them); the output elements that differ from the fill pattern
 // afterwards are the ones the sample produced, and the reference computes
-// only those (ir.EvalAt). A sample that produced no element is an error.
+// only those (ir.EvalAt), or a seeded sample of opt.MaxCompare of them
+// when they are more. A sample that produced no element is an error.
 // (An f16 or bf16 element written as the NaN 0x7fff is the fill pattern:
 // a whole run calls it never written, a sampled one does not compare it.)
 //
@@ -178,6 +185,9 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 	}
 	if opt.MaxBytes <= 0 {
 		opt.MaxBytes = defaultVerifyBytes
+	}
+	if opt.MaxCompare <= 0 {
+		opt.MaxCompare = defaultVerifyCompare
 	}
 	// Distinct kernels, each with its plan.
 	var plans []*verifyPlan
@@ -260,6 +270,8 @@ type verifyPlan struct {
 	grid      int
 	reduction int
 	seed      uint64
+	// maxCompare bounds the elements a sampled run compares.
+	maxCompare int
 	bytes     int64 // of its inputs and outputs
 	got       [][]byte
 	err       error
@@ -275,7 +287,7 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 		return nil, fmt.Errorf("verify kernel %s: a kernel body has inputs and outputs only", k.Name)
 	}
 	seed := kernelSeed(opt.Seed, k.Name)
-	p := &verifyPlan{k: k, body: body, seed: seed, reduction: ReductionLength(body)}
+	p := &verifyPlan{k: k, body: body, seed: seed, reduction: ReductionLength(body), maxCompare: opt.MaxCompare}
 	var elems int64
 	for _, v := range inputs {
 		n := body.Node(v)
@@ -475,7 +487,7 @@ func (p *verifyPlan) checkWhole(ctx context.Context, c *KernelCheck) error {
 		c.Elements += w.Len()
 		tol := ir.Tolerance(vt.DType, p.reduction)
 		for i := range w.Len() {
-			c.WorstRatio = math.Max(c.WorstRatio, errorRatio(got.At(i), w.At(i), mag.At(i), tol))
+			c.WorstRatio = math.Max(c.WorstRatio, errorRatio(got.DType, got.At(i), w.At(i), mag.At(i), tol))
 		}
 		mm, err := ir.Compare(got, w, mag, p.reduction)
 		if err != nil {
@@ -511,6 +523,28 @@ func (p *verifyPlan) checkSample(ctx context.Context, c *KernelCheck) error {
 	if total == 0 {
 		return fmt.Errorf("verify kernel %s: the sampled blocks %v of %d wrote no output element", p.k.Name, p.blocks, p.grid)
 	}
+	if p.maxCompare > 0 && total > int64(p.maxCompare) {
+		// Keep a seeded sample, each output in proportion to what it
+		// wrote, its first and last written elements always in.
+		rng := rand.New(rand.NewPCG(p.seed, 0xc0c0))
+		for name, idx := range written {
+			keep := max(2, int(int64(p.maxCompare)*int64(len(idx))/total))
+			if keep >= len(idx) {
+				continue
+			}
+			picked := map[int]bool{0: true, len(idx) - 1: true}
+			for len(picked) < keep {
+				picked[rng.IntN(len(idx))] = true
+			}
+			sub := make([]int64, 0, keep)
+			for n, i := range idx {
+				if picked[n] {
+					sub = append(sub, i)
+				}
+			}
+			written[name] = sub
+		}
+	}
 	vals, mags, err := ir.EvalAt(ctx, p.body, p.feeds, written, ir.EvalOptions{Magnitude: true})
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: the reference at the sampled elements: %w", p.k.Name, err)
@@ -541,7 +575,7 @@ func (p *verifyPlan) checkSample(ctx context.Context, c *KernelCheck) error {
 		c.Elements += int64(len(idx))
 		tol := ir.Tolerance(vt.DType, p.reduction)
 		for n := range idx {
-			c.WorstRatio = math.Max(c.WorstRatio, errorRatio(gv[n], wv[n], mv[n], tol))
+			c.WorstRatio = math.Max(c.WorstRatio, errorRatio(vt.DType, gv[n], wv[n], mv[n], tol))
 		}
 		mm, err := ir.Compare(got, want, mag, p.reduction)
 		if err != nil {
@@ -566,7 +600,7 @@ func (p *verifyPlan) mismatch(out int, i int64, got, want, mag, allowed float64)
 
 // errorRatio is |got - want| over the error ir.Compare allows for the
 // element: 0 when equal, +Inf where no error is allowed.
-func errorRatio(got, want, mag, tol float64) float64 {
+func errorRatio(dt ir.DType, got, want, mag, tol float64) float64 {
 	switch {
 	case math.IsNaN(got) || math.IsNaN(want):
 		if math.IsNaN(got) == math.IsNaN(want) {
@@ -586,7 +620,7 @@ func errorRatio(got, want, mag, tol float64) float64 {
 	if tol <= 0 {
 		return math.Inf(1)
 	}
-	allowed := math.Max(tol*math.Max(math.Abs(want), mag), tol*0x1p-126)
+	allowed := math.Max(tol*math.Max(math.Abs(want), mag), ir.AbsoluteFloor(dt, tol))
 	return d / allowed
 }
 

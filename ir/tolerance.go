@@ -70,11 +70,7 @@ func Compare(got, want, mag *Tensor, reductionLength int) (*Mismatch, error) {
 		}
 		allowed := tol * mg
 		if tol > 0 {
-			// Results that underflow to subnormal values lose relative
-			// precision; an absolute floor accepts them: f32's smallest
-			// normal scaled by the tolerance, or half the result dtype's
-			// smallest subnormal (an f16 result below it rounds to zero).
-			allowed = math.Max(allowed, math.Max(tol*0x1p-126, got.DType.smallestSubnormal()/2))
+			allowed = math.Max(allowed, AbsoluteFloor(got.DType, tol))
 		}
 		d := math.Abs(g - w)
 		if d > allowed {
@@ -92,6 +88,22 @@ func Compare(got, want, mag *Tensor, reductionLength int) (*Mismatch, error) {
 }
 
 // smallestSubnormal is the least positive value of a float dtype.
+// AbsoluteFloor is the error Compare allows any result of dtype dt at
+// tolerance tol (tol > 0), however small the result. Results that underflow
+// lose relative precision. An f32 or bf16 result below the smallest normal
+// (2^-126) may be flushed to zero by a GPU (FTZ) and its subnormal
+// arithmetic keeps no relative precision, so differences under 2^-126 are
+// no error. An f16 result's subnormals are ordinary values (down to 6e-8):
+// it gets f32's smallest normal scaled by the tolerance, or half its
+// smallest subnormal (below which it rounds to zero).
+func AbsoluteFloor(dt DType, tol float64) float64 {
+	switch dt {
+	case F32, BF16:
+		return 0x1p-126
+	}
+	return math.Max(tol*0x1p-126, dt.smallestSubnormal()/2)
+}
+
 func (d DType) smallestSubnormal() float64 {
 	switch d {
 	case F16:
