@@ -36,6 +36,10 @@ type VerifyOptions struct {
 	// costs the reference and the emulation a whole dot product. 0 means
 	// 1<<24.
 	MaxWork int64
+	// MaxBlockWork bounds a sampled run's work (output elements times
+	// reduction length) by running fewer than MaxBlocks blocks when each
+	// is heavy, three at least. 0 means 1<<28.
+	MaxBlockWork int64
 	// MaxCompare bounds the elements a sampled run compares: when its
 	// blocks wrote more, a seeded sample of them, spread over every
 	// output, is compared (each element of a large matmul's tile costs the
@@ -57,6 +61,7 @@ const (
 	defaultVerifyElements = 1 << 16
 	defaultVerifyWork     = 1 << 24
 	defaultVerifyCompare  = 1 << 13
+	defaultVerifyBlockWk  = 1 << 28
 	defaultVerifyBytes    = 1 << 30
 )
 
@@ -189,6 +194,9 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 	if opt.MaxCompare <= 0 {
 		opt.MaxCompare = defaultVerifyCompare
 	}
+	if opt.MaxBlockWork <= 0 {
+		opt.MaxBlockWork = defaultVerifyBlockWk
+	}
 	// Distinct kernels, each with its plan.
 	var plans []*verifyPlan
 	first := map[*Kernel]int{}
@@ -272,9 +280,9 @@ type verifyPlan struct {
 	seed      uint64
 	// maxCompare bounds the elements a sampled run compares.
 	maxCompare int
-	bytes     int64 // of its inputs and outputs
-	got       [][]byte
-	err       error
+	bytes      int64 // of its inputs and outputs
+	got        [][]byte
+	err        error
 }
 
 func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, error) {
@@ -311,8 +319,16 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 		p.bytes += size * int64(n.DType.Size())
 	}
 	p.grid = k.Grid[0] * k.Grid[1] * k.Grid[2]
-	if (elems > opt.MaxElements || elems*int64(ReductionLength(body)) > opt.MaxWork) && p.grid > opt.MaxBlocks {
-		p.blocks = sampleBlocks(p.grid, opt.MaxBlocks, seed)
+	work := elems * int64(p.reduction)
+	if (elems > opt.MaxElements || work > opt.MaxWork) && p.grid > opt.MaxBlocks {
+		// Blocks whose every element is a long dot product (a large
+		// matmul's tiles) cost the emulation most: fewer of them, never
+		// fewer than the first, the last and one more.
+		n := opt.MaxBlocks
+		if perBlock := work / int64(p.grid); perBlock > 0 {
+			n = int(min(int64(n), max(3, opt.MaxBlockWork/perBlock)))
+		}
+		p.blocks = sampleBlocks(p.grid, n, seed)
 	}
 	return p, nil
 }

@@ -120,7 +120,7 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "lumsearch-emu-run-")
+	dir, err := os.MkdirTemp(runDir(), "lumsearch-emu-run-")
 	if err != nil {
 		return nil, fmt.Errorf("emu: %w", err)
 	}
@@ -167,6 +167,25 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 		data = data[b.Bytes:]
 	}
 	return res, nil
+}
+
+// runDir is where a run's input and output files go: shared memory when
+// the machine has it, since at a large model's real shapes they hold
+// gigabytes that a disk would only slow down; the temporary folder
+// otherwise ($LUMSEARCH_EMU_DIR overrides both).
+func runDir() string {
+	if d := os.Getenv("LUMSEARCH_EMU_DIR"); d != "" {
+		return d
+	}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if f, err := os.CreateTemp("/dev/shm", ".lumsearch-probe-"); err == nil {
+			name := f.Name()
+			f.Close()
+			os.Remove(name)
+			return "/dev/shm"
+		}
+	}
+	return ""
 }
 
 func tail(b []byte, n int) string {
