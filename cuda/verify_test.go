@@ -157,7 +157,8 @@ func TestVerifyKernels(t *testing.T) {
 						bx, by := b%k.Grid[0], b/k.Grid[0]
 						want += int64(min(64, 520-64*bx) * min(64, 300-64*by))
 					}
-					assert.Equal(t, want, c.Elements, "the sampled tiles' elements")
+					// Every element of them, up to MaxCompare.
+					assert.Equal(t, min(want, int64(defaultVerifyCompare)), c.Elements, "the sampled tiles' elements")
 				}
 			}
 		})
