@@ -83,7 +83,7 @@ func SaturateModel(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data]
 			local = append(local, rw)
 		}
 	}
-	r := egraph.Runner[Data]{IterLimit: opt.IterLimit, NodeLimit: opt.NodeLimit, TimeLimit: opt.TimeLimit}
+	r := egraph.Runner[Data]{IterLimit: opt.IterLimit, NodeLimit: opt.NodeLimit, TimeLimit: opt.TimeLimit, Hooks: opt.hooks()}
 	report, err := r.Run(ctx, eg, local)
 	if werr := grp.Wait(); werr != nil {
 		return nil, werr

@@ -46,6 +46,21 @@ type SaturateOptions struct {
 	// Cost prices the e-graph's nodes for extraction; nil means the
 	// simple estimate (SimpleCost). ModelCost gives the cost model's.
 	Cost func(*egraph.EGraph[Data]) extract.CostFunc
+	// Progress, when set, hears of every saturation iteration as it ends
+	// (from SaturateModel's two searches at once: it must be safe for
+	// concurrent use).
+	Progress func(it *egraph.Iteration)
+}
+
+// hooks are the runner hooks that report opt's progress.
+func (opt SaturateOptions) hooks() []egraph.Hook[Data] {
+	if opt.Progress == nil {
+		return nil
+	}
+	return []egraph.Hook[Data]{func(_ *egraph.EGraph[Data], it *egraph.Iteration) error {
+		opt.Progress(it)
+		return nil
+	}}
 }
 
 // Program is the result of saturating a graph and extracting the cheapest
@@ -99,7 +114,7 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 		return nil, err
 	}
 	start := time.Now()
-	r := egraph.Runner[Data]{IterLimit: opt.IterLimit, NodeLimit: opt.NodeLimit, TimeLimit: opt.TimeLimit}
+	r := egraph.Runner[Data]{IterLimit: opt.IterLimit, NodeLimit: opt.NodeLimit, TimeLimit: opt.TimeLimit, Hooks: opt.hooks()}
 	rep, err := r.Run(ctx, eg, rws)
 	if err != nil {
 		return nil, fmt.Errorf("saturate %s: %w", g.Name, err)

@@ -227,7 +227,7 @@ func Run(ctx context.Context, g *ir.Graph, cfg Config) (*Result, error) {
 func (s *searcher) run(ctx context.Context) error {
 	sat := s.cfg.Sat
 	s.emit(Event{Kind: "phase", Phase: "naive"})
-	naive, err := rules.NaiveProgram(ctx, s.g, s.withTime(sat))
+	naive, err := rules.NaiveProgram(ctx, s.g, s.withTime(sat, "naive"))
 	if err != nil {
 		return err
 	}
@@ -300,7 +300,7 @@ func (s *searcher) run(ctx context.Context) error {
 			}
 			rws = append(rws, r...)
 		}
-		prog, err := rules.SaturateModel(ctx, s.g, rws, s.withTime(sat))
+		prog, err := rules.SaturateModel(ctx, s.g, rws, s.withTime(sat, st.Name))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -423,7 +423,10 @@ func cmpFloat(a, b float64) int {
 // withTime gives saturation what is left of the budget as its time limit,
 // so that the runner's own clock never ends it before the context does
 // (without a budget: an hour, which work limits reach long before).
-func (s *searcher) withTime(sat rules.SaturateOptions) rules.SaturateOptions {
+func (s *searcher) withTime(sat rules.SaturateOptions, stage string) rules.SaturateOptions {
+	sat.Progress = func(it *egraph.Iteration) {
+		s.emit(Event{Kind: "step", Stage: stage, Nodes: it.Nodes, Classes: it.Classes, Best: s.bestSoFar()})
+	}
 	sat.TimeLimit = time.Hour
 	if !s.end.IsZero() {
 		sat.TimeLimit = max(time.Millisecond, s.end.Sub(s.cfg.Now()))
@@ -451,7 +454,7 @@ func (s *searcher) finalize(ctx context.Context, c *Candidate) {
 	}
 	verified := s.res.Best.Cost
 	s.mu.Unlock()
-	s.emit(Event{Kind: "verified", Stage: c.Stage, Best: s.best, Verified: verified, Message: c.Verified})
+	s.emit(Event{Kind: "verified", Stage: c.Stage, Best: s.bestSoFar(), Verified: verified, Message: c.Verified})
 }
 
 // stageSteps records a stage's saturation iterations (the repeated
@@ -468,10 +471,17 @@ func (s *searcher) stageSteps(stage string, prog *rules.Program, cost float64) {
 		}
 		for _, it := range r.Iterations {
 			s.note(Step{Phase: "saturate", Stage: stage, Nodes: it.Nodes, Classes: it.Classes})
-			s.emit(Event{Kind: "step", Stage: stage, Nodes: it.Nodes, Classes: it.Classes, Best: s.best})
 		}
 	}
 	s.note(Step{Phase: "extract", Stage: stage, Nodes: prog.EGraph.NumNodes(), Classes: prog.EGraph.NumClasses(), Best: cost})
+}
+
+// bestSoFar is the best predicted cost so far, read under the lock (the
+// saturation's progress calls come from its goroutines).
+func (s *searcher) bestSoFar() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.best
 }
 
 // note appends a step, numbering it and carrying the best cost forward.
