@@ -5,8 +5,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/internal/mmap"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/x448/float16"
 )
@@ -63,14 +68,66 @@ func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outSha
 
 // EncodeTensor lays a tensor out as a device buffer of its dtype (little
 // endian; bool as one byte), as kernels, the emulation and the GPU runtime
-// read it.
+// read it. Large tensors (a real-shape weight) are encoded in parallel.
 func EncodeTensor(t *ir.Tensor) []byte {
-	n := t.Len()
+	n := int(t.Len())
+	b := make([]byte, n*t.DType.Size())
+	mmap.AdviseHuge(b)
+	const chunk = 1 << 20
+	if n < 2*chunk || runtime.GOMAXPROCS(0) == 1 {
+		encodeRange(t, b, 0, n)
+		return b
+	}
+	chunks := (n + chunk - 1) / chunk
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		wg.Go(func() {
+			for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
+				encodeRange(t, b, c*chunk, min((c+1)*chunk, n))
+			}
+		})
+	}
+	wg.Wait()
+	return b
+}
+
+// tensorBytes is EncodeTensor without the copy where a tensor's storage
+// already is its encoding (float32 storage of an f32 tensor on a
+// little-endian machine), as for real-shape weights drawn for
+// verification: the bytes alias the tensor, so neither may change while
+// the other is in use.
+func tensorBytes(t *ir.Tensor) []byte {
+	if t.DType == ir.F32 && len(t.F32) > 0 && littleEndian {
+		return unsafe.Slice((*byte)(unsafe.Pointer(&t.F32[0])), 4*len(t.F32))
+	}
+	return EncodeTensor(t)
+}
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// encodeRange encodes elements [lo, hi) of t into b, the dtype chosen
+// once for the range rather than per element.
+func encodeRange(t *ir.Tensor, b []byte, lo, hi int) {
+	if t.F32 != nil {
+		src := t.F32[lo:hi]
+		switch t.DType {
+		case ir.F32:
+			for i, v := range src {
+				binary.LittleEndian.PutUint32(b[4*(lo+i):], math.Float32bits(v))
+			}
+			return
+		case ir.BF16:
+			for i, v := range src {
+				binary.LittleEndian.PutUint16(b[2*(lo+i):], uint16(ir.BF16FromFloat32(v)))
+			}
+			return
+		}
+	}
 	size := t.DType.Size()
-	b := make([]byte, int(n)*size)
-	for i := range n {
-		v := t.At(i)
-		p := b[int(i)*size:]
+	for i := lo; i < hi; i++ {
+		v := t.At(int64(i))
+		p := b[i*size:]
 		switch t.DType {
 		case ir.F32:
 			binary.LittleEndian.PutUint32(p, math.Float32bits(float32(v)))
@@ -88,7 +145,6 @@ func EncodeTensor(t *ir.Tensor) []byte {
 			}
 		}
 	}
-	return b
 }
 
 // DecodeTensor reads a device buffer back as a tensor of type vt.

@@ -380,7 +380,7 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 	for i, p := range plans {
 		l := emu.Launch{Kernel: p.k.Name, Grid: p.k.Grid, Block: p.k.Block, Blocks: p.blocks}
 		for _, v := range p.body.Inputs() {
-			data := EncodeTensor(p.feeds[p.body.Node(v).Name])
+			data := tensorBytes(p.feeds[p.body.Node(v).Name])
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
 			discard = append(discard, len(bufs))
 			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})

@@ -3,6 +3,7 @@ package ir
 import (
 	"context"
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -203,4 +204,59 @@ func TestStateUpdate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []float64{1, 2, 10, 4}, res.States["kv"].F64)
 	require.Equal(t, []float64{17}, res.Outputs["sum"].F64)
+}
+
+// Leaves of largeLeaf elements or more are drawn in chunks in parallel:
+// the values must not depend on GOMAXPROCS, must follow the leaf's domain
+// and dtype, and float leaves keep float32 storage.
+func TestRandomFeedsLargeLeaves(t *testing.T) {
+	b := NewBuilder("large")
+	n := largeLeaf + drawChunk/2 // a partial last chunk
+	p := b.Weight("p", F32, Dim(n))
+	h := b.Input("h", BF16, Dim(n))
+	table := b.Weight("table", F32, 10, 4)
+	ids := b.Input("ids", I64, Dim(n))
+	b.Output("l", b.Log(p))
+	b.Output("h2", b.Add(h, h))
+	b.Output("e", b.Gather(table, ids, 0))
+	g, err := b.Build()
+	require.NoError(t, err)
+	draw := func(procs int) map[string]*Tensor {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		feeds, err := RandomFeeds(g, 11, Typical)
+		require.NoError(t, err)
+		return feeds
+	}
+	one, four := draw(1), draw(4)
+	require.Equal(t, one, four, "the values do not depend on GOMAXPROCS")
+	require.Len(t, one["p"].F32, n)
+	require.Nil(t, one["p"].F64)
+	for _, v := range one["p"].F32 {
+		require.Greater(t, v, float32(0), "positive for log")
+	}
+	for _, v := range one["h"].F32 {
+		require.Equal(t, BF16.Round(float64(v)), float64(v), "bf16 values")
+	}
+	seen := map[float64]bool{}
+	for _, v := range one["ids"].F64 {
+		require.True(t, v >= 0 && v < 10 && v == math.Trunc(v))
+		seen[v] = true
+	}
+	require.Len(t, seen, 10, "every index drawn")
+	// Chunks draw from different streams: no chunk repeats the first.
+	first := one["h"].F32[:drawChunk]
+	for c := 1; c < n/drawChunk; c++ {
+		require.NotEqual(t, first, one["h"].F32[c*drawChunk:(c+1)*drawChunk])
+	}
+	require.Less(t, math.Abs(mean(one["h"].F32)), 0.01, "centred normal values")
+	_, err = Eval(context.Background(), g, one, EvalOptions{})
+	require.NoError(t, err)
+}
+
+func mean(v []float32) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += float64(x)
+	}
+	return s / float64(len(v))
 }

@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lumsearch/lumsearch/internal/mmap"
 )
 
 // RandomMode chooses the kind of values RandomFeeds draws.
@@ -45,16 +50,21 @@ func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[stri
 			continue
 		}
 		count := n.Shape.NumElements()
-		vals := make([]float64, count)
 		d := doms[i]
+		if count >= largeLeaf {
+			t, err := drawLarge(n, d, seed, i, mode)
+			if err != nil {
+				return nil, fmt.Errorf("random %s %q: %w", n.Op, n.Name, err)
+			}
+			out[n.Name] = t
+			continue
+		}
+		vals := make([]float64, count)
 		for j := range vals {
 			vals[j] = draw(rng, n.DType, d, mode)
 		}
 		if count > 0 && allZero(vals) {
-			vals[0] = n.DType.Round(1)
-			if d.index > 0 {
-				vals[0] = math.Min(1, float64(d.index-1))
-			}
+			vals[0] = firstNonZero(n.DType, d)
 		}
 		t, err := TensorOf(n.DType, n.Shape, vals...)
 		if count == 0 {
@@ -66,6 +76,80 @@ func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[stri
 		out[n.Name] = t
 	}
 	return out, nil
+}
+
+// largeLeaf is the element count from which a leaf is drawn in chunks
+// (drawChunk elements each, every chunk from its own stream, in
+// parallel), and a float leaf keeps float32 storage: a real-shape model's
+// weights hold billions of elements, which one stream of float64s draws
+// in minutes and twice the memory. Smaller leaves come from the graph's
+// one stream, so their values do not depend on the large ones.
+const (
+	largeLeaf = 1 << 20
+	drawChunk = 1 << 18
+)
+
+// drawLarge draws a large leaf: chunk c of leaf node i comes from a stream
+// seeded by (seed, i, c), so the values depend on neither GOMAXPROCS nor
+// the order the chunks are drawn in.
+func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode) (*Tensor, error) {
+	if err := n.Shape.Check(); err != nil {
+		return nil, err
+	}
+	count := n.Shape.NumElements()
+	float := n.DType.IsFloat()
+	var f32 []float32
+	var f64 []float64
+	if float {
+		f32 = make([]float32, count)
+		mmap.AdviseHugeFloat32(f32)
+	} else {
+		f64 = make([]float64, count)
+		mmap.AdviseHugeFloat64(f64)
+	}
+	chunks := int((count + drawChunk - 1) / drawChunk)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		wg.Go(func() {
+			for {
+				c := next.Add(1) - 1
+				if c >= int64(chunks) {
+					return
+				}
+				rng := rand.New(rand.NewPCG(seed^0x1a26e, uint64(i)<<32|uint64(c)))
+				lo, hi := c*drawChunk, min((c+1)*drawChunk, count)
+				for j := lo; j < hi; j++ {
+					v := draw(rng, n.DType, d, mode)
+					if float {
+						f32[j] = float32(v)
+					} else {
+						f64[j] = v
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if float {
+		if !slices.ContainsFunc(f32, func(x float32) bool { return x != 0 }) {
+			f32[0] = float32(firstNonZero(n.DType, d))
+		}
+		return &Tensor{DType: n.DType, Shape: n.Shape.Clone(), F32: f32}, nil
+	}
+	if allZero(f64) {
+		f64[0] = firstNonZero(n.DType, d)
+	}
+	return &Tensor{DType: n.DType, Shape: n.Shape.Clone(), F64: f64}, nil
+}
+
+// firstNonZero is the value that replaces the first element of a leaf
+// drawn all zeros.
+func firstNonZero(dt DType, d domain) float64 {
+	if d.index > 0 {
+		return math.Min(1, float64(d.index-1))
+	}
+	return dt.Round(1)
 }
 
 func allZero(v []float64) bool {

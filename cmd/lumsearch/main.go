@@ -20,13 +20,39 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	stopProfile := startProfile(os.Getenv("LUMSEARCH_CPUPROFILE"))
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stopProfile()
+	os.Exit(code)
+}
+
+// startProfile writes a CPU profile of the whole run to path when it is
+// not empty (for people finding where a slow compile spends its time: go
+// tool pprof reads it) and returns what ends it.
+func startProfile(path string) func() {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lumsearch: LUMSEARCH_CPUPROFILE: %v\n", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }

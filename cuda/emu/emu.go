@@ -130,7 +130,7 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	if err := os.WriteFile(in, encodeInput(idx, bufs, launches, workers, opt), 0o600); err != nil {
+	if err := writeInputFile(in, idx, bufs, launches, workers, opt); err != nil {
 		return nil, fmt.Errorf("emu: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, bin, in, out)
@@ -167,6 +167,19 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 		data = data[b.Bytes:]
 	}
 	return res, nil
+}
+
+// writeInputFile writes the runner's input file at path.
+func writeInputFile(path string, idx []int, bufs []Buffer, launches []Launch, workers int, opt Options) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := writeInput(f, idx, bufs, launches, workers, opt); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // runDir is where a run's input and output files go: shared memory when

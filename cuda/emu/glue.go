@@ -1,8 +1,10 @@
 package emu
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strings"
@@ -175,10 +177,16 @@ func glue(kernels []Kernel) string {
 	return b.String()
 }
 
-// encodeInput writes the runner's input file (little-endian; read by
-// runner.inc's run).
-func encodeInput(idx []int, bufs []Buffer, launches []Launch, workers int, opt Options) []byte {
-	var b []byte
+// writeInput writes the runner's input file (little-endian; read by
+// runner.inc's run) to w, the buffers' data as they are rather than
+// through one copy of everything (gigabytes at real shapes).
+func writeInput(w io.Writer, idx []int, bufs []Buffer, launches []Launch, workers int, opt Options) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	var b []byte // the bytes since the last flush to bw
+	flush := func() {
+		bw.Write(b)
+		b = b[:0]
+	}
 	u32 := func(v uint32) { b = binary.LittleEndian.AppendUint32(b, v) }
 	u64 := func(v uint64) { b = binary.LittleEndian.AppendUint64(b, v) }
 	b = append(b, "LUMEMU02"...)
@@ -204,7 +212,8 @@ func encodeInput(idx []int, bufs []Buffer, launches []Launch, workers int, opt O
 			flags |= 2
 		}
 		b = append(b, flags)
-		b = append(b, buf.Data...)
+		flush()
+		bw.Write(buf.Data)
 	}
 	u32(uint32(len(launches)))
 	for li, l := range launches {
@@ -235,5 +244,6 @@ func encodeInput(idx []int, bufs []Buffer, launches []Launch, workers int, opt O
 			u64(math.Float64bits(a.Float))
 		}
 	}
-	return b
+	flush()
+	return bw.Flush()
 }

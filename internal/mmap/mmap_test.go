@@ -28,3 +28,26 @@ func TestMap(t *testing.T) {
 	_, err = Map(f, -1)
 	require.ErrorContains(t, err, "cannot be mapped")
 }
+
+// AdviseHuge is advice: on any slice, aligned or not, large or small, the
+// memory stays usable and its values unchanged.
+func TestAdviseHuge(t *testing.T) {
+	for _, tc := range []struct{ size, offset int }{{0, 0}, {100, 0}, {5 << 20, 0}, {9 << 20, 3}} {
+		b := make([]byte, tc.size+tc.offset)[tc.offset:]
+		for i := range b {
+			b[i] = byte(i * 7)
+		}
+		AdviseHuge(b)
+		for i := range b {
+			require.Equal(t, byte(i*7), b[i])
+		}
+	}
+	f := make([]float32, 3<<20)
+	AdviseHugeFloat32(f)
+	f[len(f)-1] = 1
+	g := make([]float64, 3<<20)
+	AdviseHugeFloat64(g)
+	g[len(g)-1] = 1
+	require.Equal(t, float32(1), f[len(f)-1])
+	require.Equal(t, 1.0, g[len(g)-1])
+}

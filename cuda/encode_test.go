@@ -1,0 +1,67 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// EncodeTensor encodes large tensors in parallel chunks and float32
+// storage on a fast path: every way must give the bytes DecodeTensor reads
+// back as the same values, whatever GOMAXPROCS is, and tensorBytes (the
+// copy-free view) the same bytes as EncodeTensor.
+func TestEncodeTensorRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const n = 2<<20 + 12345 // past the parallel threshold, a partial last chunk
+	for _, tc := range []struct {
+		dt  ir.DType
+		f32 bool
+	}{
+		{ir.F32, true}, {ir.F32, false}, {ir.BF16, true}, {ir.BF16, false},
+		{ir.F16, true}, {ir.F16, false}, {ir.I32, false}, {ir.I64, false}, {ir.Bool, false},
+	} {
+		t.Run(tc.dt.String(), func(t *testing.T) {
+			vals := make([]float64, n)
+			for i := range vals {
+				switch {
+				case tc.dt == ir.Bool:
+					vals[i] = float64(rng.IntN(2))
+				case tc.dt.IsInt():
+					vals[i] = float64(rng.IntN(2001) - 1000)
+				default:
+					vals[i] = rng.NormFloat64() * 10
+				}
+			}
+			want, err := ir.TensorOf(tc.dt, ir.Shape{n}, vals...)
+			require.NoError(t, err)
+			src := want
+			if tc.f32 {
+				f := make([]float32, n)
+				for i, v := range want.F64 {
+					f[i] = float32(v)
+				}
+				src, err = ir.TensorOfFloat32(tc.dt, ir.Shape{n}, f)
+				require.NoError(t, err)
+			}
+			var encodings [][]byte
+			for _, procs := range []int{1, 3} {
+				prev := runtime.GOMAXPROCS(procs)
+				encodings = append(encodings, EncodeTensor(src))
+				runtime.GOMAXPROCS(prev)
+			}
+			require.Equal(t, encodings[0], encodings[1], "the bytes do not depend on GOMAXPROCS")
+			require.Equal(t, encodings[0], tensorBytes(src))
+			got, err := DecodeTensor(ir.ValueType{DType: tc.dt, Shape: ir.Shape{n}}, encodings[0])
+			require.NoError(t, err)
+			for i := range int64(n) {
+				if got.At(i) != want.At(i) {
+					require.Equal(t, want.At(i), got.At(i), "element %d", i)
+				}
+			}
+		})
+	}
+}
