@@ -20,40 +20,69 @@ const improveRounds = 4
 // round keeps nothing, after a few rounds, or when ctx ends (returning the
 // best so far with ctx's error).
 func Improve(ctx context.Context, p *Problem, s *Solution) (*Solution, float64, error) {
-	if err := s.Check(p); err != nil {
-		return nil, 0, fmt.Errorf("extract: improve: %w", err)
-	}
-	links := newRevLinks(p)
-	// Classes s leaves out take greedy's choices, so that a move may read
-	// a class no needed node read before.
-	base, err := greedyChoices(ctx, p, links)
+	g, err := NewGreedy(ctx, p)
 	if err != nil {
 		return nil, 0, err
 	}
-	return improve(ctx, p, s, base, links)
+	return g.Improve(ctx, s)
 }
 
 // GreedyImproved is GreedyDAG followed by Improve, sharing the greedy
 // pass that both need (on a model's e-graph it is most of the time).
 func GreedyImproved(ctx context.Context, p *Problem) (*Solution, float64, error) {
-	if err := checkRoots(p); err != nil {
+	g, err := NewGreedy(ctx, p)
+	if err != nil {
 		return nil, 0, err
 	}
+	return g.Improved(ctx)
+}
+
+// Greedy is a problem's greedy choices (GreedyDAG's fixed point), kept so
+// that several solutions can be improved against them while the greedy
+// pass, most of an extraction's time on a model's e-graph, runs once. Its
+// methods only read it, so goroutines may share one.
+type Greedy struct {
+	p     *Problem
+	links *revLinks
+	base  []int32
+}
+
+// NewGreedy runs the greedy pass over p.
+func NewGreedy(ctx context.Context, p *Problem) (*Greedy, error) {
 	links := newRevLinks(p)
 	base, err := greedyChoices(ctx, p, links)
 	if err != nil {
+		return nil, err
+	}
+	return &Greedy{p: p, links: links, base: base}, nil
+}
+
+// Improved is GreedyImproved: the greedy solution improved by Improve's
+// local search.
+func (g *Greedy) Improved(ctx context.Context) (*Solution, float64, error) {
+	p := g.p
+	if err := checkRoots(p); err != nil {
 		return nil, 0, err
 	}
 	for _, r := range p.Roots {
-		if base[r] < 0 {
+		if g.base[r] < 0 {
 			return nil, 0, fmt.Errorf("extract: root class %s cannot be computed: every node needs a class only reachable through a cycle", p.ClassNames[r])
 		}
 	}
-	s, err := checkedSolution(p, "GreedyDAG", slices.Clone(base))
+	s, err := checkedSolution(p, "GreedyDAG", slices.Clone(g.base))
 	if err != nil {
 		return nil, 0, err
 	}
-	return improve(ctx, p, s, base, links)
+	return improve(ctx, p, s, g.base, g.links)
+}
+
+// Improve is Improve on g's problem: s refined by local search, classes s
+// leaves out taking the greedy choices.
+func (g *Greedy) Improve(ctx context.Context, s *Solution) (*Solution, float64, error) {
+	if err := s.Check(g.p); err != nil {
+		return nil, 0, fmt.Errorf("extract: improve: %w", err)
+	}
+	return improve(ctx, g.p, s, g.base, g.links)
 }
 
 func improve(ctx context.Context, p *Problem, s *Solution, base []int32, links *revLinks) (*Solution, float64, error) {

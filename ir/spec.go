@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -30,12 +31,21 @@ func Canonical(body *Graph) (*Graph, []int, error) {
 	}
 	// Structure keys, arguments anonymous.
 	keys := make([]string, len(body.Nodes))
+	attrs := make([]string, len(body.Nodes)) // each node's normalized attributes, printed
 	for i, n := range body.Nodes {
 		var b strings.Builder
 		if n.Op == OpInput {
-			fmt.Fprintf(&b, "$%s%v", n.DType, n.Shape)
+			b.WriteByte('$')
+			b.WriteString(n.DType.String())
+			b.WriteString(n.Shape.String())
 		} else {
-			fmt.Fprintf(&b, "%s%#v:%s%v(", n.Op, n.Op.Normalize(n.Attrs), n.DType, n.Shape)
+			attrs[i] = attrsKey(n)
+			b.WriteString(n.Op.String())
+			b.WriteString(attrs[i])
+			b.WriteByte(':')
+			b.WriteString(n.DType.String())
+			b.WriteString(n.Shape.String())
+			b.WriteByte('(')
 			kids := make([]string, len(n.Inputs))
 			for k, in := range n.Inputs {
 				kids[k] = keys[in]
@@ -100,7 +110,7 @@ func Canonical(body *Graph) (*Graph, []int, error) {
 			for k, in := range ins {
 				args[k] = build(in)
 			}
-			key := fmt.Sprintf("%s%#v%v", n.Op, n.Op.Normalize(n.Attrs), args)
+			key := subtermKey(n.Op, attrs[v], args)
 			if prev, ok := exact[key]; ok {
 				nv = prev
 			} else {
@@ -119,6 +129,32 @@ func Canonical(body *Graph) (*Graph, []int, error) {
 		return nil, nil, fmt.Errorf("canonical: %w", err)
 	}
 	return g, order, nil
+}
+
+// zeroAttrs is how Canonical's keys print the attributes of an op that
+// uses none, which is most of a kernel body's ops: printing them with
+// reflection each time was most of Canonical's time.
+var zeroAttrs = fmt.Sprintf("%#v", Attrs{})
+
+// attrsKey prints a node's normalized attributes for Canonical's keys.
+func attrsKey(n *Node) string {
+	if n.Op.Valid() && ops[n.Op].attrs == 0 && n.Op.Class() != ClassLeaf {
+		return zeroAttrs
+	}
+	return fmt.Sprintf("%#v", n.Op.Normalize(n.Attrs))
+}
+
+// subtermKey identifies a rebuilt node for merging equal subterms: its op,
+// its printed attributes and its rebuilt operands.
+func subtermKey(op Op, attrs string, args []Value) string {
+	b := make([]byte, 0, len(attrs)+16+8*len(args))
+	b = append(b, op.String()...)
+	b = append(b, attrs...)
+	for _, a := range args {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(a), 10)
+	}
+	return string(b)
 }
 
 // commutative ops take their operands in any order.

@@ -144,12 +144,30 @@ func (prog *Program) extract(ctx context.Context, name string, price func(*egrap
 	if err != nil {
 		return fmt.Errorf("saturate %s: no kernel program: %w", name, err)
 	}
-	sol, cost, err := extract.GreedyImproved(ctx, p)
+	greedy, err := extract.NewGreedy(ctx, p)
 	if err != nil {
 		return err
 	}
-	if alt, altCost, ok := extractWithoutCrossSums(ctx, eg, p, RootClasses(prog.Roots), price(eg)); ok && altCost < cost {
-		sol, cost = alt, altCost
+	// The program without cross-block partial sums is a second greedy
+	// pass over a masked copy of the problem: it runs beside the first
+	// one's improvement, both only reading p and the e-graph.
+	type result struct {
+		sol  *extract.Solution
+		cost float64
+		ok   bool
+	}
+	altc := make(chan result, 1)
+	go func() {
+		sol, cost, ok := extractWithoutCrossSums(ctx, eg, p, greedy)
+		altc <- result{sol, cost, ok}
+	}()
+	sol, cost, err := greedy.Improved(ctx)
+	alt := <-altc
+	if err != nil {
+		return err
+	}
+	if alt.ok && alt.cost < cost {
+		sol, cost = alt.sol, alt.cost
 	}
 	prog.Problem, prog.Solution, prog.Cost = p, sol, cost
 	if prog.List, err = ProgramKernels(eg, p, sol); err != nil {
@@ -311,7 +329,7 @@ func NaiveKernels(g *ir.Graph) int {
 // several classes share one unsplit kernel; starting from the program
 // without them and improving keeps the better of both. ok is false when
 // there is no such program (or nothing to leave out).
-func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *extract.Problem, roots []egraph.ClassID, price extract.CostFunc) (*extract.Solution, float64, bool) {
+func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *extract.Problem, greedy *extract.Greedy) (*extract.Solution, float64, bool) {
 	crossKernel := func(id egraph.NodeID) bool {
 		n := eg.Node(id)
 		return n.Op == KernelSymbol && readsCrossSum(n.Payload)
@@ -323,11 +341,23 @@ func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *ex
 	if !some {
 		return nil, 0, false
 	}
+	// p's prices, not the cost function again: pricing every kernel is
+	// a large part of building a problem. A node p left out (it cannot
+	// be computed) stays out.
+	priced := make(map[egraph.NodeID]float64, len(p.NodeIDs))
+	for i, id := range p.NodeIDs {
+		priced[id] = p.Nodes[i].Cost
+	}
 	masked := func(g *egraph.Graph, id egraph.NodeID) float64 {
-		if crossKernel(id) {
+		v, ok := priced[id]
+		if !ok || crossKernel(id) {
 			return math.Inf(1)
 		}
-		return price(g, id)
+		return v
+	}
+	roots := make([]egraph.ClassID, len(p.Roots))
+	for i, r := range p.Roots {
+		roots[i] = p.ClassIDs[r]
 	}
 	p2, err := extract.NewProblem(&eg.Graph, roots, masked, nil)
 	if err != nil {
@@ -358,7 +388,7 @@ func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *ex
 		}
 		start.Choice[ci] = ni
 	}
-	sol, cost, err := extract.Improve(ctx, p, start)
+	sol, cost, err := greedy.Improve(ctx, start)
 	if err != nil {
 		return nil, 0, false
 	}
