@@ -1,10 +1,14 @@
 package ir
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 )
 
 // Canonical puts a kernel body in canonical form, so that bodies computing
@@ -137,11 +141,76 @@ func Canonical(body *Graph) (*Graph, []int, error) {
 var zeroAttrs = fmt.Sprintf("%#v", Attrs{})
 
 // attrsKey prints a node's normalized attributes for Canonical's keys.
+// The print is remembered by an exact binary encoding of the attributes,
+// since a search canonicalizes the same few attribute sets many times.
 func attrsKey(n *Node) string {
 	if n.Op.Valid() && ops[n.Op].attrs == 0 && n.Op.Class() != ClassLeaf {
 		return zeroAttrs
 	}
-	return fmt.Sprintf("%#v", n.Op.Normalize(n.Attrs))
+	a := n.Op.Normalize(n.Attrs)
+	key := string(encodeAttrs(nil, &a))
+	if s, ok := attrsPrinted.Load(key); ok {
+		return s.(string)
+	}
+	s := fmt.Sprintf("%#v", a)
+	if attrsRemembered.Add(1) <= maxAttrsRemembered {
+		attrsPrinted.Store(key, s)
+	}
+	return s
+}
+
+// attrsPrinted maps encodeAttrs's bytes to the attributes' %#v print, for
+// up to maxAttrsRemembered attribute sets in a process.
+var (
+	attrsPrinted       sync.Map
+	attrsRemembered    atomic.Int64
+	maxAttrsRemembered = int64(1 << 16)
+)
+
+// encodeAttrs appends an exact encoding of a: two attribute sets encode
+// alike only when every field is equal (floats by their bits, slices by
+// length, nil apart from empty, and elements).
+func encodeAttrs(b []byte, a *Attrs) []byte {
+	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	length := func(n int, isNil bool) {
+		if isNil {
+			u(0)
+		} else {
+			u(uint64(n) + 1)
+		}
+	}
+	length(len(a.Name), false)
+	b = append(b, a.Name...)
+	length(len(a.Data), a.Data == nil)
+	for _, v := range a.Data {
+		u(math.Float64bits(v))
+	}
+	u(uint64(a.Axis))
+	length(len(a.To), a.To == nil)
+	for _, d := range a.To {
+		u(uint64(d))
+	}
+	length(len(a.Perm), a.Perm == nil)
+	for _, v := range a.Perm {
+		u(uint64(v))
+	}
+	for _, s := range [][]int64{a.Starts, a.Ends, a.Steps, a.Before, a.After} {
+		length(len(s), s == nil)
+		for _, v := range s {
+			u(uint64(v))
+		}
+	}
+	u(math.Float64bits(a.Value))
+	u(uint64(a.DType))
+	u(math.Float64bits(a.Eps))
+	u(math.Float64bits(a.Scale))
+	if a.Causal {
+		u(1)
+	} else {
+		u(0)
+	}
+	u(uint64(a.Offset))
+	return b
 }
 
 // subtermKey identifies a rebuilt node for merging equal subterms: its op,

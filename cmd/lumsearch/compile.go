@@ -264,15 +264,32 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 	}
 	var what bytes.Buffer
 	out := io.MultiWriter(log, &what)
-	if err := verifyKernels(ctx, model, lp, c.kernels, out); err != nil {
-		return nil, err
-	}
-	if strings.HasSuffix(model, ".onnx") {
-		if err := verifyWhole(ctx, model, src.g, src.weights, c, out); err != nil {
-			return nil, err
+	// The program's wiring is checked (whole or at the reduced size)
+	// while its kernels run at their real shapes: the two share nothing
+	// but the machine, and the kernels' check spends much of its time
+	// waiting on the emulation. Its lines follow the kernels' as before.
+	var wiring bytes.Buffer
+	wiringErr := make(chan error, 1)
+	wctx, stopWiring := context.WithCancel(ctx)
+	defer stopWiring()
+	go func() {
+		if strings.HasSuffix(model, ".onnx") {
+			wiringErr <- verifyWhole(wctx, model, src.g, src.weights, c, &wiring)
+		} else {
+			wiringErr <- verifyReduced(wctx, model, src.opt, src.sat, m, &wiring)
 		}
-	} else if err := verifyReduced(ctx, model, src.opt, src.sat, m, out); err != nil {
-		return nil, err
+	}()
+	kernelsErr := verifyKernels(ctx, model, lp, c.kernels, out)
+	if kernelsErr != nil {
+		stopWiring()
+	}
+	werr := <-wiringErr
+	if kernelsErr != nil {
+		return nil, kernelsErr
+	}
+	out.Write(wiring.Bytes())
+	if werr != nil {
+		return nil, werr
 	}
 	f.verified = strings.TrimSpace(strings.ReplaceAll(what.String(), "\n  ", "; "))
 	f.verified = strings.TrimPrefix(f.verified, "verify: ")
