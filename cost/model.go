@@ -303,6 +303,31 @@ func (k *kernelForm) bytesOf(v ir.Value) float64 {
 	return numel(n.Shape) * float64(n.DType.Size())
 }
 
+// readBytes is the DRAM traffic of reading input v once: all of it, but
+// for a table read only through gathers (an embedding) just the rows they
+// take, since a decode step's gather reads one row of a table of
+// gigabytes.
+func (k *kernelForm) readBytes(v ir.Value) float64 {
+	full := k.bytesOf(v)
+	size := float64(k.body.Node(v).DType.Size())
+	gathered := 0.0
+	for _, n := range k.body.Nodes {
+		for j, in := range n.Inputs {
+			if in != v {
+				continue
+			}
+			if n.Op != ir.OpGather || j != 0 {
+				return full
+			}
+			gathered += numel(n.Shape) * size
+		}
+	}
+	if gathered == 0 {
+		return full
+	}
+	return math.Min(full, gathered)
+}
+
 // opFLOPs is the arithmetic of one non-matmul node, in FMA-class
 // operations: one per element for simple ops, more for the ones the
 // special function unit or several instructions compute.
@@ -478,7 +503,7 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 	case 0:
 		var in, flops, elems float64
 		for _, v := range body.Inputs() {
-			in += k.bytesOf(v)
+			in += k.readBytes(v)
 		}
 		for _, n := range body.Nodes {
 			flops += opFLOPs(body, n)

@@ -280,3 +280,29 @@ func TestSmallTilesPayForL2(t *testing.T) {
 		}
 	}
 }
+
+// A gather reads the rows it takes, not its whole table: one token's
+// embedding costs about what copying one row does, and a table that the
+// kernel also reads some other way is read whole.
+func TestGatherReadsItsRows(t *testing.T) {
+	m := NewModel(testDevice(t), Defaults(testDevice(t)))
+	const vocab, hidden = 128256, 4096
+	gather := func(tokens ir.Dim, alsoWhole bool) Estimate {
+		e, err := m.Kernel(body(t, func(b *ir.Builder) ir.Value {
+			table := b.Input("$0", ir.BF16, vocab, hidden)
+			rows := b.Gather(table, b.Input("$1", ir.I64, tokens), 0)
+			if alsoWhole {
+				return b.Add(rows, b.Sum(b.Sum(table, 1), 0))
+			}
+			return rows
+		}))
+		require.NoError(t, err)
+		return e
+	}
+	one, many, whole := gather(1, false), gather(512, false), gather(1, true)
+	tableBytes := float64(vocab * hidden * 2)
+	assert.Less(t, one.Features.Bytes, 4*float64(hidden*2)+64, "one row and its index: %v", one.Features.Bytes)
+	assert.Less(t, one.Seconds, 10e-6)
+	assert.Greater(t, many.Features.Bytes, one.Features.Bytes)
+	assert.GreaterOrEqual(t, whole.Features.Bytes, tableBytes, "a table also summed whole is read whole")
+}
