@@ -144,23 +144,28 @@ func (prog *Program) extract(ctx context.Context, name string, price func(*egrap
 	if err != nil {
 		return fmt.Errorf("saturate %s: no kernel program: %w", name, err)
 	}
-	greedy, err := extract.NewGreedy(ctx, p)
-	if err != nil {
-		return err
-	}
 	// The program without cross-block partial sums is a second greedy
-	// pass over a masked copy of the problem: it runs beside the first
-	// one's improvement, both only reading p and the e-graph.
+	// pass over a masked copy of the problem: it runs beside the first,
+	// both only reading p and the e-graph, and is improved on p against
+	// the first one's greedy choices once they are ready.
 	type result struct {
 		sol  *extract.Solution
 		cost float64
 		ok   bool
 	}
+	var greedy *extract.Greedy
+	greedyReady := make(chan struct{})
 	altc := make(chan result, 1)
 	go func() {
-		sol, cost, ok := extractWithoutCrossSums(ctx, eg, p, greedy)
+		sol, cost, ok := extractWithoutCrossSums(ctx, eg, p, func() *extract.Greedy { <-greedyReady; return greedy })
 		altc <- result{sol, cost, ok}
 	}()
+	greedy, err = extract.NewGreedy(ctx, p)
+	close(greedyReady)
+	if err != nil {
+		<-altc
+		return err
+	}
 	sol, cost, err := greedy.Improved(ctx)
 	alt := <-altc
 	if err != nil {
@@ -329,7 +334,7 @@ func NaiveKernels(g *ir.Graph) int {
 // several classes share one unsplit kernel; starting from the program
 // without them and improving keeps the better of both. ok is false when
 // there is no such program (or nothing to leave out).
-func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *extract.Problem, greedy *extract.Greedy) (*extract.Solution, float64, bool) {
+func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *extract.Problem, greedyOf func() *extract.Greedy) (*extract.Solution, float64, bool) {
 	crossKernel := func(id egraph.NodeID) bool {
 		n := eg.Node(id)
 		return n.Op == KernelSymbol && readsCrossSum(n.Payload)
@@ -387,6 +392,10 @@ func extractWithoutCrossSums(ctx context.Context, eg *egraph.EGraph[Data], p *ex
 			return nil, 0, false
 		}
 		start.Choice[ci] = ni
+	}
+	greedy := greedyOf()
+	if greedy == nil {
+		return nil, 0, false
 	}
 	sol, cost, err := greedy.Improve(ctx, start)
 	if err != nil {
