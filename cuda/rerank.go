@@ -2,7 +2,10 @@ package cuda
 
 import (
 	"fmt"
+	"maps"
+	"runtime"
 	"sort"
+	"sync"
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
@@ -17,8 +20,38 @@ type Compiler func(src string) (map[string]cost.Resources, error)
 // cost.Model.Resourced.
 type Pricer func(body *ir.Graph, s cost.Schedule, r cost.Resources) (cost.Estimate, error)
 
+// compileSplit compiles kernels in a few units at once, one per processor
+// up to four, each kernel whole in one of them (a compiler call works on
+// one thread, and a model's schedules take seconds to compile), and merges
+// their reports. The first error in unit order wins.
+func compileSplit(compile Compiler, kernels []*Kernel) (map[string]cost.Resources, error) {
+	units := min(runtime.GOMAXPROCS(0), 4, len(kernels))
+	if units <= 1 {
+		return compile(Source(kernels))
+	}
+	res := make([]map[string]cost.Resources, units)
+	errs := make([]error, units)
+	var wg sync.WaitGroup
+	for u := range units {
+		var part []*Kernel
+		for i := u; i < len(kernels); i += units {
+			part = append(part, kernels[i])
+		}
+		wg.Go(func() { res[u], errs[u] = compile(Source(part)) })
+	}
+	wg.Wait()
+	out := map[string]cost.Resources{}
+	for u := range units {
+		if errs[u] != nil {
+			return nil, errs[u]
+		}
+		maps.Copy(out, res[u])
+	}
+	return out, nil
+}
+
 // Rerank compiles every distinct kernel that PrintProgramWith scheduled,
-// in its chosen schedule and in each alternative, in one compilation, and
+// in its chosen schedule and in each alternative (compileSplit), and
 // prices them again with the registers and shared memory the compiler
 // reports (the cost model's own figures are guesses). A kernel whose
 // alternative now predicts faster is printed again in it, keeping its
@@ -60,7 +93,7 @@ func Rerank(prog *lower.Program, kernels []*Kernel, compile Compiler, price Pric
 	if len(all) == 0 {
 		return kernels, 0, nil
 	}
-	res, err := compile(Source(all))
+	res, err := compileSplit(compile, all)
 	if err != nil {
 		return nil, 0, fmt.Errorf("rerank %s: %w", prog.Name, err)
 	}

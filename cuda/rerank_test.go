@@ -3,7 +3,9 @@ package cuda
 import (
 	"context"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
@@ -47,7 +49,12 @@ func TestRerankByCompiledResources(t *testing.T) {
 	}
 	require.NotNil(t, victim, "a scheduled matmul with alternatives")
 	var compiled []string
+	var mu sync.Mutex // compileSplit calls compile from several goroutines
+	units := 0
 	compile := func(src string) (map[string]cost.Resources, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		units++
 		out := map[string]cost.Resources{}
 		for _, line := range strings.Split(src, "\n") {
 			if i := strings.Index(line, "__global__ void "); i >= 0 {
@@ -62,10 +69,17 @@ func TestRerankByCompiledResources(t *testing.T) {
 		}
 		return out, nil
 	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	out, changed, err := Rerank(lp, ks, compile, m.Resourced)
 	require.NoError(t, err)
 	assert.Equal(t, 1, changed)
 	assert.Contains(t, compiled, victim.Name+"_alt1")
+	assert.Equal(t, 3, units, "one unit per processor")
+	seen := map[string]bool{}
+	for _, name := range compiled {
+		assert.False(t, seen[name], "%s compiled twice", name)
+		seen[name] = true
+	}
 	require.Len(t, out, len(ks))
 	for i, k := range out {
 		assert.Equal(t, ks[i].Name, k.Name)
