@@ -3,6 +3,7 @@ package ir
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 
@@ -221,13 +222,13 @@ func TestRandomFeedsLargeLeaves(t *testing.T) {
 	b.Output("e", b.Gather(table, ids, 0))
 	g, err := b.Build()
 	require.NoError(t, err)
-	draw := func(procs int) map[string]*Tensor {
+	feedsAt := func(procs int) map[string]*Tensor {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 		feeds, err := RandomFeeds(g, 11, Typical)
 		require.NoError(t, err)
 		return feeds
 	}
-	one, four := draw(1), draw(4)
+	one, four := feedsAt(1), feedsAt(4)
 	require.Equal(t, one, four, "the values do not depend on GOMAXPROCS")
 	require.Len(t, one["p"].F32, n)
 	require.Nil(t, one["p"].F64)
@@ -249,6 +250,16 @@ func TestRandomFeedsLargeLeaves(t *testing.T) {
 		require.NotEqual(t, first, one["h"].F32[c*drawChunk:(c+1)*drawChunk])
 	}
 	require.Less(t, math.Abs(mean(one["h"].F32)), 0.01, "centred normal values")
+	// The typical float leaves' fast path gives draw's values.
+	for i, nd := range g.Nodes {
+		if nd.Name != "h" {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(11^0x1a26e, uint64(i)<<32|1)) // chunk 1
+		for j := range 1000 {
+			require.Equal(t, float32(draw(rng, BF16, domain{}, Typical)), one["h"].F32[drawChunk+j])
+		}
+	}
 	_, err = Eval(context.Background(), g, one, EvalOptions{})
 	require.NoError(t, err)
 }

@@ -107,6 +107,7 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode) (*Tensor,
 		f64 = make([]float64, count)
 		mmap.AdviseHugeFloat64(f64)
 	}
+	typical := float && mode == Typical && !d.positive && d.index == 0
 	chunks := int((count + drawChunk - 1) / drawChunk)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -119,6 +120,19 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode) (*Tensor,
 				}
 				rng := rand.New(rand.NewPCG(seed^0x1a26e, uint64(i)<<32|uint64(c)))
 				lo, hi := c*drawChunk, min((c+1)*drawChunk, count)
+				if typical {
+					// draw's values, without its choices per element.
+					if n.DType == F32 {
+						for j := lo; j < hi; j++ {
+							f32[j] = float32(rng.NormFloat64())
+						}
+					} else {
+						for j := lo; j < hi; j++ {
+							f32[j] = float32(n.DType.Round(rng.NormFloat64()))
+						}
+					}
+					continue
+				}
 				for j := lo; j < hi; j++ {
 					v := draw(rng, n.DType, d, mode)
 					if float {
