@@ -39,7 +39,9 @@ func TestAdviseHuge(t *testing.T) {
 		}
 		AdviseHuge(b)
 		for i := range b {
-			require.Equal(t, byte(i*7), b[i])
+			if b[i] != byte(i*7) {
+				require.Equal(t, byte(i*7), b[i], "byte %d", i)
+			}
 		}
 	}
 	f := make([]float32, 3<<20)
