@@ -70,24 +70,41 @@ func RegionRewrites() []*egraph.Rewrite[Data] {
 }
 
 // regionMemo remembers the nodes whose regions were grown, per e-graph: the
-// rules are Go appliers, so every iteration sees every match again.
+// rules are Go appliers, so every iteration sees every match again. One
+// rule set serves several e-graphs at once (SaturateModel searches the
+// pair of blocks and the model's own e-graph in parallel with the same
+// rewrites), so each e-graph keeps its own record; the oldest is dropped
+// past maxMemoGraphs.
 type regionMemo struct {
-	mu   sync.Mutex
-	g    *egraph.EGraph[Data]
-	done map[string]bool
+	mu     sync.Mutex
+	graphs []*egraph.EGraph[Data] // oldest first
+	done   map[*egraph.EGraph[Data]]map[string]bool
 }
+
+// maxMemoGraphs bounds the e-graphs a regionMemo keeps records for.
+const maxMemoGraphs = 8
 
 // first reports whether key is new for g, and records it.
 func (m *regionMemo) first(g *egraph.EGraph[Data], key string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.g != g {
-		m.g, m.done = g, map[string]bool{}
+	done, ok := m.done[g]
+	if !ok {
+		if m.done == nil {
+			m.done = map[*egraph.EGraph[Data]]map[string]bool{}
+		}
+		if len(m.graphs) == maxMemoGraphs {
+			delete(m.done, m.graphs[0])
+			m.graphs = m.graphs[1:]
+		}
+		done = map[string]bool{}
+		m.graphs = append(m.graphs, g)
+		m.done[g] = done
 	}
-	if m.done[key] {
+	if done[key] {
 		return false
 	}
-	m.done[key] = true
+	done[key] = true
 	return true
 }
 

@@ -70,3 +70,22 @@ func checkTwoOutputs(t *testing.T, g *ir.Graph, rws []*egraph.Rewrite[Data]) {
 		require.Nil(t, d, "extraction %d: %v", i, d)
 	}
 }
+
+// One rule set serves several e-graphs at once (SaturateModel's two
+// searches): each keeps its own record of the regions grown, so that
+// switching between them neither forgets nor mixes them.
+func TestRegionMemoPerEGraph(t *testing.T) {
+	var m regionMemo
+	a, _ := NewEGraph(false)
+	b, _ := NewEGraph(false)
+	require.True(t, m.first(a, "x"))
+	require.True(t, m.first(b, "x"), "another e-graph's record")
+	require.False(t, m.first(a, "x"), "a's record survives b's")
+	require.False(t, m.first(b, "x"))
+	for range maxMemoGraphs {
+		g, _ := NewEGraph(false)
+		require.True(t, m.first(g, "x"))
+	}
+	require.True(t, m.first(a, "x"), "the oldest e-graph's record is dropped")
+	require.Len(t, m.graphs, maxMemoGraphs)
+}
