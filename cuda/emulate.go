@@ -6,12 +6,11 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/internal/mmap"
+	"github.com/lumsearch/lumsearch/internal/parallel"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/x448/float16"
 )
@@ -78,17 +77,7 @@ func EncodeTensor(t *ir.Tensor) []byte {
 		encodeRange(t, b, 0, n)
 		return b
 	}
-	chunks := (n + chunk - 1) / chunk
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), chunks) {
-		wg.Go(func() {
-			for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
-				encodeRange(t, b, c*chunk, min((c+1)*chunk, n))
-			}
-		})
-	}
-	wg.Wait()
+	parallel.Chunks(n, chunk, func(_, lo, hi int) { encodeRange(t, b, lo, hi) })
 	return b
 }
 

@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	"github.com/lumsearch/lumsearch/internal/mmap"
+	"github.com/lumsearch/lumsearch/internal/parallel"
 )
 
 // RandomMode chooses the kind of values RandomFeeds draws.
@@ -108,43 +106,30 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode) (*Tensor,
 		mmap.AdviseHugeFloat64(f64)
 	}
 	typical := float && mode == Typical && !d.positive && d.index == 0
-	chunks := int((count + drawChunk - 1) / drawChunk)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), chunks) {
-		wg.Go(func() {
-			for {
-				c := next.Add(1) - 1
-				if c >= int64(chunks) {
-					return
-				}
-				rng := rand.New(rand.NewPCG(seed^0x1a26e, uint64(i)<<32|uint64(c)))
-				lo, hi := c*drawChunk, min((c+1)*drawChunk, count)
-				if typical {
-					// draw's values, without its choices per element.
-					if n.DType == F32 {
-						for j := lo; j < hi; j++ {
-							f32[j] = float32(rng.NormFloat64())
-						}
-					} else {
-						for j := lo; j < hi; j++ {
-							f32[j] = float32(n.DType.Round(rng.NormFloat64()))
-						}
-					}
-					continue
-				}
+	parallel.Chunks(int(count), drawChunk, func(c, lo, hi int) {
+		rng := rand.New(rand.NewPCG(seed^0x1a26e, uint64(i)<<32|uint64(c)))
+		if typical {
+			// draw's values, without its choices per element.
+			if n.DType == F32 {
 				for j := lo; j < hi; j++ {
-					v := draw(rng, n.DType, d, mode)
-					if float {
-						f32[j] = float32(v)
-					} else {
-						f64[j] = v
-					}
+					f32[j] = float32(rng.NormFloat64())
+				}
+			} else {
+				for j := lo; j < hi; j++ {
+					f32[j] = float32(n.DType.Round(rng.NormFloat64()))
 				}
 			}
-		})
-	}
-	wg.Wait()
+			return
+		}
+		for j := lo; j < hi; j++ {
+			v := draw(rng, n.DType, d, mode)
+			if float {
+				f32[j] = float32(v)
+			} else {
+				f64[j] = v
+			}
+		}
+	})
 	if float {
 		if !slices.ContainsFunc(f32, func(x float32) bool { return x != 0 }) {
 			f32[0] = float32(firstNonZero(n.DType, d))
