@@ -159,7 +159,8 @@ func TestInPlaceWindowMustFit(t *testing.T) {
 
 // TestInPlaceDecodePrograms lowers decode steps at the cache's first and
 // last positions, checks that every state is written in place by a kernel
-// that stores the new rows only, and runs the printed programs under the
+// that stores the new rows only, one kernel for a layer's key and value
+// rows where the order allows, and runs the printed programs under the
 // emulation against the reference.
 func TestInPlaceDecodePrograms(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
@@ -168,10 +169,14 @@ func TestInPlaceDecodePrograms(t *testing.T) {
 	tests := []struct {
 		name string
 		past int
+		// paired counts the kernels writing a layer's key and value rows
+		// both; the naive llama program reads the new keys before it
+		// computes the value rows.
+		paired int
 	}{
-		{"tiny-llama:decode", 0},
-		{"tiny-llama:decode", 4},
-		{"tiny-gpt2:decode", 2},
+		{"tiny-llama:decode", 0, 0},
+		{"tiny-llama:decode", 4, 0},
+		{"tiny-gpt2:decode", 2, 2},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/past=%d", tt.name, tt.past), func(t *testing.T) {
@@ -183,8 +188,11 @@ func TestInPlaceDecodePrograms(t *testing.T) {
 			require.NoError(t, err)
 			ks, err := PrintProgram(lp)
 			require.NoError(t, err)
-			windowed := 0
+			windowed, paired := 0, 0
 			for i, l := range lp.Run {
+				if len(l.Outs) == 2 && lp.Buffers[l.Outs[0]].Kind == lower.State && lp.Buffers[l.Outs[1]].Kind == lower.State {
+					paired++
+				}
 				for j, o := range l.Outs {
 					if lp.Buffers[o].Kind != lower.State {
 						continue
@@ -200,6 +208,7 @@ func TestInPlaceDecodePrograms(t *testing.T) {
 				}
 			}
 			require.Equal(t, len(g.States()), windowed)
+			assert.Equal(t, tt.paired, paired, "kernels writing a layer's key and value rows")
 			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
 			require.NoError(t, err)
 			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})

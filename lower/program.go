@@ -267,6 +267,7 @@ func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 	}
 	if inPlace {
 		b.updateInPlace()
+		b.pairUpdates()
 	}
 	b.copyStates()
 	b.plan()
@@ -534,6 +535,120 @@ func (b *builder) updateInPlace() {
 		drop[src] = true
 	}
 	b.dropBuffers(drop)
+}
+
+// pairUpdates merges two launches that each write a state's new rows in
+// place (updateInPlace) into one launch writing both, when both are
+// elementwise work over rows of one shape and one of them can move to the
+// other: it reads nothing written in between, and nothing in between
+// reads or writes what it writes. A decode step's key and value
+// cache rows come from the same projection and need one launch, not two.
+func (b *builder) pairUpdates() {
+	run := b.prog.Run
+	gone := make([]bool, len(run))
+	for i, a := range run {
+		if gone[i] || !rowWrite(a) {
+			continue
+		}
+		for j := i + 1; j < len(run); j++ {
+			if gone[j] || !rowWrite(run[j]) {
+				continue
+			}
+			// The pair runs where the later launch moves up to, or else
+			// where the earlier one moves down to.
+			at, drop := i, j
+			if !independent(run[j], run[i+1:j], gone[i+1:j]) {
+				if !independent(a, run[i+1:j], gone[i+1:j]) {
+					continue
+				}
+				at, drop = j, i
+			}
+			if m, ok := mergeRowWrites(a, run[j]); ok {
+				run[at], gone[drop] = m, true
+				break
+			}
+		}
+	}
+	kept := run[:0]
+	for i, l := range run {
+		if !gone[i] {
+			kept = append(kept, l)
+		}
+	}
+	b.prog.Run = kept
+}
+
+// rowWrite reports whether l is elementwise work writing one output
+// through a window: a state's new rows written in place.
+func rowWrite(l *Launch) bool {
+	if len(l.Outs) != 1 || len(l.Body.Outputs) != 1 || l.Form.Kind != "elementwise" {
+		return false
+	}
+	_, ok, err := OutputWindow(l.Body, 0)
+	return ok && err == nil
+}
+
+// independent reports whether launch c may trade places with the
+// launches between (those not gone): it reads nothing they write, and
+// they neither read nor write what it writes.
+func independent(c *Launch, between []*Launch, gone []bool) bool {
+	for k, l := range between {
+		if gone[k] {
+			continue
+		}
+		for _, o := range l.Outs {
+			if slices.Contains(c.Args, o) || slices.Contains(c.Outs, o) {
+				return false
+			}
+		}
+		for _, o := range c.Outs {
+			if slices.Contains(l.Args, o) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// mergeRowWrites returns the launch doing the work of launches a and c
+// (a first), each of which writes one output through a window, as one
+// elementwise launch with two windowed outputs; false when they do not
+// qualify (see pairUpdates) or the merged body is not Legal.
+func mergeRowWrites(a, c *Launch) (*Launch, bool) {
+	if !rowWrite(a) || !rowWrite(c) {
+		return nil, false
+	}
+	if a.Outs[0] == c.Outs[0] || slices.Contains(c.Args, a.Outs[0]) || slices.Contains(a.Args, c.Outs[0]) {
+		return nil, false
+	}
+	if !a.Body.Node(a.Body.Outputs[0].Value).Shape.Equal(c.Body.Node(c.Body.Outputs[0].Value).Shape) {
+		return nil, false
+	}
+	nb := ir.NewBuilder(a.Body.Name)
+	var args []int
+	at := map[int]ir.Value{} // an argument buffer's input, read by both bodies
+	for j, l := range []*Launch{a, c} {
+		ins := l.Body.Inputs()
+		vals := make([]ir.Value, len(ins))
+		for k, in := range ins {
+			n := l.Body.Node(in)
+			buf := l.Args[k]
+			if v, ok := at[buf]; ok && nb.Shape(v).Equal(n.Shape) && nb.DType(v) == n.DType {
+				vals[k] = v
+				continue
+			}
+			vals[k] = nb.Input(fmt.Sprintf("$%d", len(args)), n.DType, n.Shape...)
+			at[buf] = vals[k]
+			args = append(args, buf)
+		}
+		w, _, _ := OutputWindow(l.Body, 0)
+		nb.Output(w.OutputName(j), nb.Inline(l.Body, vals)[0])
+	}
+	body, err := nb.Build()
+	if err != nil || !rules.Legal(body) {
+		return nil, false
+	}
+	return &Launch{Name: a.Name, Body: body, Form: rules.FormOf(body), Args: args, Outs: []int{a.Outs[0], c.Outs[0]}, Class: a.Class}, true
 }
 
 // rowsBody rewrites the body of launch l, whose output is

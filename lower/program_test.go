@@ -186,7 +186,8 @@ func stateWriters(lp *Program) map[int][]*Launch {
 
 // TestInPlaceStateUpdates lowers decode steps and checks that every KV
 // cache is updated in place: one launch writes each state buffer, through
-// a window at the step's position holding the new token's rows only, no
+// a window at the step's position holding the new token's rows only, a
+// layer's key and value rows by one launch where the order allows, no
 // copy launch is left, no Temp of the cache's size remains, and the
 // program still computes what the graph does.
 func TestInPlaceStateUpdates(t *testing.T) {
@@ -194,13 +195,17 @@ func TestInPlaceStateUpdates(t *testing.T) {
 		name  string
 		past  int
 		fused bool
+		// paired counts the launches writing two states: a layer's key
+		// and value rows. The naive llama program reads the new keys
+		// (attention scores) before it computes the value rows.
+		paired int
 	}{
-		{"tiny-llama:decode", 0, false},
-		{"tiny-llama:decode", 3, false},
-		{"tiny-llama:decode", 7, false},
-		{"tiny-llama:decode", 3, true},
-		{"tiny-gpt2:decode", 3, false},
-		{"tiny-gpt2:decode", 7, true},
+		{"tiny-llama:decode", 0, false, 0},
+		{"tiny-llama:decode", 3, false, 0},
+		{"tiny-llama:decode", 7, false, 0},
+		{"tiny-llama:decode", 3, true, 2},
+		{"tiny-gpt2:decode", 3, false, 2},
+		{"tiny-gpt2:decode", 7, true, 2},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s/past=%d/fused=%t", tt.name, tt.past, tt.fused), func(t *testing.T) {
@@ -241,11 +246,16 @@ func TestInPlaceStateUpdates(t *testing.T) {
 				assert.Equal(t, "elementwise", l.Form.Kind)
 			}
 			written := map[int]bool{}
+			paired := 0
 			for _, l := range lp.Run {
 				for _, o := range l.Outs {
 					written[o] = true
 				}
+				if len(l.Outs) == 2 && lp.Buffers[l.Outs[0]].Kind == State && lp.Buffers[l.Outs[1]].Kind == State {
+					paired++
+				}
 			}
+			assert.Equal(t, tt.paired, paired, "launches writing a key and a value cache")
 			for _, b := range lp.Buffers {
 				if b.Kind == Temp {
 					assert.True(t, written[b.ID], "temp %s is never written", b.Name)
@@ -489,4 +499,57 @@ func TestInPlaceBytesSaved(t *testing.T) {
 	t.Logf("llama-3-8b decode step, 4095 of 4096 cache positions filled, %d states: state-writing launches write %d bytes with copies, %d in place (%d saved); the launches updating states move %d bytes with copies, %d in place (%d saved)",
 		len(g.States()), copied.written, inPlace.written, copied.written-inPlace.written, copied.moved, inPlace.moved, copied.moved-inPlace.moved)
 	require.Less(t, inPlace.written, copied.written)
+}
+
+// TestPairUpdates builds a key and a value cache updated from one input:
+// the two in-place row writes become one launch with two windowed outputs
+// when neither reads what the other writes, stay two launches when the
+// value rows read the new key cache, and either way the program computes
+// what the graph does.
+func TestPairUpdates(t *testing.T) {
+	tests := []struct {
+		name   string
+		merged bool
+		vRows  func(b *ir.Builder, x, updK ir.Value) ir.Value
+	}{
+		{"independent rows", true, func(b *ir.Builder, x, _ ir.Value) ir.Value { return b.Exp(x) }},
+		{"value rows read the new key cache", false, func(b *ir.Builder, x, updK ir.Value) ir.Value {
+			return b.Add(x, b.Slice(updK, 2, 3, 4, 1))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := ir.NewBuilder("kv")
+			k := b.State("k", ir.F32, 1, 2, 8, 4)
+			v := b.State("v", ir.F32, 1, 2, 8, 4)
+			x := b.Input("x", ir.F32, 1, 2, 1, 4)
+			updK := b.SliceUpdate(k, b.Neg(x), 2, 3)
+			updV := b.SliceUpdate(v, tt.vRows(b, x, updK), 2, 3)
+			b.UpdateState(k, updK)
+			b.UpdateState(v, updV)
+			b.Output("y", b.Add(b.Slice(updK, 2, 0, 4, 1), b.Slice(updV, 2, 0, 4, 1)))
+			g, err := b.Build()
+			require.NoError(t, err)
+			lp := lowerNaive(t, g, true)
+			checkPlan(t, lp)
+			writers := stateWriters(lp)
+			kw, vw := writers[lp.Updates["k"]], writers[lp.Updates["v"]]
+			require.Len(t, kw, 1)
+			require.Len(t, vw, 1)
+			if tt.merged {
+				require.Same(t, kw[0], vw[0], "the key and value rows are written by two launches")
+				require.Len(t, kw[0].Outs, 2)
+				for j := range kw[0].Outs {
+					_, windowed, err := kw[0].Window(j)
+					require.NoError(t, err)
+					assert.True(t, windowed)
+				}
+				assert.Equal(t, len(lowerNaive(t, g, false).Run)-3, len(lp.Run),
+					"in place: no copy launch for either state, and one launch for the pair")
+			} else {
+				require.NotSame(t, kw[0], vw[0])
+			}
+			checkExecute(t, g, lp)
+		})
+	}
 }

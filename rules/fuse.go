@@ -323,9 +323,11 @@ var crossBodies = struct {
 }{m: map[string]fusion{}}
 
 func buildCrossFused(cPay egraph.Payload, grp crossGroup, parts Data) fusion {
+	// A two-output kernel (a norm's statistics beside the residual sum it
+	// takes them of) sums partials as it reads them like any other.
 	cBody, ok := Spec(cPay)
-	if !ok || len(cBody.Outputs) != 1 {
-		return fusion{} // multi-output kernels are region fusion's
+	if !ok {
+		return fusion{}
 	}
 	b := ir.NewBuilder("kernel")
 	cIns := cBody.Inputs()
@@ -350,7 +352,14 @@ func buildCrossFused(cPay egraph.Payload, grp crossGroup, parts Data) fusion {
 		}
 		vals[i] = x
 	}
-	b.Output("out", b.Inline(cBody, vals)[0])
+	outs := b.Inline(cBody, vals)
+	if len(outs) == 1 {
+		b.Output("out", outs[0])
+	} else {
+		for j, o := range outs {
+			b.Output(fmt.Sprintf("out%d", j), o)
+		}
+	}
 	body, err := b.Build()
 	if err != nil {
 		return fusion{}

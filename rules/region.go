@@ -192,6 +192,71 @@ func (r *region) secondOutput() (egraph.ClassID, bool) {
 			return c, true
 		}
 	}
+	return r.statisticsInput()
+}
+
+// statisticsInput picks, for a row kernel whose root is a statistic of
+// each row (a norm's sum of squares, split from the matmul that applies
+// it), the row-shaped value the statistic is taken of when the body reads
+// it more than once and computes it before any reduction: the residual
+// sum that a decode step's next kernels read again. The row kernel writes
+// it beside the statistic, so that the residual add needs no launch of
+// its own.
+func (r *region) statisticsInput() (egraph.ClassID, bool) {
+	rowElems := int64(-1)
+	for _, n := range r.nodes {
+		op, _ := OpOf(n.Op)
+		if op.Class() != ir.ClassReduce {
+			continue
+		}
+		in := r.g.Data(n.Children[0]).Shape
+		attrs, _ := Attrs(n.Payload)
+		if attrs.Axis != len(in)-1 {
+			continue
+		}
+		if rowElems >= 0 && rowElems != in.NumElements() {
+			return 0, false
+		}
+		rowElems = in.NumElements()
+	}
+	if rowElems < 0 || r.g.Data(r.classes[0]).Shape.NumElements() == rowElems {
+		return 0, false
+	}
+	refs := map[egraph.ClassID]int{}
+	for _, n := range r.nodes {
+		for _, k := range n.Children {
+			refs[r.g.Find(k)]++
+		}
+	}
+	reduced := map[egraph.ClassID]bool{}
+	var afterReduction func(c egraph.ClassID) bool
+	afterReduction = func(c egraph.ClassID) bool {
+		c = r.g.Find(c)
+		at, inside := r.at[c]
+		if !inside {
+			return false
+		}
+		if v, ok := reduced[c]; ok {
+			return v
+		}
+		reduced[c] = false
+		n := r.nodes[at]
+		op, _ := OpOf(n.Op)
+		v := op.Class() == ir.ClassReduce
+		for _, k := range n.Children {
+			v = v || afterReduction(k)
+		}
+		reduced[c] = v
+		return v
+	}
+	for i, n := range r.nodes[1:] {
+		c := r.classes[i+1]
+		op, _ := OpOf(n.Op)
+		if op.Class() == ir.ClassView || refs[c] < 2 || r.g.Data(c).Shape.NumElements() != rowElems || afterReduction(c) {
+			continue
+		}
+		return c, true
+	}
 	return 0, false
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"testing"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -88,4 +90,66 @@ func TestRegionMemoPerEGraph(t *testing.T) {
 	}
 	require.True(t, m.first(a, "x"), "the oldest e-graph's record is dropped")
 	require.Len(t, m.graphs, maxMemoGraphs)
+}
+
+// TestRegionStatisticsBesideResidual is a decode step's residual add and
+// norm ahead of a projection: the extraction computes the norm's row
+// statistics in a row kernel that also writes the residual sum it takes
+// them of, reading the split-K partials of the projection before it, so
+// the residual add has no launch of its own; random extractions compute
+// the same.
+func TestRegionStatisticsBesideResidual(t *testing.T) {
+	const hid = 2 * SplitKMin
+	b := ir.NewBuilder("residual-norm-proj")
+	a := b.Input("a", ir.BF16, 1, hid)
+	r := b.Input("r", ir.F32, 1, hid)
+	wo := b.Weight("wo", ir.BF16, hid, hid)
+	w := b.Weight("w", ir.F32, hid)
+	wu := b.Weight("wu", ir.BF16, hid, 1024)
+	h := b.Add(b.Cast(b.MatMul(a, wo), ir.F32), r)
+	ss := b.Mul(b.Sum(b.Mul(h, h), 1), b.BroadcastTo(b.Scalar(ir.F32, 1.0/hid), ir.Shape{1, 1}))
+	rs := b.Rsqrt(b.Add(ss, b.BroadcastTo(b.Scalar(ir.F32, 0.0009765625), ir.Shape{1, 1})))
+	n := b.Mul(b.Mul(h, b.BroadcastTo(rs, ir.Shape{1, hid})), b.BroadcastTo(w, ir.Shape{1, hid}))
+	b.Output("up", b.MatMul(b.Cast(n, ir.BF16), wu))
+	b.Output("sum", h)
+	g, err := b.Build()
+	require.NoError(t, err)
+
+	d, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	m := cost.NewModel(d, cost.Defaults(d))
+	price := func(eg *egraph.EGraph[Data]) extract.CostFunc { return ModelCost(eg, m) }
+	prog, err := Saturate(context.Background(), g, allRewrites(t), SaturateOptions{IterLimit: 8, Cost: price})
+	require.NoError(t, err)
+	var two []Kernel
+	for _, k := range prog.List {
+		if len(k.Outputs) == 2 {
+			two = append(two, k)
+		}
+	}
+	require.Len(t, two, 1, "no kernel writes the statistics beside the residual sum")
+	k := two[0]
+	assert.Equal(t, "row", k.Form.Kind)
+	assert.Equal(t, ir.Shape{1, hid}, k.Outputs[1].Shape, "the second output is the residual sum")
+	assert.Less(t, k.Outputs[0].Shape.NumElements(), int64(hid), "the first output is the statistics")
+	partials := false
+	for _, n := range k.Body.Nodes {
+		partials = partials || n.Op == ir.OpSum && !rowReduce(k.Body, n)
+	}
+	assert.True(t, partials, "the row kernel does not sum the projection's partials")
+	assert.Equal(t, 4, prog.Kernels, "projection, statistics and sum, projection, cast")
+
+	feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
+	require.NoError(t, err)
+	sols := []*extract.Solution{prog.Solution}
+	for seed := range uint64(1) {
+		sol, err := extract.Random(prog.Problem, seed)
+		require.NoError(t, err)
+		sols = append(sols, sol)
+	}
+	for i, sol := range sols {
+		d, err := CheckExtraction(context.Background(), prog.EGraph, g, prog.Classes, prog.Problem, sol, feeds)
+		require.NoError(t, err)
+		require.Nil(t, d, "extraction %d: %v", i, d)
+	}
 }
