@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lumsearch/lumsearch/egraph"
+	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -92,6 +93,12 @@ func SaturateModel(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data]
 		return nil, fmt.Errorf("saturate %s: %w", g.Name, err)
 	}
 	before := eg.NumNodes()
+	// The replayed nodes of the pairs of copies (0,1), (2,3), ... come
+	// first, then the others: replayedSolution takes the first node
+	// replayed into a class, so that it runs the pair's program on
+	// disjoint pairs, each copy in the part (first or second of the pair)
+	// its neighbors expect.
+	var replayed, overlapping []replayedNode
 	for k := 1; k < len(rep.Copies); k++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -100,7 +107,12 @@ func SaturateModel(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data]
 		if err != nil {
 			return nil, fmt.Errorf("saturate %s: %w", g.Name, err)
 		}
-		if err := replay(eg, classes, pair, toG, m); err != nil {
+		if k%2 == 1 {
+			replayed, err = replay(eg, classes, pair, toG, m, replayed)
+		} else {
+			overlapping, err = replay(eg, classes, pair, toG, m, overlapping)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("saturate %s: replay on copies %d and %d: %w", g.Name, k-1, k, err)
 		}
 	}
@@ -110,7 +122,58 @@ func SaturateModel(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data]
 	}
 	prog := &Program{EGraph: eg, Report: report, Classes: classes, Roots: GraphRoots(g, classes), Time: time.Since(start),
 		Block: &BlockSearch{Copies: len(rep.Copies), BlockNodes: len(rep.Copies[0].Nodes), Pair: pair, Replayed: eg.NumNodes() - before}}
+	prog.replayed = append(replayed, overlapping...)
 	return prog, prog.extract(ctx, g.Name, opt.Cost)
+}
+
+// replayedNode is a node replay added to the model's e-graph: its class
+// and content as added (the children canonical then).
+type replayedNode struct {
+	class egraph.ClassID
+	node  egraph.Node
+}
+
+// replayedSolution is the extraction that runs the pair's program on
+// every copy: each class a replayed node went into chooses it (the first
+// replayed there, see SaturateModel), the other classes (outside the
+// blocks) left out. The
+// greedy extraction on the model's e-graph picks class by class and can
+// miss a choice that pays only when several classes take it together
+// (one projection of concatenated weights for the query, key and value),
+// which the pair's extraction found.
+func replayedSolution(eg *egraph.EGraph[Data], p *extract.Problem, replayed []replayedNode) *extract.Solution {
+	index := make(map[egraph.ClassID]int32, len(p.ClassIDs))
+	for i, c := range p.ClassIDs {
+		index[eg.Find(c)] = int32(i)
+	}
+	s := extract.NewSolution(p)
+	for _, r := range replayed {
+		ci, ok := index[eg.Find(r.class)]
+		if !ok || s.Choice[ci] >= 0 {
+			continue
+		}
+		for _, n := range p.ClassNodes[ci] {
+			if sameNode(eg, eg.Node(p.NodeIDs[n]), r.node) {
+				s.Choice[ci] = n
+				break
+			}
+		}
+	}
+	return s
+}
+
+// sameNode reports whether a and b are one e-node: operator, payload and
+// children's classes.
+func sameNode(eg *egraph.EGraph[Data], a, b egraph.Node) bool {
+	if a.Op != b.Op || a.Payload != b.Payload || len(a.Children) != len(b.Children) {
+		return false
+	}
+	for i := range a.Children {
+		if eg.Find(a.Children[i]) != eg.Find(b.Children[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // pairGraph builds the graph of a repeat's first two copies: their nodes,
@@ -226,7 +289,7 @@ func pairMapping(g *ir.Graph, rep *Repeats, k int) (map[ir.Value]ir.Value, error
 // the copies m maps the pair's values to: each chosen node, its operands
 // replaced by the replayed classes, unioned with the class of the model
 // value it computes.
-func replay(eg *egraph.EGraph[Data], classes []egraph.ClassID, pair *Program, toG []ir.Value, m map[ir.Value]ir.Value) error {
+func replay(eg *egraph.EGraph[Data], classes []egraph.ClassID, pair *Program, toG []ir.Value, m map[ir.Value]ir.Value, added []replayedNode) ([]replayedNode, error) {
 	pe := pair.EGraph
 	// The pair's values per class: a class may hold several (rules proved
 	// them equal).
@@ -244,7 +307,7 @@ func replay(eg *egraph.EGraph[Data], classes []egraph.ClassID, pair *Program, to
 	}
 	order, err := pair.Solution.Needed(pair.Problem)
 	if err != nil {
-		return err
+		return added, err
 	}
 	image := map[egraph.ClassID]egraph.ClassID{}
 	for _, pc := range order {
@@ -253,7 +316,7 @@ func replay(eg *egraph.EGraph[Data], classes []egraph.ClassID, pair *Program, to
 		vs := values[pe.Find(c)]
 		if op, ok := OpOf(n.Op); ok && op.Class() == ir.ClassLeaf {
 			if len(vs) == 0 {
-				return fmt.Errorf("leaf class %d of the pair has no value", c)
+				return added, fmt.Errorf("leaf class %d of the pair has no value", c)
 			}
 			image[c] = target(vs[0])
 			continue
@@ -262,13 +325,14 @@ func replay(eg *egraph.EGraph[Data], classes []egraph.ClassID, pair *Program, to
 		for i, k := range n.Children {
 			ic, ok := image[pe.Find(k)]
 			if !ok {
-				return fmt.Errorf("class %d reads class %d before it is replayed", c, k)
+				return added, fmt.Errorf("class %d reads class %d before it is replayed", c, k)
 			}
 			kids[i] = ic
 		}
-		nc, err := eg.Add(egraph.Node{Op: n.Op, Payload: n.Payload, Children: kids})
+		node := egraph.Node{Op: n.Op, Payload: n.Payload, Children: kids}
+		nc, err := eg.Add(node)
 		if err != nil {
-			return err
+			return added, err
 		}
 		for _, pv := range vs {
 			if t := target(pv); eg.Find(t) != eg.Find(nc) {
@@ -276,6 +340,7 @@ func replay(eg *egraph.EGraph[Data], classes []egraph.ClassID, pair *Program, to
 			}
 		}
 		image[c] = nc
+		added = append(added, replayedNode{nc, node})
 	}
-	return nil
+	return added, nil
 }

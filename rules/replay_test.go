@@ -7,6 +7,7 @@ import (
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,6 +45,47 @@ func TestSaturateModelReplay(t *testing.T) {
 				require.NoError(t, err)
 				require.Nil(t, d, "random extraction %d: %v", seed, d)
 			}
+		})
+	}
+}
+
+// TestReplayedSolution checks the replayed block's program as a candidate
+// of the model's extraction: run on disjoint pairs of copies and completed
+// with the greedy choices outside the blocks, it is a valid program that
+// computes what the model does, takes no more kernels than the pair's
+// program on every pair plus those outside the blocks, and the model's
+// extraction costs no more than it.
+func TestReplayedSolution(t *testing.T) {
+	for _, kind := range []string{"model", "decode"} {
+		t.Run(kind, func(t *testing.T) {
+			cfg, err := corpus.EmbeddedConfig("tiny-llama")
+			require.NoError(t, err)
+			cfg.NumHiddenLayers = 4
+			g, err := corpus.BuildConfig("tiny-llama-4", cfg, kind, corpus.Options{Seq: 16, Past: 8})
+			require.NoError(t, err)
+			prog, err := SaturateModel(context.Background(), g, allRewrites(t), SaturateOptions{IterLimit: 8, NodeLimit: 60_000, Cost: modelCost(t, "h100")})
+			require.NoError(t, err)
+			require.NotNil(t, prog.Block)
+			greedy, err := extract.NewGreedy(context.Background(), prog.Problem)
+			require.NoError(t, err)
+			sol, cost, err := greedy.Complete(replayedSolution(prog.EGraph, prog.Problem, prog.replayed))
+			require.NoError(t, err)
+			assert.LessOrEqual(t, prog.Cost, cost*(1+1e-12))
+			ks, err := ProgramKernels(prog.EGraph, prog.Problem, sol)
+			require.NoError(t, err)
+			run := 0
+			for _, k := range ks {
+				if !k.Prep {
+					run++
+				}
+			}
+			t.Logf("%s: replayed %d kernels per run, %.3g µs; extracted %d kernels, %.3g µs; pair %d kernels", g.Name, run, cost*1e6, prog.Kernels, prog.Cost*1e6, prog.Block.Pair.Kernels)
+			assert.LessOrEqual(t, run, 2*prog.Block.Pair.Kernels+6, "the head (embedding, final norm, projection) takes at most 6")
+			feeds, err := ir.RandomFeeds(g, 9, ir.Typical)
+			require.NoError(t, err)
+			d, err := CheckExtraction(context.Background(), prog.EGraph, g, prog.Classes, prog.Problem, sol, feeds)
+			require.NoError(t, err)
+			require.Nil(t, d, "the replayed program: %v", d)
 		})
 	}
 }

@@ -86,6 +86,8 @@ type Program struct {
 	// Block, when the graph has repeated blocks, says how the search ran
 	// on one pair of them (SaturateModel).
 	Block *BlockSearch
+	// replayed are the nodes replaying Block's program added.
+	replayed []replayedNode
 }
 
 // withDefaults fills SaturateOptions' defaults in.
@@ -134,7 +136,8 @@ func NaiveProgram(ctx context.Context, g *ir.Graph, opt SaturateOptions) (*Progr
 }
 
 // extract picks the program from the saturated e-graph and fills the
-// extraction's fields in.
+// extraction's fields in. The replayed block's program, when there is
+// one, is a candidate too, completed with the greedy choices.
 func (prog *Program) extract(ctx context.Context, name string, price func(*egraph.EGraph[Data]) extract.CostFunc) error {
 	eg := prog.EGraph
 	if price == nil {
@@ -173,6 +176,13 @@ func (prog *Program) extract(ctx context.Context, name string, price func(*egrap
 	}
 	if alt.ok && alt.cost < cost {
 		sol, cost = alt.sol, alt.cost
+	}
+	if prog.replayed != nil {
+		// A replayed program the greedy choices cannot complete (a cycle
+		// through mixed choices) is only not a candidate.
+		if g, gcost, err := greedy.Complete(replayedSolution(eg, p, prog.replayed)); err == nil && gcost < cost {
+			sol, cost = g, gcost
+		}
 	}
 	prog.Problem, prog.Solution, prog.Cost = p, sol, cost
 	if prog.List, err = ProgramKernels(eg, p, sol); err != nil {
