@@ -269,6 +269,7 @@ func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 		b.updateInPlace()
 		b.pairUpdates()
 	}
+	b.fuseRowProducers()
 	b.copyStates()
 	b.plan()
 	return b.prog, nil
@@ -649,6 +650,135 @@ func mergeRowWrites(a, c *Launch) (*Launch, bool) {
 		return nil, false
 	}
 	return &Launch{Name: a.Name, Body: body, Form: rules.FormOf(body), Args: args, Outs: []int{a.Outs[0], c.Outs[0]}, Class: a.Class}, true
+}
+
+// fuseRowProducers merges an elementwise launch into a later fused row
+// launch that reads what it writes (its producer, itself fused) or reads
+// all it reads (a sibling), when the elementwise launch can move down to
+// the row launch (nothing in between reads what it writes or writes what
+// it reads): one row launch then computes the value and its row
+// statistics, and still writes the value when other launches read it. A
+// decode step's residual sum (split-K partials of a projection plus the
+// residual) and the next norm's statistics of it meet so at the seam of
+// two layers, where the search, which sees a pair of layers, had to
+// materialize the sum. A row kernel of one op, and a producer of one op,
+// are left alone: the naive program stays one op per launch.
+func (b *builder) fuseRowProducers() {
+	run := b.prog.Run
+	gone := make([]bool, len(run))
+	drop := map[int]bool{}
+	for j, c := range run {
+		if c.Form.Kind != "row" || computingOps(c.Body) < 2 {
+			continue
+		}
+		for i := j - 1; i >= max(0, j-rowProducerReach); i-- {
+			a := run[i]
+			if gone[i] || len(a.Outs) != 1 || a.Form.Kind != "elementwise" {
+				continue
+			}
+			x := a.Outs[0]
+			producer := slices.Contains(c.Args, x)
+			sibling := !producer && !slices.ContainsFunc(a.Args, func(in int) bool { return !slices.Contains(c.Args, in) })
+			if !producer && !sibling || !independent(a, run[i+1:j], gone[i+1:j]) {
+				continue
+			}
+			if _, windowed, err := OutputWindow(a.Body, 0); windowed || err != nil || computingOps(a.Body) < 2 && producer {
+				continue
+			}
+			keep := b.prog.Buffers[x].Kind != Temp
+			for k, l := range run {
+				keep = keep || k != i && k != j && !gone[k] && slices.Contains(l.Args, x)
+			}
+			m, ok := mergeProducer(a, c, x, keep)
+			if !ok {
+				continue
+			}
+			run[j], gone[i] = m, true
+			if !keep {
+				drop[x] = true
+			}
+			break
+		}
+	}
+	kept := run[:0]
+	for i, l := range run {
+		if !gone[i] {
+			kept = append(kept, l)
+		}
+	}
+	b.prog.Run = kept
+	b.dropBuffers(drop)
+}
+
+// rowProducerReach is how many launches back fuseRowProducers looks for
+// an elementwise launch to merge.
+const rowProducerReach = 8
+
+// computingOps counts the ops of body that compute (leaves and views
+// aside).
+func computingOps(body *ir.Graph) int {
+	n := 0
+	for _, nd := range body.Nodes {
+		if c := nd.Op.Class(); c != ir.ClassLeaf && c != ir.ClassView {
+			n++
+		}
+	}
+	return n
+}
+
+// mergeProducer returns the row launch doing the work of elementwise
+// launch a, whose one output is buffer x, and of row launch c, which reads
+// x: a's body inlined where c reads x, writing c's outputs and, when keep,
+// x after them. False when the merged body is not a Legal row kernel.
+func mergeProducer(a, c *Launch, x int, keep bool) (*Launch, bool) {
+	nb := ir.NewBuilder(c.Body.Name)
+	var args []int
+	at := map[int]ir.Value{} // an argument buffer's input, read by both bodies
+	input := func(buf int, n *ir.Node) ir.Value {
+		if v, ok := at[buf]; ok && nb.Shape(v).Equal(n.Shape) && nb.DType(v) == n.DType {
+			return v
+		}
+		v := nb.Input(fmt.Sprintf("$%d", len(args)), n.DType, n.Shape...)
+		at[buf] = v
+		args = append(args, buf)
+		return v
+	}
+	aIns := a.Body.Inputs()
+	aVals := make([]ir.Value, len(aIns))
+	for k, in := range aIns {
+		aVals[k] = input(a.Args[k], a.Body.Node(in))
+	}
+	xv := nb.Inline(a.Body, aVals)[0]
+	cIns := c.Body.Inputs()
+	cVals := make([]ir.Value, len(cIns))
+	for k, in := range cIns {
+		n := c.Body.Node(in)
+		if c.Args[k] != x {
+			cVals[k] = input(c.Args[k], n)
+			continue
+		}
+		if !nb.Shape(xv).Equal(n.Shape) || nb.DType(xv) != n.DType {
+			return nil, false
+		}
+		cVals[k] = xv
+	}
+	outs := append([]int(nil), c.Outs...)
+	for j, v := range nb.Inline(c.Body, cVals) {
+		nb.Output(c.Body.Outputs[j].Name, v)
+	}
+	if keep {
+		nb.Output(fmt.Sprintf("out%d", len(c.Outs)), xv)
+		outs = append(outs, x)
+	}
+	body, err := nb.Build()
+	if err != nil || !rules.Legal(body) {
+		return nil, false
+	}
+	form := rules.FormOf(body)
+	if form.Kind != "row" {
+		return nil, false
+	}
+	return &Launch{Name: c.Name, Body: body, Form: form, Args: args, Outs: outs, Class: c.Class}, true
 }
 
 // rowsBody rewrites the body of launch l, whose output is

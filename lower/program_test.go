@@ -553,3 +553,89 @@ func TestPairUpdates(t *testing.T) {
 		})
 	}
 }
+
+// TestMergeProducer merges an elementwise launch into the row launch after
+// it, when the row launch reads what it writes (producer) or all it reads
+// (sibling): the merged launch is one row kernel writing the row
+// launch's outputs and, when kept, the elementwise result, and it computes
+// what the two launches did.
+func TestMergeProducer(t *testing.T) {
+	kernel := func(t *testing.T, ins [][]ir.Dim, body func(b *ir.Builder, in []ir.Value) ir.Value) *ir.Graph {
+		b := ir.NewBuilder("kernel")
+		vals := make([]ir.Value, len(ins))
+		for i, s := range ins {
+			vals[i] = b.Input(fmt.Sprintf("$%d", i), ir.F32, s...)
+		}
+		b.Output("out0", body(b, vals))
+		g, err := b.Build()
+		require.NoError(t, err)
+		return g
+	}
+	// Buffers: 0 and 1 the elementwise launch's inputs, 2 its output, 3 a
+	// weight, 4 the row launch's output.
+	residual := kernel(t, [][]ir.Dim{{4, 64}, {4, 64}}, func(b *ir.Builder, in []ir.Value) ir.Value {
+		return b.Add(b.Mul(in[0], in[1]), in[1])
+	})
+	stats := func(x func(b *ir.Builder, in []ir.Value) ir.Value) *ir.Graph {
+		return kernel(t, [][]ir.Dim{{4, 64}, {4, 64}, {64}}, func(b *ir.Builder, in []ir.Value) ir.Value {
+			v := b.Mul(x(b, in), b.BroadcastTo(in[2], ir.Shape{4, 64}))
+			return b.Rsqrt(b.Sum(b.Mul(v, v), 1))
+		})
+	}
+	tests := []struct {
+		name string
+		keep bool
+		// row is the row launch's body and args.
+		row  *ir.Graph
+		args []int
+	}{
+		{"producer, the value kept", true, kernel(t, [][]ir.Dim{{4, 64}, {64}}, func(b *ir.Builder, in []ir.Value) ir.Value {
+			v := b.Mul(in[0], b.BroadcastTo(in[1], ir.Shape{4, 64}))
+			return b.Rsqrt(b.Sum(b.Mul(v, v), 1))
+		}), []int{2, 3}},
+		{"producer, the value dropped", false, kernel(t, [][]ir.Dim{{4, 64}, {64}}, func(b *ir.Builder, in []ir.Value) ir.Value {
+			return b.Exp(b.Sum(b.Mul(in[0], b.BroadcastTo(in[1], ir.Shape{4, 64})), 1))
+		}), []int{2, 3}},
+		{"sibling", true, stats(func(b *ir.Builder, in []ir.Value) ir.Value { return b.Add(b.Mul(in[0], in[1]), in[1]) }), []int{0, 1, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &Launch{Name: "k0", Body: residual, Form: rules.FormOf(residual), Args: []int{0, 1}, Outs: []int{2}}
+			c := &Launch{Name: "k1", Body: tt.row, Form: rules.FormOf(tt.row), Args: tt.args, Outs: []int{4}}
+			require.Equal(t, "row", c.Form.Kind)
+			m, ok := mergeProducer(a, c, 2, tt.keep)
+			require.True(t, ok)
+			assert.Equal(t, "row", m.Form.Kind)
+			want := []int{4}
+			if tt.keep {
+				want = append(want, 2)
+			}
+			assert.Equal(t, want, m.Outs)
+			assert.Equal(t, []int{0, 1, 3}, m.Args, "each buffer is read through one parameter")
+
+			feeds, err := ir.RandomFeeds(residual, 5, ir.Typical)
+			require.NoError(t, err)
+			wFeeds, err := ir.RandomFeeds(kernel(t, [][]ir.Dim{{64}}, func(b *ir.Builder, in []ir.Value) ir.Value { return b.Neg(in[0]) }), 6, ir.Typical)
+			require.NoError(t, err)
+			bufs := map[int]*ir.Tensor{0: feeds["$0"], 1: feeds["$1"], 3: wFeeds["$0"]}
+			x, err := ir.EvalKernel(context.Background(), residual, bufs[0], bufs[1])
+			require.NoError(t, err)
+			bufs[2] = x[0]
+			run := func(l *Launch) []*ir.Tensor {
+				args := make([]*ir.Tensor, len(l.Args))
+				for k, id := range l.Args {
+					args[k] = bufs[id]
+				}
+				out, err := ir.EvalKernel(context.Background(), l.Body, args...)
+				require.NoError(t, err)
+				return out
+			}
+			sep := run(c)
+			merged := run(m)
+			assert.Equal(t, sep[0].Float64s(), merged[0].Float64s())
+			if tt.keep {
+				assert.Equal(t, x[0].Float64s(), merged[1].Float64s())
+			}
+		})
+	}
+}
