@@ -661,16 +661,17 @@ func mergeRowWrites(a, c *Launch) (*Launch, bool) {
 // decode step's residual sum (split-K partials of a projection plus the
 // residual) and the next norm's statistics of it meet so at the seam of
 // two layers, where the search, which sees a pair of layers, had to
-// materialize the sum. A row kernel of one op, and a producer of one op,
-// are left alone: the naive program stays one op per launch.
+// materialize the sum. Two kernels of one op each are left alone: the
+// naive program stays one op per launch.
 func (b *builder) fuseRowProducers() {
 	run := b.prog.Run
 	gone := make([]bool, len(run))
 	drop := map[int]bool{}
 	for j, c := range run {
-		if c.Form.Kind != "row" || computingOps(c.Body) < 2 {
+		if c.Form.Kind != "row" {
 			continue
 		}
+		cOps := computingOps(c.Body)
 		for i := j - 1; i >= max(0, j-rowProducerReach); i-- {
 			a := run[i]
 			if gone[i] || len(a.Outs) != 1 || a.Form.Kind != "elementwise" {
@@ -682,7 +683,7 @@ func (b *builder) fuseRowProducers() {
 			if !producer && !sibling || !independent(a, run[i+1:j], gone[i+1:j]) {
 				continue
 			}
-			if _, windowed, err := OutputWindow(a.Body, 0); windowed || err != nil || computingOps(a.Body) < 2 && producer {
+			if _, windowed, err := OutputWindow(a.Body, 0); windowed || err != nil || cOps < 2 && computingOps(a.Body) < 2 {
 				continue
 			}
 			keep := b.prog.Buffers[x].Kind != Temp
