@@ -87,6 +87,17 @@ const (
 	drawChunk = 1 << 18
 )
 
+// typicalValue makes a large leaf's typical value of one random word: the
+// sum of its four 16-bit parts, centred and scaled to unit variance (an
+// Irwin-Hall distribution, bell-shaped within ±√12). It is twice as fast as
+// a normal draw, which on a model's real-shape weights, billions of
+// elements, is seconds of a compile's verification.
+func typicalValue(u uint64) float32 {
+	const scale = 1.7320508075688772 / 65536 // √3 / 2^16: unit variance
+	s := int32(u&0xffff) + int32(u>>16&0xffff) + int32(u>>32&0xffff) + int32(u>>48) - 131070
+	return float32(s) * scale
+}
+
 // drawLarge draws a large leaf: chunk c of leaf node i comes from a stream
 // seeded by (seed, i, c), so the values depend on neither GOMAXPROCS nor
 // the order the chunks are drawn in.
@@ -109,14 +120,14 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode) (*Tensor,
 	parallel.Chunks(int(count), drawChunk, func(c, lo, hi int) {
 		rng := rand.New(rand.NewPCG(seed^0x1a26e, uint64(i)<<32|uint64(c)))
 		if typical {
-			// draw's values, without its choices per element.
+			src := rng.Uint64
 			if n.DType == F32 {
 				for j := lo; j < hi; j++ {
-					f32[j] = float32(rng.NormFloat64())
+					f32[j] = typicalValue(src())
 				}
 			} else {
 				for j := lo; j < hi; j++ {
-					f32[j] = float32(n.DType.Round(rng.NormFloat64()))
+					f32[j] = float32(n.DType.Round(float64(typicalValue(src()))))
 				}
 			}
 			return

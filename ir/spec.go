@@ -1,12 +1,12 @@
 package ir
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -14,8 +14,8 @@ import (
 // Canonical puts a kernel body in canonical form, so that bodies computing
 // the same thing up to the order of commutative operands, the numbering of
 // arguments and repeated subterms print, hash and intern alike:
-//   - operands of commutative ops are sorted by a structure key that
-//     ignores which argument is which;
+//   - operands of commutative ops are sorted by a structure key (a hash
+//     of the operand's tree) that ignores which argument is which;
 //   - arguments are renamed $0, $1, ... in order of first use, walking the
 //     outputs in order and operands in sorted order;
 //   - equal subterms are merged.
@@ -23,8 +23,9 @@ import (
 // The body's inputs are its arguments. Canonical returns the new body and
 // order, where order[i] is the index (among body.Inputs()) of the argument
 // that became $i; unused arguments are dropped. Two operands whose
-// structure keys tie keep their relative order, so bodies that differ only
-// there may stay distinct: a missed merge, never a wrong one.
+// structure keys tie (equal trees, or a hash collision) keep their relative
+// order, so bodies that differ only there may stay distinct: a missed
+// merge, never a wrong one.
 func Canonical(body *Graph) (*Graph, []int, error) {
 	if err := body.Check(); err != nil {
 		return nil, nil, fmt.Errorf("canonical: %w", err)
@@ -33,39 +34,46 @@ func Canonical(body *Graph) (*Graph, []int, error) {
 	for i, v := range body.Inputs() {
 		argIndex[v] = i
 	}
-	// Structure keys, arguments anonymous.
-	keys := make([]string, len(body.Nodes))
+	// Structure keys, arguments anonymous: a hash of each node's op,
+	// attributes, type and operands' keys (sorted for a commutative op).
+	// Printing the structure instead costs the printed tree of every
+	// operand, which repeated subterms make grow with each level.
+	keys := make([]uint64, len(body.Nodes))
 	attrs := make([]string, len(body.Nodes)) // each node's normalized attributes, printed
+	var kids []uint64
 	for i, n := range body.Nodes {
-		var b strings.Builder
+		h := newStructHash()
 		if n.Op == OpInput {
-			b.WriteByte('$')
-			b.WriteString(n.DType.String())
-			b.WriteString(n.Shape.String())
+			h.str("$")
 		} else {
 			attrs[i] = attrsKey(n)
-			b.WriteString(n.Op.String())
-			b.WriteString(attrs[i])
-			b.WriteByte(':')
-			b.WriteString(n.DType.String())
-			b.WriteString(n.Shape.String())
-			b.WriteByte('(')
-			kids := make([]string, len(n.Inputs))
-			for k, in := range n.Inputs {
-				kids[k] = keys[in]
+			h.str(n.Op.String())
+			h.str(attrs[i])
+		}
+		h.str(n.DType.String())
+		h.u64(uint64(len(n.Shape)))
+		for _, d := range n.Shape {
+			h.u64(uint64(d))
+		}
+		if n.Op != OpInput {
+			kids = kids[:0]
+			for _, in := range n.Inputs {
+				kids = append(kids, keys[in])
 			}
 			if commutative(n.Op) {
 				slices.Sort(kids)
 			}
-			b.WriteString(strings.Join(kids, ","))
-			b.WriteByte(')')
+			h.u64(uint64(len(kids)))
+			for _, k := range kids {
+				h.u64(k)
+			}
 		}
-		keys[i] = b.String()
+		keys[i] = uint64(h)
 	}
 	operands := func(n *Node) []Value {
 		ins := slices.Clone(n.Inputs)
 		if commutative(n.Op) {
-			slices.SortStableFunc(ins, func(a, b Value) int { return strings.Compare(keys[a], keys[b]) })
+			slices.SortStableFunc(ins, func(a, b Value) int { return cmp.Compare(keys[a], keys[b]) })
 		}
 		return ins
 	}
@@ -224,6 +232,29 @@ func subtermKey(op Op, attrs string, args []Value) string {
 		b = strconv.AppendInt(b, int64(a), 10)
 	}
 	return string(b)
+}
+
+// structHash is Canonical's structure key under construction: 64-bit
+// FNV-1a over what it is fed, each string ended so that two strings cannot
+// run into each other.
+type structHash uint64
+
+func newStructHash() structHash { return 14695981039346656037 }
+
+func (h *structHash) byte(b byte) { *h = (*h ^ structHash(b)) * 1099511628211 }
+
+func (h *structHash) str(s string) {
+	for i := 0; i < len(s); i++ {
+		h.byte(s[i])
+	}
+	h.byte(0)
+}
+
+func (h *structHash) u64(v uint64) {
+	for range 8 {
+		h.byte(byte(v))
+		v >>= 8
+	}
 }
 
 // commutative ops take their operands in any order.

@@ -6,11 +6,12 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"time"
+
+	"github.com/lumsearch/lumsearch/internal/mmap"
 )
 
 //go:embed emu.h
@@ -120,24 +121,54 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(runDir(), "lumsearch-emu-run-")
-	if err != nil {
-		return nil, fmt.Errorf("emu: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
 	workers := opt.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	if err := writeInputFile(in, idx, bufs, launches, workers, opt); err != nil {
-		return nil, fmt.Errorf("emu: %w", err)
+	discard := make([]bool, len(bufs))
+	for _, i := range opt.Discard {
+		discard[i] = true
 	}
-	cmd := exec.CommandContext(ctx, bin, in, out)
+	total := 0
+	for i, b := range bufs {
+		if !discard[i] {
+			total += b.Bytes
+		}
+	}
+	// The input and output go through pipes: at real shapes they are
+	// gigabytes, which a file in shared memory would take in 4 KiB pages,
+	// a fault each to write it and again for the runner to read it.
+	cmd := exec.CommandContext(ctx, bin, "-", "-")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 5 * time.Second
-	runErr := cmd.Run()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("emu: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("emu: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("emu: start the runner: %w", err)
+	}
+	written := make(chan error, 1)
+	go func() {
+		err := writeInput(stdin, idx, bufs, launches, workers, opt)
+		written <- errors.Join(err, stdin.Close())
+	}()
+	data := make([]byte, total)
+	mmap.AdviseHuge(data)
+	_, readErr := io.ReadFull(stdout, data)
+	if readErr == nil {
+		// The runner writes nothing more; anything more is a bug.
+		if n, _ := io.Copy(io.Discard, stdout); n > 0 {
+			readErr = fmt.Errorf("%d bytes more than the %d expected", n, total)
+		}
+	}
+	writeErr := <-written
+	runErr := cmd.Wait()
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("emu: run stopped: %w", ctx.Err())
 	}
@@ -147,58 +178,21 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	if runErr != nil {
 		return nil, fmt.Errorf("emu: runner failed: %w: %s", runErr, tail(stderr.Bytes(), 4096))
 	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		return nil, fmt.Errorf("emu: %w", err)
+	if writeErr != nil {
+		return nil, fmt.Errorf("emu: write the runner's input: %w", writeErr)
 	}
-	discard := make([]bool, len(bufs))
-	for _, i := range opt.Discard {
-		discard[i] = true
+	if readErr != nil {
+		return nil, fmt.Errorf("emu: read the runner's output: %w", readErr)
 	}
 	res := make([][]byte, len(bufs))
 	for i, b := range bufs {
 		if discard[i] {
 			continue
 		}
-		if len(data) < b.Bytes {
-			return nil, errors.New("emu: runner output is truncated")
-		}
 		res[i] = data[:b.Bytes:b.Bytes]
 		data = data[b.Bytes:]
 	}
 	return res, nil
-}
-
-// writeInputFile writes the runner's input file at path.
-func writeInputFile(path string, idx []int, bufs []Buffer, launches []Launch, workers int, opt Options) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := writeInput(f, idx, bufs, launches, workers, opt); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// runDir is where a run's input and output files go: shared memory when
-// the machine has it, since at a large model's real shapes they hold
-// gigabytes that a disk would only slow down; the temporary folder
-// otherwise ($LUMSEARCH_EMU_DIR overrides both).
-func runDir() string {
-	if d := os.Getenv("LUMSEARCH_EMU_DIR"); d != "" {
-		return d
-	}
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		if f, err := os.CreateTemp("/dev/shm", ".lumsearch-probe-"); err == nil {
-			name := f.Name()
-			f.Close()
-			os.Remove(name)
-			return "/dev/shm"
-		}
-	}
-	return ""
 }
 
 func tail(b []byte, n int) string {
