@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/internal/mmap"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 )
@@ -229,6 +230,9 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 		eks, distinct = append(eks, ek), append(distinct, p.k)
 	}
 	src := Source(distinct)
+	// The groups' large inputs are drawn into the storage of the groups
+	// before them, whose pages are in place.
+	var pool floatPool
 	errs := make([]error, len(plans))
 	checks := make([]*KernelCheck, len(plans))
 	for start := 0; start < len(plans); {
@@ -239,7 +243,7 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 		}
 		group := plans[start:end]
 		for _, p := range group {
-			if err := p.draw(); err != nil {
+			if err := p.draw(&pool); err != nil {
 				return nil, err
 			}
 		}
@@ -251,6 +255,9 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 				errs[start+i] = p.err
 			} else {
 				checks[start+i], errs[start+i] = p.check(ctx)
+			}
+			for _, t := range p.feeds {
+				pool.give(t.F32)
 			}
 			p.feeds, p.got = nil, nil
 		}
@@ -333,14 +340,50 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 	return p, nil
 }
 
-// draw makes the plan's random inputs.
-func (p *verifyPlan) draw() error {
-	feeds, err := KernelInputs(p.body, p.seed)
+// draw makes the plan's random inputs, the large ones in storage from
+// pool.
+func (p *verifyPlan) draw(pool *floatPool) error {
+	feeds, err := kernelInputs(p.body, p.seed, pool)
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 	}
 	p.feeds = feeds
 	return nil
+}
+
+// floatPool keeps the float32 storage of a verification group's large
+// inputs for the next groups' inputs: at a large model's real shapes they
+// are gigabytes, and fresh memory costs a page fault per 4 KiB page
+// touched, seconds per gigabyte on a virtual machine.
+type floatPool struct {
+	free [][]float32
+}
+
+// take returns n elements of storage, contents undefined: the smallest
+// kept slice that holds them, or new memory.
+func (p *floatPool) take(n int) []float32 {
+	best := -1
+	for i, s := range p.free {
+		if cap(s) >= n && (best < 0 || cap(s) < cap(p.free[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		s := make([]float32, n)
+		mmap.AdviseHugeFloat32(s)
+		return s
+	}
+	s := p.free[best][:n]
+	p.free = slices.Delete(p.free, best, best+1)
+	return s
+}
+
+// give keeps s, which nothing reads any more, for later takes; small
+// slices are left to the collector.
+func (p *floatPool) give(s []float32) {
+	if cap(s) >= 1<<20 {
+		p.free = append(p.free, s[:cap(s)])
+	}
 }
 
 // kernelSeed mixes the caller's seed with a kernel's name.
@@ -698,7 +741,19 @@ func ReductionLength(body *ir.Graph) int {
 // needs it, never all zeros), with gather indices drawn over their whole
 // valid range, negative ones (counting from the end) included.
 func KernelInputs(body *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
-	feeds, err := ir.RandomFeeds(body, seed, ir.Typical)
+	return kernelInputs(body, seed, nil)
+}
+
+// kernelInputs is KernelInputs, large float inputs drawn into storage from
+// pool when it is not nil.
+func kernelInputs(body *ir.Graph, seed uint64, pool *floatPool) (map[string]*ir.Tensor, error) {
+	var feeds map[string]*ir.Tensor
+	var err error
+	if pool != nil {
+		feeds, err = ir.RandomFeedsInto(body, seed, ir.Typical, pool.take)
+	} else {
+		feeds, err = ir.RandomFeeds(body, seed, ir.Typical)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -490,3 +490,26 @@ func TestVerifyWindowedOutputs(t *testing.T) {
 	_, err = VerifyKernel(context.Background(), broken, bodies[0], VerifyOptions{Seed: 2})
 	require.ErrorContains(t, err, "outside its window")
 }
+
+// TestVerifyKernelsGrouped verifies kernels a group at a time (MaxBytes
+// below any kernel's), each group's large inputs drawn into the storage
+// of the groups before it: the checks are the ones of one group.
+func TestVerifyKernelsGrouped(t *testing.T) {
+	needGXX(t)
+	bodies := verifyBodies(t)
+	// Inputs of a million elements and more are the ones drawn into kept
+	// storage; huge_silu_mul's fit in huge_add's, which runs first.
+	bodies["huge_silu_mul"] = buildBody(t, func(b *ir.Builder) ir.Value {
+		g, u := b.Input("$0", ir.F32, 1024, 1100), b.Input("$1", ir.F32, 1024, 1100)
+		return b.Mul(b.Mul(g, b.Sigmoid(g)), u)
+	})
+	bodies["huge_add"] = buildBody(t, func(b *ir.Builder) ir.Value {
+		return b.Add(b.Input("$0", ir.F32, 1100, 1100), b.Input("$1", ir.F32, 1100, 1100))
+	})
+	_, ks, gs := printBodies(t, bodies)
+	one, err := VerifyKernels(context.Background(), ks, gs, VerifyOptions{Seed: 1})
+	require.NoError(t, err)
+	grouped, err := VerifyKernels(context.Background(), ks, gs, VerifyOptions{Seed: 1, MaxBytes: 1})
+	require.NoError(t, err)
+	require.Equal(t, one, grouped)
+}

@@ -108,10 +108,57 @@ func (w *dagWalker) price(n int32, bound float64) float64 {
 	return sum
 }
 
+// GreedyFrom completes a partial solution greedily: the classes partial
+// chooses keep their nodes, and GreedyDAG's relaxation runs over the
+// others only. A model's repeated blocks, chosen once for all (their
+// pair's extraction, replayed), leave the greedy pass the few classes
+// outside them instead of every class of every block. The result is
+// pruned to the needed classes and checked; a root left without a choice,
+// or preset choices that form a cycle, is an error.
+func GreedyFrom(ctx context.Context, p *Problem, partial *Solution) (*Solution, float64, error) {
+	if err := checkRoots(p); err != nil {
+		return nil, 0, err
+	}
+	if len(partial.Choice) != p.NumClasses() {
+		return nil, 0, fmt.Errorf("extract: greedy from a solution for %d classes, problem has %d", len(partial.Choice), p.NumClasses())
+	}
+	for c, n := range partial.Choice {
+		if n >= 0 && (int(n) >= len(p.Nodes) || p.Nodes[n].Class != int32(c)) {
+			return nil, 0, fmt.Errorf("extract: greedy from a solution whose class %s chooses a node of another class", p.ClassNames[c])
+		}
+	}
+	choice, err := greedyChoicesFrom(ctx, p, newRevLinks(p), partial.Choice)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, r := range p.Roots {
+		if choice[r] < 0 {
+			return nil, 0, fmt.Errorf("extract: root class %s cannot be computed", p.ClassNames[r])
+		}
+	}
+	s, err := pruneChoices(p, choice)
+	if err != nil {
+		return nil, 0, fmt.Errorf("extract: greedy from a partial solution: %w", err)
+	}
+	cost, err := s.DAGCost(p)
+	if err != nil {
+		return nil, 0, fmt.Errorf("extract: greedy from a partial solution: %w", err)
+	}
+	return s, cost, nil
+}
+
 // greedyChoices runs the greedy relaxation to its fixed point and returns
 // a choice for every class it could compute (-1 elsewhere). The choices
 // are acyclic at every step.
 func greedyChoices(ctx context.Context, p *Problem, l *revLinks) ([]int32, error) {
+	return greedyChoicesFrom(ctx, p, l, nil)
+}
+
+// greedyChoicesFrom is greedyChoices with the classes preset chooses
+// (when not nil) fixed: a fixed class takes its preset node, unpriced,
+// once every class that node reads has a choice (so that every walk finds
+// choices all the way down), and no other node.
+func greedyChoicesFrom(ctx context.Context, p *Problem, l *revLinks, preset []int32) ([]int32, error) {
 	nc := p.NumClasses()
 	choice := make([]int32, nc)
 	total := make([]float64, nc)
@@ -122,6 +169,18 @@ func greedyChoices(ctx context.Context, p *Problem, l *revLinks) ([]int32, error
 	w := newDAGWalker(p, choice)
 	missing := make([]int32, len(p.Nodes))
 	copy(missing, l.distinct)
+	// only[c] is class c's preset node, or -1.
+	only := make([]int32, nc)
+	for c := range only {
+		only[c] = -1
+		if c < len(preset) {
+			only[c] = preset[c]
+		}
+	}
+	allowed := func(n int32) bool {
+		o := only[p.Nodes[n].Class]
+		return o < 0 || o == n
+	}
 	queued := make([]bool, len(p.Nodes))
 	// Nodes wait in a min-heap on their own cost, as in extraction-gym:
 	// cheap nodes settle first, so the sums that later walks stop at are
@@ -134,7 +193,7 @@ func greedyChoices(ctx context.Context, p *Problem, l *revLinks) ([]int32, error
 		}
 	}
 	for n := range p.Nodes {
-		if missing[n] == 0 {
+		if missing[n] == 0 && allowed(int32(n)) {
 			push(int32(n))
 		}
 	}
@@ -147,8 +206,12 @@ func greedyChoices(ctx context.Context, p *Problem, l *revLinks) ([]int32, error
 		n := q.pop().id
 		queued[n] = false
 		c := p.Nodes[n].Class
-		v := w.price(n, total[c])
-		if v >= total[c] {
+		var v float64
+		if only[c] >= 0 {
+			if choice[c] >= 0 {
+				continue
+			}
+		} else if v = w.price(n, total[c]); v >= total[c] {
 			continue
 		}
 		first := choice[c] < 0
@@ -158,7 +221,7 @@ func greedyChoices(ctx context.Context, p *Problem, l *revLinks) ([]int32, error
 			if first {
 				missing[e]--
 			}
-			if missing[e] == 0 {
+			if missing[e] == 0 && allowed(e) {
 				push(e)
 			}
 		}

@@ -85,31 +85,6 @@ func (g *Greedy) Improve(ctx context.Context, s *Solution) (*Solution, float64, 
 	return improve(ctx, g.p, s, g.base, g.links)
 }
 
-// Complete is s with the classes it leaves out taking the greedy choices,
-// pruned to the needed classes, and its DAG cost: the price of a program
-// given in part (a model's repeated block, replayed on every copy) without
-// Improve's search. An incomplete or cyclic result is an error.
-func (g *Greedy) Complete(s *Solution) (*Solution, float64, error) {
-	if len(s.Choice) != g.p.NumClasses() {
-		return nil, 0, fmt.Errorf("extract: complete: solution for %d classes, problem has %d", len(s.Choice), g.p.NumClasses())
-	}
-	choice := slices.Clone(s.Choice)
-	for c := range choice {
-		if choice[c] < 0 {
-			choice[c] = g.base[c]
-		}
-	}
-	done, err := pruneChoices(g.p, choice)
-	if err != nil {
-		return nil, 0, fmt.Errorf("extract: complete: %w", err)
-	}
-	cost, err := done.DAGCost(g.p)
-	if err != nil {
-		return nil, 0, fmt.Errorf("extract: complete: %w", err)
-	}
-	return done, cost, nil
-}
-
 func improve(ctx context.Context, p *Problem, s *Solution, base []int32, links *revLinks) (*Solution, float64, error) {
 	choice := make([]int32, len(s.Choice))
 	for c := range choice {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -289,4 +290,37 @@ func mean(v []float32) float64 {
 		s += float64(x)
 	}
 	return s / float64(len(v))
+}
+
+// RandomFeedsInto draws what RandomFeeds draws, the large float leaves
+// into the storage it is given (whatever that held before), the others as
+// RandomFeeds does.
+func TestRandomFeedsInto(t *testing.T) {
+	b := NewBuilder("into")
+	w := b.Weight("w", F32, largeLeaf+3)
+	p := b.Weight("p", BF16, largeLeaf)
+	s := b.Input("s", F32, 5)
+	b.Output("y", b.Add(b.Sum(w, 0), b.Sum(b.Log(b.Cast(p, F32)), 0)))
+	b.Output("z", s)
+	g, err := b.Build()
+	require.NoError(t, err)
+	want, err := RandomFeeds(g, 3, Typical)
+	require.NoError(t, err)
+	var given [][]float32
+	got, err := RandomFeedsInto(g, 3, Typical, func(n int) []float32 {
+		s := make([]float32, n+7)[:n]
+		for i := range s {
+			s[i] = float32(i) // stale contents, all overwritten
+		}
+		given = append(given, s)
+		return s
+	})
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Len(t, given, 2, "one take per large float leaf")
+	for _, name := range []string{"w", "p"} {
+		require.True(t, slices.ContainsFunc(given, func(s []float32) bool { return &s[0] == &got[name].F32[0] }), "%s is in the given storage", name)
+	}
+	_, err = RandomFeedsInto(g, 3, Typical, func(n int) []float32 { return make([]float32, n-1) })
+	require.ErrorContains(t, err, "given storage")
 }

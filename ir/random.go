@@ -40,6 +40,19 @@ func RandomFeeds(g *Graph, seed uint64, mode RandomMode) (map[string]*Tensor, er
 // RandomLeaves is RandomFeeds for the leaves of the given kinds only (for
 // example inputs and states, when a model's weights come from elsewhere).
 func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[string]*Tensor, error) {
+	return randomLeaves(g, seed, mode, nil, kinds...)
+}
+
+// RandomFeedsInto is RandomFeeds with the float32 storage of large float
+// leaves (largeLeaf elements or more) taken from take, which returns a
+// slice of n elements whose contents are overwritten: memory the caller
+// already holds, whose pages are in place, where fresh memory costs a page
+// fault per 4 KiB page touched, seconds per gigabyte on a virtual machine.
+func RandomFeedsInto(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32) (map[string]*Tensor, error) {
+	return randomLeaves(g, seed, mode, take, OpInput, OpWeight, OpState)
+}
+
+func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32, kinds ...Op) (map[string]*Tensor, error) {
 	doms := leafDomains(g)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	out := map[string]*Tensor{}
@@ -50,7 +63,7 @@ func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[stri
 		count := n.Shape.NumElements()
 		d := doms[i]
 		if count >= largeLeaf {
-			t, err := drawLarge(n, d, seed, i, mode)
+			t, err := drawLarge(n, d, seed, i, mode, take)
 			if err != nil {
 				return nil, fmt.Errorf("random %s %q: %w", n.Op, n.Name, err)
 			}
@@ -101,7 +114,7 @@ func typicalValue(u uint64) float32 {
 // drawLarge draws a large leaf: chunk c of leaf node i comes from a stream
 // seeded by (seed, i, c), so the values depend on neither GOMAXPROCS nor
 // the order the chunks are drawn in.
-func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode) (*Tensor, error) {
+func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode, take func(n int) []float32) (*Tensor, error) {
 	if err := n.Shape.Check(); err != nil {
 		return nil, err
 	}
@@ -109,10 +122,16 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode) (*Tensor,
 	float := n.DType.IsFloat()
 	var f32 []float32
 	var f64 []float64
-	if float {
+	switch {
+	case float && take != nil:
+		f32 = take(int(count))
+		if len(f32) != int(count) {
+			return nil, fmt.Errorf("draw %d elements: given storage for %d", count, len(f32))
+		}
+	case float:
 		f32 = make([]float32, count)
 		mmap.AdviseHugeFloat32(f32)
-	} else {
+	default:
 		f64 = make([]float64, count)
 		mmap.AdviseHugeFloat64(f64)
 	}

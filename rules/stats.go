@@ -147,42 +147,9 @@ func (prog *Program) extract(ctx context.Context, name string, price func(*egrap
 	if err != nil {
 		return fmt.Errorf("saturate %s: no kernel program: %w", name, err)
 	}
-	// The program without cross-block partial sums is a second greedy
-	// pass over a masked copy of the problem: it runs beside the first,
-	// both only reading p and the e-graph, and is improved on p against
-	// the first one's greedy choices once they are ready.
-	type result struct {
-		sol  *extract.Solution
-		cost float64
-		ok   bool
-	}
-	var greedy *extract.Greedy
-	greedyReady := make(chan struct{})
-	altc := make(chan result, 1)
-	go func() {
-		sol, cost, ok := extractWithoutCrossSums(ctx, eg, p, func() *extract.Greedy { <-greedyReady; return greedy })
-		altc <- result{sol, cost, ok}
-	}()
-	greedy, err = extract.NewGreedy(ctx, p)
-	close(greedyReady)
-	if err != nil {
-		<-altc
-		return err
-	}
-	sol, cost, err := greedy.Improved(ctx)
-	alt := <-altc
+	sol, cost, err := prog.choose(ctx, eg, p)
 	if err != nil {
 		return err
-	}
-	if alt.ok && alt.cost < cost {
-		sol, cost = alt.sol, alt.cost
-	}
-	if prog.replayed != nil {
-		// A replayed program the greedy choices cannot complete (a cycle
-		// through mixed choices) is only not a candidate.
-		if g, gcost, err := greedy.Complete(replayedSolution(eg, p, prog.replayed)); err == nil && gcost < cost {
-			sol, cost = g, gcost
-		}
 	}
 	prog.Problem, prog.Solution, prog.Cost = p, sol, cost
 	if prog.List, err = ProgramKernels(eg, p, sol); err != nil {
@@ -198,6 +165,59 @@ func (prog *Program) extract(ctx context.Context, name string, price func(*egrap
 	}
 	prog.Graph, err = SolutionGraph(&eg.Graph, name, prog.Roots, p, sol)
 	return err
+}
+
+// choose extracts the program from p. A model searched on a pair of its
+// blocks runs the pair's program on every copy (replayedSolution), the
+// classes outside the blocks (embedding, final norm, head) chosen greedily
+// around it: the pair's extraction already searched the block, and a
+// greedy pass over every class of every copy, which costs most of a large
+// model's extraction, found no better program on the corpus. When the
+// replayed choices cannot be completed (a cycle through mixed choices), or
+// there are none, it is GreedyDAG improved by Improve, or the program
+// without cross-block partial sums when that is cheaper.
+func (prog *Program) choose(ctx context.Context, eg *egraph.EGraph[Data], p *extract.Problem) (*extract.Solution, float64, error) {
+	if prog.replayed != nil {
+		sol, cost, err := extract.GreedyFrom(ctx, p, replayedSolution(eg, p, prog.replayed))
+		if err == nil {
+			return sol, cost, nil
+		}
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+	}
+	// The program without cross-block partial sums is a second greedy
+	// pass over a masked copy of the problem: it runs beside the first,
+	// both only reading p and the e-graph, and is improved on p against
+	// the first one's greedy choices once they are ready.
+	type result struct {
+		sol  *extract.Solution
+		cost float64
+		ok   bool
+	}
+	var greedy *extract.Greedy
+	var err error
+	greedyReady := make(chan struct{})
+	altc := make(chan result, 1)
+	go func() {
+		sol, cost, ok := extractWithoutCrossSums(ctx, eg, p, func() *extract.Greedy { <-greedyReady; return greedy })
+		altc <- result{sol, cost, ok}
+	}()
+	greedy, err = extract.NewGreedy(ctx, p)
+	close(greedyReady)
+	if err != nil {
+		<-altc
+		return nil, 0, err
+	}
+	sol, cost, err := greedy.Improved(ctx)
+	alt := <-altc
+	if err != nil {
+		return nil, 0, err
+	}
+	if alt.ok && alt.cost < cost {
+		sol, cost = alt.sol, alt.cost
+	}
+	return sol, cost, nil
 }
 
 // RuleStat sums one rule's share of a saturation.
