@@ -570,13 +570,43 @@ func (b *builder) pairUpdates() {
 			}
 		}
 	}
+	b.prog.Run = withoutGone(run, gone)
+}
+
+// withoutGone is run without the launches gone marks, in order (run's
+// storage reused).
+func withoutGone(run []*Launch, gone []bool) []*Launch {
 	kept := run[:0]
 	for i, l := range run {
 		if !gone[i] {
 			kept = append(kept, l)
 		}
 	}
-	b.prog.Run = kept
+	return kept
+}
+
+// argBinder builds a merged launch's inputs: one per argument buffer,
+// however many of the merged bodies read it.
+type argBinder struct {
+	nb   *ir.Builder
+	args []int
+	at   map[int]ir.Value
+}
+
+func newArgBinder(name string) *argBinder {
+	return &argBinder{nb: ir.NewBuilder(name), at: map[int]ir.Value{}}
+}
+
+// input is the merged body's input for buffer buf read as n (a new one
+// when buf is read at another shape or dtype).
+func (ab *argBinder) input(buf int, n *ir.Node) ir.Value {
+	if v, ok := ab.at[buf]; ok && ab.nb.Shape(v).Equal(n.Shape) && ab.nb.DType(v) == n.DType {
+		return v
+	}
+	v := ab.nb.Input(fmt.Sprintf("$%d", len(ab.args)), n.DType, n.Shape...)
+	ab.at[buf] = v
+	ab.args = append(ab.args, buf)
+	return v
 }
 
 // rowWrite reports whether l is elementwise work writing one output
@@ -625,31 +655,21 @@ func mergeRowWrites(a, c *Launch) (*Launch, bool) {
 	if !a.Body.Node(a.Body.Outputs[0].Value).Shape.Equal(c.Body.Node(c.Body.Outputs[0].Value).Shape) {
 		return nil, false
 	}
-	nb := ir.NewBuilder(a.Body.Name)
-	var args []int
-	at := map[int]ir.Value{} // an argument buffer's input, read by both bodies
+	ab := newArgBinder(a.Body.Name)
 	for j, l := range []*Launch{a, c} {
 		ins := l.Body.Inputs()
 		vals := make([]ir.Value, len(ins))
 		for k, in := range ins {
-			n := l.Body.Node(in)
-			buf := l.Args[k]
-			if v, ok := at[buf]; ok && nb.Shape(v).Equal(n.Shape) && nb.DType(v) == n.DType {
-				vals[k] = v
-				continue
-			}
-			vals[k] = nb.Input(fmt.Sprintf("$%d", len(args)), n.DType, n.Shape...)
-			at[buf] = vals[k]
-			args = append(args, buf)
+			vals[k] = ab.input(l.Args[k], l.Body.Node(in))
 		}
 		w, _, _ := OutputWindow(l.Body, 0)
-		nb.Output(w.OutputName(j), nb.Inline(l.Body, vals)[0])
+		ab.nb.Output(w.OutputName(j), ab.nb.Inline(l.Body, vals)[0])
 	}
-	body, err := nb.Build()
+	body, err := ab.nb.Build()
 	if err != nil || !rules.Legal(body) {
 		return nil, false
 	}
-	return &Launch{Name: a.Name, Body: body, Form: rules.FormOf(body), Args: args, Outs: []int{a.Outs[0], c.Outs[0]}, Class: a.Class}, true
+	return &Launch{Name: a.Name, Body: body, Form: rules.FormOf(body), Args: ab.args, Outs: []int{a.Outs[0], c.Outs[0]}, Class: a.Class}, true
 }
 
 // fuseRowProducers merges an elementwise launch into a later fused row
@@ -701,13 +721,7 @@ func (b *builder) fuseRowProducers() {
 			break
 		}
 	}
-	kept := run[:0]
-	for i, l := range run {
-		if !gone[i] {
-			kept = append(kept, l)
-		}
-	}
-	b.prog.Run = kept
+	b.prog.Run = withoutGone(run, gone)
 	b.dropBuffers(drop)
 }
 
@@ -732,22 +746,12 @@ func computingOps(body *ir.Graph) int {
 // x: a's body inlined where c reads x, writing c's outputs and, when keep,
 // x after them. False when the merged body is not a Legal row kernel.
 func mergeProducer(a, c *Launch, x int, keep bool) (*Launch, bool) {
-	nb := ir.NewBuilder(c.Body.Name)
-	var args []int
-	at := map[int]ir.Value{} // an argument buffer's input, read by both bodies
-	input := func(buf int, n *ir.Node) ir.Value {
-		if v, ok := at[buf]; ok && nb.Shape(v).Equal(n.Shape) && nb.DType(v) == n.DType {
-			return v
-		}
-		v := nb.Input(fmt.Sprintf("$%d", len(args)), n.DType, n.Shape...)
-		at[buf] = v
-		args = append(args, buf)
-		return v
-	}
+	ab := newArgBinder(c.Body.Name)
+	nb := ab.nb
 	aIns := a.Body.Inputs()
 	aVals := make([]ir.Value, len(aIns))
 	for k, in := range aIns {
-		aVals[k] = input(a.Args[k], a.Body.Node(in))
+		aVals[k] = ab.input(a.Args[k], a.Body.Node(in))
 	}
 	xv := nb.Inline(a.Body, aVals)[0]
 	cIns := c.Body.Inputs()
@@ -755,7 +759,7 @@ func mergeProducer(a, c *Launch, x int, keep bool) (*Launch, bool) {
 	for k, in := range cIns {
 		n := c.Body.Node(in)
 		if c.Args[k] != x {
-			cVals[k] = input(c.Args[k], n)
+			cVals[k] = ab.input(c.Args[k], n)
 			continue
 		}
 		if !nb.Shape(xv).Equal(n.Shape) || nb.DType(xv) != n.DType {
@@ -779,7 +783,7 @@ func mergeProducer(a, c *Launch, x int, keep bool) (*Launch, bool) {
 	if form.Kind != "row" {
 		return nil, false
 	}
-	return &Launch{Name: c.Name, Body: body, Form: form, Args: args, Outs: outs, Class: c.Class}, true
+	return &Launch{Name: c.Name, Body: body, Form: form, Args: ab.args, Outs: outs, Class: c.Class}, true
 }
 
 // rowsBody rewrites the body of launch l, whose output is
