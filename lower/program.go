@@ -691,7 +691,7 @@ func (b *builder) fuseRowProducers() {
 		if c.Form.Kind != "row" {
 			continue
 		}
-		cOps := computingOps(c.Body)
+		cOps := rules.NaiveKernels(c.Body) // its ops that compute
 		for i := j - 1; i >= max(0, j-rowProducerReach); i-- {
 			a := run[i]
 			if gone[i] || len(a.Outs) != 1 || a.Form.Kind != "elementwise" {
@@ -703,7 +703,7 @@ func (b *builder) fuseRowProducers() {
 			if !producer && !sibling || !independent(a, run[i+1:j], gone[i+1:j]) {
 				continue
 			}
-			if _, windowed, err := OutputWindow(a.Body, 0); windowed || err != nil || cOps < 2 && computingOps(a.Body) < 2 {
+			if _, windowed, err := OutputWindow(a.Body, 0); windowed || err != nil || cOps < 2 && rules.NaiveKernels(a.Body) < 2 {
 				continue
 			}
 			keep := b.prog.Buffers[x].Kind != Temp
@@ -728,18 +728,6 @@ func (b *builder) fuseRowProducers() {
 // rowProducerReach is how many launches back fuseRowProducers looks for
 // an elementwise launch to merge.
 const rowProducerReach = 8
-
-// computingOps counts the ops of body that compute (leaves and views
-// aside).
-func computingOps(body *ir.Graph) int {
-	n := 0
-	for _, nd := range body.Nodes {
-		if c := nd.Op.Class(); c != ir.ClassLeaf && c != ir.ClassView {
-			n++
-		}
-	}
-	return n
-}
 
 // mergeProducer returns the row launch doing the work of elementwise
 // launch a, whose one output is buffer x, and of row launch c, which reads
