@@ -747,13 +747,11 @@ func KernelInputs(body *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
 // kernelInputs is KernelInputs, large float inputs drawn into storage from
 // pool when it is not nil.
 func kernelInputs(body *ir.Graph, seed uint64, pool *floatPool) (map[string]*ir.Tensor, error) {
-	var feeds map[string]*ir.Tensor
-	var err error
+	var take func(int) []float32
 	if pool != nil {
-		feeds, err = ir.RandomFeedsInto(body, seed, ir.Typical, pool.take)
-	} else {
-		feeds, err = ir.RandomFeeds(body, seed, ir.Typical)
+		take = pool.take
 	}
+	feeds, err := ir.RandomFeedsInto(body, seed, ir.Typical, take)
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,7 @@ func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[stri
 // slice of n elements whose contents are overwritten: memory the caller
 // already holds, whose pages are in place, where fresh memory costs a page
 // fault per 4 KiB page touched, seconds per gigabyte on a virtual machine.
+// A nil take is RandomFeeds.
 func RandomFeedsInto(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32) (map[string]*Tensor, error) {
 	return randomLeaves(g, seed, mode, take, OpInput, OpWeight, OpState)
 }

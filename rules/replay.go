@@ -133,14 +133,13 @@ type replayedNode struct {
 	node  egraph.Node
 }
 
-// replayedSolution is the extraction that runs the pair's program on
-// every copy: each class a replayed node went into chooses it (the first
-// replayed there, see SaturateModel), the other classes (outside the
-// blocks) left out. The
-// greedy extraction on the model's e-graph picks class by class and can
-// miss a choice that pays only when several classes take it together
+// replayedSolution is the partial extraction that runs the pair's program
+// on every copy: each class a replayed node went into chooses it (the
+// first replayed there, see SaturateModel), the other classes (outside the
+// blocks) left out for choose to complete. It keeps what the pair's
+// extraction found that pays only when several classes take it together
 // (one projection of concatenated weights for the query, key and value),
-// which the pair's extraction found.
+// which a greedy pass over the model's classes one by one misses.
 func replayedSolution(eg *egraph.EGraph[Data], p *extract.Problem, replayed []replayedNode) *extract.Solution {
 	index := make(map[egraph.ClassID]int32, len(p.ClassIDs))
 	for i, c := range p.ClassIDs {

@@ -136,8 +136,7 @@ func NaiveProgram(ctx context.Context, g *ir.Graph, opt SaturateOptions) (*Progr
 }
 
 // extract picks the program from the saturated e-graph and fills the
-// extraction's fields in. The replayed block's program, when there is
-// one, is a candidate too, completed with the greedy choices.
+// extraction's fields in (the program as choose picks it).
 func (prog *Program) extract(ctx context.Context, name string, price func(*egraph.EGraph[Data]) extract.CostFunc) error {
 	eg := prog.EGraph
 	if price == nil {
