@@ -18,6 +18,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/measure"
 	"github.com/lumsearch/lumsearch/safetensors"
+	"github.com/lumsearch/lumsearch/search"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -33,7 +34,7 @@ func TestBenchSave(t *testing.T) {
 	got := benchEmulated(t, db, "tiny-llama:mlp", "--seq", "4", "--save", dir)
 	assert.Equal(t, "tiny-llama:mlp", got.Model)
 
-	text, err := os.ReadFile(filepath.Join(dir, benchGraphFile))
+	text, err := os.ReadFile(filepath.Join(dir, search.BenchGraphFile))
 	require.NoError(t, err)
 	g, err := ir.Parse(string(text))
 	require.NoError(t, err, "graph.txt is ir text")
@@ -41,7 +42,7 @@ func TestBenchSave(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want.String(), g.String(), "graph.txt is the model's graph")
 
-	inputs, meta, err := safetensors.ReadFile(filepath.Join(dir, benchInputsFile))
+	inputs, meta, err := safetensors.ReadFile(filepath.Join(dir, search.BenchInputsFile))
 	require.NoError(t, err)
 	var leaves []string
 	for _, v := range append(g.Inputs(), g.Weights()...) {
@@ -76,7 +77,7 @@ func TestBenchSave(t *testing.T) {
 		assert.Zero(t, rel, "%s is what the seed draws", name)
 	}
 
-	outputs, _, err := safetensors.ReadFile(filepath.Join(dir, benchOutputsFile))
+	outputs, _, err := safetensors.ReadFile(filepath.Join(dir, search.BenchOutputsFile))
 	require.NoError(t, err)
 	ref, err := ir.Eval(context.Background(), g, inputs, ir.EvalOptions{})
 	require.NoError(t, err)
@@ -103,13 +104,13 @@ func TestBenchSaveDecodeStates(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
 	dir := filepath.Join(t.TempDir(), "saved")
 	benchEmulated(t, db, "tiny-llama:decode", "--seq", "4", "--save", dir)
-	text, err := os.ReadFile(filepath.Join(dir, benchGraphFile))
+	text, err := os.ReadFile(filepath.Join(dir, search.BenchGraphFile))
 	require.NoError(t, err)
 	g, err := ir.Parse(string(text))
 	require.NoError(t, err)
-	inputs, _, err := safetensors.ReadFile(filepath.Join(dir, benchInputsFile))
+	inputs, _, err := safetensors.ReadFile(filepath.Join(dir, search.BenchInputsFile))
 	require.NoError(t, err)
-	outputs, _, err := safetensors.ReadFile(filepath.Join(dir, benchOutputsFile))
+	outputs, _, err := safetensors.ReadFile(filepath.Join(dir, search.BenchOutputsFile))
 	require.NoError(t, err)
 	ref, err := ir.Eval(context.Background(), g, inputs, ir.EvalOptions{})
 	require.NoError(t, err)
@@ -139,11 +140,11 @@ func TestBenchSaveDir(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	saved := filepath.Join(t.TempDir(), "saved")
 	benchEmulated(t, filepath.Join(t.TempDir(), "tunedb.jsonl"), dir, "--save", saved)
-	inputs, meta, err := safetensors.ReadFile(filepath.Join(saved, benchInputsFile))
+	inputs, meta, err := safetensors.ReadFile(filepath.Join(saved, search.BenchInputsFile))
 	require.NoError(t, err)
 	assert.Equal(t, "tiny-llama:rmsnorm", meta["model"])
 	assert.ElementsMatch(t, []string{"hidden_states", "model.layers.0.input_layernorm.weight"}, slices.Collect(maps.Keys(inputs)))
-	outputs, _, err := safetensors.ReadFile(filepath.Join(saved, benchOutputsFile))
+	outputs, _, err := safetensors.ReadFile(filepath.Join(saved, search.BenchOutputsFile))
 	require.NoError(t, err)
 	g, err := corpus.Build("tiny-llama:rmsnorm", corpus.Options{Seq: 4, Past: -1, DType: ir.F32})
 	require.NoError(t, err)
@@ -168,10 +169,10 @@ func TestBenchSaveOnFakeDriver(t *testing.T) {
 	r := runArgs(t, "bench", "tiny-llama:mlp", "--seq", "4", "--json", "--tunedb", filepath.Join(t.TempDir(), "tunedb.jsonl"),
 		"--min-runs", "1", "--save", saved)
 	require.Equal(t, exitOK, r.code, r.stderr)
-	inputs, _, err := safetensors.ReadFile(filepath.Join(saved, benchInputsFile))
+	inputs, _, err := safetensors.ReadFile(filepath.Join(saved, search.BenchInputsFile))
 	require.NoError(t, err)
 	assert.Len(t, inputs, 4)
-	outputs, _, err := safetensors.ReadFile(filepath.Join(saved, benchOutputsFile))
+	outputs, _, err := safetensors.ReadFile(filepath.Join(saved, search.BenchOutputsFile))
 	require.NoError(t, err)
 	require.Contains(t, outputs, "output")
 	assert.Equal(t, []int64{1, 4, 64}, shapeInts(outputs["output"].Shape))

@@ -8,14 +8,13 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
-	"github.com/lumsearch/lumsearch/corpus/onnx"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/search"
 )
 
 // corpusCommand lists and prints the built-in model graphs.
@@ -54,7 +53,7 @@ lumsearch corpus list --json --seq 1024`,
 	setup: func(fs *flag.FlagSet) action {
 		asJSON := fs.Bool("json", false, "list: print one JSON array")
 		seed := fs.Uint64("seed", 1, "eval: seed of the random weights and inputs")
-		dims := dimFlags{}
+		dims := search.Dims{}
 		fs.Var(dims, "dim", "an ONNX model's symbolic input dimension, NAME=VALUE (repeatable)")
 		summary := fs.Bool("summary", false, "show: print the graph's size and ops by count instead of the graph")
 		batch := fs.Int("batch", corpus.DefaultBatch, "sequences per batch")
@@ -153,12 +152,13 @@ func humanCount(n int64) string {
 }
 
 // corpusShow prints one graph in the ir text format, or its summary.
-func corpusShow(name string, opt corpus.Options, dims dimFlags, summary bool, stdout io.Writer) error {
-	g, _, closeModel, err := loadGraph(name, opt, dims)
+func corpusShow(name string, opt corpus.Options, dims search.Dims, summary bool, stdout io.Writer) error {
+	m, err := search.LoadModel(name, search.ModelOptions{Build: opt, Dims: dims})
 	if err != nil {
 		return err
 	}
-	defer closeModel()
+	defer m.Close()
+	g := m.Graph
 	if summary {
 		return writeOpCounts(stdout, g)
 	}
@@ -190,13 +190,14 @@ func writeOpCounts(w io.Writer, g *ir.Graph) error {
 
 // corpusEval runs a corpus graph in the reference interpreter and reports
 // the time of each step: the figure the issue on the interpreter asks for.
-func corpusEval(ctx context.Context, name string, opt corpus.Options, dims dimFlags, seed uint64, stdout io.Writer) error {
+func corpusEval(ctx context.Context, name string, opt corpus.Options, dims search.Dims, seed uint64, stdout io.Writer) error {
 	t0 := time.Now()
-	g, feeds, closeModel, err := loadGraph(name, opt, dims)
+	m, err := search.LoadModel(name, search.ModelOptions{Build: opt, Dims: dims})
 	if err != nil {
 		return err
 	}
-	defer closeModel()
+	defer m.Close()
+	g, feeds := m.Graph, m.Weights
 	t1 := time.Now()
 	if feeds == nil {
 		if feeds, err = corpus.RandomWeights(g, seed); err != nil {
@@ -222,49 +223,5 @@ func corpusEval(ctx context.Context, name string, opt corpus.Options, dims dimFl
 		t := res.Outputs[o.Name]
 		fmt.Fprintf(stdout, "output %s: %s%v\n", o.Name, t.DType, t.Shape)
 	}
-	return nil
-}
-
-// loadGraph builds a corpus graph, or imports an ONNX file with its
-// weights; the returned function closes the model's mapping.
-func loadGraph(name string, opt corpus.Options, dims dimFlags) (*ir.Graph, map[string]*ir.Tensor, func(), error) {
-	if !strings.HasSuffix(name, ".onnx") {
-		if len(dims) > 0 {
-			return nil, nil, nil, usagef("--dim applies to ONNX models, not %s", name)
-		}
-		g, err := corpus.Build(name, opt)
-		return g, nil, func() {}, err
-	}
-	m, err := onnx.Load(name)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	im, err := onnx.Import(m, onnx.ImportOptions{Dims: dims})
-	if err != nil {
-		m.Close()
-		return nil, nil, nil, fmt.Errorf("import %s: %w", name, err)
-	}
-	return im.Graph, im.Weights, func() { m.Close() }, nil
-}
-
-// dimFlags collects repeated --dim NAME=VALUE flags.
-type dimFlags map[string]int64
-
-func (d dimFlags) String() string {
-	parts := make([]string, 0, len(d))
-	for k, v := range d {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
-}
-
-func (d dimFlags) Set(s string) error {
-	name, val, ok := strings.Cut(s, "=")
-	n, err := strconv.ParseInt(val, 10, 64)
-	if !ok || name == "" || err != nil || n <= 0 {
-		return fmt.Errorf("want NAME=VALUE with a positive integer VALUE, got %q", s)
-	}
-	d[name] = n
 	return nil
 }

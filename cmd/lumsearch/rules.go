@@ -11,6 +11,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/search"
 )
 
 // listFlag collects a repeated string flag.
@@ -72,7 +73,8 @@ lumsearch rules stats gpt2:block --disable algebra`,
 				if *estimate != "model" && *estimate != "simple" {
 					return usagef("--cost %s: want model or simple", *estimate)
 				}
-				return rulesStats(ctx, pos[1], files, disable, enable, corpus.Options{Seq: *seq}, pricing{*estimate, *target, targetFiles, *db, *ablate, *profile}, stdout)
+				return search.RuleStats(ctx, pos[1], corpus.Options{Seq: *seq}, search.RuleStatsOptions{Disable: disable, Enable: enable, Files: files, Ablate: *ablate,
+					Pricing: search.Pricing{Simple: *estimate == "simple", Target: *target, Files: targetFiles, TuneDB: *db, Profile: *profile}}, stdout)
 			}
 			if len(pos) == 0 || pos[0] != "check" {
 				return usagef("want: rules check [FILE.rules ...] or rules stats MODEL")

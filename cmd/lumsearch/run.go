@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/lumsearch/lumsearch/search"
 )
 
 // Exit codes of run.
@@ -77,8 +79,9 @@ func usagef(format string, a ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, a...)}
 }
 
-// isUsage says whether err is (or wraps) a usageError.
+// isUsage says whether err is (or wraps) a usageError, or an option the
+// library could not use (the command line's options are its options).
 func isUsage(err error) bool {
 	var u *usageError
-	return errors.As(err, &u)
+	return errors.As(err, &u) || search.KindOf(err) == search.KindOption
 }

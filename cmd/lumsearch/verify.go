@@ -3,19 +3,9 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"strings"
 
-	"github.com/lumsearch/lumsearch/corpus"
-	"github.com/lumsearch/lumsearch/cost"
-	"github.com/lumsearch/lumsearch/cuda"
-	"github.com/lumsearch/lumsearch/ir"
-	"github.com/lumsearch/lumsearch/lower"
-	"github.com/lumsearch/lumsearch/plan"
-	"github.com/lumsearch/lumsearch/safetensors"
+	"github.com/lumsearch/lumsearch/search"
 )
 
 // verifyCommand re-runs the verification of an output folder.
@@ -43,189 +33,11 @@ of its architecture, as compile does. Needs g++.`,
 			if len(pos) != 1 {
 				return usagef("want: verify DIR")
 			}
-			return verifyDir(ctx, pos[0], stdout)
+			err := search.Verify(ctx, pos[0], search.NewPrinter(stdout, false).Event)
+			if search.KindOf(err) == search.KindInput {
+				return withCode(exitInput, err)
+			}
+			return err
 		}
 	},
-}
-
-// verifyDir runs the command.
-func verifyDir(ctx context.Context, dir string, stdout io.Writer) error {
-	pl, err := plan.Read(dir)
-	if err != nil {
-		return withCode(exitInput, err)
-	}
-	srcPath := filepath.Join(dir, "kernels.cu")
-	src, err := os.ReadFile(srcPath)
-	if err != nil {
-		return withCode(exitInput, fmt.Errorf("verify %s: %w", dir, err))
-	}
-	consts, _, err := safetensors.ReadFile(filepath.Join(dir, plan.ConstantsFile))
-	if err != nil {
-		return withCode(exitInput, fmt.Errorf("verify %s: %w", dir, err))
-	}
-	lp, err := pl.Lowered(pl.Model)
-	if err != nil {
-		return withCode(exitInput, fmt.Errorf("verify %s: %w", dir, err))
-	}
-	fmt.Fprintf(stdout, "verify %s: %s, %d launches per run and %d at load\n", dir, pl.Model, len(pl.Run), len(pl.Prep))
-	ks, err := reprint(pl, lp, string(src), srcPath)
-	if err != nil {
-		return fmt.Errorf("verify %s: %w", dir, err)
-	}
-	fmt.Fprintf(stdout, "  kernels.cu: each of its %d distinct kernels is what its body and schedule print\n", len(cuda.Distinct(ks)))
-	if err := verifyKernels(ctx, pl.Model, lp, ks, stdout); err != nil {
-		return err
-	}
-
-	// The whole program against the model rebuilt from the provenance.
-	dt, err := ir.ParseDType(pl.Options.DType)
-	if err != nil {
-		dt = ir.F32
-	}
-	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, DType: dt}
-	g, weights, closeModel, err := rebuildModel(pl.Model, opt, dimFlags(pl.Options.Dims))
-	if err != nil {
-		return withCode(exitInput, fmt.Errorf("verify %s: rebuild %s from plan.json: %w", dir, pl.Model, err))
-	}
-	defer closeModel()
-	if err := matchesModel(g, lp); err != nil {
-		return fmt.Errorf("verify %s: the model %s as rebuilt from plan.json: %w", dir, pl.Model, err)
-	}
-	c := &compiled{lowered: lp, kernels: ks}
-	const maxElements = 16 << 20
-	if lp.TempBytes/4 <= maxElements {
-		feeds, err := ir.RandomLeaves(g, 1, ir.Typical, ir.OpInput, ir.OpState, ir.OpWeight)
-		if err != nil {
-			return err
-		}
-		for name, w := range weights {
-			feeds[name] = w
-		}
-		for name, t := range consts {
-			feeds[name] = t
-		}
-		odt := ir.F32
-		for _, o := range g.Outputs {
-			if d := g.Node(o.Value).DType; d.IsFloat() && d.Eps() > odt.Eps() {
-				odt = d
-			}
-		}
-		rel, err := emulateAgainstReference(ctx, pl.Model, g, c, feeds, odt)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "  verify: the whole program, as the folder holds it, matches the reference interpreter under the CPU emulation (relative error %.2g)\n", rel)
-		fmt.Fprintf(stdout, "verified %s\n", dir)
-		return nil
-	}
-	fmt.Fprintf(stdout, "  verify: the whole program has %d bytes of intermediates, too many to emulate whole\n", lp.TempBytes)
-	if strings.HasSuffix(pl.Model, ".onnx") {
-		fmt.Fprintf(stdout, "verified %s (the kernels; the whole program was not run)\n", dir)
-		return nil
-	}
-	sat, _, m, err := pricing{estimate: "model", target: pl.Target}.options(ctx)
-	if err != nil {
-		return err
-	}
-	if err := verifyReduced(ctx, pl.Model, opt, sat, m, stdout); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "verified %s (the kernels at their real shapes; the architecture at the reduced size)\n", dir)
-	return nil
-}
-
-// reprint prints each distinct kernel of the plan again from its body and
-// schedule and checks that the folder's source holds exactly that code
-// (its comment aside), returning the kernels in launch order.
-func reprint(pl *plan.Plan, lp *lower.Program, src, srcPath string) ([]*cuda.Kernel, error) {
-	byName := map[string]*cuda.Kernel{}
-	var ks []*cuda.Kernel
-	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
-	planned := append(append([]plan.Launch(nil), pl.Prep...), pl.Run...)
-	for i, l := range planned {
-		if k, ok := byName[l.Kernel]; ok {
-			if k.Grid != l.Grid || k.Block != l.Block {
-				return nil, fmt.Errorf("launch %d runs kernel %s with grid %v block %v, another with grid %v block %v", i, l.Kernel, l.Grid, l.Block, k.Grid, k.Block)
-			}
-			ks = append(ks, k)
-			continue
-		}
-		s, err := cost.ParseSchedule(l.Schedule)
-		if err != nil {
-			return nil, fmt.Errorf("launch %d (%s): %w", i, l.Kernel, err)
-		}
-		k, err := cuda.PrintKernelWith(l.Kernel, "", launches[i].Body, s)
-		if err != nil {
-			return nil, fmt.Errorf("launch %d (%s): %w", i, l.Kernel, err)
-		}
-		if k.Grid != l.Grid || k.Block != l.Block {
-			return nil, fmt.Errorf("launch %d (%s): the plan launches grid %v block %v, its kernel needs grid %v block %v", i, l.Kernel, l.Grid, l.Block, k.Grid, k.Block)
-		}
-		want := kernelCode(k.Text, k.Name)
-		got := kernelCode(src, k.Name)
-		if got == "" {
-			return nil, fmt.Errorf("%s has no kernel %s", srcPath, k.Name)
-		}
-		if got != want {
-			return nil, fmt.Errorf("kernel %s in %s is not what its body and schedule (%s) print: the file was edited or written by another version", k.Name, srcPath, l.Schedule)
-		}
-		if l.Predicted > 0 {
-			// The plan's prediction, for reports; the printer alone
-			// does not price.
-			k.Estimate = &cost.Estimate{Schedule: s, Seconds: l.Predicted}
-		}
-		byName[l.Kernel] = k
-		ks = append(ks, k)
-	}
-	return ks, nil
-}
-
-// kernelCode cuts kernel name's code out of CUDA source: from its
-// signature line to the closing brace at the start of a line.
-func kernelCode(src, name string) string {
-	sig := `extern "C" __global__ void ` + name + "("
-	i := strings.Index(src, sig)
-	if i < 0 {
-		return ""
-	}
-	end := strings.Index(src[i:], "\n}\n")
-	if end < 0 {
-		return ""
-	}
-	return src[i : i+end+3]
-}
-
-// rebuildModel builds the graph a plan's provenance names: an ONNX file, a
-// Hugging Face config ("DIR/config.json:KIND") or a corpus model.
-func rebuildModel(model string, opt corpus.Options, dims dimFlags) (*ir.Graph, map[string]*ir.Tensor, func(), error) {
-	if i := strings.LastIndex(model, ".json:"); i >= 0 {
-		cfgPath := model[:i+len(".json")]
-		_, g, w, closeFn, err := resolveInput(filepath.Dir(cfgPath), model[i+len(".json:"):], opt, dims)
-		return g, w, closeFn, err
-	}
-	return loadGraph(model, opt, dims)
-}
-
-// matchesModel checks that the program's inputs, weights and states are
-// the model's, by name, dtype and shape.
-func matchesModel(g *ir.Graph, lp *lower.Program) error {
-	leaves := map[string]*ir.Node{}
-	for _, n := range g.Nodes {
-		if n.Op == ir.OpInput || n.Op == ir.OpWeight || n.Op == ir.OpState {
-			leaves[n.Name] = n
-		}
-	}
-	for _, b := range lp.Buffers {
-		if b.Kind != lower.Input && b.Kind != lower.Weight && b.Kind != lower.State {
-			continue
-		}
-		n, ok := leaves[b.Name]
-		if !ok {
-			return fmt.Errorf("it has no %s %s", b.Kind, b.Name)
-		}
-		if n.DType != b.DType || !n.Shape.Equal(b.Shape) {
-			return fmt.Errorf("its %s %s is %s%v, the program's %s%v", b.Kind, b.Name, n.DType, n.Shape, b.DType, b.Shape)
-		}
-	}
-	return nil
 }

@@ -5,15 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"runtime"
-	"runtime/debug"
 	"strings"
-)
 
-// version is the release version; a release build sets it with
-// -ldflags "-X main.version=v1.2.3". Otherwise the build information that
-// the go command stamps into the binary is used.
-var version = ""
+	"github.com/lumsearch/lumsearch/search"
+)
 
 // versionCommand prints the version.
 var versionCommand = &command{
@@ -29,43 +24,8 @@ command recorded one, and the Go version, OS and architecture of the build.`,
 			if len(pos) > 0 {
 				return usagef("version takes no arguments, got: %s", strings.Join(pos, " "))
 			}
-			_, err := fmt.Fprintln(stdout, versionString())
+			_, err := fmt.Fprintln(stdout, search.Version())
 			return err
 		}
 	},
-}
-
-// versionString describes this build in one line, such as
-// "lumsearch (devel) rev 0d9abb1+dirty go1.26.8 linux/amd64".
-func versionString() string {
-	v, rev := version, ""
-	if info, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = info.Main.Version
-		}
-		var modified bool
-		for _, s := range info.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		if rev != "" && modified {
-			rev += "+dirty"
-		}
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	parts := []string{"lumsearch", v}
-	if rev != "" && !strings.Contains(v, rev) {
-		parts = append(parts, "rev", rev)
-	}
-	parts = append(parts, runtime.Version(), runtime.GOOS+"/"+runtime.GOARCH)
-	return strings.Join(parts, " ")
 }

@@ -1,4 +1,4 @@
-package main
+package search
 
 import (
 	"context"
@@ -10,18 +10,32 @@ import (
 	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
-	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/egraph"
-	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/rules"
-	"github.com/lumsearch/lumsearch/tunedb"
 )
 
-// rulesStats saturates a corpus model with the rule sets (minus the
-// disabled ones, plus rule files) and prints per-rule figures, the e-graph's
-// growth, the extracted program and an ablation table.
-func rulesStats(ctx context.Context, model string, files, disable, enable []string, opt corpus.Options, price pricing, stdout io.Writer) error {
-	g, err := corpus.Build(model, opt)
+// RuleStatsOptions say which rules RuleStats runs and how it prices.
+type RuleStatsOptions struct {
+	// Disable are built-in rule sets to leave out; Enable opt-in sets to
+	// add (rules.OptionalSets); Files rule files to add.
+	Disable, Enable, Files []string
+	// Pricing prices the programs.
+	Pricing Pricing
+	// Ablate also saturates once without each rule set.
+	Ablate bool
+}
+
+// RuleStats saturates a corpus model with the rule sets (every built-in
+// set less o.Disable, plus o.Enable and the rules of o.Files) and writes
+// to w, per rule and per rule set, the matches, applications, new e-nodes
+// and time; the e-graph's size per iteration; the best program, kernel by
+// kernel, with its price per run against the naive program's; and, with
+// o.Ablate, the program found without each rule set. A model whose
+// layers repeat is searched on two of its layers and their seam, and the
+// result replayed on every layer. An unknown set is a KindOption error.
+func RuleStats(ctx context.Context, model string, build corpus.Options, o RuleStatsOptions, stdout io.Writer) error {
+	disable, enable, files := o.Disable, o.Enable, o.Files
+	g, err := corpus.Build(model, build)
 	if err != nil {
 		return err
 	}
@@ -33,12 +47,12 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 	}
 	for _, d := range disable {
 		if !slices.Contains(rules.Sets(), d) {
-			return usagef("--disable %s: no such rule set (have %s)", d, strings.Join(rules.Sets(), ", "))
+			return optionErrorf("--disable %s: no such rule set (have %s)", d, strings.Join(rules.Sets(), ", "))
 		}
 	}
 	for _, e := range enable {
 		if !slices.Contains(rules.OptionalSets(), e) {
-			return usagef("--enable %s: no such opt-in rule set (have %s)", e, strings.Join(rules.OptionalSets(), ", "))
+			return optionErrorf("--enable %s: no such opt-in rule set (have %s)", e, strings.Join(rules.OptionalSets(), ", "))
 		}
 		if !slices.Contains(sets, e) {
 			sets = append(sets, e)
@@ -66,7 +80,7 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		}
 		rws = append(rws, rules.Rewrites(rs)...)
 	}
-	sat, costName, _, err := price.options(ctx)
+	sat, costName, _, err := o.Pricing.Options(ctx)
 	if err != nil {
 		return err
 	}
@@ -126,12 +140,13 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		fmt.Fprintf(tw, "%d\t%d\t%d\t\n", it.Index, it.Nodes, it.Classes)
 	}
 	tw.Flush()
-	naive, err := rules.NaiveProgram(ctx, g, sat)
+	np, err := rules.NaiveProgram(ctx, g, sat)
 	if err != nil {
 		return err
 	}
+	naive := naiveOf(np)
 	fmt.Fprintf(stdout, "\nbest program: %d kernels per run and %d at load time, %s per run by %s; the naive program: %d kernels, %s (%.2fx)\n",
-		prog.Kernels, prog.Prep, seconds(prog.Cost), costName, naive.Kernels+naive.Prep, seconds(naive.Cost), naive.Cost/prog.Cost)
+		prog.Kernels, prog.Prep, Seconds(prog.Cost), costName, naive.Launches, Seconds(naive.Seconds), naive.Seconds/prog.Cost)
 	for _, k := range prog.List {
 		when := "run "
 		if k.Prep {
@@ -144,7 +159,7 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 		fmt.Fprintf(stdout, "  %s %-16s %s\n", when, strings.Join(shapes, " "), k.Form)
 	}
 	fmt.Fprintln(stdout)
-	if !price.ablate {
+	if !o.Ablate {
 		return nil
 	}
 	abl, err := rules.Ablate(ctx, g, sets, sat)
@@ -158,67 +173,7 @@ func rulesStats(ctx context.Context, model string, files, disable, enable []stri
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\tno kernel program\n", a.Without)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%v\t%s\n", a.Without, a.Kernels, a.Prep, a.Nodes, a.Stop, a.Time.Round(1e6), seconds(a.Cost))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%v\t%s\n", a.Without, a.Kernels, a.Prep, a.Nodes, a.Stop, a.Time.Round(1e6), Seconds(a.Cost))
 	}
 	return tw.Flush()
-}
-
-// pricing says how rules stats prices programs: the simple estimate, or the
-// cost model of a target device.
-type pricing struct {
-	estimate string   // "model" or "simple"
-	target   string   // a device name or "auto"
-	files    []string // users' device description files
-	db       string   // the tuning database whose measured times override predictions ("" for the default)
-	ablate   bool     // print the ablation table
-	profile  string   // a calibrated profile of the target's factors ("" for the description's)
-}
-
-// seconds prints a time with a unit that keeps it readable.
-func seconds(s float64) string {
-	switch {
-	case s >= 1:
-		return fmt.Sprintf("%.3g s", s)
-	case s >= 1e-3:
-		return fmt.Sprintf("%.3g ms", s*1e3)
-	}
-	return fmt.Sprintf("%.3g µs", s*1e6)
-}
-
-// options makes the saturation options that price as p says, with the
-// pricing's name for reports and the model (nil for the simple estimate).
-func (p pricing) options(ctx context.Context) (rules.SaturateOptions, string, *cost.Model, error) {
-	sat := rules.SaturateOptions{}
-	if p.estimate == "simple" {
-		return sat, "the simple estimate", nil, nil
-	}
-	dev, err := cost.ResolveTarget(ctx, p.target, p.files)
-	if err != nil {
-		return sat, "", nil, usagef("%v", err)
-	}
-	factors := cost.Defaults(dev)
-	if p.profile != "" {
-		prof, err := cost.LoadProfile(p.profile)
-		if err != nil {
-			return sat, "", nil, err
-		}
-		if prof.Device != dev.Name {
-			return sat, "", nil, usagef("--profile %s was fitted for %s, not %s", p.profile, prof.Device, dev.Name)
-		}
-		factors = prof.Factors
-	}
-	m := cost.NewModel(dev, factors)
-	dbPath := p.db
-	if dbPath == "" {
-		if dbPath, err = tunedb.DefaultPath(); err != nil {
-			return sat, "", nil, err
-		}
-	}
-	db, err := tunedb.Open(dbPath)
-	if err != nil {
-		return sat, "", nil, err
-	}
-	m.Measurements = cost.NewDBMeasurements(db)
-	sat.Cost = func(eg *egraph.EGraph[rules.Data]) extract.CostFunc { return rules.ModelCost(eg, m) }
-	return sat, "the cost model on " + dev.Name, m, nil
 }

@@ -1,4 +1,4 @@
-package main
+package search
 
 import (
 	"bytes"
@@ -36,14 +36,14 @@ func TestWritePreparedWeights(t *testing.T) {
 			dir := t.TempDir()
 			var out bytes.Buffer
 			require.NoError(t, writePreparedWeights(ctx, model, dir, c.lowered, weights, &out))
-			path := filepath.Join(dir, weightsFile)
+			path := filepath.Join(dir, WeightsFile)
 			assert.Regexp(t, `^  prepared weights: \d+ weights and \d+ computed at load, \d+ bytes, in `+regexp.QuoteMeta(path)+` \(lum_load_prepared loads them\)\n$`, out.String())
 
 			got, meta, err := safetensors.ReadFile(path)
 			require.NoError(t, err)
 			digest, err := lower.WeightsDigest(c.lowered)
 			require.NoError(t, err)
-			assert.Equal(t, map[string]string{"lumsearch.version": versionString(), "lumsearch.model": g.Name, "lumsearch.program": digest}, meta)
+			assert.Equal(t, map[string]string{"lumsearch.version": Version(), "lumsearch.model": g.Name, "lumsearch.program": digest}, meta)
 			want, err := lower.PrepareWeights(ctx, c.lowered, weights)
 			require.NoError(t, err)
 			require.Len(t, got, len(want))

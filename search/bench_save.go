@@ -1,4 +1,4 @@
-package main
+package search
 
 import (
 	"encoding/json"
@@ -11,26 +11,26 @@ import (
 	"github.com/lumsearch/lumsearch/safetensors"
 )
 
-// The files "bench --save DIR" writes into DIR.
+// The files BenchOptions.Save (bench --save DIR) writes into its folder.
 const (
-	// benchInputsFile holds every input, state (its value before the run)
+	// BenchInputsFile holds every input, state (its value before the run)
 	// and weight of the model's graph that bench fed both programs, by the
 	// graph's names.
-	benchInputsFile = "inputs.safetensors"
-	// benchOutputsFile holds the compiled program's outputs by output name
+	BenchInputsFile = "inputs.safetensors"
+	// BenchOutputsFile holds the compiled program's outputs by output name
 	// and, for a graph with state buffers, each state's value after the
 	// run by the state's name.
-	benchOutputsFile = "outputs.safetensors"
-	// benchGraphFile is the model's graph in the ir text format, which
+	BenchOutputsFile = "outputs.safetensors"
+	// BenchGraphFile is the model's graph in the ir text format, which
 	// names and shapes every leaf and output.
-	benchGraphFile = "graph.txt"
+	BenchGraphFile = "graph.txt"
 )
 
 // saveBench writes what a bench ran into dir (created if missing), so that
 // another tool (scripts/torch_bench.py) can run the same graph on the same
-// tensors and compare its outputs with lumsearch's: benchInputsFile from
-// feeds, benchOutputsFile from outs (the compiled program's outputs, and
-// its states as "state NAME", as bench checked them) and benchGraphFile.
+// tensors and compare its outputs with lumsearch's: BenchInputsFile from
+// feeds, BenchOutputsFile from outs (the compiled program's outputs, and
+// its states as "state NAME", as bench checked them) and BenchGraphFile.
 // The inputs file's metadata records the model, the seed and which names
 // are inputs, states and weights (each a JSON list of strings).
 func saveBench(dir string, s *benchSetup, seed uint64, feeds, outs map[string]*ir.Tensor) error {
@@ -78,14 +78,14 @@ func saveBench(dir string, s *benchSetup, seed uint64, feeds, outs map[string]*i
 		}
 		outputs[name] = t
 	}
-	if err := safetensors.WriteFile(filepath.Join(dir, benchInputsFile), inputs, meta); err != nil {
+	if err := safetensors.WriteFile(filepath.Join(dir, BenchInputsFile), inputs, meta); err != nil {
 		return fmt.Errorf("--save: %w", err)
 	}
 	outMeta := map[string]string{"model": s.model, "seed": meta["seed"], "program": "compiled"}
-	if err := safetensors.WriteFile(filepath.Join(dir, benchOutputsFile), outputs, outMeta); err != nil {
+	if err := safetensors.WriteFile(filepath.Join(dir, BenchOutputsFile), outputs, outMeta); err != nil {
 		return fmt.Errorf("--save: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, benchGraphFile), []byte(s.g.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, BenchGraphFile), []byte(s.g.String()), 0o644); err != nil {
 		return fmt.Errorf("--save: %w", err)
 	}
 	return nil

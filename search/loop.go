@@ -1,17 +1,3 @@
-// Package search owns the optimize loop: the budget, the phases (rule
-// stages of saturation with repeated-block reuse, extraction by the cost
-// model, measurement of the chosen kernels, finalization: lowering, CUDA,
-// compilation and verification), the choice of the best verified program,
-// progress events, dumps for people debugging rules, and the run's report.
-//
-// The budget is kept by construction: every phase runs under one context
-// whose deadline is the budget less a reserve for writing the output, and
-// a program becomes the answer only once it has been finalized (verified).
-// When a budget is set, each stage's better program is finalized while the
-// next stage saturates, so that a later stage cut short by the clock or by
-// Ctrl-C still leaves the best verified program so far. Without a budget
-// only the final program is finalized, and the run depends on nothing but
-// its input and options, so two runs write identical outputs.
 package search
 
 import (
@@ -132,10 +118,13 @@ type Event struct {
 	Best     float64 `json:"best_s,omitempty"`
 	Verified float64 `json:"verified_s,omitempty"`
 	Message  string  `json:"message,omitempty"`
+	// Line is, for a note that a phase logged, the line as the command
+	// line prints it (indented); it is not part of the JSON form.
+	Line string `json:"-"`
 }
 
-// Result is the outcome of a search.
-type Result struct {
+// Outcome is what the optimize loop (Run) found.
+type Outcome struct {
 	// Best is the best finalized (verified) candidate.
 	Best *Candidate
 	// Naive is the naive program (one kernel per op).
@@ -165,7 +154,7 @@ type searcher struct {
 	start   time.Time
 	end     time.Time // zero without a budget
 	mu      sync.Mutex
-	res     *Result
+	res     *Outcome
 	best    float64 // best predicted cost so far
 	emitMu  sync.Mutex
 	verifyQ chan *Candidate
@@ -175,7 +164,7 @@ type searcher struct {
 // search like the budget does: the best verified program so far is the
 // result. The returned error is ErrNothingVerified (wrapped) when no
 // program was verified in time, or what a phase failed with.
-func Run(ctx context.Context, g *ir.Graph, cfg Config) (*Result, error) {
+func Run(ctx context.Context, g *ir.Graph, cfg Config) (*Outcome, error) {
 	if cfg.Finalize == nil {
 		return nil, errors.New("search: no Finalize")
 	}
@@ -185,7 +174,7 @@ func Run(ctx context.Context, g *ir.Graph, cfg Config) (*Result, error) {
 	if cfg.Stages == nil {
 		cfg.Stages = DefaultStages()
 	}
-	s := &searcher{cfg: cfg, g: g, start: cfg.Now(), res: &Result{}}
+	s := &searcher{cfg: cfg, g: g, start: cfg.Now(), res: &Outcome{}}
 	searchCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cfg.Budget > 0 {

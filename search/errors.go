@@ -1,0 +1,60 @@
+package search
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Kind sorts the failures a caller acts on differently (the command line
+// maps each to its own exit status).
+type Kind int
+
+// The kinds of Error.
+const (
+	// KindOther is every failure without a kind of its own.
+	KindOther Kind = iota
+	// KindOption is an option with a value the compiler cannot use (an
+	// unknown target, an architecture NVRTC does not compile for). Its
+	// message names the option as the command line spells it.
+	KindOption
+	// KindInput is a model that cannot be read or compiled.
+	KindInput
+	// KindNoDevice is a run that needs a GPU on a machine without one.
+	KindNoDevice
+	// KindOutput is an output folder that cannot be written.
+	KindOutput
+)
+
+// Error is a failure of a kind; its message is the wrapped error's.
+type Error struct {
+	Kind Kind
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+
+// Unwrap returns the failure itself.
+func (e *Error) Unwrap() error { return e.Err }
+
+// KindOf is the kind of the first Error in err's chain (KindOther when
+// there is none).
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindOther
+}
+
+// withKind gives err a kind (nil stays nil).
+func withKind(k Kind, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Kind: k, Err: err}
+}
+
+// optionErrorf makes a KindOption error.
+func optionErrorf(format string, a ...any) error {
+	return &Error{Kind: KindOption, Err: fmt.Errorf(format, a...)}
+}

@@ -1,0 +1,136 @@
+package search
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/rules"
+)
+
+// source is what a program is compiled from: the model, how it is
+// searched and priced, and the architecture NVRTC compiles for.
+type source struct {
+	model *Model
+	sat   rules.SaturateOptions
+	m     *cost.Model
+	arch  string
+}
+
+// final is a program ready to write: lowered, printed, compiled by NVRTC
+// when it is present, and verified unless verification was turned off.
+type final struct {
+	*compiled
+	src, ptx  string
+	cubin     []byte
+	resources map[string]nvrtc.Resources
+	// verified says what verification passed ("" when it was off).
+	verified string
+}
+
+// rerank prices each kernel's best few schedules again with the
+// registers and shared memory NVRTC reports for them (the cost model only
+// guessed those) and reprints the kernels whose best schedule changed; it
+// returns how many changed.
+func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model, arch string) (int, error) {
+	compileUnit := func(unit string) (map[string]cost.Resources, error) {
+		res, err := lib.Compile(ctx, cuda.NVRTCPrelude+"\n"+unit, "schedules.cu", nvrtc.Options{Arch: arch})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]cost.Resources{}
+		for name, r := range res.Kernels {
+			out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes}
+		}
+		return out, nil
+	}
+	ks, changed, err := cuda.Rerank(c.lowered, c.kernels, compileUnit, m.Resourced)
+	if err != nil {
+		return 0, err
+	}
+	c.kernels = ks
+	return changed, nil
+}
+
+// finalize makes a printed program ready to write: NVRTC (when present)
+// re-ranks the schedules by the resources it reports and compiles the
+// kernels, then the program is verified (when verify is set): every
+// distinct kernel at its real shapes, and the whole program's wiring at a
+// reduced size (a corpus or config model) or whole (any other). It
+// reports on log as it goes.
+func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io.Writer) (*final, error) {
+	model, arch, m, lp := src.model.Name, src.arch, src.m, c.lowered
+	f := &final{compiled: c, resources: map[string]nvrtc.Resources{}}
+	if lib, err := nvrtc.Load(); err != nil {
+		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
+		fmt.Fprintf(log, "  nvrtc: not compiled: %v\n", err)
+	} else {
+		changed, err := rerank(ctx, lib, c, m, arch)
+		if err != nil {
+			return nil, fmt.Errorf("compile %s: %w", model, err)
+		}
+		ks := c.kernels
+		fmt.Fprintf(log, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
+			len(cuda.Distinct(ks)), 1+cuda.Alternatives, changed)
+		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
+		res, err := lib.Compile(ctx, f.src, "kernels.cu", nvrtc.Options{Arch: arch})
+		if err != nil {
+			return nil, fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)
+		}
+		f.resources, f.ptx, f.cubin = res.Kernels, res.PTX, res.CUBIN
+		regs, smem, spills := 0, 0, 0
+		for _, r := range res.Kernels {
+			regs, smem, spills = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores
+		}
+		major, minor := lib.Version()
+		fmt.Fprintf(log, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
+			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills)
+	}
+	if !verify {
+		return f, nil
+	}
+	var what bytes.Buffer
+	out := io.MultiWriter(log, &what)
+	// The program's wiring is checked (whole or at the reduced size)
+	// while its kernels run at their real shapes: the two share nothing
+	// but the machine, and the kernels' check spends much of its time
+	// waiting on the emulation. Its lines follow the kernels' as before.
+	var wiring bytes.Buffer
+	wiringErr := make(chan error, 1)
+	wctx, stopWiring := context.WithCancel(ctx)
+	defer stopWiring()
+	go func() {
+		if src.model.reducible() {
+			wiringErr <- verifyReduced(wctx, src.model, src.sat, m, &wiring)
+		} else {
+			wiringErr <- verifyWhole(wctx, src.model, c, &wiring)
+		}
+	}()
+	kernelsErr := verifyKernels(ctx, model, lp, c.kernels, out)
+	if kernelsErr != nil {
+		stopWiring()
+	}
+	werr := <-wiringErr
+	if kernelsErr != nil {
+		return nil, kernelsErr
+	}
+	out.Write(wiring.Bytes())
+	if werr != nil {
+		return nil, werr
+	}
+	f.verified = strings.TrimSpace(strings.ReplaceAll(what.String(), "\n  ", "; "))
+	f.verified = strings.TrimPrefix(f.verified, "verify: ")
+	// The record of what was verified is part of the output, which must
+	// not change from run to run: drop the wall times.
+	f.verified = verifyTime.ReplaceAllString(f.verified, ")")
+	return f, nil
+}
+
+// verifyTime matches the wall time that ends a verify line's parenthesis.
+var verifyTime = regexp.MustCompile(`; [0-9hms.µ]+\)`)

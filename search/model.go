@@ -1,0 +1,190 @@
+package search
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/corpus/onnx"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+)
+
+// Model is a model graph with the name it was loaded by and how it was
+// built. The name is the model's provenance: plan.json records it, and
+// Verify and Bench rebuild the graph from it with the same Build, Kind
+// and Dims. A graph made in Go needs no loading: fill Name and Graph (and
+// Weights when it has its own) and leave the rest zero; such a model is
+// verified whole under the emulation, not at a reduced size.
+type Model struct {
+	// Name is a corpus name (see corpus.Names), an ONNX file, or a
+	// Hugging Face config as "DIR/config.json:KIND".
+	Name  string
+	Graph *ir.Graph
+	// Weights are the model's own (an ONNX model's initializers,
+	// safetensors beside a config); nil means random weights.
+	Weights map[string]*ir.Tensor
+	// Options are those it was built with.
+	Options ModelOptions
+
+	close func()
+}
+
+// ModelOptions say how LoadModel builds a graph.
+type ModelOptions struct {
+	// Build sizes a corpus or config model: tokens per sequence, the
+	// decode position, the dtype of weights and activations.
+	Build corpus.Options
+	// Kind is what to build from a Hugging Face folder: model, layer,
+	// decode, ... ("" means model).
+	Kind string
+	// Dims bind an ONNX model's symbolic dimensions.
+	Dims Dims
+}
+
+// Close releases what the model maps (an ONNX file's weights). It is safe
+// to call on a model built in Go and more than once.
+func (m *Model) Close() {
+	if m != nil && m.close != nil {
+		m.close()
+		m.close = nil
+	}
+}
+
+// LoadModel loads the model called name: a folder holding a Hugging Face
+// config.json (built as o.Kind, with its safetensors weights when there
+// are any), an ONNX file (its symbolic dimensions bound by o.Dims; its
+// weights memory-mapped until Close), a config as "DIR/config.json:KIND"
+// (the name plan.json records for a folder), or a corpus name. Dims given
+// for anything but an ONNX file are an option error.
+func LoadModel(name string, o ModelOptions) (*Model, error) {
+	if o.Kind == "" {
+		o.Kind = "model"
+	}
+	if i := strings.LastIndex(name, ".json:"); i >= 0 {
+		cfgPath := name[:i+len(".json")]
+		o.Kind = name[i+len(".json:"):]
+		return loadFolder(filepath.Dir(cfgPath), o)
+	}
+	if st, err := os.Stat(name); err == nil && st.IsDir() {
+		return loadFolder(name, o)
+	}
+	m := &Model{Name: name, Options: o}
+	if !strings.HasSuffix(name, ".onnx") {
+		if len(o.Dims) > 0 {
+			return nil, optionErrorf("--dim applies to ONNX models, not %s", name)
+		}
+		g, err := corpus.Build(name, o.Build)
+		if err != nil {
+			return nil, err
+		}
+		m.Graph = g
+		return m, nil
+	}
+	f, err := onnx.Load(name)
+	if err != nil {
+		return nil, err
+	}
+	im, err := onnx.Import(f, onnx.ImportOptions{Dims: o.Dims})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("import %s: %w", name, err)
+	}
+	m.Graph, m.Weights, m.close = im.Graph, im.Weights, func() { f.Close() }
+	return m, nil
+}
+
+// loadFolder builds a Hugging Face folder's config as o.Kind, with the
+// folder's safetensors weights when it has any.
+func loadFolder(dir string, o ModelOptions) (*Model, error) {
+	cfgPath := filepath.Join(dir, "config.json")
+	cfg, err := corpus.LoadConfig(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	name := cfgPath + ":" + o.Kind
+	g, err := corpus.BuildConfig(name, cfg, o.Kind, o.Build)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Name: name, Graph: g, Options: o}
+	if matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors")); len(matches) > 0 {
+		w, set, err := corpus.SafetensorsWeights(g, dir)
+		if err != nil {
+			return nil, err
+		}
+		m.Weights, m.close = w, func() { set.Close() }
+	}
+	return m, nil
+}
+
+// imported says whether the model came from an ONNX file.
+func (m *Model) imported() bool { return strings.HasSuffix(m.Name, ".onnx") }
+
+// reducible says whether the model's architecture can be built again at a
+// reduced size (a corpus model or a config), which is how a model too
+// large to emulate whole has its wiring checked.
+func (m *Model) reducible() bool {
+	i := strings.LastIndexByte(m.Name, ':')
+	if i < 0 || m.imported() {
+		return false
+	}
+	if strings.HasSuffix(m.Name[:i], ".json") {
+		return true
+	}
+	_, err := corpus.EmbeddedConfig(m.Name[:i])
+	return err == nil
+}
+
+// matchesModel checks that the program's inputs, weights and states are
+// the model's, by name, dtype and shape.
+func matchesModel(g *ir.Graph, lp *lower.Program) error {
+	leaves := map[string]*ir.Node{}
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpInput || n.Op == ir.OpWeight || n.Op == ir.OpState {
+			leaves[n.Name] = n
+		}
+	}
+	for _, b := range lp.Buffers {
+		if b.Kind != lower.Input && b.Kind != lower.Weight && b.Kind != lower.State {
+			continue
+		}
+		n, ok := leaves[b.Name]
+		if !ok {
+			return fmt.Errorf("it has no %s %s", b.Kind, b.Name)
+		}
+		if n.DType != b.DType || !n.Shape.Equal(b.Shape) {
+			return fmt.Errorf("its %s %s is %s%v, the program's %s%v", b.Kind, b.Name, n.DType, n.Shape, b.DType, b.Shape)
+		}
+	}
+	return nil
+}
+
+// Dims bind an ONNX model's symbolic dimensions by name. It is a
+// flag.Value: each Set takes one NAME=VALUE.
+type Dims map[string]int64
+
+// String is the bindings in name order, "NAME=VALUE" joined by commas.
+func (d Dims) String() string {
+	parts := make([]string, 0, len(d))
+	for k, v := range d {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// Set adds one binding, NAME=VALUE with a positive VALUE.
+func (d Dims) Set(s string) error {
+	name, val, ok := strings.Cut(s, "=")
+	n, err := strconv.ParseInt(val, 10, 64)
+	if !ok || name == "" || err != nil || n <= 0 {
+		return fmt.Errorf("want NAME=VALUE with a positive integer VALUE, got %q", s)
+	}
+	d[name] = n
+	return nil
+}

@@ -1,0 +1,101 @@
+package search
+
+import (
+	"fmt"
+	"os/exec"
+	"time"
+)
+
+// Measure says where Optimize measures the chosen kernels.
+type Measure string
+
+// The places to measure.
+const (
+	// MeasureNone measures nothing: the cost model alone decides (the
+	// zero value).
+	MeasureNone Measure = "none"
+	// MeasureAuto measures on the GPU when there is one, else nothing.
+	MeasureAuto Measure = "auto"
+	// MeasureGPU measures on the GPU and fails without one.
+	MeasureGPU Measure = "gpu"
+	// MeasureEmulated measures under the CPU emulation: CPU times,
+	// recorded apart from GPU times and never fed back into a GPU's
+	// extraction.
+	MeasureEmulated Measure = "emulated"
+)
+
+// Options say how Optimize and Compile compile a model. The zero value
+// compiles for DefaultTarget in its architecture with the default limits,
+// without a budget or measurement, and verifies.
+type Options struct {
+	// Target is the device the cost model prices for (a built-in name,
+	// or "auto" for the GPU here; "" means DefaultTarget).
+	Target string
+	// Arch is what NVRTC compiles for: sm_80 or sm_90 ("" means the
+	// target's).
+	Arch string
+	// TuneDB is the tuning database: measured times override predictions,
+	// measurements are recorded in it, and a model's last plan is kept
+	// beside it ("" means $LUMSEARCH_TUNEDB or the user cache's).
+	TuneDB string
+	// NoVerify skips verification under the CPU emulation.
+	NoVerify bool
+	// Events receives progress, one event at a time (nil: none). A
+	// Printer shows them as the command line does.
+	Events func(Event)
+
+	// The rest is Optimize's alone.
+
+	// Budget bounds the whole run, writing included (0: none; the work
+	// limits end the search).
+	Budget time.Duration
+	// IterLimit and NodeLimit bound each saturation stage (0: 30
+	// iterations, 200,000 e-nodes).
+	IterLimit, NodeLimit int
+	// Seed seeds random weights, inputs and measurement samples.
+	Seed uint64
+	// Measure says where to measure the chosen kernels ("" is
+	// MeasureNone).
+	Measure Measure
+	// Candidates is how many kernels are measured, each in its best
+	// schedules (the command line's default is 8).
+	Candidates int
+	// Worker starts a measuring worker: a process that serves the
+	// measure package's protocol on its standard input and output, such
+	// as "lumsearch worker --measure gpu". It is given the place to
+	// measure. Required for Measure other than none, unless auto finds no
+	// GPU.
+	Worker func(where string) *exec.Cmd
+	// Dump, when set, is a folder that receives the e-graph and the
+	// chosen program after every stage.
+	Dump string
+	// Command is the command line's text of the options, for plan.json
+	// and the report ("" means the canonical text of these options).
+	Command string
+}
+
+// withDefaults fills in what the zero value leaves to the compiler.
+func (o Options) withDefaults() Options {
+	if o.Target == "" {
+		o.Target = DefaultTarget
+	}
+	if o.Measure == "" {
+		o.Measure = MeasureNone
+	}
+	return o
+}
+
+// canonical is the options that make a model's program what it is, as
+// text in a fixed order, for plan.json and the report.
+func (o Options) canonical(mo ModelOptions) string {
+	return fmt.Sprintf("seq=%d dtype=%s kind=%s dims=%s target=%s arch=%s budget=%v measure=%s candidates=%d iter-limit=%d node-limit=%d verify=%v",
+		mo.Build.Seq, mo.Build.DType, mo.Kind, mo.Dims, o.Target, o.Arch, o.Budget, o.Measure, o.Candidates, o.IterLimit, o.NodeLimit, !o.NoVerify)
+}
+
+// checkArch refuses an architecture NVRTC 11.8 does not compile for.
+func checkArch(arch string) error {
+	if arch != "sm_80" && arch != "sm_90" {
+		return optionErrorf("--arch %s: want sm_80 or sm_90 (NVRTC 11.8's targets)", arch)
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package search
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/rules"
+)
+
+// buildReport fills the run's report.
+func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *final, m *cost.Model, measured []kernelMeasurement, where string) *Report {
+	g := md.Graph
+	rep := &Report{Model: md.Name, Target: m.Device.Name, Arch: o.Arch, Version: Version(), Seed: o.Seed, Options: o.Command,
+		EndedBy: res.EndedBy, Steps: res.Steps, Notes: res.Notes}
+	if where != "" {
+		rep.Measured = where
+	}
+	lp := best.lowered
+	cats := map[string]*Category{}
+	cat := func(name string) *Category {
+		if cats[name] == nil {
+			cats[name] = &Category{Name: name}
+		}
+		return cats[name]
+	}
+	measuredBy := map[string]kernelMeasurement{}
+	for _, km := range measured {
+		if km.resp.OK {
+			if prev, ok := measuredBy[km.kernel]; !ok || km.resp.Median < prev.resp.Median {
+				measuredBy[km.kernel] = km
+			}
+		}
+	}
+	for i, l := range lp.Run {
+		k := best.kernels[len(lp.Prep)+i]
+		pred := 0.0
+		if k.Estimate != nil {
+			pred = k.Estimate.Seconds
+		}
+		form := l.Form.String()
+		row := Kernel{Launch: l.Name, Kernel: k.Name, Form: form, Schedule: k.Schedule.String(), Predicted: pred}
+		if km, ok := measuredBy[k.Name]; ok && km.schedule == row.Schedule {
+			row.Measured, row.Where = km.resp.Median, km.resp.Where
+		}
+		rep.Kernels = append(rep.Kernels, row)
+		c := cat(category(row.Form))
+		c.Launches++
+		c.Predicted += pred
+	}
+	// The naive program's figures are the extraction's (as rules stats
+	// and compile print them); its categories are those of the launches
+	// it lowers to, priced as they would run.
+	naive := naiveOf(res.Naive)
+	if nc, err := lowerAndPrint(g, res.Naive, m); err == nil {
+		for i, l := range nc.lowered.Run {
+			k := nc.kernels[len(nc.lowered.Prep)+i]
+			c := cat(category(l.Form.String()))
+			c.NaiveLaunches++
+			if k.Estimate != nil {
+				c.NaivePredicted += k.Estimate.Seconds
+			}
+		}
+	} else {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the naive program could not be lowered for its categories: %v", err))
+	}
+	for _, name := range slices.Sorted(maps.Keys(cats)) {
+		c := cats[name]
+		all := c.Launches > 0
+		sum := 0.0
+		for _, k := range rep.Kernels {
+			if category(k.Form) == name {
+				if k.Measured == 0 {
+					all = false
+				}
+				sum += k.Measured
+			}
+		}
+		if all {
+			c.Measured = sum
+		}
+		rep.Categories = append(rep.Categories, *c)
+	}
+	rep.Summary = Summary{Launches: len(lp.Run), NaiveLaunches: naive.Launches, Prep: len(lp.Prep),
+		Predicted: res.Best.Cost, Naive: naive.Seconds, Verified: res.Best.Verified}
+	// The rule statistics and the repeated blocks are the last stage's
+	// (the best program may be a previous run's, with none).
+	var searched *rules.Program
+	for _, c := range res.Candidates {
+		if c.Program != nil {
+			searched = c.Program
+		}
+	}
+	if searched != nil {
+		if searched.Block != nil {
+			rep.Summary.Layers = searched.Block.Copies
+		}
+		rep.RuleSets = ruleSets(searched)
+	}
+	if res.Best.Program == nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the program is the previous run's (stage %q): this run found none predicted faster", res.Best.Stage))
+	}
+	rep.Summary.FloorBytes, rep.Summary.FloorFLOPs, rep.Summary.Floor = floor(g, m)
+	return rep
+}
+
+// category is a kernel form's category: the form without its prologue
+// and epilogue ("matmul, prologue [...]" is a matmul).
+func category(form string) string {
+	c, _, _ := strings.Cut(form, ",")
+	return strings.TrimSpace(c)
+}
+
+// floor is a graph's unavoidable time on m's device: every input, weight,
+// state and output read or written once from DRAM, against its matmuls'
+// arithmetic at the achievable peak of their dtype, whichever is larger.
+func floor(g *ir.Graph, m *cost.Model) (bytes, flops, seconds float64) {
+	if g == nil {
+		return 0, 0, 0
+	}
+	for _, n := range g.Nodes {
+		switch n.Op {
+		case ir.OpInput, ir.OpWeight:
+			bytes += float64(n.Shape.NumElements()) * float64(n.DType.Size())
+		case ir.OpState:
+			bytes += 2 * float64(n.Shape.NumElements()) * float64(n.DType.Size())
+		case ir.OpMatMul:
+			a := g.Node(n.Inputs[0])
+			k := float64(a.Shape[len(a.Shape)-1])
+			flops += 2 * float64(n.Shape.NumElements()) * k
+		}
+	}
+	for _, o := range g.Outputs {
+		n := g.Node(o.Value)
+		bytes += float64(n.Shape.NumElements()) * float64(n.DType.Size())
+	}
+	d := m.Device
+	bw := d.MemoryBandwidth * math.Max(d.MemoryAchievable, 1e-9)
+	seconds = bytes / bw
+	dt := "f32"
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpMatMul {
+			dt = n.DType.String()
+			break
+		}
+	}
+	class := cost.FMA
+	if dt == "f16" || dt == "bf16" {
+		class = cost.MMA
+	}
+	if p, ok := d.Peak(class, dt); ok && p.FLOPS > 0 {
+		seconds = math.Max(seconds, flops/(p.FLOPS*math.Max(p.Achievable, 1e-9)))
+	}
+	return bytes, flops, seconds
+}
+
+// ruleSets says what each rule set did in the final program's
+func ruleSets(prog *rules.Program) []RuleSet {
+	fired := map[string]map[string]bool{}
+	matches := map[string]int{}
+	reports := []*rules.Program{prog}
+	if prog.Block != nil && prog.Block.Pair != nil {
+		reports = append(reports, prog.Block.Pair)
+	}
+	setOf := map[string]string{}
+	sizes := map[string]int{}
+	for _, s := range rules.Sets() {
+		rws, err := rules.SetRewrites(s)
+		if err != nil {
+			continue
+		}
+		sizes[s] = len(rws)
+		for _, rw := range rws {
+			setOf[rw.Name()] = s
+		}
+	}
+	for _, p := range reports {
+		if p.Report == nil {
+			continue
+		}
+		for _, it := range p.Report.Iterations {
+			for _, r := range it.Rules {
+				s, ok := setOf[r.Name]
+				if !ok {
+					continue
+				}
+				if fired[s] == nil {
+					fired[s] = map[string]bool{}
+				}
+				if r.Applied > 0 || r.NewNodes > 0 {
+					fired[s][r.Name] = true
+				}
+				matches[s] += r.Matches
+			}
+		}
+	}
+	var out []RuleSet
+	for _, s := range rules.Sets() {
+		out = append(out, RuleSet{Name: s, Rules: sizes[s], Fired: len(fired[s]), Matches: matches[s]})
+	}
+	return out
+}

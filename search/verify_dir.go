@@ -1,0 +1,178 @@
+package search
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/plan"
+	"github.com/lumsearch/lumsearch/safetensors"
+)
+
+// Verify checks an output folder that Optimize or Compile wrote, from the
+// folder itself: plan.json (each launch's body, the reference it must
+// compute, with its kernel, schedule, grid and block), kernels.cu and
+// constants.safetensors. Each distinct kernel is printed again from its
+// body and schedule and must be the very code kernels.cu holds; it then
+// runs under the CPU emulation at its real shapes against the reference
+// interpreter. Then the whole program, rebuilt from the plan, runs under
+// the emulation against the model rebuilt from the plan's provenance when
+// its intermediates are small enough (at most 16M elements); a corpus
+// model too large for that is checked at the reduced size of its
+// architecture. It reports on events as it goes, ending with the line
+// "verified DIR". A folder that cannot be read, or whose model cannot be
+// rebuilt, is a KindInput error; a check that fails is any other.
+func Verify(ctx context.Context, dir string, events func(Event)) error {
+	stdout := newLogWriter(newEmitter(events))
+	pl, err := plan.Read(dir)
+	if err != nil {
+		return withKind(KindInput, err)
+	}
+	srcPath := filepath.Join(dir, "kernels.cu")
+	src, err := os.ReadFile(srcPath)
+	if err != nil {
+		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
+	}
+	consts, _, err := safetensors.ReadFile(filepath.Join(dir, plan.ConstantsFile))
+	if err != nil {
+		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
+	}
+	lp, err := pl.Lowered(pl.Model)
+	if err != nil {
+		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
+	}
+	fmt.Fprintf(stdout, "verify %s: %s, %d launches per run and %d at load\n", dir, pl.Model, len(pl.Run), len(pl.Prep))
+	ks, err := reprint(pl, lp, string(src), srcPath)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", dir, err)
+	}
+	fmt.Fprintf(stdout, "  kernels.cu: each of its %d distinct kernels is what its body and schedule print\n", len(cuda.Distinct(ks)))
+	if err := verifyKernels(ctx, pl.Model, lp, ks, stdout); err != nil {
+		return err
+	}
+
+	// The whole program against the model rebuilt from the provenance.
+	dt, err := ir.ParseDType(pl.Options.DType)
+	if err != nil {
+		dt = ir.F32
+	}
+	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, DType: dt}
+	md, err := LoadModel(pl.Model, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
+	if err != nil {
+		return withKind(KindInput, fmt.Errorf("verify %s: rebuild %s from plan.json: %w", dir, pl.Model, err))
+	}
+	defer md.Close()
+	g, weights := md.Graph, md.Weights
+	if err := matchesModel(g, lp); err != nil {
+		return fmt.Errorf("verify %s: the model %s as rebuilt from plan.json: %w", dir, pl.Model, err)
+	}
+	c := &compiled{lowered: lp, kernels: ks}
+	const maxElements = 16 << 20
+	if lp.TempBytes/4 <= maxElements {
+		feeds, err := ir.RandomLeaves(g, 1, ir.Typical, ir.OpInput, ir.OpState, ir.OpWeight)
+		if err != nil {
+			return err
+		}
+		for name, w := range weights {
+			feeds[name] = w
+		}
+		for name, t := range consts {
+			feeds[name] = t
+		}
+		odt := ir.F32
+		for _, o := range g.Outputs {
+			if d := g.Node(o.Value).DType; d.IsFloat() && d.Eps() > odt.Eps() {
+				odt = d
+			}
+		}
+		rel, err := emulateAgainstReference(ctx, pl.Model, g, c, feeds, odt)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "  verify: the whole program, as the folder holds it, matches the reference interpreter under the CPU emulation (relative error %.2g)\n", rel)
+		fmt.Fprintf(stdout, "verified %s\n", dir)
+		return nil
+	}
+	fmt.Fprintf(stdout, "  verify: the whole program has %d bytes of intermediates, too many to emulate whole\n", lp.TempBytes)
+	if !md.reducible() {
+		fmt.Fprintf(stdout, "verified %s (the kernels; the whole program was not run)\n", dir)
+		return nil
+	}
+	sat, _, m, err := Pricing{Target: pl.Target}.Options(ctx)
+	if err != nil {
+		return err
+	}
+	if err := verifyReduced(ctx, md, sat, m, stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "verified %s (the kernels at their real shapes; the architecture at the reduced size)\n", dir)
+	return nil
+}
+
+// reprint prints each distinct kernel of the plan again from its body and
+// schedule and checks that the folder's source holds exactly that code
+// (its comment aside), returning the kernels in launch order.
+func reprint(pl *plan.Plan, lp *lower.Program, src, srcPath string) ([]*cuda.Kernel, error) {
+	byName := map[string]*cuda.Kernel{}
+	var ks []*cuda.Kernel
+	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
+	planned := append(append([]plan.Launch(nil), pl.Prep...), pl.Run...)
+	for i, l := range planned {
+		if k, ok := byName[l.Kernel]; ok {
+			if k.Grid != l.Grid || k.Block != l.Block {
+				return nil, fmt.Errorf("launch %d runs kernel %s with grid %v block %v, another with grid %v block %v", i, l.Kernel, l.Grid, l.Block, k.Grid, k.Block)
+			}
+			ks = append(ks, k)
+			continue
+		}
+		s, err := cost.ParseSchedule(l.Schedule)
+		if err != nil {
+			return nil, fmt.Errorf("launch %d (%s): %w", i, l.Kernel, err)
+		}
+		k, err := cuda.PrintKernelWith(l.Kernel, "", launches[i].Body, s)
+		if err != nil {
+			return nil, fmt.Errorf("launch %d (%s): %w", i, l.Kernel, err)
+		}
+		if k.Grid != l.Grid || k.Block != l.Block {
+			return nil, fmt.Errorf("launch %d (%s): the plan launches grid %v block %v, its kernel needs grid %v block %v", i, l.Kernel, l.Grid, l.Block, k.Grid, k.Block)
+		}
+		want := kernelCode(k.Text, k.Name)
+		got := kernelCode(src, k.Name)
+		if got == "" {
+			return nil, fmt.Errorf("%s has no kernel %s", srcPath, k.Name)
+		}
+		if got != want {
+			return nil, fmt.Errorf("kernel %s in %s is not what its body and schedule (%s) print: the file was edited or written by another version", k.Name, srcPath, l.Schedule)
+		}
+		if l.Predicted > 0 {
+			// The plan's prediction, for reports; the printer alone
+			// does not price.
+			k.Estimate = &cost.Estimate{Schedule: s, Seconds: l.Predicted}
+		}
+		byName[l.Kernel] = k
+		ks = append(ks, k)
+	}
+	return ks, nil
+}
+
+// kernelCode cuts kernel name's code out of CUDA source: from its
+// signature line to the closing brace at the start of a line.
+func kernelCode(src, name string) string {
+	sig := `extern "C" __global__ void ` + name + "("
+	i := strings.Index(src, sig)
+	if i < 0 {
+		return ""
+	}
+	end := strings.Index(src[i:], "\n}\n")
+	if end < 0 {
+		return ""
+	}
+	return src[i : i+end+3]
+}
