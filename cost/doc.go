@@ -12,11 +12,12 @@
 //     and occupancy), predicted with the device's efficiency factors
 //     (Predict); a kernel costs its best schedule, measured times override
 //     predictions, and results are cached per body.
-//   - Calibration (Fit, CrossCheck): the efficiency factors fitted to
-//     measured records by robust least squares, saved as a profile.
+//   - Calibration (Fit, CrossCheck; Calibrate from a tuning database): the
+//     efficiency factors fitted to measured records by robust least squares,
+//     saved as a profile.
 //   - The simple estimate (Simple): bytes moved plus launches, for
 //     comparison and for callers without a device.
 //
 // Measured times live in the tuning database (package tunedb). The package
-// imports ir only, so that rules and the search can price kernels.
+// imports ir and tunedb only, so that rules and the search can price kernels.
 package cost

@@ -216,7 +216,11 @@ func Run(ctx context.Context, g *ir.Graph, cfg Config) (*Outcome, error) {
 func (s *searcher) run(ctx context.Context) error {
 	sat := s.cfg.Sat
 	s.emit(Event{Kind: "phase", Phase: "naive"})
-	naive, err := rules.NaiveProgram(ctx, s.g, s.withTime(sat, "naive"))
+	// The naive program is the same whatever limits the stages have
+	// (rules stats and compile build it without them).
+	nsat := sat
+	nsat.IterLimit, nsat.NodeLimit = 0, 0
+	naive, err := rules.NaiveProgram(ctx, s.g, s.withTime(nsat, "naive"))
 	if err != nil {
 		return err
 	}

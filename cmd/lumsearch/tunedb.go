@@ -2,16 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"sort"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/lumsearch/lumsearch/cost"
@@ -128,9 +123,9 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 				}
 				path = p
 			}
+			var dev *cost.Device
+			opt := tunedb.PruneOptions{Device: *device, Dedup: *dedup}
 			switch sub {
-			case "stats":
-				return tunedbStats(path, stdout)
 			case "calibrate":
 				if *target == "" {
 					return usagef("tunedb calibrate needs --target")
@@ -138,16 +133,16 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 				if !(*heldOut > 0 && *heldOut < 1) {
 					return usagef("--held-out must lie between 0 and 1")
 				}
-				return tunedbCalibrate(path, *target, *heldOut, *seed, *out, stdout)
+				d, err := cost.LookupDevice(*target)
+				if err != nil {
+					return usagef("--target: %v", err)
+				}
+				dev = d
 			case "export":
 				if *where != "" && *where != tunedb.WhereGPU && *where != tunedb.WhereEmulated {
 					return usagef("--where is %q, want %s or %s", *where, tunedb.WhereGPU, tunedb.WhereEmulated)
 				}
-				return tunedbExport(path, tunedb.Filter{Device: *device, Where: *where}, *out, stdout)
-			case "import":
-				return tunedbImport(path, args[0], stdout)
-			default:
-				opt := tunedb.PruneOptions{Device: *device, Dedup: *dedup}
+			case "prune":
 				if isSet(fs, "keep") {
 					if *keep < 1 {
 						return usagef("--keep must be at least 1 (to drop a device's records, use --device)")
@@ -155,13 +150,60 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 					opt.Keep = *keep
 				}
 				if *olderThan != "" {
-					age, err := parseAge(*olderThan)
+					age, err := tunedb.ParseAge(*olderThan)
 					if err != nil {
 						return usagef("--older-than: %v", err)
 					}
 					opt.Before = time.Now().Add(-age)
 				}
-				return tunedbPrune(path, opt, stdout)
+			}
+			db, err := tunedb.Open(path)
+			if err != nil {
+				return err
+			}
+			switch sub {
+			case "stats":
+				return db.WriteStats(stdout)
+			case "export":
+				f := tunedb.Filter{Device: *device, Where: *where}
+				if *out == "" {
+					_, err := db.Export(stdout, f)
+					return err
+				}
+				n, err := db.ExportFile(*out, f)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(stdout, "exported %d records to %s\n", n, *out)
+				return err
+			case "import":
+				res, err := db.ImportFile(args[0], tunedbStdin)
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(stdout, "imported %d of %d records into %s (%d already present)\n", res.Added, res.Read, path, res.Duplicates)
+				return err
+			case "prune":
+				n, err := db.Prune(opt)
+				if err != nil {
+					return err
+				}
+				left := db.Len()
+				_, err = fmt.Fprintf(stdout, "pruned %d of %d records from %s; %d left\n", n, n+left, path, left)
+				return err
+			default:
+				c, err := cost.Calibrate(dev, db, *heldOut, *seed)
+				if err != nil {
+					return err
+				}
+				if err := c.WriteText(stdout); err != nil || *out == "" {
+					return err
+				}
+				if err := cost.SaveProfile(*out, c.Profile(time.Now().UTC())); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(stdout, "profile written to %s\n", *out)
+				return err
 			}
 		}
 	},
@@ -172,170 +214,4 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
-}
-
-// parseAge reads a positive duration: Go's syntax (720h, 90m) or whole
-// days (30d).
-func parseAge(s string) (time.Duration, error) {
-	var d time.Duration
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err != nil {
-			return 0, fmt.Errorf("%q is not a duration such as 720h or 30d", s)
-		}
-		d = time.Duration(n) * 24 * time.Hour
-	} else {
-		var err error
-		if d, err = time.ParseDuration(s); err != nil {
-			return 0, fmt.Errorf("%q is not a duration such as 720h or 30d", s)
-		}
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("%q is not a positive duration", s)
-	}
-	return d, nil
-}
-
-func tunedbStats(path string, stdout io.Writer) error {
-	db, err := tunedb.Open(path)
-	if err != nil {
-		return err
-	}
-	s := db.Stats()
-	note := ""
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		note = " (no file yet)"
-	}
-	fmt.Fprintf(stdout, "database:   %s%s\n", path, note)
-	fmt.Fprintf(stdout, "records:    %d\n", s.Records)
-	fmt.Fprintf(stdout, "keys:       %d\n", s.Keys)
-	fmt.Fprintf(stdout, "remeasured: %d\n", s.Remeasured)
-	fmt.Fprintf(stdout, "duplicates: %d\n", s.Duplicates)
-	fmt.Fprintf(stdout, "torn lines: %d\n", s.Skipped)
-	if s.Records == 0 {
-		return nil
-	}
-	fmt.Fprintf(stdout, "measured:   %s to %s\n\n", s.Oldest.Format(time.RFC3339), s.Newest.Format(time.RFC3339))
-	devices := make([]string, 0, len(s.ByDevice))
-	for d := range s.ByDevice {
-		devices = append(devices, d)
-	}
-	sort.Strings(devices)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tGPU\tCPU-EMULATION")
-	for _, d := range devices {
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", d, s.ByDevice[d][tunedb.WhereGPU], s.ByDevice[d][tunedb.WhereEmulated])
-	}
-	fmt.Fprintf(tw, "all\t%d\t%d\n", s.ByWhere[tunedb.WhereGPU], s.ByWhere[tunedb.WhereEmulated])
-	return tw.Flush()
-}
-
-func tunedbExport(path string, f tunedb.Filter, out string, stdout io.Writer) error {
-	db, err := tunedb.Open(path)
-	if err != nil {
-		return err
-	}
-	if out == "" {
-		_, err := db.Export(stdout, f)
-		return err
-	}
-	file, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	n, err := db.Export(file, f)
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "exported %d records to %s\n", n, out)
-	return err
-}
-
-func tunedbImport(path, from string, stdout io.Writer) error {
-	db, err := tunedb.Open(path)
-	if err != nil {
-		return err
-	}
-	in, name := tunedbStdin, "standard input"
-	if from != "-" {
-		file, err := os.Open(from)
-		if err != nil {
-			return err
-		}
-		defer file.Close()
-		in, name = file, from
-	}
-	res, err := db.Import(in)
-	if err != nil {
-		return fmt.Errorf("import %s: %w", name, err)
-	}
-	_, err = fmt.Fprintf(stdout, "imported %d of %d records into %s (%d already present)\n", res.Added, res.Read, path, res.Duplicates)
-	return err
-}
-
-func tunedbPrune(path string, opt tunedb.PruneOptions, stdout io.Writer) error {
-	db, err := tunedb.Open(path)
-	if err != nil {
-		return err
-	}
-	n, err := db.Prune(opt)
-	if err != nil {
-		return err
-	}
-	left := db.Len()
-	_, err = fmt.Fprintf(stdout, "pruned %d of %d records from %s; %d left\n", n, n+left, path, left)
-	return err
-}
-
-// tunedbCalibrate fits a device's efficiency factors to the database's GPU
-// records of it, reports them against the description's and on held-out
-// records, and writes the profile to out when asked.
-func tunedbCalibrate(path, target string, heldOut float64, seed uint64, out string, stdout io.Writer) error {
-	dev, err := cost.LookupDevice(target)
-	if err != nil {
-		return usagef("--target: %v", err)
-	}
-	db, err := tunedb.Open(path)
-	if err != nil {
-		return err
-	}
-	m := cost.NewModel(dev, cost.Defaults(dev))
-	samples, err := m.SamplesFromRecords(db.Records())
-	if err != nil {
-		return fmt.Errorf("calibrate %s from %s: %w", dev.Name, path, err)
-	}
-	if len(samples) == 0 {
-		return fmt.Errorf("calibrate %s: %s holds no GPU records of %s (run the GPU check script on one to measure some)", dev.Name, path, dev.Name)
-	}
-	f, rep, err := cost.CrossCheck(dev, samples, heldOut, seed, cost.FitOptions{})
-	if err != nil {
-		return fmt.Errorf("calibrate %s: %w", dev.Name, err)
-	}
-	def := cost.Defaults(dev)
-	fmt.Fprintf(stdout, "%s: %d GPU records, %d held out\n\n", dev.Name, len(samples), rep.N)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FACTOR\tDESCRIPTION\tFITTED")
-	fmt.Fprintf(tw, "memory\t%.3f\t%.3f\n", def.Memory, f.Memory)
-	keys := make([]string, 0, len(f.Compute))
-	for k := range f.Compute {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\n", k, def.Compute[k], f.Compute[k])
-	}
-	fmt.Fprintf(tw, "launch\t%.3g s\t%.3g s\n", def.Launch, f.Launch)
-	tw.Flush()
-	fmt.Fprintf(stdout, "\nheld out: median error %.1f%%, worst %.1f%%, Spearman %.3f\n", 100*rep.MedianAbsRelError, 100*rep.MaxAbsRelError, rep.Spearman)
-	if out == "" {
-		return nil
-	}
-	if err := cost.SaveProfile(out, cost.Profile{Device: dev.Name, Factors: f, Fitted: time.Now().UTC(), Samples: len(samples) - rep.N, HeldOut: rep}); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "profile written to %s\n", out)
-	return nil
 }
