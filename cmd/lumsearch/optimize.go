@@ -63,49 +63,82 @@ lumsearch optimize model.onnx --dim batch=1 --dim sequence=128 --target h100 --b
 lumsearch optimize ./Llama-3.2-1B/ --kind model --seq 512 --measure gpu -o out/
 lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 	setup: func(fs *flag.FlagSet) action {
-		o := optimizeOptions{dims: search.Dims{}}
-		fs.StringVar(&o.out, "o", "", "the output `DIR`")
-		fs.DurationVar(&o.budget, "budget", 10*time.Minute, "the run's time budget, output included (0: none, the work limits end it)")
-		fs.StringVar(&o.target, "target", "h100-sxm", "the device the cost model prices for (h100, a100, ...; auto: the GPU here)")
-		fs.StringVar(&o.arch, "arch", "", "the architecture NVRTC compiles for: sm_80 or sm_90 (default: the target's)")
-		fs.IntVar(&o.seq, "seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
-		fs.StringVar(&o.dtype, "dtype", "f32", "dtype of weights and activations for corpus and config models: f32, f16 or bf16")
-		fs.StringVar(&o.kind, "kind", "model", "what to build from a Hugging Face folder: model, layer, decode, ...")
-		fs.Var(o.dims, "dim", "an ONNX model's symbolic dimension `NAME=VALUE` (repeatable)")
-		fs.Uint64Var(&o.seed, "seed", 1, "seeds random weights, inputs and samples")
-		fs.StringVar(&o.measureMode, "measure", "auto", "where to measure kernels: auto (the GPU when there is one), gpu, emulated or none")
-		fs.IntVar(&o.candidates, "candidates", 8, "kernels measured (each in its best schedules)")
-		fs.IntVar(&o.iterLimit, "iter-limit", 0, "saturation iterations per stage (0: 30)")
-		fs.IntVar(&o.nodeLimit, "node-limit", 0, "e-nodes per stage (0: 200,000)")
-		fs.BoolVar(&o.json, "json", false, "print progress as one JSON event per line")
-		fs.StringVar(&o.dump, "dump", "", "write the e-graph and the chosen program after every stage to `DIR`")
-		fs.StringVar(&o.db, "tunedb", "", "the tuning database (default: $"+tunedb.EnvPath+" or the user cache folder)")
-		fs.BoolVar(&o.verify, "verify", true, "verify under the CPU emulation (needs g++)")
+		var o search.Options
+		var out, dtype, kind string
+		var seq int
+		var asJSON, verify bool
+		dims := search.Dims{}
+		fs.StringVar(&out, "o", "", "the output `DIR`")
+		fs.DurationVar(&o.Budget, "budget", 10*time.Minute, "the run's time budget, output included (0: none, the work limits end it)")
+		fs.StringVar(&o.Target, "target", "h100-sxm", "the device the cost model prices for (h100, a100, ...; auto: the GPU here)")
+		fs.StringVar(&o.Arch, "arch", "", "the architecture NVRTC compiles for: sm_80 or sm_90 (default: the target's)")
+		fs.IntVar(&seq, "seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
+		fs.StringVar(&dtype, "dtype", "f32", "dtype of weights and activations for corpus and config models: f32, f16 or bf16")
+		fs.StringVar(&kind, "kind", "model", "what to build from a Hugging Face folder: model, layer, decode, ...")
+		fs.Var(dims, "dim", "an ONNX model's symbolic dimension `NAME=VALUE` (repeatable)")
+		fs.Uint64Var(&o.Seed, "seed", 1, "seeds random weights, inputs and samples")
+		fs.StringVar((*string)(&o.Measure), "measure", "auto", "where to measure kernels: auto (the GPU when there is one), gpu, emulated or none")
+		fs.IntVar(&o.Candidates, "candidates", 8, "kernels measured (each in its best schedules)")
+		fs.IntVar(&o.IterLimit, "iter-limit", 0, "saturation iterations per stage (0: 30)")
+		fs.IntVar(&o.NodeLimit, "node-limit", 0, "e-nodes per stage (0: 200,000)")
+		fs.BoolVar(&asJSON, "json", false, "print progress as one JSON event per line")
+		fs.StringVar(&o.Dump, "dump", "", "write the e-graph and the chosen program after every stage to `DIR`")
+		fs.StringVar(&o.TuneDB, "tunedb", "", "the tuning database (default: $"+tunedb.EnvPath+" or the user cache folder)")
+		fs.BoolVar(&verify, "verify", true, "verify under the CPU emulation (needs g++)")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
+			start := time.Now()
 			if len(pos) != 1 {
 				return usagef("want: optimize MODEL -o DIR")
 			}
-			if o.out == "" {
+			if out == "" {
 				return usagef("optimize needs -o DIR")
 			}
-			o.model = pos[0]
-			return optimize(ctx, o, stdout)
+			dt, err := ir.ParseDType(dtype)
+			if err != nil || !dt.IsFloat() {
+				return usagef("--dtype %s: want f32, f16 or bf16", dtype)
+			}
+			switch o.Measure {
+			case search.MeasureAuto, search.MeasureGPU, search.MeasureEmulated, search.MeasureNone:
+			default:
+				return usagef("--measure %q: want auto, gpu, emulated or none", o.Measure)
+			}
+			if o.Budget < 0 {
+				return usagef("--budget %v: want a duration, 0 for none", o.Budget)
+			}
+			if err := search.CheckOutputDir(out); err != nil {
+				return exitCodes(err)
+			}
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: seq, Past: -1, DType: dt}, Kind: kind, Dims: dims})
+			if err != nil {
+				if isUsage(err) {
+					return err
+				}
+				return withCode(exitInput, fmt.Errorf("model %s: %w", pos[0], err))
+			}
+			defer m.Close()
+			p := search.NewPrinter(stdout, asJSON)
+			o.NoVerify, o.Events, o.Worker = !verify, p.Event, worker
+			res, err := search.Optimize(ctx, m, o)
+			if err != nil {
+				return exitCodes(err)
+			}
+			// The output is written even after Ctrl-C: the folder must be whole.
+			if err := res.Write(context.WithoutCancel(ctx), out); err != nil {
+				return withCode(exitOutput, err)
+			}
+			p.Done(res.Report, out, time.Since(start))
+			return nil
 		}
 	},
 }
 
-// optimizeOptions are optimize's flags.
-type optimizeOptions struct {
-	model, out, target, arch, dtype, kind string
-	seq                                   int
-	dims                                  search.Dims
-	seed                                  uint64
-	budget                                time.Duration
-	measureMode                           string
-	candidates, iterLimit, nodeLimit      int
-	json                                  bool
-	dump, db                              string
-	verify                                bool
+// worker starts this program's worker command to measure on where.
+func worker(where string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		exe = os.Args[0]
+	}
+	return exec.Command(exe, "worker", "--measure", where)
 }
 
 // Exit codes of the failures a user can act on.
@@ -145,54 +178,4 @@ func exitCodes(err error) error {
 		return withCode(exitOutput, err)
 	}
 	return err
-}
-
-// optimize runs the command.
-func optimize(ctx context.Context, o optimizeOptions, stdout io.Writer) error {
-	start := time.Now()
-	dt, err := ir.ParseDType(o.dtype)
-	if err != nil || !dt.IsFloat() {
-		return usagef("--dtype %s: want f32, f16 or bf16", o.dtype)
-	}
-	switch o.measureMode {
-	case "auto", "gpu", "emulated", "none":
-	default:
-		return usagef("--measure %q: want auto, gpu, emulated or none", o.measureMode)
-	}
-	if o.budget < 0 {
-		return usagef("--budget %v: want a duration, 0 for none", o.budget)
-	}
-	if err := search.CheckOutputDir(o.out); err != nil {
-		return exitCodes(err)
-	}
-	m, err := search.LoadModel(o.model, search.ModelOptions{Build: corpus.Options{Seq: o.seq, Past: -1, DType: dt}, Kind: o.kind, Dims: o.dims})
-	if err != nil {
-		if isUsage(err) {
-			return err
-		}
-		return withCode(exitInput, fmt.Errorf("model %s: %w", o.model, err))
-	}
-	defer m.Close()
-	p := search.NewPrinter(stdout, o.json)
-	res, err := search.Optimize(ctx, m, search.Options{
-		Target: o.target, Arch: o.arch, TuneDB: o.db, NoVerify: !o.verify, Events: p.Event,
-		Budget: o.budget, IterLimit: o.iterLimit, NodeLimit: o.nodeLimit, Seed: o.seed,
-		Measure: search.Measure(o.measureMode), Candidates: o.candidates, Dump: o.dump,
-		Worker: func(where string) *exec.Cmd {
-			exe, err := os.Executable()
-			if err != nil {
-				exe = os.Args[0] // the worker is this program
-			}
-			return exec.Command(exe, "worker", "--measure", where)
-		},
-	})
-	if err != nil {
-		return exitCodes(err)
-	}
-	// The output is written even after Ctrl-C: the folder must be whole.
-	if err := res.Write(context.WithoutCancel(ctx), o.out); err != nil {
-		return withCode(exitOutput, err)
-	}
-	p.Done(res.Report, o.out, time.Since(start))
-	return nil
 }
