@@ -2,18 +2,14 @@ module github.com/lumsearch/lumsearch
 
 go 1.26.0
 
-require github.com/stretchr/testify v1.12.1
-
-require github.com/ebitengine/purego v0.11.3
-
 require (
-	github.com/dave/jennifer v1.7.1 // indirect
-	golang.org/x/sync v0.25.0 // indirect
-)
-
-require (
+	github.com/dave/jennifer v1.7.1
+	github.com/ebitengine/purego v0.11.3
+	github.com/stretchr/testify v1.12.1
 	github.com/x448/float16 v0.8.4
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.12
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

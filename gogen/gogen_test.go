@@ -213,3 +213,41 @@ func TestGeneratedPackage(t *testing.T) {
 		assert.Equal(t, want.String(), string(out))
 	})
 }
+
+func TestModuleQuery(t *testing.T) {
+	for _, c := range []struct {
+		version, query string
+		dirty          bool
+	}{
+		{"lumsearch v1.2.3 go1.26.8 linux/amd64", "v1.2.3", false},
+		{"lumsearch v0.0.0-20250101120000-0d9abb1c2e3f+dirty go1.26.8 linux/amd64", "v0.0.0-20250101120000-0d9abb1c2e3f", true},
+		{"lumsearch (devel) rev 0d9abb1c2e3f go1.26.8 linux/amd64", "0d9abb1c2e3f", false},
+		{"lumsearch (devel) rev 0d9abb1c2e3f+dirty go1.26.8 linux/amd64", "0d9abb1c2e3f", true},
+		{"lumsearch (devel) go1.26.8 linux/amd64", "", false},
+		{"test", "", false},
+		{"", "", false},
+	} {
+		query, dirty := moduleQuery(c.version)
+		assert.Equal(t, c.query, query, c.version)
+		assert.Equal(t, c.dirty, dirty, c.version)
+	}
+}
+
+// TestSourceDocSaysHowToRequire checks that the generated package's
+// documentation tells a user's module to require lumsearch at the version
+// that generated it.
+func TestSourceDocSaysHowToRequire(t *testing.T) {
+	for _, c := range []struct{ version, want string }{
+		{"lumsearch v1.2.3 go1.26.8 linux/amd64", "\n\tgo get github.com/lumsearch/lumsearch@v1.2.3\n"},
+		{"lumsearch (devel) rev 0d9abb1c2e3f+dirty go1.26.8 linux/amd64", "\n\tgo get github.com/lumsearch/lumsearch@0d9abb1c2e3f\n"},
+		{"test", "\n\tgo get github.com/lumsearch/lumsearch@VERSION\n"},
+	} {
+		pl := &plan.Plan{Model: "tiny-llama:decode", Arch: "sm_90", Target: "h100-sxm", Version: c.version}
+		src, err := Source("tiny_llama_decode", Package{Plan: pl})
+		require.NoError(t, err)
+		doc, _, ok := strings.Cut(string(src), "\npackage tiny_llama_decode\n")
+		require.True(t, ok)
+		assert.Contains(t, doc, "\nThis folder is a package, not a module: copy it into your module.", c.version)
+		assert.Contains(t, doc, c.want, c.version)
+	}
+}

@@ -355,6 +355,35 @@ func TestEvalAtState(t *testing.T) {
 	require.Equal(t, []float64{4, 1}, mags["kv"])
 }
 
+// TestEvalElementsErrors checks EvalElements's own errors, and that those
+// of the evaluation it shares with EvalAt are worded as its own.
+func TestEvalElementsErrors(t *testing.T) {
+	b := NewBuilder("elems")
+	x := b.Input("x", F32, 2, 3)
+	y := b.Exp(x)
+	b.Output("y", y)
+	g, err := b.Build()
+	require.NoError(t, err)
+	feeds := map[string]*Tensor{"x": mustTensor(t, F32, Shape{2, 3}, 0, 1, 2, 3, 4, 5)}
+	got, err := EvalElements(g, feeds, y, [][]int64{{1, 2}, {0, 1}})
+	require.NoError(t, err)
+	require.Equal(t, []float64{math.Exp(5), math.Exp(1)}, got)
+	for _, tc := range []struct {
+		v     Value
+		idx   [][]int64
+		feeds map[string]*Tensor
+		err   string
+	}{
+		{Value(7), [][]int64{{0, 0}}, feeds, "eval elements of elems: no value %7"},
+		{y, [][]int64{{0}}, feeds, "eval elements of elems: index [0] for shape [2,3]"},
+		{y, [][]int64{{0, 3}}, feeds, "eval elements of elems: index [0 3] outside shape [2,3]"},
+		{y, [][]int64{{0, 0}}, nil, `eval elements of elems: node %0 (input): no input named "x" was fed`},
+	} {
+		_, err := EvalElements(g, tc.feeds, tc.v, tc.idx)
+		require.ErrorContains(t, err, tc.err)
+	}
+}
+
 // BenchmarkEvalAtMatmul asks for 64 elements of [16,4096]x[4096,28672],
 // the second operand a transposed f32 weight as nn.Linear stores it.
 func BenchmarkEvalAtMatmul(b *testing.B) {

@@ -1,0 +1,159 @@
+package cuda
+
+// hostCAPISource ends model.cpp: it closes the runtime's anonymous
+// namespace and defines the extern "C" functions model.h declares.
+const hostCAPISource = `}  // namespace
+
+extern "C" {
+
+size_t lum_tensor_count(void) { return kNumTensors; }
+
+const lum_tensor_info* lum_tensor(size_t i) { return i < kNumTensors ? &kTensors[i] : nullptr; }
+
+int lum_create(lum_model** out, char* err, size_t errlen) { return lum_create_on(out, 0, err, errlen); }
+
+int lum_create_on(lum_model** out, int device, char* err, size_t errlen) {
+    if (out == nullptr) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "lum_create: out is NULL");
+    }
+    *out = nullptr;
+    if (kPTXBytes == 0) {
+        return fail(err, errlen, LUM_ERR_NO_KERNELS,
+                    "the model was compiled without NVRTC: no kernels embedded (compile %s where libnvrtc is installed)", kModelName);
+    }
+    lum_model* m = static_cast<lum_model*>(calloc(1, sizeof(lum_model)));
+    if (m == nullptr) {
+        return fail(err, errlen, LUM_ERR_MEMORY, "lum_create: out of host memory");
+    }
+    int rc = create(m, device, err, errlen);
+    if (rc != LUM_OK) {
+        lum_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return LUM_OK;
+}
+
+int lum_load_weights(lum_model* m, const char* name, const void* data, size_t bytes, char* err, size_t errlen) {
+    int rc = transfer(m, "lum_load_weights", kWeight, name, data, nullptr, bytes, err, errlen);
+    if (rc == LUM_OK) {
+        m->prepared = false;
+    }
+    return rc;
+}
+
+int lum_prepare(lum_model* m, char* err, size_t errlen) {
+    if (m == nullptr) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "lum_prepare: the model is NULL");
+    }
+    for (int i = 0; i < kNumBuffers; i++) {
+        if (kBuffers[i].kind == kWeight && !m->ready[i]) {
+            return fail(err, errlen, LUM_ERR_ORDER, "lum_prepare: weight %s was not loaded (lum_load_weights)", kBuffers[i].name);
+        }
+    }
+    Current current(m->d, m->ctx);
+    int rc = uploadConstants(m, "lum_prepare", err, errlen);
+    if (rc != LUM_OK) {
+        return rc;
+    }
+    for (int i = 0; i < kNumPrep; i++) {
+        rc = launch(m, i, "lum_prepare", err, errlen);
+        if (rc != LUM_OK) {
+            return rc;
+        }
+    }
+    CUresult r = m->d.cuCtxSynchronize();
+    if (r != 0) {
+        return cudaFail(m->d, r, err, errlen, "cuCtxSynchronize (lum_prepare)");
+    }
+    m->prepared = true;
+    return LUM_OK;
+}
+
+int lum_load_prepared(lum_model* m, const char* path, char* err, size_t errlen) {
+    if (m == nullptr || path == nullptr) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "lum_load_prepared: a NULL model or path");
+    }
+    return loadPrepared(m, path, err, errlen);
+}
+
+int lum_set_input(lum_model* m, const char* name, const void* data, size_t bytes, char* err, size_t errlen) {
+    return transfer(m, "lum_set_input", kInput, name, data, nullptr, bytes, err, errlen);
+}
+
+int lum_run(lum_model* m, char* err, size_t errlen) {
+    if (m == nullptr) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "lum_run: the model is NULL");
+    }
+    if (!m->prepared) {
+        return fail(err, errlen, LUM_ERR_ORDER,
+                    "lum_run: the model is not prepared (lum_prepare after loading every weight, or lum_load_prepared)");
+    }
+    for (int i = 0; i < kNumBuffers; i++) {
+        if (kBuffers[i].kind == kInput && !m->ready[i]) {
+            return fail(err, errlen, LUM_ERR_ORDER, "lum_run: input %s was not set (lum_set_input)", kBuffers[i].name);
+        }
+    }
+    Current current(m->d, m->ctx);
+    for (int i = kNumPrep; i < kNumLaunches; i++) {
+        int rc = launch(m, i, "lum_run", err, errlen);
+        if (rc != LUM_OK) {
+            return rc;
+        }
+    }
+    CUresult r = m->d.cuCtxSynchronize();
+    if (r != 0) {
+        return cudaFail(m->d, r, err, errlen, "cuCtxSynchronize (lum_run)");
+    }
+    return LUM_OK;
+}
+
+int lum_get_output(lum_model* m, const char* name, void* data, size_t bytes, char* err, size_t errlen) {
+    if (data == nullptr && bytes > 0) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "lum_get_output: data is NULL");
+    }
+    return transfer(m, "lum_get_output", kOutput, name, nullptr, data, bytes, err, errlen);
+}
+
+int lum_get_state(lum_model* m, const char* name, void* data, size_t bytes, char* err, size_t errlen) {
+    if (data == nullptr && bytes > 0) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "lum_get_state: data is NULL");
+    }
+    return transfer(m, "lum_get_state", kState, name, nullptr, data, bytes, err, errlen);
+}
+
+int lum_set_state(lum_model* m, const char* name, const void* data, size_t bytes, char* err, size_t errlen) {
+    return transfer(m, "lum_set_state", kState, name, data, nullptr, bytes, err, errlen);
+}
+
+const char* lum_module_image(const lum_model* m) { return m != nullptr && m->image != nullptr ? m->image : ""; }
+
+void lum_destroy(lum_model* m) {
+    if (m == nullptr) {
+        return;
+    }
+    if (m->ctx != nullptr) {
+        Current current(m->d, m->ctx);
+        for (int i = 0; i < kNumBuffers; i++) {
+            if (m->own[i] != 0) {
+                m->d.cuMemFree(m->own[i]);
+            }
+        }
+        if (m->arena != 0) {
+            m->d.cuMemFree(m->arena);
+        }
+        if (m->module != nullptr) {
+            m->d.cuModuleUnload(m->module);
+        }
+    }
+    if (m->retained) {
+        m->d.cuDevicePrimaryCtxRelease(m->device);
+    }
+    if (m->d.lib != nullptr) {
+        dlclose(m->d.lib);
+    }
+    free(m);
+}
+
+}  // extern "C"
+`

@@ -1,0 +1,213 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+)
+
+// verifyPlan is one kernel's verification: its inputs, the blocks to run,
+// and, after the run, its output bytes or the error that stopped it.
+type verifyPlan struct {
+	k     *Kernel
+	body  *ir.Graph
+	feeds map[string]*ir.Tensor
+	outs  []ir.ValueType
+	// windows[j], when set, says output j is written into a larger buffer
+	// (a state updated in place, lower.Window): the run gets the whole
+	// buffer, and the window's elements are what is compared.
+	windows   []*lower.Window
+	blocks    []int // nil: every block
+	grid      int
+	reduction int
+	seed      uint64
+	// maxCompare bounds the elements a sampled run compares.
+	maxCompare int
+	bytes      int64 // of its inputs and outputs
+	got        [][]byte
+	err        error
+}
+
+func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, error) {
+	inputs := body.Inputs()
+	if len(inputs) != k.Inputs || len(inputs)+len(body.Outputs) != len(k.Params) {
+		return nil, fmt.Errorf("verify kernel %s: the body has %d inputs and %d outputs, the kernel %d inputs and %d parameters",
+			k.Name, len(inputs), len(body.Outputs), k.Inputs, len(k.Params))
+	}
+	if len(body.Updates) > 0 || len(body.Weights()) > 0 || len(body.States()) > 0 {
+		return nil, fmt.Errorf("verify kernel %s: a kernel body has inputs and outputs only", k.Name)
+	}
+	seed := kernelSeed(opt.Seed, k.Name)
+	p := &verifyPlan{k: k, body: body, seed: seed, reduction: ReductionLength(body), maxCompare: opt.MaxCompare}
+	var elems int64
+	for _, v := range inputs {
+		n := body.Node(v)
+		p.bytes += n.Shape.NumElements() * int64(n.DType.Size())
+	}
+	for j, o := range body.Outputs {
+		n := body.Node(o.Value)
+		p.outs = append(p.outs, ir.ValueType{Shape: n.Shape, DType: n.DType})
+		elems += n.Shape.NumElements()
+		w, ok, err := lower.OutputWindow(body, j)
+		if err != nil {
+			return nil, fmt.Errorf("verify kernel %s: %w", k.Name, err)
+		}
+		size := n.Shape.NumElements()
+		if ok {
+			p.windows = append(p.windows, &w)
+			size = w.Shape.NumElements()
+		} else {
+			p.windows = append(p.windows, nil)
+		}
+		p.bytes += size * int64(n.DType.Size())
+	}
+	p.grid = k.Grid[0] * k.Grid[1] * k.Grid[2]
+	work := elems * int64(p.reduction)
+	if (elems > opt.MaxElements || work > opt.MaxWork) && p.grid > opt.MaxBlocks {
+		// Blocks whose every element is a long dot product (a large
+		// matmul's tiles) cost the emulation most: fewer of them, never
+		// fewer than the first, the last and one more.
+		n := opt.MaxBlocks
+		if perBlock := work / int64(p.grid); perBlock > 0 {
+			n = int(min(int64(n), max(3, opt.MaxBlockWork/perBlock)))
+		}
+		p.blocks = sampleBlocks(p.grid, n, seed)
+	}
+	return p, nil
+}
+
+// draw makes the plan's random inputs, the large ones in storage from
+// pool.
+func (p *verifyPlan) draw(pool *floatPool) error {
+	feeds, err := kernelInputs(p.body, p.seed, pool)
+	if err != nil {
+		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
+	}
+	p.feeds = feeds
+	return nil
+}
+
+// kernelSeed mixes the caller's seed with a kernel's name.
+func kernelSeed(seed uint64, name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return seed ^ h.Sum64()
+}
+
+// sampleBlocks draws n of a grid's blocks, the first and the last among
+// them, in increasing order.
+func sampleBlocks(grid, n int, seed uint64) []int {
+	n = max(min(n, grid), 1)
+	pick := map[int]bool{0: true, grid - 1: true}
+	rng := rand.New(rand.NewPCG(seed, 0xb10c5))
+	for len(pick) < n {
+		pick[rng.IntN(grid)] = true
+	}
+	out := make([]int, 0, len(pick))
+	for b := range pick {
+		out = append(out, b)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// runVerify runs every plan's launch in one emulation run of src (the
+// text of every kernel being verified, so that every group of plans runs
+// the same compiled runner). A kernel that fails under the emulation stops
+// the runner; its plan keeps the error and the others run again without
+// it (the runner binary is the same, so nothing compiles again).
+func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.Kernel, opt VerifyOptions) error {
+	var bufs []emu.Buffer
+	var discard []int // the inputs: only outputs come back
+	launches := make([]emu.Launch, len(plans))
+	outAt := make([][]int, len(plans))
+	for i, p := range plans {
+		l := emu.Launch{Kernel: p.k.Name, Grid: p.k.Grid, Block: p.k.Block, Blocks: p.blocks}
+		for _, v := range p.body.Inputs() {
+			data := tensorBytes(p.feeds[p.body.Node(v).Name])
+			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
+			discard = append(discard, len(bufs))
+			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
+		}
+		for j, o := range p.outs {
+			outAt[i] = append(outAt[i], len(bufs))
+			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
+			elems := o.Shape.NumElements()
+			if w := p.windows[j]; w != nil {
+				elems = w.Shape.NumElements()
+			}
+			bufs = append(bufs, emu.Buffer{Bytes: int(elems) * o.DType.Size()})
+		}
+		launches[i] = l
+	}
+	pending := make([]int, len(plans)) // the plans still to run
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		ls := make([]emu.Launch, len(pending))
+		for j, i := range pending {
+			ls[j] = launches[i]
+		}
+		eo := opt.Emu
+		eo.Discard = discard
+		got, err := emu.Run(ctx, src, eks, bufs, ls, eo)
+		if err == nil {
+			for _, i := range pending {
+				for j, b := range outAt[i] {
+					data, err := plans[i].unwindow(j, got[b])
+					if err != nil {
+						plans[i].err = err
+						break
+					}
+					plans[i].got = append(plans[i].got, data)
+				}
+			}
+			return nil
+		}
+		var ke *emu.KernelError
+		if !errors.As(err, &ke) || ke.Launch < 0 || ke.Launch >= len(pending) {
+			if len(plans) == 1 {
+				return fmt.Errorf("verify kernel %s: %w", plans[0].k.Name, err)
+			}
+			return fmt.Errorf("verify kernels: %w", err)
+		}
+		failed := pending[ke.Launch]
+		plans[failed].err = fmt.Errorf("verify kernel %s: %w", plans[failed].k.Name, err)
+		pending = slices.Delete(pending, ke.Launch, ke.Launch+1)
+	}
+	return nil
+}
+
+// unwindow takes output j's elements out of the buffer the kernel wrote:
+// the whole buffer, or for a windowed output its window's elements, in
+// order; a windowed kernel must leave every element outside its window
+// as it found it (the fill pattern).
+func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
+	w := p.windows[j]
+	if w == nil {
+		return buf, nil
+	}
+	size := p.outs[j].DType.Size()
+	offsets := w.Offsets(p.outs[j].Shape)
+	inside := make([]bool, w.Shape.NumElements())
+	out := make([]byte, len(offsets)*size)
+	for e, at := range offsets {
+		inside[at] = true
+		copy(out[e*size:], buf[int(at)*size:int(at+1)*size])
+	}
+	for at, in := range inside {
+		if !in && !emu.Unwritten(buf, at*size, size) {
+			return nil, fmt.Errorf("verify kernel %s: output %d writes element %d of its buffer %s, outside its window (%d along axis %d from %d)",
+				p.k.Name, j, at, w.Shape, p.outs[j].Shape[w.Axis], w.Axis, w.Offset)
+		}
+	}
+	return out, nil
+}
