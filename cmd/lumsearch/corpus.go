@@ -2,14 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
-	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
@@ -81,7 +76,14 @@ lumsearch corpus list --json --seq 1024`,
 				if len(pos) > 1 {
 					return usagef("list takes no arguments, got: %s", strings.Join(pos[1:], " "))
 				}
-				return corpusList(ctx, opt, *asJSON, stdout)
+				l, err := corpus.List(ctx, opt)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return l.WriteJSON(stdout)
+				}
+				return l.WriteText(stdout)
 			case "show":
 				if len(pos) != 2 {
 					return usagef("show wants one graph NAME, got %d arguments", len(pos)-1)
@@ -99,57 +101,8 @@ lumsearch corpus list --json --seq 1024`,
 	},
 }
 
-// corpusEntry is one line of corpus list.
-type corpusEntry struct {
-	Name   string `json:"name"`
-	Ops    int    `json:"ops"`
-	Params int64  `json:"params"`
-}
-
-// corpusList builds every registered graph and prints its size.
-func corpusList(ctx context.Context, opt corpus.Options, asJSON bool, stdout io.Writer) error {
-	var entries []corpusEntry
-	for _, name := range corpus.Names() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		g, err := corpus.Build(name, opt)
-		if err != nil {
-			return err
-		}
-		entries = append(entries, corpusEntry{Name: name, Ops: len(g.Nodes), Params: g.NumParams()})
-	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(entries)
-	}
-	width := len("NAME")
-	for _, e := range entries {
-		width = max(width, len(e.Name))
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-*s  %6s  %11s\n", width, "NAME", "OPS", "PARAMS")
-	for _, e := range entries {
-		line := fmt.Sprintf("%-*s  %6d  %11d  %s", width, e.Name, e.Ops, e.Params, humanCount(e.Params))
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
-	}
-	_, err := io.WriteString(stdout, b.String())
-	return err
-}
-
-// humanCount writes a parameter count the way model cards do: 124.4M, 8.03B.
-func humanCount(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.1fM", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1fK", float64(n)/1e3)
-	}
-	return ""
-}
+// corpusEntry is one line of corpus list (its tests decode the JSON into it).
+type corpusEntry = corpus.Entry
 
 // corpusShow prints one graph in the ir text format, or its summary.
 func corpusShow(name string, opt corpus.Options, dims search.Dims, summary bool, stdout io.Writer) error {
@@ -158,70 +111,25 @@ func corpusShow(name string, opt corpus.Options, dims search.Dims, summary bool,
 		return err
 	}
 	defer m.Close()
-	g := m.Graph
 	if summary {
-		return writeOpCounts(stdout, g)
+		return m.Graph.WriteSummary(stdout)
 	}
-	_, err = io.WriteString(stdout, g.String())
+	_, err = io.WriteString(stdout, m.Graph.String())
 	return err
 }
 
-// writeOpCounts prints a graph's size and its ops by count.
-func writeOpCounts(w io.Writer, g *ir.Graph) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "graph\t%s\nops\t%d\nparams\t%d\ninputs\t%d\nweights\t%d\nstates\t%d\noutputs\t%d\n\n",
-		g.Name, len(g.Nodes), g.NumParams(), len(g.Inputs()), len(g.Weights()), len(g.States()), len(g.Outputs))
-	counts := g.OpCounts()
-	ops := make([]ir.Op, 0, len(counts))
-	for op := range counts {
-		ops = append(ops, op)
-	}
-	slices.SortFunc(ops, func(a, b ir.Op) int {
-		if counts[a] != counts[b] {
-			return counts[b] - counts[a]
-		}
-		return strings.Compare(a.String(), b.String())
-	})
-	for _, op := range ops {
-		fmt.Fprintf(tw, "%s\t%d\n", op, counts[op])
-	}
-	return tw.Flush()
-}
-
 // corpusEval runs a corpus graph in the reference interpreter and reports
-// the time of each step: the figure the issue on the interpreter asks for.
+// the time of each step.
 func corpusEval(ctx context.Context, name string, opt corpus.Options, dims search.Dims, seed uint64, stdout io.Writer) error {
-	t0 := time.Now()
+	start := time.Now()
 	m, err := search.LoadModel(name, search.ModelOptions{Build: opt, Dims: dims})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	g, feeds := m.Graph, m.Weights
-	t1 := time.Now()
-	if feeds == nil {
-		if feeds, err = corpus.RandomWeights(g, seed); err != nil {
-			return fmt.Errorf("weights for %s: %w", name, err)
-		}
-	}
-	inputs, err := ir.RandomLeaves(g, seed, ir.Typical, ir.OpInput, ir.OpState)
-	if err != nil {
-		return fmt.Errorf("inputs for %s: %w", name, err)
-	}
-	maps.Copy(feeds, inputs)
-	t2 := time.Now()
-	res, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{})
+	ev, err := corpus.Evaluate(ctx, name, m.Graph, m.Weights, seed, time.Since(start))
 	if err != nil {
 		return err
 	}
-	t3 := time.Now()
-	fmt.Fprintf(stdout, "graph:    %s (%d ops, %d parameters)\n", name, len(g.Nodes), g.NumParams())
-	fmt.Fprintf(stdout, "build:    %v\n", t1.Sub(t0).Round(time.Millisecond))
-	fmt.Fprintf(stdout, "random:   %v (inputs, and weights unless the model has them; seed %d)\n", t2.Sub(t1).Round(time.Millisecond), seed)
-	fmt.Fprintf(stdout, "evaluate: %v (float64 reference interpreter)\n", t3.Sub(t2).Round(time.Millisecond))
-	for _, o := range g.Outputs {
-		t := res.Outputs[o.Name]
-		fmt.Fprintf(stdout, "output %s: %s%v\n", o.Name, t.DType, t.Shape)
-	}
-	return nil
+	return ev.WriteText(stdout)
 }

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/rules"
@@ -82,58 +79,14 @@ lumsearch rules stats gpt2:block --disable algebra`,
 			if *instances <= 0 {
 				return usagef("--instances must be positive")
 			}
-			return rulesCheck(ctx, pos[1:], rules.VerifyOptions{Instances: *instances, Seed: *seed}, stdout)
+			rep, err := rules.CheckSoundness(ctx, pos[1:], rules.VerifyOptions{Instances: *instances, Seed: *seed})
+			if err != nil {
+				return err
+			}
+			if err := rep.WriteText(stdout); err != nil {
+				return err
+			}
+			return rep.Err() // exit status 1 after the report
 		}
 	},
-}
-
-// errRulesFailed makes the command exit 1 after printing its report.
-var errRulesFailed = errors.New("some rules are unsound")
-
-func rulesCheck(ctx context.Context, files []string, opt rules.VerifyOptions, stdout io.Writer) error {
-	var all []*rules.Rule
-	if len(files) == 0 {
-		rs, err := rules.Builtin()
-		if err != nil {
-			return err
-		}
-		all = rs
-	}
-	for _, f := range files {
-		rs, err := rules.LoadFile(f)
-		if err != nil {
-			return err
-		}
-		all = append(all, rs...)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tRESULT\tINSTANCES\tWHERE")
-	var failures []string
-	for _, r := range all {
-		checked, n, cx, err := r.Verify(ctx, opt)
-		result := "ok"
-		switch {
-		case err != nil:
-			result = "fail"
-			failures = append(failures, err.Error())
-		case cx != nil:
-			result = "unsound"
-			failures = append(failures, cx.String())
-		case !checked:
-			result = "skipped (Go applier)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", r.Decl.Name, result, n, r.Decl.Pos)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(failures) > 0 {
-		fmt.Fprintln(stdout)
-		for _, f := range failures {
-			fmt.Fprintln(stdout, f)
-		}
-		return fmt.Errorf("%w: %d of %d", errRulesFailed, len(failures), len(all))
-	}
-	fmt.Fprintf(stdout, "\n%d rules sound\n", len(all))
-	return nil
 }

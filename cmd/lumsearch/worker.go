@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
-	"github.com/lumsearch/lumsearch/cuda/nvrtc"
-	"github.com/lumsearch/lumsearch/gpu"
 	"github.com/lumsearch/lumsearch/measure"
 )
 
@@ -47,24 +46,14 @@ candidate; run it by hand to debug a request.`,
 			case "emulated":
 				m = measure.Emulated{}
 			case "gpu":
-				d, err := gpu.Open()
-				if err != nil {
+				g, err := measure.OpenGPU()
+				if _, ok := errors.AsType[*measure.DriverError](err); ok {
 					return fmt.Errorf("worker --measure gpu: %w (--measure emulated runs without one)", err)
-				}
-				dev, err := d.Device(0)
-				if err != nil {
+				} else if err != nil {
 					return fmt.Errorf("worker --measure gpu: %w", err)
 				}
-				c, err := dev.PrimaryContext()
-				if err != nil {
-					return fmt.Errorf("worker --measure gpu: %w", err)
-				}
-				defer c.Release()
-				lib, err := nvrtc.Load()
-				if err != nil {
-					return fmt.Errorf("worker --measure gpu: %w", err)
-				}
-				m = measure.GPU{Ctx: c, NVRTC: lib}
+				defer g.Ctx.Release()
+				m = g
 			default:
 				return usagef("--measure %q: gpu or emulated", *mode)
 			}
