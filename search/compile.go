@@ -27,14 +27,8 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	em := newEmitter(o.Events)
 	log := newLogWriter(em)
 	g, model := m.Graph, m.Name
-	sat, costName, cm, err := Pricing{Target: o.Target, TuneDB: o.TuneDB}.Options(ctx)
+	sat, costName, cm, err := o.price(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if o.Arch == "" {
-		o.Arch = cm.Device.Arch
-	}
-	if err := checkArch(o.Arch); err != nil {
 		return nil, err
 	}
 	start := time.Now()

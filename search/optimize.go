@@ -72,14 +72,8 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 		return nil, optionErrorf("--budget %v: want a duration, 0 for none", o.Budget)
 	}
 	g, model := m.Graph, m.Name
-	sat, _, cm, err := Pricing{Target: o.Target, TuneDB: o.TuneDB}.Options(ctx)
+	sat, _, cm, err := o.price(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if o.Arch == "" {
-		o.Arch = cm.Device.Arch
-	}
-	if err := checkArch(o.Arch); err != nil {
 		return nil, err
 	}
 	sat.IterLimit, sat.NodeLimit = o.IterLimit, o.NodeLimit

@@ -1,9 +1,13 @@
 package search
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"time"
+
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/rules"
 )
 
 // Measure says where Optimize measures the chosen kernels.
@@ -90,6 +94,20 @@ func (o Options) withDefaults() Options {
 func (o Options) canonical(mo ModelOptions) string {
 	return fmt.Sprintf("seq=%d dtype=%s kind=%s dims=%s target=%s arch=%s budget=%v measure=%s candidates=%d iter-limit=%d node-limit=%d verify=%v",
 		mo.Build.Seq, mo.Build.DType, mo.Kind, mo.Dims, o.Target, o.Arch, o.Budget, o.Measure, o.Candidates, o.IterLimit, o.NodeLimit, !o.NoVerify)
+}
+
+// price resolves o's target (the saturation options that price by its
+// cost model, the pricing's name and the model) and its architecture,
+// the target's when o names none.
+func (o *Options) price(ctx context.Context) (rules.SaturateOptions, string, *cost.Model, error) {
+	sat, name, cm, err := Pricing{Target: o.Target, TuneDB: o.TuneDB}.Options(ctx)
+	if err != nil {
+		return sat, "", nil, err
+	}
+	if o.Arch == "" {
+		o.Arch = cm.Device.Arch
+	}
+	return sat, name, cm, checkArch(o.Arch)
 }
 
 // checkArch refuses an architecture NVRTC 11.8 does not compile for.
