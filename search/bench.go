@@ -41,8 +41,9 @@ type BenchOptions struct {
 	// once MinRuns are done (0: its default).
 	MinRuns int
 	MaxTime time.Duration
-	// Target and Arch say how Bench compiles a model (as Compile's
-	// Options do); BenchDir takes them from plan.json.
+	// Target and Arch say how Bench compiles a model, as Compile's
+	// Options do ("" means DefaultTarget and its architecture); BenchDir
+	// takes them from plan.json.
 	Target, Arch string
 }
 
@@ -82,26 +83,26 @@ func (o BenchOptions) bench() (bench, error) {
 // compiled program, and records each kernel's time in the tuning
 // database, where it overrides the cost model's prediction next time.
 // Under MeasureEmulated both run under the CPU emulation and the times
-// are its wall times, labelled emulated everywhere. Bench closes m.
+// are its wall times, labelled emulated everywhere. The caller keeps m
+// and closes it.
 func Bench(ctx context.Context, m *Model, o BenchOptions) (*BenchReport, error) {
 	b, err := o.bench()
 	if err != nil {
-		m.Close()
 		return nil, err
 	}
-	arch := o.Arch
-	if arch == "" {
-		arch = "sm_90"
-	}
-	if err := checkArch(arch); err != nil {
-		m.Close()
-		return nil, err
-	}
-	s, _, err := buildBench(ctx, m, o.Target, arch)
+	s, _, err := buildBench(ctx, m, o.Target, o.Arch)
 	if err != nil {
 		return nil, err
 	}
 	return b.run(ctx, s)
+}
+
+// Check says whether o can be used here: a known place to measure and,
+// for MeasureGPU, a GPU (a caller learns it before minutes of compiling,
+// not after). Bench and BenchDir check it too.
+func (o BenchOptions) Check() error {
+	_, err := o.bench()
+	return err
 }
 
 // BenchDir benches the program an output folder holds (plan.json's
@@ -148,16 +149,17 @@ type benchSetup struct {
 // (the pipeline, then the schedules priced again with NVRTC's resources
 // when NVRTC is present) and its naive program, and returns them with the
 // compiled program's kernels.cu text, which is what compile writes.
-func buildBench(ctx context.Context, md *Model, target, arch string) (_ *benchSetup, _ string, err error) {
+func buildBench(ctx context.Context, md *Model, target, arch string) (*benchSetup, string, error) {
 	model, g := md.Name, md.Graph
-	s := &benchSetup{model: model, g: g, weights: md.Weights, closeFunc: md.Close}
-	defer func() {
-		if err != nil {
-			md.Close()
-		}
-	}()
+	s := &benchSetup{model: model, g: g, weights: md.Weights, closeFunc: func() {}}
 	sat, _, m, err := Pricing{Target: target}.Options(ctx)
 	if err != nil {
+		return nil, "", err
+	}
+	if arch == "" {
+		arch = m.Device.Arch
+	}
+	if err := checkArch(arch); err != nil {
 		return nil, "", err
 	}
 	s.device = m.Device.Name

@@ -3,6 +3,7 @@ package search
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Kind sorts the failures a caller acts on differently (the command line
@@ -27,21 +28,41 @@ const (
 
 // Error is a failure of a kind; its message is the wrapped error's.
 type Error struct {
+	// Kind says whose fault it is.
 	Kind Kind
-	Err  error
+	// Err is the failure itself.
+	Err error
 }
 
-func (e *Error) Error() string { return e.Err.Error() }
+// Error is Err's message.
+func (e *Error) Error() string {
+	if e == nil || e.Err == nil {
+		return "search: a failure of kind " + strconv.Itoa(int(e.kind()))
+	}
+	return e.Err.Error()
+}
+
+func (e *Error) kind() Kind {
+	if e == nil {
+		return KindOther
+	}
+	return e.Kind
+}
 
 // Unwrap returns the failure itself.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // KindOf is the kind of the first Error in err's chain (KindOther when
 // there is none).
 func KindOf(err error) Kind {
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Kind
+		return e.kind()
 	}
 	return KindOther
 }

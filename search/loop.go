@@ -257,10 +257,11 @@ func (s *searcher) run(ctx context.Context) error {
 			}
 		}()
 	}
-	defer func() {
+	stopBackground := sync.OnceFunc(func() {
 		close(done)
 		wg.Wait()
-	}()
+	})
+	defer stopBackground()
 
 	var last *Candidate
 	for _, c := range s.cfg.Initial {
@@ -343,6 +344,11 @@ func (s *searcher) run(ctx context.Context) error {
 	if last == nil {
 		return nil
 	}
+	if s.cfg.Measure != nil {
+		// Measuring feeds measured times into what Finalize prices
+		// schedules with: the background finalization ends first.
+		stopBackground()
+	}
 	// Measure, feed the measurements back, and measure the new program,
 	// while the program changes, rounds remain and the budget lasts.
 	for round := 0; s.cfg.Measure != nil && round < max(s.cfg.Rounds, 1) && ctx.Err() == nil; round++ {
@@ -372,9 +378,7 @@ func (s *searcher) run(ctx context.Context) error {
 	}
 	// The final program: finalized here unless the background worker
 	// has it or had it.
-	close(done)
-	wg.Wait()
-	done = make(chan struct{}) // the deferred close has one to close
+	stopBackground()
 	if last.Final == nil && last.Rejected == nil && ctx.Err() == nil {
 		s.finalize(ctx, last)
 	}

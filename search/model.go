@@ -58,26 +58,36 @@ func (m *Model) Close() {
 // LoadModel loads the model called name: a folder holding a Hugging Face
 // config.json (built as o.Kind, with its safetensors weights when there
 // are any), an ONNX file (its symbolic dimensions bound by o.Dims; its
-// weights memory-mapped until Close), a config as "DIR/config.json:KIND"
-// (the name plan.json records for a folder), or a corpus name. Dims given
-// for anything but an ONNX file are an option error.
+// weights memory-mapped until Close), or a corpus name, which may be a
+// config file as "PATH.json:KIND". "DIR/config.json:KIND" is the name
+// plan.json records for a folder: when DIR holds safetensors weights, the
+// model is built with them, as it was compiled. Dims given for anything
+// but an ONNX file are an option error.
 func LoadModel(name string, o ModelOptions) (*Model, error) {
 	if o.Kind == "" {
 		o.Kind = "model"
 	}
-	if i := strings.LastIndex(name, ".json:"); i >= 0 {
-		cfgPath := name[:i+len(".json")]
-		o.Kind = name[i+len(".json:"):]
-		return loadFolder(filepath.Dir(cfgPath), o)
+	if len(o.Dims) > 0 && !strings.HasSuffix(name, ".onnx") {
+		return nil, optionErrorf("--dim applies to ONNX models, not %s", name)
 	}
 	if st, err := os.Stat(name); err == nil && st.IsDir() {
-		return loadFolder(name, o)
+		return loadFolder(name, filepath.Join(name, "config.json"), o)
 	}
 	m := &Model{Name: name, Options: o}
-	if !strings.HasSuffix(name, ".onnx") {
-		if len(o.Dims) > 0 {
-			return nil, optionErrorf("--dim applies to ONNX models, not %s", name)
+	if i := strings.LastIndex(name, ".json:"); i >= 0 {
+		// The name a folder's model is recorded by: built again with
+		// the folder's weights, as it was compiled.
+		cfgPath := name[:i+len(".json")]
+		if filepath.Base(cfgPath) == "config.json" && hasSafetensors(filepath.Dir(cfgPath)) {
+			o.Kind = name[i+len(".json:"):]
+			m, err := loadFolder(filepath.Dir(cfgPath), cfgPath, o)
+			if m != nil {
+				m.Name = name
+			}
+			return m, err
 		}
+	}
+	if !strings.HasSuffix(name, ".onnx") {
 		g, err := corpus.Build(name, o.Build)
 		if err != nil {
 			return nil, err
@@ -98,10 +108,10 @@ func LoadModel(name string, o ModelOptions) (*Model, error) {
 	return m, nil
 }
 
-// loadFolder builds a Hugging Face folder's config as o.Kind, with the
-// folder's safetensors weights when it has any.
-func loadFolder(dir string, o ModelOptions) (*Model, error) {
-	cfgPath := filepath.Join(dir, "config.json")
+// loadFolder builds a Hugging Face folder's config (cfgPath, its
+// config.json) as o.Kind, with the folder's safetensors weights when it
+// has any.
+func loadFolder(dir, cfgPath string, o ModelOptions) (*Model, error) {
 	cfg, err := corpus.LoadConfig(cfgPath)
 	if err != nil {
 		return nil, err
@@ -112,7 +122,7 @@ func loadFolder(dir string, o ModelOptions) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{Name: name, Graph: g, Options: o}
-	if matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors")); len(matches) > 0 {
+	if hasSafetensors(dir) {
 		w, set, err := corpus.SafetensorsWeights(g, dir)
 		if err != nil {
 			return nil, err
@@ -120,6 +130,12 @@ func loadFolder(dir string, o ModelOptions) (*Model, error) {
 		m.Weights, m.close = w, func() { set.Close() }
 	}
 	return m, nil
+}
+
+// hasSafetensors says whether dir holds safetensors weights.
+func hasSafetensors(dir string) bool {
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	return len(matches) > 0
 }
 
 // imported says whether the model came from an ONNX file.

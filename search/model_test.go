@@ -11,6 +11,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/safetensors"
 )
 
 func TestLoadModel(t *testing.T) {
@@ -43,6 +44,44 @@ func TestLoadModel(t *testing.T) {
 	}
 }
 
+// TestLoadModelConfigNames: a config file named as PATH.json:KIND is built
+// from that very file, under the name as given; the name plan.json
+// records for a folder with weights ("DIR/config.json:KIND") is built
+// with the folder's weights, as it was compiled.
+func TestLoadModelConfigNames(t *testing.T) {
+	cfg, err := os.ReadFile(filepath.Join("..", "corpus", "configs", "tiny-llama.json"))
+	require.NoError(t, err)
+	build := corpus.Options{Seq: 4, Past: -1, DType: ir.F32}
+
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mine.json"), cfg, 0o644))
+	other := dir + "/./mine.json" // not clean: kept as given
+	m, err := LoadModel(other+":layer", ModelOptions{Build: build})
+	require.NoError(t, err)
+	assert.Equal(t, other+":layer", m.Name, "the name as given")
+	assert.Nil(t, m.Weights)
+	assert.True(t, m.reducible())
+
+	folder := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(folder, "config.json"), cfg, 0o644))
+	plain, err := LoadModel(folder, ModelOptions{Build: build, Kind: "mlp"})
+	require.NoError(t, err)
+	weights, err := corpus.RandomWeights(plain.Graph, 7)
+	require.NoError(t, err)
+	require.NoError(t, safetensors.WriteFile(filepath.Join(folder, "model.safetensors"), weights, nil))
+	recorded := filepath.Join(folder, "config.json") + ":mlp"
+	for _, name := range []string{folder, recorded} {
+		m, err := LoadModel(name, ModelOptions{Build: build, Kind: "mlp"})
+		require.NoError(t, err, name)
+		assert.Equal(t, recorded, m.Name)
+		require.Len(t, m.Weights, len(weights), "the folder's weights")
+		for k, w := range weights {
+			assert.Equal(t, w.At(0), m.Weights[k].At(0), k)
+		}
+		m.Close()
+	}
+}
+
 func TestLoadModelErrors(t *testing.T) {
 	for _, c := range []struct {
 		name, model string
@@ -51,6 +90,7 @@ func TestLoadModelErrors(t *testing.T) {
 		want        string
 	}{
 		{"dims for a corpus model", "tiny-llama:mlp", ModelOptions{Dims: Dims{"batch": 1}}, KindOption, "--dim applies to ONNX models"},
+		{"dims for a folder", t.TempDir(), ModelOptions{Dims: Dims{"batch": 1}}, KindOption, "--dim applies to ONNX models"},
 		{"unknown corpus model", "no-such-model:layer", ModelOptions{}, KindOther, "no-such-model"},
 		{"missing onnx file", filepath.Join(t.TempDir(), "gone.onnx"), ModelOptions{}, KindOther, "gone.onnx"},
 		{"folder without config", t.TempDir(), ModelOptions{}, KindOther, "config.json"},

@@ -47,6 +47,9 @@ func Version() string {
 			for _, d := range info.Deps {
 				if d.Path == modulePath {
 					v = d.Version
+					if d.Replace != nil && d.Replace.Version != "" {
+						v = d.Replace.Version
+					}
 				}
 			}
 		}

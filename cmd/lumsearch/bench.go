@@ -92,6 +92,9 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 				return usagef("--min-runs and --max-time must be positive")
 			}
 			o := search.BenchOptions{Measure: search.Measure(*mode), TuneDB: *db, Seed: *seed, Save: *save, MinRuns: *minRuns, MaxTime: *maxTime, Target: *target, Arch: *arch}
+			if err := o.Check(); err != nil {
+				return err
+			}
 			var rep *search.BenchReport
 			var err error
 			if st, statErr := os.Stat(filepath.Join(pos[0], plan.FileName)); statErr == nil && !st.IsDir() {
@@ -117,6 +120,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 				if loadErr != nil {
 					return loadErr
 				}
+				defer m.Close()
 				rep, err = search.Bench(ctx, m, o)
 			}
 			if err != nil {
