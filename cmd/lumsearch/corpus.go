@@ -101,9 +101,6 @@ lumsearch corpus list --json --seq 1024`,
 	},
 }
 
-// corpusEntry is one line of corpus list (its tests decode the JSON into it).
-type corpusEntry = corpus.Entry
-
 // corpusShow prints one graph in the ir text format, or its summary.
 func corpusShow(name string, opt corpus.Options, dims search.Dims, summary bool, stdout io.Writer) error {
 	m, err := search.LoadModel(name, search.ModelOptions{Build: opt, Dims: dims})

@@ -34,10 +34,10 @@ func TestCorpusList(t *testing.T) {
 func TestCorpusListJSON(t *testing.T) {
 	r := runArgs(t, "corpus", "--json", "list", "--seq", "16")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	var entries []corpusEntry
+	var entries []corpus.Entry
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &entries))
 	require.Len(t, entries, len(corpus.Names()))
-	byName := map[string]corpusEntry{}
+	byName := map[string]corpus.Entry{}
 	for _, e := range entries {
 		byName[e.Name] = e
 	}

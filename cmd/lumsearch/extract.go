@@ -69,10 +69,3 @@ lumsearch extract FILE.json --algo exact --timeout 30s --json`,
 		}
 	},
 }
-
-// extractReport and extractNode are the library's names, kept for the
-// command's tests.
-type (
-	extractReport = extract.FileReport
-	extractNode   = extract.ChosenNode
-)

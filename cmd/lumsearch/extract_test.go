@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/extract"
 )
 
 // sharingJSON is x = (k (g c) (h c)) | (m d): tree cost prefers m
@@ -60,7 +62,7 @@ func TestExtractNodes(t *testing.T) {
 
 	r = runArgs(t, "extract", path, "--nodes", "--json")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	var rep extractReport
+	var rep extract.FileReport
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
 	assert.Equal(t, "greedy-dag", rep.Algorithm)
 	assert.Equal(t, 13.0, rep.DAGCost)
@@ -68,8 +70,8 @@ func TestExtractNodes(t *testing.T) {
 	assert.Nil(t, rep.LowerBound, "only exact has a bound")
 	assert.Equal(t, 4, rep.Classes)
 	require.Len(t, rep.Nodes, 4)
-	assert.Equal(t, extractNode{Node: "c", EClass: "c", Op: "c", Cost: 10}, rep.Nodes[0])
-	assert.Equal(t, extractNode{Node: "k", EClass: "x", Op: "k", Cost: 1}, rep.Nodes[3])
+	assert.Equal(t, extract.ChosenNode{Node: "c", EClass: "c", Op: "c", Cost: 10}, rep.Nodes[0])
+	assert.Equal(t, extract.ChosenNode{Node: "k", EClass: "x", Op: "k", Cost: 1}, rep.Nodes[3])
 }
 
 // needCBC skips a test that needs exact extraction to run the cbc solver.
