@@ -9,27 +9,41 @@ import (
 	"github.com/lumsearch/lumsearch/lower"
 )
 
-// EmulateProgram runs a lowered program's printed kernels (PrintProgram's,
-// in its order: preparation, then one run) under the CPU emulation, the
-// intermediates placed in one arena buffer at their planned offsets as on
-// the device, and returns the outputs and the states' new contents. feeds
-// holds the inputs, weights and states by name; constants are computed on
-// the host, as the loader does (those of a buffer without a graph leaf are
-// taken from feeds). A launch that writes an output through a
+// Emulation is a lowered program's printed kernels laid out for the CPU
+// emulation: the intermediates placed in one arena buffer (buffer 0) at
+// their planned offsets as on the device, every other lowered buffer in a
+// buffer of its own holding its value, and the launches (preparation,
+// then one run) with their arguments bound to those places.
+type Emulation struct {
+	Source   string
+	Kernels  []emu.Kernel
+	Buffers  []emu.Buffer
+	Launches []emu.Launch
+	// Prep is how many of Launches are the preparation's.
+	Prep int
+
+	prog  *lower.Program
+	where []emu.Arg // by lowered buffer ID
+}
+
+// NewEmulation lays out a lowered program's printed kernels (PrintProgram's,
+// in its order) for the emulation. feeds holds the inputs, weights and
+// states by name; constants are computed on the host, as the loader does
+// (those of a buffer without a graph leaf, a program read back from a
+// plan, are taken from feeds). A launch that writes an output through a
 // window (lower.Launch.Window: a state's new rows written in place) gets
 // the whole buffer, which its kernel writes at the window's elements
 // alone; the window must fit the buffer.
-func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, opt emu.Options) (outputs, states map[string]*ir.Tensor, err error) {
+func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor) (*Emulation, error) {
 	launches := append(append([]*lower.Launch(nil), prog.Prep...), prog.Run...)
 	if len(launches) != len(kernels) {
-		return nil, nil, fmt.Errorf("emulate %s: %d kernels for %d launches", prog.Name, len(kernels), len(launches))
+		return nil, fmt.Errorf("emulate %s: %d kernels for %d launches", prog.Name, len(kernels), len(launches))
 	}
-	// Buffer 0 is the arena; every other lowered buffer gets its own.
-	bufs := []emu.Buffer{{Bytes: int(max(prog.ArenaBytes, 16))}}
-	where := make([]emu.Arg, len(prog.Buffers))
+	e := &Emulation{Source: Source(kernels), Prep: len(prog.Prep), prog: prog, where: make([]emu.Arg, len(prog.Buffers))}
+	e.Buffers = []emu.Buffer{{Bytes: int(max(prog.ArenaBytes, 16))}}
 	for _, b := range prog.Buffers {
 		if b.Kind == lower.Temp {
-			where[b.ID] = emu.Arg{Buffer: 0, Offset: int(b.Offset)}
+			e.where[b.ID] = emu.Arg{Buffer: 0, Offset: int(b.Offset)}
 			continue
 		}
 		var data []byte
@@ -37,50 +51,68 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 		case lower.Input, lower.Weight, lower.State:
 			t, ok := feeds[b.Name]
 			if !ok {
-				return nil, nil, fmt.Errorf("emulate %s: no value for %s %s", prog.Name, b.Kind, b.Name)
+				return nil, fmt.Errorf("emulate %s: no value for %s %s", prog.Name, b.Kind, b.Name)
 			}
 			data = EncodeTensor(t)
 		case lower.Constant:
-			// A program read back from a plan has no graph leaves: its
-			// constants come with the feeds, by name.
 			t, ok := feeds[b.Name]
 			if b.Leaf != nil || !ok {
 				var err error
 				if t, err = b.Value(ctx); err != nil {
-					return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+					return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 				}
 			}
 			data = EncodeTensor(t)
 		}
-		where[b.ID] = emu.Arg{Buffer: len(bufs)}
-		bufs = append(bufs, emu.Buffer{Bytes: int(max(b.Bytes, 1)), Data: data})
+		e.where[b.ID] = emu.Arg{Buffer: len(e.Buffers)}
+		e.Buffers = append(e.Buffers, emu.Buffer{Bytes: int(max(b.Bytes, 1)), Data: data})
 	}
-	var eks []emu.Kernel
 	for _, k := range Distinct(kernels) {
 		ek := emu.Kernel{Name: k.Name}
 		for _, p := range k.Params {
 			ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
 		}
-		eks = append(eks, ek)
+		e.Kernels = append(e.Kernels, ek)
 	}
-	var els []emu.Launch
 	for i, k := range kernels {
 		if err := checkWindows(prog, launches[i]); err != nil {
-			return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+			return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 		}
 		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
 		for _, id := range append(append([]int(nil), launches[i].Args...), launches[i].Outs...) {
-			l.Args = append(l.Args, where[id])
+			l.Args = append(l.Args, e.where[id])
 		}
-		els = append(els, l)
+		e.Launches = append(e.Launches, l)
 	}
-	got, err := emu.Run(ctx, Source(kernels), eks, bufs, els, opt)
+	return e, nil
+}
+
+// Run runs launches (some of e.Launches) under the emulation on e's
+// buffers and returns every buffer's content after them.
+func (e *Emulation) Run(ctx context.Context, launches []emu.Launch, opt emu.Options) ([][]byte, error) {
+	got, err := emu.Run(ctx, e.Source, e.Kernels, e.Buffers, launches, opt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+		return nil, fmt.Errorf("emulate %s: %w", e.prog.Name, err)
+	}
+	return got, nil
+}
+
+// EmulateProgram runs a lowered program's printed kernels (PrintProgram's,
+// in its order: preparation, then one run) under the CPU emulation laid
+// out as NewEmulation lays them out, and returns the outputs and the
+// states' new contents.
+func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, opt emu.Options) (outputs, states map[string]*ir.Tensor, err error) {
+	e, err := NewEmulation(ctx, prog, kernels, feeds)
+	if err != nil {
+		return nil, nil, err
+	}
+	got, err := e.Run(ctx, e.Launches, opt)
+	if err != nil {
+		return nil, nil, err
 	}
 	read := func(id int) (*ir.Tensor, error) {
 		b := prog.Buffers[id]
-		a := where[id]
+		a := e.where[id]
 		return DecodeTensor(ir.ValueType{Shape: b.Shape, DType: b.DType}, got[a.Buffer][a.Offset:a.Offset+int(b.Bytes)])
 	}
 	outputs, states = map[string]*ir.Tensor{}, map[string]*ir.Tensor{}

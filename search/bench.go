@@ -90,7 +90,7 @@ func Bench(ctx context.Context, m *Model, o BenchOptions) (*BenchReport, error) 
 	if err != nil {
 		return nil, err
 	}
-	s, _, err := buildBench(ctx, m, o.Target, o.Arch)
+	s, err := buildBench(ctx, m, o.Target, o.Arch)
 	if err != nil {
 		return nil, err
 	}
@@ -145,38 +145,37 @@ type benchSetup struct {
 	closeFunc func()
 }
 
-// buildBench builds the model's compiled program as compileModel does
-// (the pipeline, then the schedules priced again with NVRTC's resources
-// when NVRTC is present) and its naive program, and returns them with the
-// compiled program's kernels.cu text, which is what compile writes.
-func buildBench(ctx context.Context, md *Model, target, arch string) (*benchSetup, string, error) {
+// buildBench builds the model's compiled program as Compile does (the
+// pipeline, then the schedules priced again with NVRTC's resources when
+// NVRTC is present) and its naive program.
+func buildBench(ctx context.Context, md *Model, target, arch string) (*benchSetup, error) {
 	model, g := md.Name, md.Graph
 	s := &benchSetup{model: model, g: g, weights: md.Weights, closeFunc: func() {}}
 	sat, _, m, err := Pricing{Target: target}.Options(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if arch == "" {
 		arch = m.Device.Arch
 	}
 	if err := checkArch(arch); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	s.device = m.Device.Name
 	c, err := pipeline(ctx, g, sat, m)
 	if err != nil {
-		return nil, "", fmt.Errorf("bench %s: %w", model, err)
+		return nil, fmt.Errorf("bench %s: %w", model, err)
 	}
 	if lib, lerr := nvrtc.Load(); lerr == nil {
 		if _, err := rerank(ctx, lib, c, m, arch); err != nil {
-			return nil, "", fmt.Errorf("bench %s: %w", model, err)
+			return nil, fmt.Errorf("bench %s: %w", model, err)
 		}
 	}
 	s.opt = benchProgram{lp: c.lowered, ks: c.kernels}
 	if s.naive, err = naiveBench(ctx, g, sat, m); err != nil {
-		return nil, "", fmt.Errorf("bench %s: %w", model, err)
+		return nil, fmt.Errorf("bench %s: %w", model, err)
 	}
-	return s, cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels), nil
+	return s, nil
 }
 
 // naiveBench lowers and prints g's naive program, the reference a bench

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"slices"
 	"time"
 
 	"github.com/lumsearch/lumsearch/cuda"
@@ -14,7 +13,6 @@ import (
 	"github.com/lumsearch/lumsearch/gpu"
 	"github.com/lumsearch/lumsearch/internal/timing"
 	"github.com/lumsearch/lumsearch/ir"
-	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/measure"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
@@ -163,64 +161,24 @@ func (b bench) emulated(ctx context.Context, s *benchSetup, feeds map[string]*ir
 // emulatedLaunches times each run launch of a program under the
 // emulation on its own: one whole run first (preparation included) gives
 // every buffer its content, then each launch runs alone on those buffers.
-// The buffers are laid out as cuda.EmulateProgram lays them out.
 func (b bench) emulatedLaunches(ctx context.Context, bp benchProgram, feeds map[string]*ir.Tensor) ([]gpu.Timing, error) {
-	lp := bp.lp
-	launches := append(slices.Clone(lp.Prep), lp.Run...)
-	bufs := []emu.Buffer{{Bytes: int(max(lp.ArenaBytes, 16))}}
-	where := make([]emu.Arg, len(lp.Buffers))
-	for _, buf := range lp.Buffers {
-		if buf.Kind == lower.Temp {
-			where[buf.ID] = emu.Arg{Buffer: 0, Offset: int(buf.Offset)}
-			continue
-		}
-		var data []byte
-		switch buf.Kind {
-		case lower.Input, lower.Weight, lower.State:
-			t, ok := feeds[buf.Name]
-			if !ok {
-				return nil, fmt.Errorf("no value for %s %s", buf.Kind, buf.Name)
-			}
-			data = cuda.EncodeTensor(t)
-		case lower.Constant:
-			t, err := buf.Value(ctx)
-			if err != nil {
-				return nil, err
-			}
-			data = cuda.EncodeTensor(t)
-		}
-		where[buf.ID] = emu.Arg{Buffer: len(bufs)}
-		bufs = append(bufs, emu.Buffer{Bytes: int(max(buf.Bytes, 1)), Data: data})
-	}
-	var eks []emu.Kernel
-	for _, k := range cuda.Distinct(bp.ks) {
-		ek := emu.Kernel{Name: k.Name}
-		for _, p := range k.Params {
-			ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
-		}
-		eks = append(eks, ek)
-	}
-	els := make([]emu.Launch, len(launches))
-	for i, k := range bp.ks {
-		els[i] = emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
-		for _, id := range append(slices.Clone(launches[i].Args), launches[i].Outs...) {
-			els[i].Args = append(els[i].Args, where[id])
-		}
-	}
-	src := cuda.Source(bp.ks)
-	final, err := emu.Run(ctx, src, eks, bufs, els, emu.Options{})
+	e, err := cuda.NewEmulation(ctx, bp.lp, bp.ks, feeds)
 	if err != nil {
 		return nil, err
 	}
-	for i := range bufs {
-		bufs[i].Data = final[i]
+	final, err := e.Run(ctx, e.Launches, emu.Options{})
+	if err != nil {
+		return nil, err
 	}
-	run := els[len(lp.Prep):]
+	for i := range e.Buffers {
+		e.Buffers[i].Data = final[i]
+	}
+	run := e.Launches[e.Prep:]
 	series, err := b.rule.RepeatEach(len(run), func() ([]float64, error) {
 		xs := make([]float64, len(run))
 		for i, l := range run {
 			start := time.Now()
-			if _, err := emu.Run(ctx, src, eks, bufs, []emu.Launch{l}, emu.Options{}); err != nil {
+			if _, err := e.Run(ctx, []emu.Launch{l}, emu.Options{}); err != nil {
 				return nil, err
 			}
 			xs[i] = time.Since(start).Seconds()

@@ -1,6 +1,7 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -388,7 +389,7 @@ func (s *searcher) run(ctx context.Context) error {
 	// The final program was rejected: fall back on the others, cheapest
 	// first, the naive program last.
 	rest := slices.Clone(s.res.Candidates)
-	slices.SortStableFunc(rest, func(a, b *Candidate) int { return cmpFloat(a.Cost, b.Cost) })
+	slices.SortStableFunc(rest, func(a, b *Candidate) int { return cmp.Compare(a.Cost, b.Cost) })
 	nc := &Candidate{Stage: "naive", Program: naive, Cost: naive.Cost}
 	if s.cfg.Price != nil {
 		if err := s.cfg.Price(ctx, nc); err != nil {
@@ -405,16 +406,6 @@ func (s *searcher) run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // withTime gives saturation what is left of the budget as its time limit,
@@ -555,14 +546,4 @@ func (s *searcher) dump(stage string, prog *rules.Program) error {
 		return fmt.Errorf("dump: %w", err)
 	}
 	return nil
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

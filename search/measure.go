@@ -1,6 +1,7 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -48,7 +49,7 @@ func measureKernels(ctx context.Context, c *compiled, m *cost.Model, client *mea
 			it.total += k.Estimate.Seconds
 		}
 	}
-	slices.SortStableFunc(items, func(a, b *item) int { return cmpDesc(a.total, b.total) })
+	slices.SortStableFunc(items, func(a, b *item) int { return cmp.Compare(b.total, a.total) })
 	items = items[:min(n, len(items))]
 	db, err := openTuneDB(dbPath)
 	if err != nil {
@@ -108,16 +109,6 @@ func measureKernels(ctx context.Context, c *compiled, m *cost.Model, client *mea
 		}
 	}
 	return out, nil
-}
-
-func cmpDesc(a, b float64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }
 
 // shapesOf and dtypesOf describe a kernel body's inputs for the tuning
