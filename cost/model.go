@@ -249,13 +249,15 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 			k.matmuls = append(k.matmuls, ir.Value(i))
 		case n.Op.Class() == ir.ClassReduce, n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
 			k.rows = true
-			in := body.Node(n.Inputs[0]).Shape
-			axis := n.Attrs.Axis
-			if n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm || axis < 0 {
-				axis = len(in) - 1
-			}
-			if len(in) > 0 && axis == len(in)-1 {
-				k.rowLen = max(k.rowLen, int(in[axis]))
+			in := body.Node(n.Inputs[0])
+			// Softmax and the norms take float inputs and decompose into
+			// float row reductions along their (last) axis; a reduction
+			// the row form does not compute (RowReduces) is a loop per
+			// output element.
+			row := RowReduction(body, n) || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm ||
+				n.Op == ir.OpSoftmax && (n.Attrs.Axis == -1 || n.Attrs.Axis == len(in.Shape)-1)
+			if row && len(in.Shape) > 0 {
+				k.rowLen = max(k.rowLen, int(in.Shape[len(in.Shape)-1]))
 			}
 		case n.Op == ir.OpGather, n.Op == ir.OpSliceUpdate, n.Op == ir.OpAttention:
 			k.other++

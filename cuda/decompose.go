@@ -2,19 +2,21 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// decompose rewrites the composite softmax, RMS norm and layer norm of a
-// kernel body into the primitive ops the row form prints (reductions along
-// the last axis and elementwise ops), computed in f32 with casts around
-// them for f16 and bf16, as the reference interpreter computes them in
-// float64. Bodies without them are returned as they are.
+// decompose rewrites the composite softmax, RMS norm, layer norm and
+// attention of a kernel body into the primitive ops the row and attention
+// forms print (reductions along the last axis, elementwise ops, matmuls),
+// computed in f32 with casts around them for f16 and bf16, as the
+// reference interpreter computes them in float64. Bodies without them are
+// returned as they are.
 func decompose(body *ir.Graph) (*ir.Graph, error) {
 	has := false
 	for _, n := range body.Nodes {
-		has = has || n.Op == ir.OpSoftmax || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm
+		has = has || n.Op == ir.OpSoftmax || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm || n.Op == ir.OpAttention
 	}
 	if !has {
 		return body, nil
@@ -57,6 +59,8 @@ func decompose(body *ir.Graph) (*ir.Graph, error) {
 				y = b.Add(y, b.BroadcastTo(up(b, ins[2]), shape))
 			}
 			vals[i] = down(b, y, n.DType)
+		case ir.OpAttention:
+			vals[i] = attentionOf(b, ins[0], ins[1], ins[2], n.Attrs, n.DType)
 		default:
 			vals[i] = b.Apply(n.Op, n.Attrs, ins...)
 		}
@@ -92,4 +96,45 @@ func down(b *ir.Builder, v ir.Value, dt ir.DType) ir.Value {
 		return v
 	}
 	return b.Cast(v, dt)
+}
+
+// attentionOf is the attention op as the eager form the attention printer
+// reads (corpus models build the same): grouped key and value heads
+// repeated by a reshape, an expand and a reshape (repeat_kv), the scores
+// q k^T widened to f32 and scaled, the causal mask added from iotas, a
+// softmax in f32 along the keys, its probabilities rounded to the
+// operands' dtype and multiplied by v.
+func attentionOf(b *ir.Builder, q, k, v ir.Value, a ir.Attrs, dt ir.DType) ir.Value {
+	qs, ks := b.Shape(q), b.Shape(k)
+	if len(qs) != 4 || len(ks) != 4 || ks[1] == 0 {
+		// Shape inference of the op itself says what is wrong.
+		return b.Apply(ir.OpAttention, a, q, k, v)
+	}
+	if n := qs[1] / ks[1]; n > 1 {
+		k, v = repeatKV(b, k, n), repeatKV(b, v, n)
+	}
+	s := b.Mul(up(b, b.MatMul(q, b.Transpose(k, 2, 3))), b.Scalar(ir.F32, float64(float32(a.Scale))))
+	if a.Causal {
+		S, T := qs[2], ks[2]
+		mask := ir.Shape{S, T}
+		d := b.Sub(b.Iota(ir.I64, mask, 0), b.Iota(ir.I64, mask, 1)) // query minus key position, less the offset
+		if a.Offset != 0 {
+			d = b.Add(d, b.Scalar(ir.I64, float64(a.Offset)))
+		}
+		see := b.Binary(ir.OpGe, d, b.Scalar(ir.I64, 0))
+		s = b.Add(s, b.Where(see, b.Scalar(ir.F32, 0), b.Scalar(ir.F32, -math.MaxFloat32)))
+	}
+	ax := len(qs) - 1
+	ex := b.Exp(b.Sub(s, b.ReduceMax(s, ax)))
+	p := down(b, b.Div(ex, b.Sum(ex, ax)), dt)
+	return b.MatMul(p, v)
+}
+
+// repeatKV repeats each of the heads of x [batch, heads, len, head] n
+// times, by a reshape, an expand and a reshape.
+func repeatKV(b *ir.Builder, x ir.Value, n ir.Dim) ir.Value {
+	s := b.Shape(x)
+	x = b.Reshape(x, s[0], s[1], 1, s[2], s[3])
+	x = b.Expand(x, s[0], s[1], n, s[2], s[3])
+	return b.Reshape(x, s[0], s[1]*n, s[2], s[3])
 }

@@ -43,16 +43,16 @@ func isElementwise(body *ir.Graph) bool {
 		switch n.Op.Class() {
 		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
 		case ir.ClassReduce:
-			// A reduction across rows (a split-K's final sum): each
-			// output element loops over the reduced axis itself.
-			in := body.Node(n.Inputs[0]).Shape
-			if ax := n.Attrs.Axis; ax == len(in)-1 || ax == -1 {
+			// A reduction across rows (a split-K's final sum) or over
+			// integers: each output element loops over the reduced
+			// axis itself.
+			if rowReduction(body, n) {
 				return false
 			}
 		default:
 			return false
 		}
-		if n.Op == ir.OpConst && len(n.Attrs.Data) > 1 {
+		if n.Op == ir.OpConst && n.Attrs.ConstLen() > 1 {
 			return false
 		}
 	}
@@ -163,10 +163,28 @@ func store(dt ir.DType, v string) string {
 }
 
 // literal prints a constant of dt.
+// constLiteral is a splat constant's value as a C literal, integers
+// exactly (an i64 constant may be 2^63-1, which float64 cannot hold).
+func constLiteral(n *ir.Node) string {
+	if n.DType.IsInt() {
+		return intLiteral(n.Attrs.ConstInt(0))
+	}
+	return literal(n.DType, n.Attrs.ConstAt(0))
+}
+
+// intLiteral spells v as a long long literal; -2^63 has no literal of its
+// own in C (the minus applies to a 2^63 that does not fit).
+func intLiteral(v int64) string {
+	if v == math.MinInt64 {
+		return "(-9223372036854775807LL - 1)"
+	}
+	return strconv.FormatInt(v, 10) + "LL"
+}
+
 func literal(dt ir.DType, v float64) string {
 	switch dt {
 	case ir.I32, ir.I64:
-		return strconv.FormatInt(int64(v), 10) + "LL"
+		return intLiteral(dt.IntOf(v))
 	case ir.Bool:
 		if v != 0 {
 			return "true"
@@ -275,10 +293,10 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 		case ir.OpInput:
 			return load(n.DType, fmt.Sprintf("%s[%s]", paramName(e.body, v), linear(n.Shape, ix))), nil
 		case ir.OpConst:
-			if len(n.Attrs.Data) != 1 {
-				return "", fmt.Errorf("a constant of %d values inside a kernel", len(n.Attrs.Data))
+			if n.Attrs.ConstLen() != 1 {
+				return "", fmt.Errorf("a constant of %d values inside a kernel", n.Attrs.ConstLen())
 			}
-			return literal(n.DType, n.Attrs.Data[0]), nil
+			return constLiteral(n), nil
 		case ir.OpIota:
 			ax := n.Attrs.Axis
 			return fmt.Sprintf("(%s)(%s)", cType(n.DType), ix[ax]), nil
@@ -457,13 +475,32 @@ func (e *elementwise) reduceLoop(n *ir.Node, ix index, guarded bool) (string, er
 		return "", err
 	}
 	e.next = inner.next
+	typ := cType(n.DType)
 	init, combine := "0.0f", fmt.Sprintf("%s = %s + %s;", acc, acc, x)
-	if n.Op == ir.OpMaxReduce {
+	switch {
+	case typ == "long long" && n.Op == ir.OpMaxReduce:
+		// Integers accumulate exactly in 64 bits, from the least
+		// 64-bit value (spelled so that no literal overflows).
+		init = "(-9223372036854775807LL - 1)"
+		combine = fmt.Sprintf("%s = %s > %s ? %s : %s;", acc, acc, x, acc, x)
+	case typ == "long long":
+		init = "0LL"
+	case typ == "bool":
+		return "", fmt.Errorf("a %s reduction over %s: the ir reduces no bools", n.Op, n.DType)
+	case n.Op == ir.OpMaxReduce:
 		init = "-INFINITY"
 		combine = fmt.Sprintf("%s = (%s != %s || %s > %s) ? %s : %s;", acc, acc, acc, acc, x, acc, x)
 	}
-	if cType(n.DType) != "float" {
-		return "", fmt.Errorf("a %s reduction over %s", n.Op, n.DType)
+	// result rounds the accumulator as a stored element of the dtype
+	// would be (an i32 sum wraps).
+	result := func(a string) string {
+		switch {
+		case n.DType == ir.F32, n.DType == ir.I64:
+			return a
+		case n.DType == ir.I32:
+			return castExpr(ir.I64, ir.I32, a)
+		}
+		return castExpr(ir.F32, n.DType, a)
 	}
 	if guarded {
 		// A guarded value is one expression, evaluated only where its
@@ -472,24 +509,18 @@ func (e *elementwise) reduceLoop(n *ir.Node, ix index, guarded bool) (string, er
 		if len(inner.lines) > 0 {
 			return "", fmt.Errorf("a %s reduction whose operand needs statements, under a guard", n.Op)
 		}
-		expr := fmt.Sprintf("([&]() -> float { float %s = %s; for (long long %s = 0; %s < %dLL; %s++) { %s } return %s; }())",
-			acc, init, v, v, src[ax], v, combine, acc)
-		if n.DType != ir.F32 {
-			return castExpr(ir.F32, n.DType, expr), nil
-		}
-		return expr, nil
+		expr := fmt.Sprintf("([&]() -> %s { %s %s = %s; for (long long %s = 0; %s < %dLL; %s++) { %s } return %s; }())",
+			typ, typ, acc, init, v, v, src[ax], v, combine, acc)
+		return result(expr), nil
 	}
-	e.emit("float %s = %s;", acc, init)
+	e.emit("%s %s = %s;", typ, acc, init)
 	e.emit("for (long long %s = 0; %s < %dLL; %s++) {", v, v, src[ax], v)
 	for _, l := range inner.lines {
 		e.lines = append(e.lines, "  "+l)
 	}
 	e.emit("  %s", combine)
 	e.emit("}")
-	if n.DType != ir.F32 {
-		return castExpr(ir.F32, n.DType, acc), nil
-	}
-	return acc, nil
+	return result(acc), nil
 }
 
 // castExpr converts x from dtype from to dtype to, rounding as a stored

@@ -125,9 +125,9 @@ func encodeRange(t *ir.Tensor, b []byte, lo, hi int) {
 		case ir.BF16:
 			binary.LittleEndian.PutUint16(p, uint16(ir.BF16FromFloat32(float32(v))))
 		case ir.I32:
-			binary.LittleEndian.PutUint32(p, uint32(int32(v)))
+			binary.LittleEndian.PutUint32(p, uint32(int32(t.Int(int64(i)))))
 		case ir.I64:
-			binary.LittleEndian.PutUint64(p, uint64(int64(v)))
+			binary.LittleEndian.PutUint64(p, uint64(t.Int(int64(i))))
 		case ir.Bool:
 			if v != 0 {
 				p[0] = 1
@@ -144,7 +144,7 @@ func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 		return nil, fmt.Errorf("decode %s%v: %d bytes", vt.DType, vt.Shape, len(b))
 	}
 	vals := make([]float32, n)
-	var ints []float64
+	var ints []int64
 	for i := range n {
 		p := b[int(i)*size:]
 		switch vt.DType {
@@ -156,22 +156,20 @@ func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 			vals[i] = ir.BFloat16(binary.LittleEndian.Uint16(p)).Float32()
 		default:
 			if ints == nil {
-				ints = make([]float64, n)
+				ints = make([]int64, n)
 			}
 			switch vt.DType {
 			case ir.I32:
-				ints[i] = float64(int32(binary.LittleEndian.Uint32(p)))
+				ints[i] = int64(int32(binary.LittleEndian.Uint32(p)))
 			case ir.I64:
-				ints[i] = float64(int64(binary.LittleEndian.Uint64(p)))
+				ints[i] = int64(binary.LittleEndian.Uint64(p))
 			case ir.Bool:
-				ints[i] = float64(p[0])
+				ints[i] = int64(p[0])
 			}
 		}
 	}
 	if ints != nil {
-		t := ir.NewTensor(vt.DType, vt.Shape)
-		copy(t.F64, ints)
-		return t, nil
+		return ir.TensorOfInts(vt.DType, vt.Shape, ints...)
 	}
 	return ir.TensorOfFloat32(vt.DType, vt.Shape, vals)
 }

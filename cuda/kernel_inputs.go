@@ -65,14 +65,17 @@ func kernelInputs(body *ir.Graph, seed uint64, pool *floatPool) (map[string]*ir.
 	rng := rand.New(rand.NewPCG(seed, 0x9a7e))
 	for v, extent := range gatherIndexLeaves(body) {
 		t := feeds[body.Node(v).Name]
-		if t == nil || t.F64 == nil || extent <= 0 {
+		if t == nil || t.F32 != nil || extent <= 0 {
 			continue
 		}
-		for i := range t.F64 {
-			t.F64[i] = float64(rng.Int64N(2*extent) - extent)
+		nonzero := false
+		for i := range t.Len() {
+			x := rng.Int64N(2*extent) - extent
+			t.SetInt(i, x)
+			nonzero = nonzero || x != 0
 		}
-		if len(t.F64) > 0 && !slices.ContainsFunc(t.F64, func(x float64) bool { return x != 0 }) {
-			t.F64[0] = -1
+		if t.Len() > 0 && !nonzero {
+			t.SetInt(0, -1)
 		}
 	}
 	return feeds, nil

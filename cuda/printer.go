@@ -248,7 +248,7 @@ func (e *elementwise) vector() error {
 			case n.Op == ir.OpInput:
 				continue
 			case n.Op == ir.OpConst:
-				vals[v] = literal(n.DType, n.Attrs.Data[0])
+				vals[v] = constLiteral(n)
 				continue
 			}
 			var expr string

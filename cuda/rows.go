@@ -70,8 +70,9 @@ func isRowKernel(body *ir.Graph) bool {
 		switch n.Op.Class() {
 		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
 		case ir.ClassReduce:
-			// A sum across rows (split-K's final sum) is computed as it
-			// is read, by a loop of its own (elementwise.reduceLoop).
+			// A sum across rows (split-K's final sum) or an integer
+			// reduction is computed as it is read, by a loop of its own
+			// (elementwise.reduceLoop).
 			found = found || rowReduction(body, n)
 		default:
 			return false
@@ -82,12 +83,10 @@ func isRowKernel(body *ir.Graph) bool {
 
 // rowReduction reports whether n reduces along its input's last axis: a
 // row kernel's (or a norm prologue's) reduction, not a sum across rows.
+// Integer reductions are not: they loop per output element, exactly
+// (cost.RowReduces, the one answer Legal and the cost model share).
 func rowReduction(body *ir.Graph, n *ir.Node) bool {
-	if n.Op.Class() != ir.ClassReduce {
-		return false
-	}
-	in := body.Node(n.Inputs[0]).Shape
-	return n.Attrs.Axis == -1 || n.Attrs.Axis == len(in)-1
+	return cost.RowReduction(body, n)
 }
 
 // printRow prints a row kernel.
@@ -95,42 +94,18 @@ func printRow(k *Kernel, body *ir.Graph, s cost.Schedule) ([]string, string, err
 	var reds []ir.Value
 	for i, n := range body.Nodes {
 		if rowReduction(body, n) {
-			if n.DType != ir.F32 && n.DType != ir.F16 && n.DType != ir.BF16 {
-				return nil, "", fmt.Errorf("a %s reduction over %s: row kernels reduce floats only", n.Op, n.DType)
-			}
 			reds = append(reds, ir.Value(i))
 		}
+	}
+	// The structure the form relies on is the one rules.Legal checks
+	// (cost.RowStructure): one row shape, the row structure kept past
+	// the reductions, outputs of a row or an element per row.
+	if err := cost.RowStructure(body); err != nil {
+		return nil, "", err
 	}
 	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
 	L := int64(rowShape[len(rowShape)-1])
 	rows := rowShape.NumElements() / max(L, 1)
-	for _, r := range reds {
-		if !body.Node(body.Node(r).Inputs[0]).Shape.Equal(rowShape) {
-			return nil, "", fmt.Errorf("row kernel with reductions over rows of different shapes")
-		}
-	}
-	// Values that depend on a reduction may only keep the row structure.
-	after := make([]bool, len(body.Nodes))
-	for i, n := range body.Nodes {
-		for _, in := range n.Inputs {
-			after[i] = after[i] || after[in] || rowReduction(body, body.Node(in))
-		}
-		if !after[i] || rowReduction(body, n) {
-			continue
-		}
-		switch n.Op.Class() {
-		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
-		default:
-			if n.Op != ir.OpReshape && n.Op != ir.OpExpand && n.Op != ir.OpCast {
-				return nil, "", fmt.Errorf("row kernel with a %s after its reduction", n.Op)
-			}
-		}
-	}
-	for _, o := range body.Outputs {
-		if n := body.Node(o.Value).Shape.NumElements(); n != rows*L && n != rows {
-			return nil, "", fmt.Errorf("row kernel output of %d elements for %d rows of %d", n, rows, L)
-		}
-	}
 	if s == (cost.Schedule{}) {
 		s.Threads = 256
 		if L < 256 {

@@ -51,8 +51,8 @@ func TestEveryScheduleMatchesReference(t *testing.T) {
 		feeds, err := ir.RandomFeeds(body, uint64(i+1), ir.Typical)
 		require.NoError(t, err)
 		if ids, ok := feeds["$1"]; ok && !ids.DType.IsFloat() {
-			for j := range ids.F64 {
-				ids.F64[j] = float64(j*7%20 - 10) // gather rows: negative ones count from the end
+			for j := range ids.Len() {
+				ids.SetInt(j, j*7%20-10) // gather rows: negative ones count from the end
 			}
 		}
 		want, err := ir.Eval(context.Background(), body, feeds, ir.EvalOptions{Magnitude: true})

@@ -106,10 +106,9 @@ type KernelMismatch struct {
 	// allowed (ir.Tolerance of the magnitude).
 	Got, Want, Magnitude, Allowed float64
 	// NeverWritten counts the output's elements that a whole run left
-	// holding the fill pattern (emu.NaNPattern) where the reference is a
-	// number; when it is not 0 the element is the first of them. For f16
-	// and bf16 the pattern is also the NaN that conversions produce, so a
-	// NaN written there reads as never written.
+	// holding the fill pattern (emu.NaNPattern, a NaN no kernel
+	// computes, so a NaN the kernel wrote is told apart); when it is not
+	// 0 the element is the first of them.
 	NeverWritten int64
 }
 
@@ -117,11 +116,7 @@ func (m *KernelMismatch) Error() string {
 	where := fmt.Sprintf("verify kernel %s: output %s (parameter %s, %s%v) element %d %s",
 		m.Kernel, m.Output, m.Param, m.DType, m.Shape, m.Index, indexString(m.At))
 	if m.NeverWritten > 0 {
-		what := "never written"
-		if m.DType.Size() == 2 && m.DType.IsFloat() {
-			what = "never written (or written as the NaN 0x7fff, which is the fill pattern)"
-		}
-		return fmt.Sprintf("%s %s (want %v; %d elements of the output never written)", where, what, m.Want, m.NeverWritten)
+		return fmt.Sprintf("%s never written (want %v; %d elements of the output never written)", where, m.Want, m.NeverWritten)
 	}
 	return fmt.Sprintf("%s: got %v, want %v (error %.3g, allowed %.3g of magnitude %.3g)",
 		where, m.Got, m.Want, math.Abs(m.Got-m.Want), m.Allowed, m.Magnitude)
@@ -150,8 +145,6 @@ func indexString(at []int64) string {
 // afterwards are the ones the sample produced, and the reference computes
 // only those (ir.EvalAt), or a seeded sample of opt.MaxCompare of them
 // when they are more. A sample that produced no element is an error.
-// (An f16 or bf16 element written as the NaN 0x7fff is the fill pattern:
-// a whole run calls it never written, a sampled one does not compare it.)
 //
 // The check is returned whenever the kernel ran; a mismatch is both
 // check.Mismatch and the error. A kernel that fails under the emulation

@@ -93,9 +93,18 @@ func (b *Builder) State(name string, dt DType, shape ...Dim) Value {
 }
 
 // Const makes a constant of the given shape from one value (broadcast) or
-// one value per element.
+// one value per element. An integer constant's values are kept in Ints;
+// values beyond 2^53 need ConstInts to be exact.
 func (b *Builder) Const(dt DType, shape Shape, data ...float64) Value {
-	return b.Apply(OpConst, Attrs{DType: dt, To: shape.Clone(), Data: slices.Clone(data)})
+	a := Attrs{DType: dt, To: shape.Clone(), Data: slices.Clone(data)}
+	intConstData(dt, &a)
+	return b.Apply(OpConst, a)
+}
+
+// ConstInts makes an integer constant from exact values: one (broadcast)
+// or one per element.
+func (b *Builder) ConstInts(dt DType, shape Shape, data ...int64) Value {
+	return b.Apply(OpConst, Attrs{DType: dt, To: shape.Clone(), Ints: append([]int64{}, data...)})
 }
 
 // Scalar makes a rank-0 constant.

@@ -94,16 +94,8 @@ func (d DType) Round(x float64) float64 {
 		return float64(float16.Fromfloat32(float32(x)).Float32())
 	case BF16:
 		return float64(BF16FromFloat32(float32(x)).Float32())
-	case I32:
-		if math.IsNaN(x) {
-			return 0
-		}
-		return float64(int32(int64(math.Trunc(math.Max(math.Min(x, math.MaxInt64), math.MinInt64)))))
-	case I64:
-		if math.IsNaN(x) {
-			return 0
-		}
-		return float64(int64(math.Trunc(math.Max(math.Min(x, math.MaxInt64), math.MinInt64))))
+	case I32, I64:
+		return float64(d.IntOf(x))
 	case Bool:
 		if x != 0 {
 			return 1
@@ -111,6 +103,68 @@ func (d DType) Round(x float64) float64 {
 		return 0
 	}
 	return x
+}
+
+// IntOf converts x to a value of integer dtype d the way Round does:
+// truncation toward zero, saturating at the int64 range (NaN gives 0),
+// then two's-complement wrap-around to d; for bool, x != 0. Go's own
+// conversion of an out-of-range float is implementation-defined (2^63
+// becomes -2^63 on amd64), hence the explicit bounds.
+func (d DType) IntOf(x float64) int64 {
+	if d == Bool {
+		return int64(d.Round(x))
+	}
+	var v int64
+	switch {
+	case math.IsNaN(x):
+		v = 0
+	case x >= 0x1p63:
+		v = math.MaxInt64
+	case x < -0x1p63:
+		v = math.MinInt64
+	default:
+		v = int64(x) // truncates toward zero
+	}
+	return d.WrapInt(v)
+}
+
+// WrapInt wraps v to integer dtype d: two's complement for i32, v != 0
+// for bool, v itself for i64 (and for float dtypes, which never store
+// integers this way).
+func (d DType) WrapInt(v int64) int64 {
+	switch d {
+	case I32:
+		return int64(int32(v))
+	case Bool:
+		if v != 0 {
+			return 1
+		}
+		return 0
+	}
+	return v
+}
+
+// MinInt and MaxInt are the least and greatest values of integer dtype d
+// (0 and 1 for bool).
+func (d DType) MinInt() int64 {
+	switch d {
+	case I32:
+		return math.MinInt32
+	case Bool:
+		return 0
+	}
+	return math.MinInt64
+}
+
+// MaxInt is the greatest value of integer dtype d; see MinInt.
+func (d DType) MaxInt() int64 {
+	switch d {
+	case I32:
+		return math.MaxInt32
+	case Bool:
+		return 1
+	}
+	return math.MaxInt64
 }
 
 // BFloat16 is a bfloat16 value's bits: the top half of an IEEE float32.

@@ -17,6 +17,15 @@ type EvalOptions struct {
 	// above unaryMagnitude). Comparisons measure errors against it, so that
 	// cancellation does not fail a correct program.
 	Magnitude bool
+	// RoundEach rounds every float value the graph computes to its
+	// declared dtype, as a kernel that materializes each value in memory
+	// would: the precision a program as written actually has. The truth
+	// (the default) keeps float intermediates in float64 and rounds only
+	// where the graph casts; the rule verifier evaluates both sides of a
+	// rewrite this way too, so that a rewrite which stores a partial result
+	// in a narrower dtype than its accumulator shows its error (EvalAt
+	// ignores it).
+	RoundEach bool
 }
 
 // Result is what a run of a graph produced.
@@ -65,6 +74,9 @@ func Eval(ctx context.Context, g *Graph, feeds map[string]*Tensor, opt EvalOptio
 		v, m, err := ev.run(feeds)
 		if err != nil {
 			return nil, fmt.Errorf("eval %s: node %%%d (%s): %w", g.Name, i, n.Op, err)
+		}
+		if opt.RoundEach && n.Op.Class() != ClassLeaf {
+			v = roundedTo(v, n.DType)
 		}
 		vals[i] = v
 		if opt.Magnitude {
@@ -164,7 +176,7 @@ func (e *evaluator) out() (*Tensor, *Tensor) {
 	v := NewTensor(e.n.DType, e.n.Shape)
 	var m *Tensor
 	if e.magnitude {
-		m = NewTensor(e.n.DType, e.n.Shape)
+		m = newMagnitudes(e.n.DType, e.n.Shape)
 	}
 	return v, m
 }
@@ -176,6 +188,9 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		return e.leaf(feeds)
 	case ClassUnary:
 		x := e.in(0)
+		if x.DType.IsInt() {
+			return e.intElementwise()
+		}
 		f := unaryFn(n.Op)
 		v, m := e.out()
 		for i := range v.F64 {
@@ -189,6 +204,9 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 	case ClassBinary, ClassCompare:
 		a, b := e.in(0), e.in(1)
 		dt := e.g.Nodes[n.Inputs[0]].DType
+		if dt.IsInt() {
+			return e.intElementwise()
+		}
 		f := binaryFn(n.Op, dt)
 		v, m := e.out()
 		for i := range v.F64 {
@@ -205,9 +223,9 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 	case ClassSelect:
 		c := e.in(0)
 		v, m := e.out()
-		for i := range v.F64 {
-			k := selectBranch(c.At(int64(i)))
-			v.F64[i] = e.in(k).At(int64(i))
+		for i := range v.Len() {
+			k := selectBranch(c.At(i))
+			copyElem(v, i, e.in(k), i)
 			if m != nil {
 				m.F64[i] = e.mag(k).F64[i]
 			}
@@ -219,10 +237,10 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		if n.Op == OpCast {
 			x := e.in(0)
 			v, m := e.out()
-			for i := range v.F64 {
-				v.F64[i] = n.DType.Round(x.At(int64(i)))
+			for i := range v.Len() {
+				castValue(v, i, x, i)
 				if m != nil {
-					m.F64[i] = castMagnitude(n.DType, v.F64[i], e.mag(0).F64[i])
+					m.F64[i] = castMagnitude(n.DType, v.At(i), e.mag(0).F64[i])
 				}
 			}
 			return v, m, nil
@@ -251,7 +269,7 @@ func (d DType) roundInt(x float64) float64 {
 }
 
 func absTensor(t *Tensor) *Tensor {
-	m := NewTensor(t.DType, t.Shape)
+	m := newMagnitudes(t.DType, t.Shape)
 	for i := range m.F64 {
 		m.F64[i] = math.Abs(t.At(int64(i)))
 	}
@@ -273,19 +291,19 @@ func (e *evaluator) leaf(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		v = t
 	case OpConst:
 		v = NewTensor(n.DType, n.Shape)
-		for i := range v.F64 {
-			if len(n.Data) == 1 {
-				v.F64[i] = n.Data[0]
+		for i := range v.Len() {
+			if v.I64 != nil {
+				v.I64[i] = n.ConstInt(i)
 			} else {
-				v.F64[i] = n.Data[i]
+				v.F64[i] = n.ConstAt(i)
 			}
 		}
 	case OpIota:
 		v = NewTensor(n.DType, n.Shape)
 		st := n.Shape.Strides()
 		ax, _ := normAxis(n.Axis, len(n.Shape))
-		for i := range v.F64 {
-			v.F64[i] = n.DType.Round(float64((int64(i) / st[ax]) % int64(n.Shape[ax])))
+		for i := range v.Len() {
+			v.SetInt(i, (i/st[ax])%int64(n.Shape[ax]))
 		}
 	}
 	if e.magnitude {
@@ -321,8 +339,19 @@ func EvalKernel(ctx context.Context, body *Graph, args ...*Tensor) ([]*Tensor, e
 func (e *evaluator) reduceAxis() (*Tensor, *Tensor, error) {
 	n := e.n
 	x := e.in(0)
+	if x.DType.IsInt() {
+		return e.intReduce()
+	}
 	count, length, stride, first := rowsAlong(x.Shape, n.Axis)
 	v, m := e.out()
+	if length == 0 {
+		// No rows to fold: every result is the empty fold, 0 for a sum
+		// and -inf for a max (ONNX ReduceMax over an empty axis).
+		for i := range v.F64 {
+			v.F64[i] = newReducer(n.Op).v
+		}
+		return v, m, nil
+	}
 	for r := range count {
 		base := first(r)
 		red := newReducer(n.Op)
@@ -531,4 +560,24 @@ func (e *evaluator) matmulValues() (*Tensor, *Tensor, error) {
 	}
 	wg.Wait()
 	return v, m, nil
+}
+
+// roundedTo is t with every element rounded to dt: t itself when its
+// storage already holds values of dt (float32 storage, an exact dtype, or
+// no element that changes), else a rounded copy, since t's storage may be
+// shared with an input or a feed.
+func roundedTo(t *Tensor, dt DType) *Tensor {
+	if !dt.IsFloat() || t.F64 == nil {
+		return t
+	}
+	for i, x := range t.F64 {
+		if r := dt.Round(x); r != x && !math.IsNaN(x) {
+			c := &Tensor{DType: t.DType, Shape: t.Shape, F64: append([]float64(nil), t.F64...)}
+			for j := i; j < len(c.F64); j++ {
+				c.F64[j] = dt.Round(c.F64[j])
+			}
+			return c
+		}
+	}
+	return t
 }

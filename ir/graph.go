@@ -19,7 +19,8 @@ const NoValue Value = -1
 // their shape in To and their dtype in DType.
 type Attrs struct {
 	Name   string    // input, weight, state
-	Data   []float64 // const: one value (broadcast) or every element, row-major
+	Data   []float64 // const of a float or bool dtype: one value (broadcast) or every element, row-major
+	Ints   []int64   // const of an integer dtype: as Data, exactly (see const.go)
 	Axis   int       // iota, reductions, softmax, concat, gather, slice_update
 	To     Shape     // reshape, expand: the result shape; leaves: their shape
 	Perm   []int     // permute
@@ -183,6 +184,7 @@ func (g *Graph) Clone() *Graph {
 		m.Inputs = slices.Clone(n.Inputs)
 		m.Shape = n.Shape.Clone()
 		m.Attrs.Data = slices.Clone(n.Data)
+		m.Attrs.Ints = slices.Clone(n.Ints)
 		m.To = n.To.Clone()
 		m.Perm = slices.Clone(n.Perm)
 		m.Starts, m.Ends, m.Steps = slices.Clone(n.Starts), slices.Clone(n.Ends), slices.Clone(n.Steps)

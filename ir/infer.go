@@ -56,11 +56,21 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 				return nil, 0, fmt.Errorf("needs a name")
 			}
 		case OpConst:
-			if n := int64(len(a.Data)); n != 1 && n != a.To.NumElements() {
+			if a.Ints != nil && (a.Data != nil || !a.DType.IsInt()) {
+				return nil, 0, fmt.Errorf("integer values for a %s constant; want Data alone", a.DType)
+			}
+			if n := int64(a.ConstLen()); n != 1 && n != a.To.NumElements() {
 				return nil, 0, fmt.Errorf("constant of shape %v has %d values; want 1 or %d", a.To, n, a.To.NumElements())
 			}
+			for _, v := range a.Ints {
+				if a.DType.WrapInt(v) != v {
+					return nil, 0, fmt.Errorf("constant value %d is not a %s", v, a.DType)
+				}
+			}
 			for _, v := range a.Data {
-				if a.DType.Round(v) != v && !math.IsNaN(v) {
+				// 2^63 is what float64 makes of 2^63-1: refused rather
+				// than read as either.
+				if (a.DType.Round(v) != v && !math.IsNaN(v)) || (a.DType.IsInt() && math.Abs(v) >= 0x1p63) {
 					return nil, 0, fmt.Errorf("constant value %v is not a %s", v, a.DType)
 				}
 			}
@@ -137,9 +147,6 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		if t.DType == Bool {
 			return nil, 0, fmt.Errorf("%s of bool", op)
 		}
-		if t.Shape[ax] == 0 && op == OpMaxReduce {
-			return nil, 0, fmt.Errorf("max over an empty axis %d", ax)
-		}
 		s := t.Shape.Clone()
 		s[ax] = 1
 		return s, t.DType, nil
@@ -199,7 +206,10 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 			if st < 0 || en < st || en > int64(t.Shape[i]) {
 				return nil, 0, fmt.Errorf("axis %d: slice [%d:%d] of extent %d", i, st, en, t.Shape[i])
 			}
-			s[i] = Dim((en - st + sp - 1) / sp)
+			if en > st {
+				// Not (en-st+sp-1)/sp: that overflows for a step near 2^63.
+				s[i] = Dim((en-st-1)/sp + 1)
+			}
 		}
 		return s, t.DType, nil
 
@@ -299,7 +309,16 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		}
 		s := x.Shape.Clone()
 		s[r-1] = y.Shape[r-1]
-		return s, x.DType, nil
+		switch {
+		case a.DType == InvalidDType:
+			return s, x.DType, nil
+		case a.DType != F32 || x.DType == F32:
+			// One spelling per product: the only widening is a narrow
+			// product accumulated and kept in f32 (a partial product
+			// that a reduction consumes).
+			return nil, 0, fmt.Errorf("dtype=%s on a %s product: a matmul's dtype is its operands', or f32 for f16 and bf16 operands", a.DType, x.DType)
+		}
+		return s, F32, nil
 
 	case OpSoftmax:
 		t := in[0]

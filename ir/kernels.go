@@ -41,14 +41,10 @@ func (e *evaluator) move() (*Tensor, *Tensor, error) {
 	v, m := e.out()
 	if n.Op == OpCast {
 		x := e.in(0)
-		for i := range v.F64 {
-			v.F64[i] = n.DType.Round(x.At(int64(i)))
+		for i := range v.Len() {
+			castValue(v, i, x, i)
 			if m != nil {
-				if n.DType.IsFloat() {
-					m.F64[i] = math.Max(e.mag(0).F64[i], math.Abs(v.F64[i]))
-				} else {
-					m.F64[i] = math.Abs(v.F64[i])
-				}
+				m.F64[i] = castMagnitude(n.DType, v.At(i), e.mag(0).F64[i])
 			}
 		}
 		return v, m, nil
@@ -63,17 +59,21 @@ func (e *evaluator) move() (*Tensor, *Tensor, error) {
 		if bad != nil {
 			return
 		}
-		k, j, err := mp.source(idx, func(k int, j int64) float64 { return e.in(k).At(j) })
+		k, j, err := mp.source(idx, func(k int, j int64) int64 { return e.in(k).Int(j) })
 		switch {
 		case err != nil:
 			bad = err
 		case k < 0:
-			v.F64[i] = n.Value
+			if v.I64 != nil {
+				v.I64[i] = n.DType.IntOf(n.Value)
+			} else {
+				v.F64[i] = n.Value
+			}
 			if m != nil {
 				m.F64[i] = math.Abs(n.Value)
 			}
 		default:
-			v.F64[i] = e.in(k).At(j)
+			copyElem(v, i, e.in(k), j)
 			if m != nil {
 				m.F64[i] = e.mag(k).F64[j]
 			}
@@ -117,7 +117,7 @@ func newMover(n *Node, ins []ValueType) *mover {
 // source returns which input (or -1 for the pad value) and which flat
 // element output index idx copies. Gather reads its indices through get.
 // idx is left as it was.
-func (mp *mover) source(idx []int64, get func(k int, j int64) float64) (int, int64, error) {
+func (mp *mover) source(idx []int64, get func(k int, j int64) int64) (int, int64, error) {
 	n := mp.n
 	st := mp.strides[0]
 	switch n.Op {
@@ -185,11 +185,11 @@ func (mp *mover) source(idx []int64, get func(k int, j int64) float64) (int, int
 		ir := len(mp.ins[1].Shape)
 		extent := int64(mp.ins[0].Shape[ax])
 		which := get(1, flatIndex(idx[ax:ax+ir], mp.strides[1]))
-		p := int64(which)
-		if p < 0 {
+		p := which
+		if p < 0 && p >= -extent {
 			p += extent
 		}
-		if p < 0 || p >= extent || float64(int64(which)) != which {
+		if p < 0 || p >= extent {
 			return 0, 0, fmt.Errorf("index %v out of range for extent %d on axis %d", which, extent, ax)
 		}
 		var j int64

@@ -16,7 +16,7 @@ const (
 	OpInput  // a model input, fed at run time; attr Name
 	OpWeight // a parameter, fixed at load time; attr Name
 	OpState  // a buffer kept across runs (a KV cache), read here; attr Name
-	OpConst  // a constant tensor; attr Data (one value broadcast, or every element)
+	OpConst  // a constant tensor; attr Data, or Ints for integer dtypes (one value broadcast, or every element)
 	OpIota   // 0, 1, 2, ... along attr Axis of attr Shape
 
 	// Unary elementwise.
@@ -78,7 +78,7 @@ const (
 	OpSliceUpdate // attrs Axis, Offset; (base, update): base with update written at Offset along Axis
 
 	// Composite ops.
-	OpMatMul    // (a [..., M, K], b [..., K, N]) -> [..., M, N]; batch dims equal
+	OpMatMul    // (a [..., M, K], b [..., K, N]) -> [..., M, N]; batch dims equal; dtype=f32 widens f16/bf16 operands
 	OpSoftmax   // attr Axis
 	OpLayerNorm // (x, scale, bias) over the last axis; attr Eps
 	OpRMSNorm   // (x, scale) over the last axis; attr Eps
@@ -186,7 +186,7 @@ var ops = [numOps]opInfo{
 	OpGather:      {"gather", ClassMove, 2, aAxis},
 	OpSliceUpdate: {"slice_update", ClassMove, 2, aAxis | aOffset},
 
-	OpMatMul:    {"matmul", ClassComposite, 2, 0},
+	OpMatMul:    {"matmul", ClassComposite, 2, aDType},
 	OpSoftmax:   {"softmax", ClassComposite, 1, aAxis},
 	OpLayerNorm: {"layer_norm", ClassComposite, 3, aEps},
 	OpRMSNorm:   {"rms_norm", ClassComposite, 2, aEps},
@@ -246,6 +246,10 @@ func (o Op) Normalize(a Attrs) Attrs {
 	}
 	if set&aData != 0 {
 		n.Data = append([]float64(nil), a.Data...)
+		if a.Ints != nil {
+			n.Ints = append([]int64{}, a.Ints...)
+		}
+		intConstData(n.DType, &n)
 	}
 	if set&aAxis != 0 {
 		n.Axis = a.Axis

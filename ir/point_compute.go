@@ -17,6 +17,10 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 		for p, j := range idx {
 			xv, xm := x.at(j)
 			y := n.DType.roundInt(f(xv))
+			if n.DType.IsInt() {
+				out.put(p, y, math.Abs(y)) // exact, as Eval's
+				continue
+			}
 			out.put(p, y, unaryMagnitude(n.Op, xv, y, xm))
 		}
 		return out, pe.tick(int64(len(idx)))
@@ -31,6 +35,11 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 				return nil, fmt.Errorf("integer division by zero at element %d", j)
 			}
 			y := n.DType.roundInt(f(av, bv))
+			if dt.IsInt() {
+				// Integer results are exact, as Eval's (intElementwise).
+				out.put(p, y, math.Abs(y))
+				continue
+			}
 			out.put(p, y, binaryMagnitude(n.Op, av, bv, am, bm, y))
 		}
 		return out, pe.tick(int64(len(idx)))
@@ -52,7 +61,11 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 				xv, xm := x.at(base + j*stride)
 				red.add(j, xv, xm)
 			}
-			out.put(p, n.DType.roundInt(red.v), red.magnitude())
+			y := n.DType.roundInt(red.v)
+			if length == 0 && n.Op == OpMaxReduce && n.DType.IsInt() {
+				y = float64(n.DType.MinInt()) // the empty max, as Eval's
+			}
+			out.put(p, y, red.magnitude())
 			if err := pe.tick(int64(length)); err != nil {
 				return nil, err
 			}
@@ -85,9 +98,9 @@ func (pe *pointEval) computeMove(n *Node, idx []int64, out *pointStore) error {
 		return pe.tick(int64(len(idx)))
 	}
 	mp := newMover(n, pe.inputTypes(n))
-	get := func(k int, j int64) float64 {
+	get := func(k int, j int64) int64 {
 		v, _ := pe.store[n.Inputs[k]].at(j)
-		return v
+		return I64.IntOf(v)
 	}
 	buf := make([]int64, len(n.Shape))
 	for p, j := range idx {

@@ -98,7 +98,7 @@ func softmaxRows(js []int64, length int, stride int64) []int64 {
 func (pe *pointEval) demandMove(n *Node, idx []int64) error {
 	ins := pe.inputTypes(n)
 	mp := newMover(n, ins)
-	get := func(int, int64) float64 { return 0 }
+	get := func(int, int64) int64 { return 0 }
 	if n.Op == OpGather {
 		// Which data elements a gather reads depends on its indices'
 		// values: compute the indices it reads first, by a nested
@@ -116,11 +116,11 @@ func (pe *pointEval) demandMove(n *Node, idx []int64) error {
 			return err
 		}
 		pe.add(n.Inputs[1], pos)
-		get = func(_ int, j int64) float64 {
+		get = func(_ int, j int64) int64 {
 			if p, ok := slices.BinarySearch(pos, j); ok {
-				return vals[p]
+				return I64.IntOf(vals[p])
 			}
-			return math.NaN() // cannot happen: pos holds every index read
+			return math.MinInt64 // cannot happen: pos holds every index read; out of range if it does
 		}
 	}
 	buf := make([]int64, len(n.Shape))

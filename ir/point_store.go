@@ -18,10 +18,10 @@ type pointStore struct {
 	dense    bool
 	val, mag []float64
 	// Leaves.
-	t              *Tensor   // input, weight, state
-	data           []float64 // const
-	dt             DType     // iota
-	stride, extent int64     // iota: along its axis
+	t              *Tensor // input, weight, state
+	konst          *Attrs  // const
+	dt             DType   // iota
+	stride, extent int64   // iota: along its axis
 	// Views of leaves: the input's store, read through the view's mover.
 	// buf makes at unsafe for concurrent use, which nothing needs.
 	view  *mover
@@ -52,10 +52,7 @@ func (s *pointStore) at(j int64) (float64, float64) {
 		v := s.t.At(j)
 		return v, math.Abs(v)
 	case storeConst:
-		v := s.data[0]
-		if len(s.data) > 1 {
-			v = s.data[j]
-		}
+		v := s.konst.ConstAt(j)
 		return v, math.Abs(v)
 	case storeIota:
 		v := s.dt.Round(float64(j / s.stride % s.extent))
@@ -126,7 +123,7 @@ func (pe *pointEval) leaf(n *Node) (*pointStore, error) {
 		}
 		s.kind, s.t = storeTensor, t
 	case OpConst:
-		s.kind, s.data = storeConst, n.Data
+		s.kind, s.konst = storeConst, &n.Attrs
 	case OpIota:
 		ax, _ := normAxis(n.Axis, len(n.Shape))
 		s.kind, s.dt = storeIota, n.DType

@@ -26,13 +26,16 @@ const (
 // domain is what the ops reading a leaf need of its values.
 type domain struct {
 	positive bool  // log, sqrt, rsqrt, recip, a divisor, a pow base
-	index    int64 // gather indices: the extent they index (0: not indices)
+	ranged   bool  // drawn from rng: what the leaf means (InputRanges) or a stated range
+	rng      Range // when ranged
 }
 
 // RandomFeeds draws a seeded tensor for every input, weight and state of g.
-// Ranges follow the ops that read each leaf (looking through views): values
-// stay positive where a logarithm, root, reciprocal, divisor or power base
-// needs them, and gather indices stay in range. No tensor is all zeros.
+// Ranges follow the ops that read each leaf (looking through views): a
+// leaf that means something (InputRanges: gather indices, positions,
+// masks) is drawn within that meaning's range, and other values stay
+// positive where a logarithm, root, reciprocal, divisor or power base
+// needs them. No tensor is all zeros unless its range holds only zero.
 func RandomFeeds(g *Graph, seed uint64, mode RandomMode) (map[string]*Tensor, error) {
 	return RandomLeaves(g, seed, mode, OpInput, OpWeight, OpState)
 }
@@ -40,7 +43,18 @@ func RandomFeeds(g *Graph, seed uint64, mode RandomMode) (map[string]*Tensor, er
 // RandomLeaves is RandomFeeds for the leaves of the given kinds only (for
 // example inputs and states, when a model's weights come from elsewhere).
 func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[string]*Tensor, error) {
-	return randomLeaves(g, seed, mode, nil, kinds...)
+	return randomLeaves(g, seed, mode, nil, nil, kinds...)
+}
+
+// RandomLeavesIn is RandomLeaves with ranges the caller states, by leaf
+// name (--input-range): a stated range replaces the one InputRanges
+// infers. The ranges are checked first (CheckRanges), so an unknown name
+// or an empty range is an error naming it.
+func RandomLeavesIn(g *Graph, seed uint64, mode RandomMode, stated map[string]Range, kinds ...Op) (map[string]*Tensor, error) {
+	if err := CheckRanges(g, stated); err != nil {
+		return nil, err
+	}
+	return randomLeaves(g, seed, mode, nil, stated, kinds...)
 }
 
 // RandomFeedsInto is RandomFeeds with the float32 storage of large float
@@ -50,11 +64,21 @@ func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[stri
 // fault per 4 KiB page touched, seconds per gigabyte on a virtual machine.
 // A nil take is RandomFeeds.
 func RandomFeedsInto(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32) (map[string]*Tensor, error) {
-	return randomLeaves(g, seed, mode, take, OpInput, OpWeight, OpState)
+	return randomLeaves(g, seed, mode, take, nil, OpInput, OpWeight, OpState)
 }
 
-func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32, kinds ...Op) (map[string]*Tensor, error) {
+func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32, stated map[string]Range, kinds ...Op) (map[string]*Tensor, error) {
 	doms := leafDomains(g)
+	ranges := InputRanges(g)
+	for name, r := range stated {
+		r.Meaning = MeaningStated
+		ranges[name] = r
+	}
+	for i, n := range g.Nodes {
+		if r, ok := ranges[n.Name]; ok && (n.Op == OpInput || n.Op == OpWeight || n.Op == OpState) {
+			doms[i].ranged, doms[i].rng = true, r
+		}
+	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	out := map[string]*Tensor{}
 	for i, n := range g.Nodes {
@@ -136,7 +160,7 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode, take func
 		f64 = make([]float64, count)
 		mmap.AdviseHugeFloat64(f64)
 	}
-	typical := float && mode == Typical && !d.positive && d.index == 0
+	typical := float && mode == Typical && !d.positive && !d.ranged
 	parallel.Chunks(int(count), drawChunk, func(c, lo, hi int) {
 		rng := rand.New(rand.NewPCG(seed^0x1a26e, uint64(i)<<32|uint64(c)))
 		if typical {
@@ -175,11 +199,28 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode, take func
 
 // firstNonZero is the value that replaces the first element of a leaf
 // drawn all zeros.
+// In a range, it is the value nearest zero that is not zero (an
+// integer for an integer leaf), or zero for a range that holds nothing
+// else.
 func firstNonZero(dt DType, d domain) float64 {
-	if d.index > 0 {
-		return math.Min(1, float64(d.index-1))
+	if !d.ranged {
+		return dt.Round(1)
 	}
-	return dt.Round(1)
+	lo, hi := d.rng.Lo, d.rng.Hi
+	if !dt.IsFloat() {
+		lo, hi = math.Ceil(lo), math.Floor(hi)
+	}
+	switch {
+	case lo > 0:
+		return dt.Round(lo)
+	case hi < 0:
+		return dt.Round(hi)
+	case hi > 0:
+		return dt.Round(math.Min(1, hi))
+	case lo < 0:
+		return dt.Round(math.Max(-1, lo))
+	}
+	return 0
 }
 
 func allZero(v []float64) bool {
@@ -193,10 +234,10 @@ func allZero(v []float64) bool {
 
 func draw(rng *rand.Rand, dt DType, d domain, mode RandomMode) float64 {
 	switch {
+	case d.ranged:
+		return drawIn(rng, dt, d.rng)
 	case dt == Bool:
 		return b2f(rng.IntN(2) == 1)
-	case d.index > 0:
-		return float64(rng.Int64N(d.index))
 	case dt.IsInt():
 		if d.positive {
 			return float64(1 + rng.IntN(9))
@@ -223,8 +264,29 @@ func draw(rng *rand.Rand, dt DType, d domain, mode RandomMode) float64 {
 	return dt.Round(x)
 }
 
-// leafDomains finds, for every leaf, the constraints of the ops that read
-// it, following views and data movement (which do not change values).
+// drawIn draws uniformly from r: a real rounded to the dtype (and kept
+// within r) for a float leaf's stated range, else an integer within r.
+// A meaning InputRanges infers is always a set of integers, even for a
+// float leaf (a float mask is 0 or 1).
+func drawIn(rng *rand.Rand, dt DType, r Range) float64 {
+	if dt.IsFloat() && r.Meaning == MeaningStated {
+		x := dt.Round(r.Lo + rng.Float64()*(r.Hi-r.Lo))
+		return math.Min(math.Max(x, r.Lo), r.Hi)
+	}
+	// Bounds beyond 2^53 are clamped, where float64 still holds every
+	// integer, so that the count below cannot overflow.
+	lo := math.Max(math.Ceil(r.Lo), -1<<53)
+	hi := math.Min(math.Floor(r.Hi), 1<<53)
+	if hi <= lo {
+		return lo
+	}
+	return lo + float64(rng.Int64N(int64(hi-lo)+1))
+}
+
+// leafDomains finds, for every leaf, whether the ops that read it need
+// positive values, following views and data movement (which do not
+// change values). What a leaf means (indices, masks, positions) is
+// InputRanges's to say.
 func leafDomains(g *Graph) []domain {
 	users := make([][][2]int, len(g.Nodes)) // (consumer, operand position)
 	for i, n := range g.Nodes {
@@ -246,9 +308,6 @@ func leafDomains(g *Graph) []domain {
 				doms[leaf].positive = true
 			case (c.Op == OpDiv || c.Op == OpMod) && u[1] == 1, c.Op == OpPow && u[1] == 0:
 				doms[leaf].positive = true
-			case c.Op == OpGather && u[1] == 1:
-				ax, _ := normAxis(c.Axis, len(g.Nodes[c.Inputs[0]].Shape))
-				doms[leaf].index = int64(g.Nodes[c.Inputs[0]].Shape[ax])
 			case c.Op.Class() == ClassView || c.Op == OpConcat || c.Op == OpCast ||
 				(c.Op == OpSliceUpdate) || (c.Op == OpGather && u[1] == 0):
 				visit(u[0], leaf, seen)

@@ -193,6 +193,10 @@ func encodeAttrs(b []byte, a *Attrs) []byte {
 	for _, v := range a.Data {
 		u(math.Float64bits(v))
 	}
+	length(len(a.Ints), a.Ints == nil)
+	for _, v := range a.Ints {
+		u(uint64(v))
+	}
 	u(uint64(a.Axis))
 	length(len(a.To), a.To == nil)
 	for _, d := range a.To {

@@ -143,6 +143,13 @@ func formatTextNode(b *strings.Builder, n *Node) {
 			}
 			b.WriteString(formatTextFloat(v))
 		}
+		// Integer constants print as exact decimal integers.
+		for i, v := range n.Ints {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(strconv.FormatInt(v, 10))
+		}
 		b.WriteByte('}')
 	}
 	for i, in := range n.Inputs {
@@ -179,7 +186,7 @@ func formatTextNode(b *strings.Builder, n *Node) {
 		b.WriteString(" value=")
 		b.WriteString(formatTextFloat(n.Value))
 	}
-	if a&aDType != 0 {
+	if a&aDType != 0 && (n.Op != OpMatMul || n.Attrs.DType != InvalidDType) {
 		b.WriteString(" dtype=")
 		b.WriteString(n.Attrs.DType.String())
 	}

@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -330,9 +331,10 @@ func init() {
 }
 
 // optionalTextAttr is true for the attributes that may be left out: the
-// causal flag, and the query offset that only a causal attention uses.
+// causal flag, the query offset that only a causal attention uses, and a
+// matmul's accumulator dtype.
 func optionalTextAttr(op Op, key string) bool {
-	return op == OpAttention && (key == "causal" || key == "offset")
+	return op == OpAttention && (key == "causal" || key == "offset") || op == OpMatMul && key == "dtype"
 }
 
 // textAttrOrder is the order in which missing attributes are reported, the
@@ -373,7 +375,12 @@ func (p *textParser) nodeStatement() error {
 		}
 	}
 	if info.attrs&aData != 0 {
-		if a.Data, err = p.data(); err != nil {
+		if a.DType.IsInt() {
+			a.Ints, err = p.intData(a.DType)
+		} else {
+			a.Data, err = p.data()
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -561,6 +568,45 @@ func (p *textParser) float() (float64, error) {
 		return 0, textErrorf(t.textPos, "bad number %s", t.text)
 	}
 	return x, nil
+}
+
+// intData reads an integer constant's values, {v1, v2, ...}, exactly: each
+// a decimal int64, or a number in float syntax that is an integer below
+// 2^63 in magnitude (as older files print them). No values is nil.
+func (p *textParser) intData(dt DType) ([]int64, error) {
+	if err := p.expectPunct("{", "to open the constant's data"); err != nil {
+		return nil, err
+	}
+	if p.isPunct("}") {
+		p.next()
+		return nil, nil
+	}
+	var xs []int64
+	for {
+		t := p.next()
+		if t.kind != tWord {
+			return nil, textErrorf(t.textPos, "want an integer, got %s", t.describe())
+		}
+		x, err := strconv.ParseInt(t.text, 10, 64)
+		if err != nil {
+			f, ferr := strconv.ParseFloat(t.text, 64)
+			if ferr != nil || f != math.Trunc(f) || math.Abs(f) >= 0x1p63 {
+				return nil, textErrorf(t.textPos, "const: constant value %s is not a %s", t.text, dt)
+			}
+			x = int64(f)
+		}
+		if dt.WrapInt(x) != x {
+			return nil, textErrorf(t.textPos, "const: constant value %s is not a %s", t.text, dt)
+		}
+		xs = append(xs, x)
+		t = p.next()
+		if t.kind == tPunct && t.text == "}" {
+			return xs, nil
+		}
+		if t.kind != tPunct || t.text != "," {
+			return nil, textErrorf(t.textPos, "malformed data: want \",\" or \"}\", got %s", t.describe())
+		}
+	}
 }
 
 // data reads a constant's values: {v1, v2, ...}. No values is nil.

@@ -326,7 +326,7 @@ func TestParseErrors(t *testing.T) {
 		{"update of another type", "graph g\n%s = state \"s\" f32[2]\n%t = iota f32[3] axis=0\nupdate %s = %t\n", `4:13: state "s" is f32[2] but its update %t is f32[3]`},
 		{"type error from inference", "graph g\n%a = input \"a\" f32[2,3]\n%b = input \"b\" f32[4,5]\n%c = matmul %a, %b\n", "4:6: matmul(f32[2,3], f32[4,5]): inner dimensions 3 and 4 differ"},
 		{"const count", "graph g\n%0 = const f32[3] {1, 2}\n", "2:6: const: constant of shape [3] has 2 values; want 1 or 3"},
-		{"const not representable", "graph g\n%0 = const i32[] {0.5}\n", "2:6: const: constant value 0.5 is not a i32"},
+		{"const not representable", "graph g\n%0 = const i32[] {0.5}\n", "2:19: const: constant value 0.5 is not a i32"},
 		{"number out of range", "graph g\n%0 = const f32[] {1e400}\n", "2:19: bad number 1e400"},
 		{"integer out of range", head + "%1 = sum %0 axis=99999999999999999999\n", "3:18: bad integer 99999999999999999999"},
 		{"unterminated string", "graph g\n%0 = input \"x f32[2]\n", "2:12: unterminated string"},

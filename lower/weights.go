@@ -91,7 +91,7 @@ func PrepareWeights(ctx context.Context, prog *Program, weights map[string]*ir.T
 				return nil, fail("weight %s is %s%v, want %s%v", b.Name, t.DType, t.Shape, b.DType, b.Shape)
 			}
 			n := b.Shape.NumElements()
-			if (t.F32 != nil && int64(len(t.F32)) != n) || (t.F32 == nil && int64(len(t.F64)) != n) {
+			if int64(t.StorageLen()) != n {
 				return nil, fail("weight %s %s%v holds the wrong number of elements", b.Name, b.DType, b.Shape)
 			}
 			vals[i] = t
@@ -168,7 +168,7 @@ func storeAs(t *ir.Tensor, b *Buffer) (*ir.Tensor, error) {
 		}
 		return ir.TensorOfFloat32(b.DType, b.Shape, vals)
 	}
-	return ir.TensorOf(b.DType, b.Shape, t.Float64s()...)
+	return ir.TensorOfInts(b.DType, b.Shape, t.Int64s()...)
 }
 
 // DigestMetadataKey is the metadata key under which a prepared weights

@@ -234,14 +234,16 @@ func check(ctx context.Context, body *ir.Graph, feeds map[string]*ir.Tensor, got
 	for _, o := range body.Outputs {
 		idx := want[o.Name]
 		dt := body.Node(o.Value).DType
-		g := ir.NewTensor(dt, ir.Shape{ir.Dim(len(idx))})
-		w := ir.NewTensor(dt, ir.Shape{ir.Dim(len(idx))})
-		m := ir.NewTensor(dt, ir.Shape{ir.Dim(len(idx))})
-		for i, at := range idx {
-			g.F64[i] = got[o.Name].At(at)
+		// Float64 storage for every dtype: the sampled reference values
+		// come as float64, and integer outputs compare exactly up to 2^53.
+		sampled := func(vals []float64) *ir.Tensor {
+			return &ir.Tensor{DType: dt, Shape: ir.Shape{ir.Dim(len(idx))}, F64: vals}
 		}
-		copy(w.F64, vals[o.Name])
-		copy(m.F64, mags[o.Name])
+		gv := make([]float64, len(idx))
+		for i, at := range idx {
+			gv[i] = got[o.Name].At(at)
+		}
+		g, w, m := sampled(gv), sampled(vals[o.Name]), sampled(mags[o.Name])
 		mm, err := ir.Compare(g, w, m, cuda.ReductionLength(body))
 		if err != nil {
 			return 0, err

@@ -133,15 +133,7 @@ func constValue(op ir.Op, a ir.Attrs, kids []Data, dt ir.DType) (float64, bool) 
 	var v float64
 	switch {
 	case op == ir.OpConst:
-		for _, x := range a.Data[1:] {
-			if x != a.Data[0] && !(math.IsNaN(x) && math.IsNaN(a.Data[0])) {
-				return 0, false
-			}
-		}
-		if len(a.Data) == 0 {
-			return 0, false
-		}
-		return a.Data[0], true
+		return a.ConstSplat()
 	case !all():
 		return 0, false
 	case op == ir.OpReshape || op == ir.OpExpand || op == ir.OpPermute || op == ir.OpSlice:

@@ -66,8 +66,10 @@ func (d *Disagreement) Error() string {
 // extracts from eg, with feeds, and compares it value by value with g, the
 // graph eg was built from (classes are AddGraph's result, roots
 // GraphRoots'). It returns nil when every class the program computes
-// agrees with the graph within ir.Tolerance, else the first disagreement.
-// Both sides run in the reference interpreter, kernel bodies inlined.
+// agrees with the graph within its allowance (ir.Graph.Allowance of the
+// precisions on its path in g, so a value the model rounds to bf16 may be
+// rounded by the program too), else the first disagreement. Both sides
+// run in the reference interpreter, kernel bodies inlined.
 func CheckExtraction(ctx context.Context, eg *egraph.EGraph[Data], g *ir.Graph, classes []egraph.ClassID, p *extract.Problem, sol *extract.Solution, feeds map[string]*ir.Tensor) (*Disagreement, error) {
 	// The graph with every computed value an output, for its truth.
 	all := &ir.Graph{Name: g.Name, Nodes: g.Nodes, Outputs: append([]ir.Output(nil), g.Outputs...), Updates: g.Updates}
@@ -84,6 +86,7 @@ func CheckExtraction(ctx context.Context, eg *egraph.EGraph[Data], g *ir.Graph, 
 	if err != nil {
 		return nil, fmt.Errorf("check extraction of %s: the graph: %w", g.Name, err)
 	}
+	eps := ir.PathEps(g)
 	index := make(map[egraph.ClassID]int, len(p.ClassIDs))
 	for i, id := range p.ClassIDs {
 		index[id] = i
@@ -113,7 +116,8 @@ func CheckExtraction(ctx context.Context, eg *egraph.EGraph[Data], g *ir.Graph, 
 			continue // the program does not compute this value
 		}
 		name := fmt.Sprintf("%%%d", i)
-		mm, err := ir.Compare(have, want.Outputs[name], want.Magnitudes[name], reduction)
+		tol := g.Allowance(ir.Value(i), eps, reduction)
+		mm, err := ir.CompareWithin(have, want.Outputs[name], want.Magnitudes[name], tol)
 		if err != nil {
 			return nil, fmt.Errorf("check extraction of %s: %s: %w", g.Name, name, err)
 		}
@@ -126,7 +130,7 @@ func CheckExtraction(ctx context.Context, eg *egraph.EGraph[Data], g *ir.Graph, 
 			return nil, fmt.Errorf("check extraction of %s: %w", g.Name, err)
 		}
 		if eg.Node(chosen).Op == KernelSymbol {
-			culprit, ok, err := wrongNode(ctx, eg, c, got.Outputs, want.Outputs[name], want.Magnitudes[name], reduction)
+			culprit, ok, err := wrongNode(ctx, eg, c, got.Outputs, want.Outputs[name], want.Magnitudes[name], tol)
 			if err != nil {
 				return nil, fmt.Errorf("check extraction of %s: %w", g.Name, err)
 			}
@@ -147,7 +151,7 @@ func CheckExtraction(ctx context.Context, eg *egraph.EGraph[Data], g *ir.Graph, 
 // wrongNode finds a tensor node of class c whose operands' values the
 // program computed (got, by classOutput) and that computes another value
 // than want from them.
-func wrongNode(ctx context.Context, eg *egraph.EGraph[Data], c egraph.ClassID, got map[string]*ir.Tensor, want, mag *ir.Tensor, reduction int) (egraph.NodeID, bool, error) {
+func wrongNode(ctx context.Context, eg *egraph.EGraph[Data], c egraph.ClassID, got map[string]*ir.Tensor, want, mag *ir.Tensor, tol float64) (egraph.NodeID, bool, error) {
 	for _, id := range eg.ClassNodes(c) {
 		n := eg.Node(id)
 		op, ok := OpOf(n.Op)
@@ -179,7 +183,7 @@ func wrongNode(ctx context.Context, eg *egraph.EGraph[Data], c egraph.ClassID, g
 		if err != nil {
 			return 0, false, err
 		}
-		mm, err := ir.Compare(outs[0], want, mag, reduction)
+		mm, err := ir.CompareWithin(outs[0], want, mag, tol)
 		if err != nil {
 			return 0, false, err
 		}

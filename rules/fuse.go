@@ -386,7 +386,7 @@ type sumChain struct {
 const maxSumChains = 8
 
 // crossSumChains finds the ways class c is a short sum across rows,
-// through at most maxSumViews views.
+// through at most maxSumViews views and casts.
 func crossSumChains(g *egraph.EGraph[Data], c egraph.ClassID, depth int) []sumChain {
 	var out []sumChain
 	for _, id := range g.ClassNodes(c) {
@@ -419,6 +419,10 @@ func crossSumChains(g *egraph.EGraph[Data], c egraph.ClassID, depth int) []sumCh
 		}
 		switch op {
 		case ir.OpReshape, ir.OpPermute, ir.OpSlice:
+		case ir.OpCast:
+			// A narrow product's split-K sum is accumulated in f32 and
+			// narrowed after (see accumulate in tile.go): the kernel
+			// reading it narrows it in its body.
 		default:
 			continue
 		}

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -44,7 +45,7 @@ func Legal(body *ir.Graph) bool {
 	}
 	nodes := make([]formNode, len(body.Nodes))
 	for i, n := range body.Nodes {
-		nodes[i] = formOf(n.Op, n.Axis, n.Inputs, func(v ir.Value) ir.Shape { return body.Node(v).Shape })
+		nodes[i] = formOf(n.Op, n.Axis, n.Inputs, func(v ir.Value) ir.Shape { return body.Node(v).Shape }, func(v ir.Value) ir.DType { return body.Node(v).DType })
 		nodes[i].kids = make([]int32, len(n.Inputs))
 		for k, in := range n.Inputs {
 			nodes[i].kids[k] = int32(in)
@@ -57,7 +58,17 @@ func Legal(body *ir.Graph) bool {
 			}
 		}
 	}
-	return legalForm(nodes, false)
+	if !legalForm(nodes, false) {
+		return false
+	}
+	for _, n := range nodes {
+		if n.kind == formMatMul {
+			return true
+		}
+	}
+	// A row kernel keeps its rows' structure to its outputs (the printer's
+	// row form relies on it; cost.RowStructure is the one check).
+	return cost.RowStructure(body) == nil
 }
 
 // formKind is what a body node means to the kernel forms.
@@ -88,7 +99,10 @@ type formNode struct {
 	// cross marks a short sum across rows (MaxCrossSum): free, but only
 	// over values computed from the kernel's arguments by free nodes.
 	cross bool
-	kids  []int32
+	// narrow marks a row reduction over f16 or bf16 values: a row kernel
+	// reduces them in f32, but a matmul's norm prologue reduces f32 only.
+	narrow bool
+	kids   []int32
 }
 
 // MaxCrossSum is the longest sum across rows (over an axis other than the
@@ -99,8 +113,9 @@ type formNode struct {
 // kernel of their own.
 const MaxCrossSum = 16
 
-// formOf classifies one op; shape gives its inputs' shapes.
-func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape) formNode {
+// formOf classifies one op; shape and dtype give its inputs' shapes and
+// dtypes.
+func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape, dtype func(V) ir.DType) formNode {
 	switch op.Class() {
 	case ir.ClassView:
 		return formNode{kind: formFree, moves: op != ir.OpReshape && op != ir.OpPermute}
@@ -122,19 +137,23 @@ func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape) formN
 		if ax < 0 {
 			ax += len(in)
 		}
-		if op.Class() == ir.ClassReduce && ax != len(in)-1 {
-			if op == ir.OpSum && ax >= 0 && ax < len(in) && in[ax] <= MaxCrossSum {
+		dt := dtype(inputs[0])
+		if op.Class() == ir.ClassReduce && !cost.RowReduces(op, axis, in, dt) {
+			if op == ir.OpSum && ax >= 0 && ax < len(in)-1 && in[ax] <= MaxCrossSum {
 				// A short sum across rows (split-K's final sum over its
 				// partials) reads a few elements per output element:
 				// any form computes it as it loads, like a gather.
 				return formNode{kind: formFree, moves: true, cross: true}
 			}
-			return formNode{kind: formOther} // a reduction across rows is its own kind of kernel
+			// A reduction across rows, or over integers (exact, a loop
+			// per output element), is its own kind of kernel.
+			return formNode{kind: formOther}
 		}
+		narrow := op.Class() == ir.ClassReduce && dt != ir.F32
 		if op == ir.OpMaxReduce || op == ir.OpSoftmax {
-			return formNode{kind: formSoftmax, rowShape: in}
+			return formNode{kind: formSoftmax, rowShape: in, narrow: narrow}
 		}
-		return formNode{kind: formRow, rowShape: in}
+		return formNode{kind: formRow, rowShape: in, narrow: narrow}
 	}
 	return formNode{kind: formOther}
 }
@@ -216,8 +235,8 @@ func legalForm(nodes []formNode, partial bool) bool {
 	if len(matmuls) == 1 {
 		left := nodes[matmuls[0]].left
 		for _, r := range rows {
-			if feeds[r] == 0 {
-				return false // a row reduction after the matmul
+			if feeds[r] == 0 || nodes[r].narrow {
+				return false // a row reduction after the matmul, or one of half-precision values
 			}
 			rs := nodes[r].rowShape
 			if left != nil && (rs.NumElements() != left.NumElements() || rs[len(rs)-1] != left[len(left)-1]) {
@@ -293,7 +312,7 @@ func formOfBody(body *ir.Graph) Form {
 	var other string
 	rows := false
 	for i, n := range body.Nodes {
-		switch f := formOf(n.Op, n.Axis, n.Inputs, func(v ir.Value) ir.Shape { return body.Node(v).Shape }); f.kind {
+		switch f := formOf(n.Op, n.Axis, n.Inputs, func(v ir.Value) ir.Shape { return body.Node(v).Shape }, func(v ir.Value) ir.DType { return body.Node(v).DType }); f.kind {
 		case formMatMul:
 			matmuls = append(matmuls, i)
 		case formRow, formSoftmax:

@@ -592,7 +592,7 @@ func (r *region) forms() []formNode {
 		n := r.nodes[j]
 		op, _ := OpOf(n.Op)
 		attrs, _ := Attrs(n.Payload)
-		out[i] = formOf(op, attrs.Axis, n.Children, func(k egraph.ClassID) ir.Shape { return r.g.Data(k).Shape })
+		out[i] = formOf(op, attrs.Axis, n.Children, func(k egraph.ClassID) ir.Shape { return r.g.Data(k).Shape }, func(k egraph.ClassID) ir.DType { return r.g.Data(k).DType })
 		for _, k := range n.Children {
 			if at, ok := r.at[r.g.Find(k)]; ok {
 				out[i].kids = append(out[i].kids, pos[at])

@@ -22,6 +22,13 @@ import (
 // None of them loops: every split leaves chunks below the size that makes
 // the rule match, and the blocked attention holds no softmax over the
 // whole key axis.
+//
+// Every partial accumulation they introduce (split-K's partial products,
+// the partial sums, a key block's row sum and partial output) is kept in
+// f32, the accumulator a kernel sums in, and only the combined result is
+// rounded to the dtype of the term it replaces: a partial rounded to bf16
+// would add an error of bf16's precision that the model as given does not
+// have. tileBody.add refuses a term that breaks this (narrowPartial).
 func init() {
 	RegisterApplier("tile_split_k", func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
 		return applySplitK(g, m, 0)
@@ -127,6 +134,9 @@ func (t *tileBody) add(g *egraph.EGraph[Data], out ir.Value) (egraph.ClassID, bo
 	if err != nil {
 		return 0, false
 	}
+	if _, bad := narrowPartial(gr); bad {
+		return 0, false
+	}
 	need := make([]bool, len(gr.Nodes))
 	need[gr.Outputs[0].Value] = true
 	for i := len(gr.Nodes) - 1; i >= 0; i-- {
@@ -225,9 +235,9 @@ func applySplitK(g *egraph.EGraph[Data], m egraph.Match, which int) (egraph.Clas
 	a2 := tileToFront(b, b.Reshape(a, tileDims(da.Shape, r-1, s, chunk)...), r-1)
 	// b [.., K, N] -> [.., S, K/S, N] -> [S, .., K/S, N]
 	b2 := tileToFront(b, b.Reshape(bb, tileDims(db.Shape, r-2, s, chunk)...), r-2)
-	part := b.Apply(ir.OpMatMul, ir.Attrs{}, a2, b2) // [S, .., M, N]
+	part := b.Apply(ir.OpMatMul, accumulate(da.DType), a2, b2) // [S, .., M, N], in f32
 	out := b.Reshape(b.Sum(part, 0), g.Data(m.Root()).Shape...)
-	return t.add(g, out)
+	return t.add(g, narrow(b, out, da.DType))
 }
 
 // applySplitSum rewrites (sum[?p] ?x) over a long last axis K as a sum of
@@ -250,10 +260,10 @@ func applySplitSum(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool
 		return 0, false
 	}
 	b := t.b
-	xs := b.Reshape(x, tileDims(dx.Shape, r-1, ir.Dim(s), ir.Dim(k/s))...) // [.., S, K/S]
-	inner := b.Sum(xs, r)                                                  // [.., S, 1]
-	outer := b.Sum(inner, r-1)                                             // [.., 1, 1]
-	return t.add(g, b.Reshape(outer, tileDims(dx.Shape, r-1, 1)...))
+	xs := b.Reshape(widen(b, x), tileDims(dx.Shape, r-1, ir.Dim(s), ir.Dim(k/s))...) // [.., S, K/S], in f32
+	inner := b.Sum(xs, r)                                                            // [.., S, 1]
+	outer := b.Sum(inner, r-1)                                                       // [.., 1, 1]
+	return t.add(g, narrow(b, b.Reshape(outer, tileDims(dx.Shape, r-1, 1)...), dx.DType))
 }
 
 // tileScores is how a scores tensor s [.., S, T] is computed, as far as
@@ -346,20 +356,80 @@ func (k *kvBlocks) keyRows(x ir.Value) ir.Value {
 // combine finishes a blocked attention from the blocked scores sb [nb, ..,
 // S, blk] and v [.., T, D]: per block m_b, p_b = exp(s_b - m_b), l_b and
 // o_b = p_b v_b; then m = max_b m_b and out = sum_b exp(m_b - m) o_b /
-// sum_b exp(m_b - m) l_b, reshaped to [.., S, D].
+// sum_b exp(m_b - m) l_b, reshaped to [.., S, D]. The probabilities p_b
+// are in the scores' dtype (the operand dtype of p_b v_b, as the tensor
+// cores take it); the partials l_b and o_b, their weights and sums are in
+// f32, and the result is rounded once to the scores' dtype.
 func (k *kvBlocks) combine(sb, v ir.Value) ir.Value {
 	b := k.b
+	dt := b.DType(sb)
 	r := len(b.Shape(sb))
-	mb := b.ReduceMax(sb, r-1)                               // [nb, .., S, 1]
-	pb := b.Exp(b.Sub(sb, mb))                               // [nb, .., S, blk]
-	lb := b.Sum(pb, r-1)                                     // [nb, .., S, 1]
-	ob := b.Apply(ir.OpMatMul, ir.Attrs{}, pb, k.keyRows(v)) // [nb, .., S, D]
-	mx := b.ReduceMax(mb, 0)                                 // [1, .., S, 1]
-	w := b.Exp(b.Sub(mb, mx))                                // [nb, .., S, 1]
-	num := b.Sum(b.Mul(ob, w), 0)                            // [1, .., S, D]
-	den := b.Sum(b.Mul(lb, w), 0)                            // [1, .., S, 1]
-	out := b.Div(num, den)
+	mb := b.ReduceMax(sb, r-1)                                   // [nb, .., S, 1]
+	pb := b.Exp(b.Sub(sb, mb))                                   // [nb, .., S, blk]
+	lb := b.Sum(widen(b, pb), r-1)                               // [nb, .., S, 1]
+	ob := b.Apply(ir.OpMatMul, accumulate(dt), pb, k.keyRows(v)) // [nb, .., S, D]
+	mx := b.ReduceMax(mb, 0)                                     // [1, .., S, 1]
+	w := widen(b, b.Exp(b.Sub(mb, mx)))                          // [nb, .., S, 1]
+	num := b.Sum(b.Mul(ob, w), 0)                                // [1, .., S, D]
+	den := b.Sum(b.Mul(lb, w), 0)                                // [1, .., S, 1]
+	out := narrow(b, b.Div(num, den), dt)
 	return b.Reshape(out, b.Shape(out)[1:]...)
+}
+
+// accumulate is the attributes of a matmul of dt operands whose result
+// is a partial product: accumulated and kept in f32.
+func accumulate(dt ir.DType) ir.Attrs {
+	if dt == ir.F32 {
+		return ir.Attrs{}
+	}
+	return ir.Attrs{DType: ir.F32}
+}
+
+// widen is x in f32, the dtype partial accumulations are kept in.
+func widen(b *ir.Builder, x ir.Value) ir.Value {
+	if b.DType(x) == ir.F32 {
+		return x
+	}
+	return b.Cast(x, ir.F32)
+}
+
+// narrow rounds a combined result x to dt, the dtype of the term it
+// replaces.
+func narrow(b *ir.Builder, x ir.Value, dt ir.DType) ir.Value {
+	if b.DType(x) == dt {
+		return x
+	}
+	return b.Cast(x, dt)
+}
+
+// narrowPartial returns a value of g that breaks the rule every tiling
+// keeps: a reduction (a sum or a matmul) whose result another sum
+// consumes, through layout and elementwise ops, in a float dtype narrower
+// than f32.
+func narrowPartial(g *ir.Graph) (ir.Value, bool) {
+	// partial[v]: v is, or is an elementwise or layout function of, a
+	// narrow reduction's result.
+	partial := make([]bool, len(g.Nodes))
+	for i, n := range g.Nodes {
+		if n.Op == ir.OpSum {
+			for _, in := range n.Inputs {
+				if partial[in] {
+					return ir.Value(i), true
+				}
+			}
+		}
+		narrowFloat := n.DType.IsFloat() && n.DType != ir.F32
+		switch c := n.Op.Class(); {
+		case n.Op == ir.OpSum || n.Op == ir.OpMatMul:
+			partial[i] = narrowFloat
+		case c == ir.ClassView || c == ir.ClassUnary || c == ir.ClassBinary || n.Op == ir.OpCast:
+			// A cast back to f32 does not undo the rounding.
+			for _, in := range n.Inputs {
+				partial[i] = partial[i] || partial[in]
+			}
+		}
+	}
+	return ir.NoValue, false
 }
 
 // applyKVSoftmax rewrites softmax(s) v over the last axis of s, matched as

@@ -171,7 +171,8 @@ func bothNonFinite(l, r *ir.Tensor, i int64) bool {
 }
 
 func maxTensor(a, b *ir.Tensor) *ir.Tensor {
-	out := ir.NewTensor(a.DType, a.Shape)
+	// Magnitudes are float64 whatever the dtype.
+	out := &ir.Tensor{DType: a.DType, Shape: a.Shape.Clone(), F64: make([]float64, a.Len())}
 	for i := range out.F64 {
 		out.F64[i] = math.Max(a.At(int64(i)), b.At(int64(i)))
 	}

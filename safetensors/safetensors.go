@@ -164,11 +164,14 @@ func check(t *ir.Tensor) error {
 		return err
 	}
 	n := t.Shape.NumElements()
-	if (t.F32 != nil && int64(len(t.F32)) != n) || (t.F32 == nil && int64(len(t.F64)) != n) {
+	if int64(t.StorageLen()) != n {
 		return fmt.Errorf("%s%v holds the wrong number of elements", t.DType, t.Shape)
 	}
 	if t.F32 != nil && !t.DType.IsFloat() {
 		return fmt.Errorf("%s%v in float32 storage", t.DType, t.Shape)
+	}
+	if t.I64 != nil && !t.DType.IsInt() {
+		return fmt.Errorf("%s%v in integer storage", t.DType, t.Shape)
 	}
 	return nil
 }
@@ -196,7 +199,7 @@ func Write(w io.Writer, tensors map[string]*ir.Tensor, metadata map[string]strin
 				bw.Write(chunk)
 				chunk = chunk[:0]
 			}
-			chunk = appendElement(chunk, t.DType, t.At(i))
+			chunk = appendElement(chunk, t, i)
 		}
 	}
 	bw.Write(chunk)
@@ -248,8 +251,9 @@ func WriteFile(path string, tensors map[string]*ir.Tensor, metadata map[string]s
 }
 
 // appendElement appends v stored in dtype dt, little-endian.
-func appendElement(b []byte, dt ir.DType, v float64) []byte {
-	switch dt {
+func appendElement(b []byte, t *ir.Tensor, i int64) []byte {
+	v := t.At(i)
+	switch t.DType {
 	case ir.F32:
 		return binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(v)))
 	case ir.F16:
@@ -257,9 +261,9 @@ func appendElement(b []byte, dt ir.DType, v float64) []byte {
 	case ir.BF16:
 		return binary.LittleEndian.AppendUint16(b, uint16(ir.BF16FromFloat32(float32(v))))
 	case ir.I32:
-		return binary.LittleEndian.AppendUint32(b, uint32(int32(ir.I32.Round(v))))
+		return binary.LittleEndian.AppendUint32(b, uint32(ir.I32.WrapInt(t.Int(i))))
 	case ir.I64:
-		return binary.LittleEndian.AppendUint64(b, uint64(int64(ir.I64.Round(v))))
+		return binary.LittleEndian.AppendUint64(b, uint64(t.Int(i)))
 	case ir.Bool:
 		if v != 0 {
 			return append(b, 1)
@@ -271,8 +275,8 @@ func appendElement(b []byte, dt ir.DType, v float64) []byte {
 
 // Read parses a safetensors file held in data and decodes every tensor
 // into an ir tensor (float dtypes in float32 storage, which holds every
-// f32, f16 and bf16 value exactly; integers and bool in float64, which
-// holds an i64 exactly up to 2^53 in magnitude), with the file's metadata
+// f32, f16 and bf16 value exactly; integers in int64, exactly; bool in
+// float64), with the file's metadata
 // (nil when it has none). name is the file's name in errors. A malformed
 // file (a header length beyond the file, JSON that is not an object of
 // well-formed entries, offsets out of order, out of range or overlapping,
@@ -337,17 +341,17 @@ func decode(st cst.Tensor) (*ir.Tensor, error) {
 		return ir.TensorOfFloat32(dt, shape, vals)
 	}
 	t := ir.NewTensor(dt, shape)
-	for i := range t.F64 {
+	for i := range t.Len() {
 		switch dt {
 		case ir.I32:
-			t.F64[i] = float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
+			t.SetInt(i, int64(int32(binary.LittleEndian.Uint32(b[4*i:]))))
 		case ir.I64:
-			t.F64[i] = float64(int64(binary.LittleEndian.Uint64(b[8*i:])))
+			t.SetInt(i, int64(binary.LittleEndian.Uint64(b[8*i:])))
 		case ir.Bool:
 			if b[i] > 1 {
 				return nil, fmt.Errorf("BOOL element %d is %d, not 0 or 1", i, b[i])
 			}
-			t.F64[i] = float64(b[i])
+			t.SetInt(i, int64(b[i]))
 		}
 	}
 	return t, nil

@@ -45,10 +45,17 @@ type BenchOptions struct {
 	// Options do ("" means DefaultTarget and its architecture); BenchDir
 	// takes them from plan.json.
 	Target, Arch string
+	// Feeds say where the inputs come from (stated ranges for random
+	// ones, or an inputs file) and what the compiled program's results
+	// are compared with besides the naive program's (an outputs file).
+	Feeds Feeds
 }
 
 func (o BenchOptions) bench() (bench, error) {
-	b := bench{mode: o.Measure, dbPath: o.TuneDB, seed: o.Seed, save: o.Save, rule: timing.Rule{Min: timing.DefaultMin, MaxTime: timing.DefaultMaxTime}}
+	b := bench{mode: o.Measure, dbPath: o.TuneDB, seed: o.Seed, save: o.Save, feeds: o.Feeds, rule: timing.Rule{Min: timing.DefaultMin, MaxTime: timing.DefaultMaxTime}}
+	if err := o.Feeds.checkFiles(); err != nil {
+		return b, err
+	}
 	if b.mode == "" {
 		b.mode = MeasureGPU
 	}
@@ -90,6 +97,9 @@ func Bench(ctx context.Context, m *Model, o BenchOptions) (*BenchReport, error) 
 	if err != nil {
 		return nil, err
 	}
+	if err := o.Feeds.checkRanges(m.Graph); err != nil {
+		return nil, err
+	}
 	s, err := buildBench(ctx, m, o.Target, o.Arch)
 	if err != nil {
 		return nil, err
@@ -123,6 +133,7 @@ type bench struct {
 	dbPath string
 	seed   uint64
 	save   string // the folder to save the tensors in, "" for none
+	feeds  Feeds
 	rule   timing.Rule
 }
 
@@ -270,7 +281,11 @@ type benchTimes struct {
 // run measures a built bench and reports it.
 func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 	defer s.closeFunc()
-	feeds, err := benchFeeds(s, b.seed)
+	feeds, err := benchFeeds(s, b.seed, b.feeds)
+	if err != nil {
+		return nil, fmt.Errorf("bench %s: %w", s.model, err)
+	}
+	expect, err := b.feeds.expect(s.g)
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", s.model, err)
 	}
@@ -283,6 +298,11 @@ func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", s.model, err)
 	}
+	if expect != nil {
+		if err := checkBenchOutputs(ctx, s, feeds, t, expect); err != nil {
+			return nil, fmt.Errorf("bench %s: %w", s.model, err)
+		}
+	}
 	dbPath, recorded, err := b.record(s, t)
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", s.model, err)
@@ -292,24 +312,22 @@ func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 			return nil, fmt.Errorf("bench %s: %w", s.model, err)
 		}
 	}
-	return report(s, t, dbPath, recorded), nil
+	rep := report(s, t, dbPath, recorded)
+	if expect != nil {
+		rep.Outputs = expect.found
+	}
+	return rep, nil
 }
 
 // benchFeeds draws the inputs, states and (for a corpus model) weights
-// from the seed, as compile's verification does; an ONNX model keeps its
-// own weights.
-func benchFeeds(s *benchSetup, seed uint64) (map[string]*ir.Tensor, error) {
-	var feeds map[string]*ir.Tensor
-	var err error
-	if s.weights == nil {
-		feeds, err = ir.RandomFeeds(s.g, seed, ir.Typical)
-	} else {
-		feeds, err = ir.RandomLeaves(s.g, seed, ir.Typical, ir.OpInput, ir.OpState)
-	}
+// from the seed, as compile's verification does, within the ranges f
+// states or ir.InputRanges infers; an ONNX model keeps its own weights.
+// With an inputs file, its tensors replace the drawn ones (Feeds.feed).
+func benchFeeds(s *benchSetup, seed uint64, f Feeds) (map[string]*ir.Tensor, error) {
+	feeds, err := f.feed(s.g, seed, s.weights, ir.OpInput, ir.OpState, ir.OpWeight)
 	if err != nil {
 		return nil, err
 	}
-	maps.Copy(feeds, s.weights)
 	// A folder's program has its constants by name; a program that
 	// computes its own takes those (gpu.Program and the emulation both
 	// prefer them).

@@ -49,6 +49,9 @@ type BenchReport struct {
 	Kernels   []BenchKernel `json:"kernels"`
 	TuneDB    string        `json:"tunedb"`
 	Recorded  int           `json:"recorded"`
+	// Outputs is the comparison with an outputs file (BenchOptions.Feeds),
+	// nil without one.
+	Outputs *OutputsCheck `json:"outputs_file,omitempty"`
 
 	// Driver and Compiler are the GPU's driver version and the
 	// compiler's ("" and the emulation's under emulation); Target is the
@@ -198,6 +201,9 @@ func (r *BenchReport) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "check: the compiled program's outputs match the naive program's (%d elements; relative L2 error %.2g, at most %.2g)\n",
 		r.Checked, r.RelError, r.RelLimit)
+	if r.Outputs != nil {
+		fmt.Fprintf(w, "check: %v\n", r.Outputs)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "LAUNCH\tKERNEL\tSCHEDULE\tPREDICTED (%s)\t%s MEDIAN\tIQR\tRUNS\n", r.Target, label)
 	for _, k := range r.Kernels {

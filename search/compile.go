@@ -20,13 +20,16 @@ import (
 // shapes, and the whole program's wiring (a corpus or config model at a
 // reduced size of its architecture, any other model whole when it is
 // small enough). It reports on o.Events as it goes; Result.Write writes
-// the folder. Only o.Target, o.Arch, o.TuneDB, o.NoVerify and o.Events
-// apply.
+// the folder. Only o.Target, o.Arch, o.TuneDB, o.NoVerify,
+// o.InputRanges and o.Events apply.
 func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	o = o.withDefaults()
 	em := newEmitter(o.Events)
 	log := newLogWriter(em)
 	g, model := m.Graph, m.Name
+	if err := (Feeds{Ranges: o.InputRanges}).checkRanges(g); err != nil {
+		return nil, err
+	}
 	sat, costName, cm, err := o.price(ctx)
 	if err != nil {
 		return nil, err
@@ -47,7 +50,7 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 		c.prog.Kernels, c.prog.Prep, Seconds(c.prog.Cost), costName, nv.Launches, Seconds(nv.Seconds))
 	fmt.Fprintf(log, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
-	src := &source{model: m, sat: sat, m: cm, arch: o.Arch}
+	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}
 	f, err := finalize(ctx, src, c, !o.NoVerify, log)
 	if err != nil {
 		return nil, err

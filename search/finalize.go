@@ -21,6 +21,7 @@ type source struct {
 	sat   rules.SaturateOptions
 	m     *cost.Model
 	arch  string
+	feeds Feeds // how the verification draws the whole program's inputs
 }
 
 // final is a program ready to write: lowered, printed, compiled by NVRTC
@@ -107,9 +108,9 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 	defer stopWiring()
 	go func() {
 		if src.model.reducible() {
-			wiringErr <- verifyReduced(wctx, src.model, src.sat, m, &wiring)
+			wiringErr <- verifyReduced(wctx, src.model, src.sat, m, src.feeds, &wiring)
 		} else {
-			wiringErr <- verifyWhole(wctx, src.model, c, &wiring)
+			wiringErr <- verifyWhole(wctx, src.model, c, src.feeds, &wiring)
 		}
 	}()
 	kernelsErr := verifyKernels(ctx, model, lp, c.kernels, out)

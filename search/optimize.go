@@ -72,12 +72,15 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 		return nil, optionErrorf("--budget %v: want a duration, 0 for none", o.Budget)
 	}
 	g, model := m.Graph, m.Name
+	if err := (Feeds{Ranges: o.InputRanges}).checkRanges(g); err != nil {
+		return nil, err
+	}
 	sat, _, cm, err := o.price(ctx)
 	if err != nil {
 		return nil, err
 	}
 	sat.IterLimit, sat.NodeLimit = o.IterLimit, o.NodeLimit
-	src := &source{model: m, sat: sat, m: cm, arch: o.Arch}
+	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}
 
 	where := ""
 	switch o.Measure {

@@ -44,6 +44,10 @@ type Options struct {
 	TuneDB string
 	// NoVerify skips verification under the CPU emulation.
 	NoVerify bool
+	// InputRanges replace, for the leaves they name, the ranges the
+	// verification draws random values from (ir.InputRanges infers them
+	// from use: indices, positions, masks).
+	InputRanges InputRanges
 	// Events receives progress, one event at a time (nil: none). A
 	// Printer shows them as the command line does.
 	Events func(Event)

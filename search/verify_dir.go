@@ -3,6 +3,7 @@ package search
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,6 +31,20 @@ import (
 // "verified DIR". A folder that cannot be read, or whose model cannot be
 // rebuilt, is a KindInput error; a check that fails is any other.
 func Verify(ctx context.Context, dir string, events func(Event)) error {
+	return VerifyWith(ctx, dir, Feeds{}, events)
+}
+
+// VerifyWith is Verify with the whole program's inputs drawn as feeds
+// say: stated ranges, or the tensors of an inputs file, which needs the
+// whole program to run (a model too large for that is an error, since
+// the reduced configuration has other shapes); and with feeds.Outputs,
+// the whole program's results are compared with that file's too, within
+// the verifier's allowances. A bad stated range is a KindOption error,
+// an unreadable or mismatched file a KindInput one.
+func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)) error {
+	if err := feeds.checkFiles(); err != nil {
+		return err
+	}
 	stdout := newLogWriter(newEmitter(events))
 	pl, err := plan.Read(dir)
 	if err != nil {
@@ -74,31 +89,37 @@ func Verify(ctx context.Context, dir string, events func(Event)) error {
 		return fmt.Errorf("verify %s: the model %s as rebuilt from plan.json: %w", dir, pl.Model, err)
 	}
 	c := &compiled{lowered: lp, kernels: ks}
+	if err := feeds.checkRanges(g); err != nil {
+		return err
+	}
 	const maxElements = 16 << 20
 	if lp.TempBytes/4 <= maxElements {
-		feeds, err := ir.RandomLeaves(g, 1, ir.Typical, ir.OpInput, ir.OpState, ir.OpWeight)
+		in, err := feeds.feed(g, 1, weights, ir.OpInput, ir.OpState, ir.OpWeight)
 		if err != nil {
 			return err
 		}
-		for name, w := range weights {
-			feeds[name] = w
-		}
-		for name, t := range consts {
-			feeds[name] = t
-		}
-		odt := ir.F32
-		for _, o := range g.Outputs {
-			if d := g.Node(o.Value).DType; d.IsFloat() && d.Eps() > odt.Eps() {
-				odt = d
-			}
-		}
-		rel, err := emulateAgainstReference(ctx, pl.Model, g, c, feeds, odt)
+		maps.Copy(in, consts)
+		expect, err := feeds.expect(g)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "  verify: the whole program, as the folder holds it, matches the reference interpreter under the CPU emulation (relative error %.2g)\n", rel)
+		rel, err := emulateAgainstReference(ctx, pl.Model, g, c, in, expect)
+		if err != nil {
+			return err
+		}
+		what := "random inputs"
+		if feeds.Inputs != "" {
+			what = "the inputs of " + feeds.Inputs
+		}
+		fmt.Fprintf(stdout, "  verify: the whole program, as the folder holds it, matches the reference interpreter under the CPU emulation on %s (relative error %.2g)\n", what, rel)
+		if expect != nil {
+			fmt.Fprintf(stdout, "  verify: %v\n", expect.found)
+		}
 		fmt.Fprintf(stdout, "verified %s\n", dir)
 		return nil
+	}
+	if feeds.Inputs != "" || feeds.Outputs != "" {
+		return withKind(KindInput, fmt.Errorf("verify %s: --inputs and --outputs need the whole program under the CPU emulation, and its %d bytes of intermediates are too many (at most %d elements); its kernels matched the reference at their real shapes", dir, lp.TempBytes, maxElements))
 	}
 	fmt.Fprintf(stdout, "  verify: the whole program has %d bytes of intermediates, too many to emulate whole\n", lp.TempBytes)
 	if !md.reducible() {
@@ -109,7 +130,7 @@ func Verify(ctx context.Context, dir string, events func(Event)) error {
 	if err != nil {
 		return err
 	}
-	if err := verifyReduced(ctx, md, sat, m, stdout); err != nil {
+	if err := verifyReduced(ctx, md, sat, m, feeds, stdout); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "verified %s (the kernels at their real shapes; the architecture at the reduced size)\n", dir)

@@ -67,8 +67,9 @@ func verifyKernels(ctx context.Context, model string, lp *lower.Program, ks []*c
 }
 
 // verifyReduced runs the pipeline on the model's architecture at the
-// reduced size and checks its CUDA under emulation against the reference.
-func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m *cost.Model, stdout io.Writer) error {
+// reduced size and checks its CUDA under emulation against the reference,
+// on random inputs drawn as feeds say (Feeds.reduced).
+func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m *cost.Model, feeds Feeds, stdout io.Writer) error {
 	if _, err := exec.LookPath("g++"); err != nil {
 		fmt.Fprintf(stdout, "  verify: skipped: the CPU emulation needs g++ (%v)\n", err)
 		return nil
@@ -98,11 +99,11 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 	if err != nil {
 		return fmt.Errorf("verify %s at the reduced size: %w", model, err)
 	}
-	feeds, err := ir.RandomFeeds(g, 1, ir.Typical)
+	in, err := feeds.reduced(g).feed(g, 1, nil, ir.OpInput, ir.OpState, ir.OpWeight)
 	if err != nil {
 		return err
 	}
-	rel, err := emulateAgainstReference(ctx, model, g, c, feeds, opt.DType)
+	rel, err := emulateAgainstReference(ctx, model, g, c, in, nil)
 	if err != nil {
 		return err
 	}
@@ -113,10 +114,14 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 
 // emulateAgainstReference runs c's CUDA under the CPU emulation with feeds
 // and compares it with the reference interpreter: element by element
-// within ir.Tolerance, and, because the reference's first-order magnitudes
-// can grow large through norms and masked softmax, the whole result in the
-// relative L2 sense (how far from the reference in units of its own size).
-func emulateAgainstReference(ctx context.Context, model string, g *ir.Graph, c *compiled, feeds map[string]*ir.Tensor, dt ir.DType) (float64, error) {
+// within each output's allowance (ir.Graph.Allowance: the precisions on
+// its path in g, the model as given, so a rounding a rewrite introduces
+// is not allowed for), and, because the reference's first-order
+// magnitudes can grow large through norms and masked softmax, the whole
+// result in the relative L2 sense (how far from the reference in units of
+// its own size). With expect, the program's results are also compared
+// with an outputs file's (compareOutputs), within the same allowances.
+func emulateAgainstReference(ctx context.Context, model string, g *ir.Graph, c *compiled, feeds map[string]*ir.Tensor, expect *expectation) (float64, error) {
 	want, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{Magnitude: true})
 	if err != nil {
 		return 0, err
@@ -125,9 +130,11 @@ func emulateAgainstReference(ctx context.Context, model string, g *ir.Graph, c *
 	if err != nil {
 		return 0, fmt.Errorf("verify %s: %w", model, err)
 	}
-	var diff2, norm2 float64
-	check := func(name string, got, w, mag *ir.Tensor) error {
-		mm, err := ir.Compare(got, w, mag, 1024)
+	eps := ir.PathEps(g)
+	var diff2, norm2, widest float64
+	check := func(name string, v ir.Value, got, w, mag *ir.Tensor) error {
+		widest = max(widest, eps[v], g.Node(v).DType.Eps())
+		mm, err := ir.CompareWithin(got, w, mag, g.Allowance(v, eps, 1024))
 		if err != nil {
 			return err
 		}
@@ -135,33 +142,40 @@ func emulateAgainstReference(ctx context.Context, model string, g *ir.Graph, c *
 			return fmt.Errorf("verify %s: %s differs from the reference: %v", model, name, mm)
 		}
 		for k := range w.Len() {
-			if g, x := got.At(k), w.At(k); g == g && x == x && !math.IsInf(x, 0) {
+			if g, x := got.At(k), ir.OverflowTo(got.DType, w.At(k)); g == g && x == x && !math.IsInf(x, 0) && !math.IsInf(g, 0) {
 				diff2 += (g - x) * (g - x)
 				norm2 += x * x
 			}
 		}
 		return nil
 	}
-	for name, w := range want.Outputs {
-		if err := check("output "+name, outs[name], w, want.Magnitudes[name]); err != nil {
+	for _, o := range g.Outputs {
+		if err := check("output "+o.Name, o.Value, outs[o.Name], want.Outputs[o.Name], want.Magnitudes[o.Name]); err != nil {
 			return 0, err
 		}
 	}
-	for name, w := range want.States {
-		if err := check("state "+name, states[name], w, want.Magnitudes[name]); err != nil {
+	for _, u := range g.Updates {
+		name := g.Node(u.State).Name
+		if err := check("state "+name, u.Value, states[name], want.States[name], want.Magnitudes[name]); err != nil {
 			return 0, err
 		}
 	}
 	rel := math.Sqrt(diff2 / math.Max(norm2, math.SmallestNonzeroFloat64))
-	if limit := relativeLimit(dt); rel > limit {
-		return rel, fmt.Errorf("verify %s: the results are %.3g away from the reference relative to their size (at most %.3g for %s)", model, rel, limit, dt)
+	if limit := relativeLimit(widest); rel > limit {
+		return rel, fmt.Errorf("verify %s: the results are %.3g away from the reference relative to their size (at most %.3g for roundings of unit %.3g on their path)", model, rel, limit, widest)
+	}
+	if expect != nil {
+		if err := expect.compare(g, outs, states, want.Magnitudes); err != nil {
+			return rel, fmt.Errorf("verify %s: %w", model, err)
+		}
 	}
 	return rel, nil
 }
 
 // verifyWhole runs an imported model's program whole under the emulation,
-// with its own weights and random inputs, when it is small enough.
-func verifyWhole(ctx context.Context, md *Model, c *compiled, stdout io.Writer) error {
+// with its own weights and random inputs drawn as feeds say, when it is
+// small enough.
+func verifyWhole(ctx context.Context, md *Model, c *compiled, feeds Feeds, stdout io.Writer) error {
 	model, g, weights := md.Name, md.Graph, md.Weights
 	if _, err := exec.LookPath("g++"); err != nil {
 		fmt.Fprintf(stdout, "  verify: skipped: the CPU emulation needs g++ (%v)\n", err)
@@ -172,20 +186,11 @@ func verifyWhole(ctx context.Context, md *Model, c *compiled, stdout io.Writer) 
 		fmt.Fprintf(stdout, "  verify: skipped: %d bytes of intermediates are too many for the CPU emulation (at most %d elements)\n", c.lowered.TempBytes, maxElements)
 		return nil
 	}
-	feeds, err := ir.RandomLeaves(g, 1, ir.Typical, ir.OpInput, ir.OpState)
+	in, err := feeds.feed(g, 1, weights, ir.OpInput, ir.OpState)
 	if err != nil {
 		return err
 	}
-	for name, w := range weights {
-		feeds[name] = w
-	}
-	dt := ir.F32
-	for _, o := range g.Outputs {
-		if d := g.Node(o.Value).DType; d.IsFloat() && d.Eps() > dt.Eps() {
-			dt = d
-		}
-	}
-	rel, err := emulateAgainstReference(ctx, model, g, c, feeds, dt)
+	rel, err := emulateAgainstReference(ctx, model, g, c, in, nil)
 	if err != nil {
 		return err
 	}
@@ -193,11 +198,12 @@ func verifyWhole(ctx context.Context, md *Model, c *compiled, stdout io.Writer) 
 	return nil
 }
 
-// relativeLimit is the relative L2 error a verified program may have in
-// dtype dt: a few thousand roundings of the dtype's precision.
-func relativeLimit(dt ir.DType) float64 {
-	if dt == ir.F32 || dt == ir.InvalidDType {
+// relativeLimit is the relative L2 error a verified program may have when
+// the narrowest rounding on its outputs' paths has unit roundoff eps: a
+// few thousand roundings of f32, 64 of anything narrower.
+func relativeLimit(eps float64) float64 {
+	if eps <= ir.F32.Eps() {
 		return 1e-4
 	}
-	return 64 * dt.Eps()
+	return 64 * eps
 }

@@ -67,9 +67,8 @@ var nativeLittleEndian = func() bool {
 // big model's weights, memory-mapped from an external data file, stay
 // where they are (the tensor must then not be written, and must not be
 // used after the Model is closed). FLOAT16 and BFLOAT16 are widened to
-// float32 storage; INT32, INT64 and BOOL go to float64 storage (INT64
-// values beyond 2^53 lose precision there). Every other type is
-// unsupported.
+// float32 storage; INT32 and INT64 go to exact int64 storage and BOOL to
+// float64 storage (0 or 1). Every other type is unsupported.
 func (t *Tensor) IRTensor() (*ir.Tensor, error) {
 	dt, ok := irDType(t.DType)
 	if !ok {
@@ -115,20 +114,25 @@ func (t *Tensor) IRTensor() (*ir.Tensor, error) {
 		}
 		return ir.TensorOfFloat32(dt, shape, f)
 	}
-	v := make([]float64, n)
-	for i := range v {
-		switch dt {
-		case ir.I32:
-			v[i] = float64(int32(le.Uint32(raw[4*i:])))
-		case ir.I64:
-			v[i] = float64(int64(le.Uint64(raw[8*i:])))
-		case ir.Bool:
+	if dt == ir.Bool {
+		v := make([]float64, n)
+		for i := range v {
 			if raw[i] != 0 {
 				v[i] = 1
 			}
 		}
+		return &ir.Tensor{DType: dt, Shape: shape, F64: v}, nil
 	}
-	return &ir.Tensor{DType: dt, Shape: shape, F64: v}, nil
+	// Integers stay exact: torch writes 2^63-1 for every open slice end.
+	v := make([]int64, n)
+	for i := range v {
+		if dt == ir.I32 {
+			v[i] = int64(int32(le.Uint32(raw[4*i:])))
+		} else {
+			v[i] = int64(le.Uint64(raw[8*i:]))
+		}
+	}
+	return &ir.Tensor{DType: dt, Shape: shape, I64: v}, nil
 }
 
 // f16ToF32 widens IEEE half-precision bits exactly.
@@ -150,14 +154,4 @@ func f16ToF32(h uint16) float32 {
 		f = -f
 	}
 	return f
-}
-
-// tensorValues returns every element of t in float64.
-func tensorValues(t *ir.Tensor) []float64 {
-	n := t.Len()
-	out := make([]float64, n)
-	for i := range n {
-		out[i] = t.At(i)
-	}
-	return out
 }

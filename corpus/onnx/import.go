@@ -517,15 +517,7 @@ func (imp *importer) fold(c *nodeCtx, def opDef) ([]result, bool, error) {
 		if r.v < 0 {
 			continue
 		}
-		t := res.Outputs[fmt.Sprint(i)]
-		vals := make([]float64, t.Len())
-		for j := range vals {
-			vals[j] = t.DType.Round(t.At(int64(j)))
-		}
-		k, err := ir.TensorOf(t.DType, t.Shape, vals...)
-		if t.Len() == 0 {
-			k, err = &ir.Tensor{DType: t.DType, Shape: t.Shape.Clone(), F64: []float64{}}, nil
-		}
+		k, err := knownTensor(res.Outputs[fmt.Sprint(i)])
 		if err != nil {
 			return nil, false, err
 		}
@@ -537,10 +529,31 @@ func (imp *importer) fold(c *nodeCtx, def opDef) ([]result, bool, error) {
 	return out, true, nil
 }
 
+// knownTensor is a folded result as the importer keeps it: integer and
+// bool values exact, float values rounded to their dtype (the interpreter
+// keeps them in float64), in storage of the tensor's own.
+func knownTensor(t *ir.Tensor) (*ir.Tensor, error) {
+	if t.DType.IsInt() || t.DType == ir.Bool {
+		return ir.TensorOfInts(t.DType, t.Shape, t.Int64s()...)
+	}
+	return ir.TensorOf(t.DType, t.Shape, t.Float64s()...)
+}
+
 // constValue adds a constant holding t's elements to b, as one broadcast
-// value when they are all equal.
+// value when they are all equal. Integer values go in exactly (ConstInts):
+// float64 would turn torch's 2^63-1 into 2^63.
 func constValue(b *ir.Builder, t *ir.Tensor) ir.Value {
-	vals := tensorValues(t)
+	if t.DType.IsInt() {
+		vals := t.Int64s()
+		switch {
+		case len(vals) == 0:
+			vals = []int64{0}
+		case !slices.ContainsFunc(vals, func(v int64) bool { return v != vals[0] }):
+			vals = vals[:1]
+		}
+		return b.ConstInts(t.DType, t.Shape, vals...)
+	}
+	vals := t.Float64s()
 	if len(vals) > 0 && allSame(vals) {
 		vals = vals[:1]
 	}

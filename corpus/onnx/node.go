@@ -3,6 +3,7 @@ package onnx
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/lumsearch/lumsearch/corpus/onnx/onnxpb"
 	"github.com/lumsearch/lumsearch/ir"
@@ -106,11 +107,7 @@ func (c *nodeCtx) intsIn(i int) []int64 {
 		c.failf("input %d (%q) is %s; want an integer tensor", i, c.inNames[i], t.DType)
 		return nil
 	}
-	out := make([]int64, t.Len())
-	for j := range out {
-		out[j] = int64(t.At(int64(j)))
-	}
-	return out
+	return slices.Clone(t.Int64s())
 }
 
 // konst makes a constant output whose value the importer knows.
@@ -122,8 +119,19 @@ func (c *nodeCtx) konst(t *ir.Tensor) ir.Value {
 	return v
 }
 
-// scalar is a rank-0 constant of dtype dt (x rounded to it).
-func (c *nodeCtx) scalar(dt ir.DType, x float64) ir.Value { return c.b.Scalar(dt, dt.Round(x)) }
+// scalar is a rank-0 constant of dtype dt (x rounded to it; for an
+// integer dtype, truncated and saturated as DType.IntOf, and exact).
+func (c *nodeCtx) scalar(dt ir.DType, x float64) ir.Value {
+	if dt.IsInt() {
+		return c.intScalar(dt, dt.IntOf(x))
+	}
+	return c.b.Scalar(dt, dt.Round(x))
+}
+
+// intScalar is a rank-0 integer constant holding v exactly.
+func (c *nodeCtx) intScalar(dt ir.DType, v int64) ir.Value {
+	return c.b.ConstInts(dt, ir.Shape{}, v)
+}
 
 // attr returns attribute name if present, marking it handled and checking
 // its type.
@@ -230,13 +238,9 @@ func shapeOf(dims []int64) ir.Shape {
 	return s
 }
 
-// int64Tensor makes a known I64 tensor.
+// int64Tensor makes a known I64 tensor holding a copy of vals exactly.
 func int64Tensor(shape ir.Shape, vals []int64) *ir.Tensor {
-	f := make([]float64, len(vals))
-	for i, v := range vals {
-		f[i] = float64(v)
-	}
-	return &ir.Tensor{DType: ir.I64, Shape: shape.Clone(), F64: f}
+	return &ir.Tensor{DType: ir.I64, Shape: shape.Clone(), I64: append([]int64{}, vals...)}
 }
 
 // dims returns a shape as int64s.

@@ -90,21 +90,31 @@ func opConstantOfShape(c *nodeCtx) ([]ir.Value, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	dt, x := ir.F32, 0.0
-	if val != nil {
-		if val.Len() != 1 {
-			return nil, errorf("value has %d elements; want one", val.Len())
-		}
-		dt, x = val.DType, val.At(0)
-	}
 	shape := shapeOf(spec)
 	if err := shape.Check(); err != nil {
 		return nil, err
 	}
-	if shape.NumElements() > foldLimit {
-		return c.outs(c.b.Const(dt, shape, x))
+	fill := ir.NewTensor(ir.F32, ir.Shape{})
+	if val != nil {
+		if val.Len() != 1 {
+			return nil, errorf("value has %d elements; want one", val.Len())
+		}
+		fill = val
 	}
-	t, err := ir.TensorOf(dt, shape, x)
+	dt := fill.DType
+	if shape.NumElements() > foldLimit {
+		if dt.IsInt() {
+			return c.outs(c.b.ConstInts(dt, shape, fill.Int(0)))
+		}
+		return c.outs(c.b.Const(dt, shape, fill.At(0)))
+	}
+	var t *ir.Tensor
+	var err error
+	if dt.IsInt() || dt == ir.Bool {
+		t, err = ir.TensorOfInts(dt, shape, fill.Int(0))
+	} else {
+		t, err = ir.TensorOf(dt, shape, fill.At(0))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +123,11 @@ func opConstantOfShape(c *nodeCtx) ([]ir.Value, error) {
 
 // opRange computes start, start+delta, ... below limit at import time; a
 // Range over values known only at run time has no static shape and is
-// not supported.
+// not supported. Integer ranges are computed exactly: their length is
+// ceil((limit - start) / delta) in integers, and every value lies between
+// start and limit, so none wraps.
 func opRange(c *nodeCtx) ([]ir.Value, error) {
-	var v [3]float64
+	var ks [3]*ir.Tensor
 	dt := ir.InvalidDType
 	for i := range 3 {
 		t := c.konstIn(i)
@@ -133,15 +145,21 @@ func opRange(c *nodeCtx) ([]ir.Value, error) {
 		} else if t.DType != dt {
 			return nil, errorf("inputs of types %s and %s", dt, t.DType)
 		}
-		v[i] = t.At(0)
+		ks[i] = t
 	}
-	start, limit, delta := v[0], v[1], v[2]
-	if delta == 0 || dt == ir.Bool {
-		return nil, errorf("Range with delta %v of %s", delta, dt)
+	if dt == ir.Bool {
+		return nil, errorf("Range of bool")
+	}
+	if dt.IsInt() {
+		return intRange(c, dt, ks[0].Int(0), ks[1].Int(0), ks[2].Int(0))
+	}
+	start, limit, delta := ks[0].At(0), ks[1].At(0), ks[2].At(0)
+	if delta == 0 {
+		return nil, errorf("Range with delta 0")
 	}
 	n := math.Max(math.Ceil((limit-start)/delta), 0)
-	if n > 1<<40 {
-		return nil, errorf("Range of %v elements is too long", n)
+	if n > 1<<40 || math.IsNaN(n) {
+		return nil, errorf("Range from %v to %v by %v has %v elements: too long", start, limit, delta, n)
 	}
 	if n > foldLimit {
 		// Too long to hold at import time: start + i*delta in the graph.
@@ -150,10 +168,53 @@ func opRange(c *nodeCtx) ([]ir.Value, error) {
 	}
 	vals := make([]float64, int(n))
 	for i := range vals {
-		vals[i] = dt.Round(start + float64(i)*delta)
+		vals[i] = start + float64(i)*delta
 	}
-	t := &ir.Tensor{DType: dt, Shape: ir.Shape{ir.Dim(len(vals))}, F64: vals}
+	t, err := ir.TensorOf(dt, ir.Shape{ir.Dim(len(vals))}, vals...)
+	if err != nil {
+		return nil, err
+	}
 	return c.outs(c.konst(t))
+}
+
+// intRange is Range over integers of dtype dt.
+func intRange(c *nodeCtx, dt ir.DType, start, limit, delta int64) ([]ir.Value, error) {
+	if delta == 0 {
+		return nil, errorf("Range with delta 0")
+	}
+	n := rangeLen(start, limit, delta)
+	if n > 1<<40 {
+		return nil, errorf("Range from %d to %d by %d has %d elements: too long", start, limit, delta, n)
+	}
+	if n > foldLimit {
+		i := c.b.Iota(dt, ir.Shape{ir.Dim(n)}, 0)
+		return c.outs(c.b.Add(c.b.Mul(i, c.intScalar(dt, delta)), c.intScalar(dt, start)))
+	}
+	vals := make([]int64, n)
+	for i := range vals {
+		vals[i] = start + int64(i)*delta
+	}
+	t, err := ir.TensorOfInts(dt, ir.Shape{ir.Dim(n)}, vals...)
+	if err != nil {
+		return nil, err
+	}
+	return c.outs(c.konst(t))
+}
+
+// rangeLen is max(ceil((limit - start) / delta), 0) for delta != 0, in
+// integers: limit - start may not fit in an int64, so the distance is
+// taken in uint64, where it always fits.
+func rangeLen(start, limit, delta int64) uint64 {
+	var dist, step uint64
+	switch {
+	case delta > 0 && limit > start:
+		dist, step = uint64(limit)-uint64(start), uint64(delta)
+	case delta < 0 && limit < start:
+		dist, step = uint64(start)-uint64(limit), -uint64(delta)
+	default:
+		return 0
+	}
+	return (dist-1)/step + 1
 }
 
 // opCast converts to the type attribute "to" (Cast) or to the second
@@ -183,11 +244,11 @@ func opCast(c *nodeCtx) ([]ir.Value, error) {
 		if k := c.konstIn(0); k != nil {
 			// The result is known even when the second input, which
 			// gives only a type, is not.
-			vals := tensorValues(k)
-			for i, v := range vals {
-				vals[i] = to.Round(v)
+			t, err := castKnown(k, to)
+			if err != nil {
+				return nil, err
 			}
-			return c.outs(c.konst(&ir.Tensor{DType: to, Shape: k.Shape.Clone(), F64: vals}))
+			return c.outs(c.konst(t))
 		}
 	}
 	if x < 0 || c.err != nil {
@@ -197,4 +258,22 @@ func opCast(c *nodeCtx) ([]ir.Value, error) {
 		return c.outs(x)
 	}
 	return c.outs(c.b.Cast(x, to))
+}
+
+// castKnown converts a known tensor to dtype to as the IR's cast does:
+// exactly between integers (wrapping), truncating and saturating from
+// floats to integers, and to the nearest value otherwise.
+func castKnown(k *ir.Tensor, to ir.DType) (*ir.Tensor, error) {
+	if to.IsInt() || to == ir.Bool {
+		vals := make([]int64, k.Len())
+		for i := range vals {
+			if k.DType.IsInt() {
+				vals[i] = k.Int(int64(i))
+			} else {
+				vals[i] = to.IntOf(k.At(int64(i)))
+			}
+		}
+		return ir.TensorOfInts(to, k.Shape, vals...)
+	}
+	return ir.TensorOf(to, k.Shape, k.Float64s()...)
 }

@@ -261,7 +261,9 @@ func opReduce(c *nodeCtx) ([]ir.Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		return c.outs(c.b.Cast(y, ir.Bool))
+		// y > 0, not a cast: over an empty axis y is i64's least or
+		// greatest value, and the bool max is false, the bool min true.
+		return c.outs(c.b.Binary(ir.OpGt, y, c.intScalar(ir.I64, 0)))
 	}
 	if dt == ir.Bool {
 		return nil, errorf("%s of bool", c.op)
@@ -300,7 +302,7 @@ func reduceCast(c *nodeCtx, x ir.Value, dt ir.DType, axes []int64, noop, keep bo
 		case "ReduceMax":
 			y = c.b.ReduceMax(y, ax)
 		case "ReduceMin":
-			y = c.b.Neg(c.b.ReduceMax(c.b.Neg(y), ax))
+			y = reduceMin(c, y, ax)
 		default:
 			y = c.b.Sum(y, ax)
 		}
@@ -322,6 +324,19 @@ func reduceCast(c *nodeCtx, x ir.Value, dt ir.DType, axes []int64, noop, keep bo
 		y = c.b.Reshape(y, out...)
 	}
 	return y, nil
+}
+
+// reduceMin is the min along ax as a max of order-reversed values: -x for
+// floats, and -1 - x (two's-complement NOT) for integers, where -x would
+// map the least value to itself. Over an empty axis it is +inf, or the
+// dtype's greatest value, as ONNX ReduceMin (opset 18) says.
+func reduceMin(c *nodeCtx, x ir.Value, ax int) ir.Value {
+	dt := c.dtype(x)
+	if !dt.IsInt() {
+		return c.b.Neg(c.b.ReduceMax(c.b.Neg(x), ax))
+	}
+	m1 := c.intScalar(dt, -1)
+	return c.b.Sub(m1, c.b.ReduceMax(c.b.Sub(m1, x), ax))
 }
 
 // opArg gives the index of the first (or, with select_last_index, the

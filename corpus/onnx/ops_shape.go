@@ -367,54 +367,66 @@ func opSlice(c *nodeCtx) ([]ir.Value, error) {
 	}
 	y := x
 	for i, ax := range norm {
-		dim := int64(s[ax])
-		st, en, step := starts[i], ends[i], steps[i]
-		if step == 0 {
+		if steps[i] == 0 {
 			return nil, errorf("step 0 on axis %d", ax)
 		}
-		if st < 0 {
-			st = satAdd(st, dim)
+		st, step, n := sliceBounds(int64(s[ax]), starts[i], ends[i], steps[i])
+		switch {
+		case n == int64(s[ax]) && step == 1:
+			// The whole axis.
+		case step > 0 || n <= 1:
+			y = c.b.Slice(y, ax, st, st+(n-1)*step+1, step)
+		default:
+			// A negative step gathers st, st+step, ... (n elements).
+			idx := c.b.Add(c.b.Mul(c.b.Iota(ir.I64, ir.Shape{ir.Dim(n)}, 0), c.intScalar(ir.I64, step)), c.intScalar(ir.I64, st))
+			y = c.b.Gather(y, idx, ax)
 		}
-		if en < 0 {
-			en = satAdd(en, dim)
-		}
-		if step > 0 {
-			st, en = clamp(st, 0, dim), clamp(en, 0, dim)
-			if en < st {
-				en = st
-			}
-			if st == 0 && en == dim && step == 1 {
-				continue
-			}
-			y = c.b.Slice(y, ax, st, en, step)
-			continue
-		}
-		// A negative step gathers st, st+step, ... down to (not
-		// including) en.
-		st, en = clamp(st, 0, dim-1), clamp(en, -1, dim-1)
-		n := int64(0)
-		if st > en {
-			n = (st - en + (-step) - 1) / -step
-		}
-		idx := c.b.Add(c.b.Mul(c.b.Iota(ir.I64, ir.Shape{ir.Dim(n)}, 0), c.scalar(ir.I64, float64(step))), c.scalar(ir.I64, float64(st)))
-		y = c.b.Gather(y, idx, ax)
 	}
 	return c.outs(y)
 }
 
-func clamp(x, lo, hi int64) int64 { return max(lo, min(x, hi)) }
-
-// satAdd adds without wrapping past the int64 range.
-func satAdd(a, b int64) int64 {
-	s := a + b
-	if (b > 0 && s < a) || (b < 0 && s > a) {
-		if b > 0 {
-			return math.MaxInt64
-		}
-		return math.MinInt64
+// sliceBounds applies ONNX Slice's rules to one axis of extent dim:
+// negative starts and ends count from the end (dim is added once); then
+// for a positive step the start and end are clamped to [0, dim], and for a
+// negative step the start to [0, dim-1] and the end to [-1, dim-1], so
+// that torch's INT64_MAX end of an open slice and its INT64_MIN end of
+// x[::-1] both mean "to the edge". It returns the first index, the step
+// and the number of elements n taken; the step is 1 when n <= 1, so that
+// the graph never carries a stride no element uses. step must not be 0.
+func sliceBounds(dim, start, end, step int64) (first, stride, n int64) {
+	if start < 0 {
+		start += dim // no overflow: start < 0 <= dim
 	}
-	return s
+	if end < 0 {
+		end += dim
+	}
+	var dist uint64 // the distance covered, in the step's direction
+	if step > 0 {
+		start, end = clamp(start, 0, dim), clamp(end, 0, dim)
+		if end > start {
+			dist = uint64(end - start)
+		}
+	} else {
+		start, end = clamp(start, 0, dim-1), clamp(end, -1, dim-1)
+		if start > end && dim > 0 {
+			dist = uint64(start - end)
+		}
+	}
+	if dist == 0 {
+		return 0, 1, 0
+	}
+	abs := uint64(step)
+	if step < 0 {
+		abs = -uint64(step) // exact for INT64_MIN too
+	}
+	n = int64((dist-1)/abs + 1)
+	if n == 1 {
+		return start, 1, 1
+	}
+	return start, step, n
 }
+
+func clamp(x, lo, hi int64) int64 { return max(lo, min(x, hi)) }
 
 func opGather(c *nodeCtx) ([]ir.Value, error) {
 	axis := c.attrInt("axis", 0)
@@ -487,7 +499,7 @@ func opTrilu(c *nodeCtx) ([]ir.Value, error) {
 	if upper == 0 {
 		cmp = ir.OpLe
 	}
-	keep := c.b.Binary(cmp, diff, c.scalar(ir.I64, float64(k)))
+	keep := c.b.Binary(cmp, diff, c.intScalar(ir.I64, k))
 	return c.outs(c.b.Where(keep, x, c.scalar(c.dtype(x), 0)))
 }
 
@@ -510,6 +522,10 @@ func opPad(c *nodeCtx) ([]ir.Value, error) {
 				return nil, errorf("constant_value has %d elements; want one", t.Len())
 			}
 			value = t.At(0)
+			if t.DType.IsInt() && (value >= 0x1p63 || int64(value) != t.Int(0)) {
+				// The IR's pad value is a float64.
+				return nil, unsupported("constant_value %d is not exact in float64", t.Int(0))
+			}
 		}
 		if c.version >= 18 && c.has(3) {
 			axes = c.intsIn(3)

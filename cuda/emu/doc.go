@@ -59,7 +59,7 @@
 // caller's segment returns the caller's own value). Reading a lane that takes
 // no part (returned, absent from the mask, or beyond the block's last
 // thread) is undefined on the GPU; here it returns a NaN pattern
-// (0x7fff7fff) so that a result built on it is visibly wrong.
+// (NaNPattern, 0x7fa57fa5) so that a result built on it is visibly wrong.
 //
 // # Memory
 //

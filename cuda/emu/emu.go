@@ -60,6 +60,11 @@ type Launch struct {
 	// every check (guards, canaries, deadlocks, shuffling by Options.Seed
 	// and the block id) applies to the blocks that run as in a whole run.
 	Blocks []int
+	// Seed, when not 0, seeds the launch's thread orders, copy landings and
+	// modes (Options.Vary) with Options.Seed; 0 uses the launch's index in
+	// its place, so that a caller who runs the same launch among others
+	// can keep its draws the same by naming them.
+	Seed uint64
 }
 
 // Buffer is one device buffer of Bytes bytes. Data, when not nil, is its
@@ -70,14 +75,16 @@ type Buffer struct {
 }
 
 // NaNPattern is the 32-bit little-endian word repeated from the start of a
-// buffer given without data: a quiet NaN as f32, and each of its halves a
-// NaN as f16 and bf16.
-const NaNPattern uint32 = 0x7fff7fff
+// buffer given without data: a NaN as f32, and each of its halves a NaN as
+// f16 and bf16. It is none of the NaNs arithmetic and conversions make
+// (the canonical 0x7fff of a narrowing, a quieted f32 NaN), so that a
+// kernel that writes a NaN (the reference's NaN, or a bug's) is seen to
+// have written it.
+const NaNPattern uint32 = 0x7fa57fa5
 
 // Unwritten reports whether the n bytes at off of a buffer's final content
 // (a buffer given without data) still hold the NaN pattern, that is,
-// whether no launch wrote a different value there. A value equal to the
-// pattern (the canonical f16 or bf16 NaN, 0x7fff) reads as unwritten.
+// whether no launch wrote a different value there.
 func Unwritten(data []byte, off, n int) bool {
 	for i := off; i < off+n; i++ {
 		if data[i] != byte(NaNPattern>>(8*(i&3))) {
@@ -87,10 +94,50 @@ func Unwritten(data []byte, off, n int) bool {
 	return true
 }
 
+// Landing is when a cp.async copy (lum_cp_async16) lands in shared memory,
+// somewhere between its issue and the wait that completes its group.
+type Landing uint8
+
+// Landings.
+const (
+	// LandAtWait lands a copy at the wait that completes its group, the
+	// latest moment the PTX ISA allows: a kernel that reads a copy its
+	// wait does not cover (an off-by-one wait_group) reads stale data.
+	LandAtWait Landing = iota
+	// LandAtIssue lands a copy at once: a kernel that refills a buffer
+	// other threads still read (a missing barrier before the refill)
+	// overwrites their data.
+	LandAtIssue
+	// LandBetween lands each copy at a seeded moment: at issue, at one of
+	// its thread's later scheduling points (barriers, warp collectives), or
+	// at the wait.
+	LandBetween
+)
+
+func (l Landing) String() string {
+	switch l {
+	case LandAtWait:
+		return "at-wait"
+	case LandAtIssue:
+		return "at-issue"
+	case LandBetween:
+		return "between"
+	}
+	return fmt.Sprintf("Landing(%d)", uint8(l))
+}
+
 // Options tune a run. The zero value is valid.
 type Options struct {
-	Shuffle  bool   // permute the order of a block's threads at every scheduling point
-	Seed     uint64 // of the permutations
+	Shuffle bool    // permute the order of a block's threads at every scheduling point
+	Landing Landing // when cp.async copies land
+	// Vary gives each block its own mode, overriding Shuffle and Landing:
+	// the blocks of a launch, in the order they start, take the six
+	// combinations of thread order (in order, shuffled) and landing in
+	// turn from a start drawn from Seed and the launch's seed, so that any
+	// six consecutive blocks try every combination and any three every
+	// landing. Each block still runs once.
+	Vary     bool
+	Seed     uint64 // of the permutations, landings and modes
 	Workers  int    // OS threads running blocks; 0 means GOMAXPROCS
 	CacheDir string // compiled runners; "" means os.UserCacheDir()/lumsearch/emu
 	Compiler string // "" means g++
@@ -112,12 +159,15 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	if err != nil {
 		return nil, err
 	}
+	if opt.Landing > LandBetween {
+		return nil, fmt.Errorf("emu: Options.Landing is %v, not one of the landings", opt.Landing)
+	}
 	for _, i := range opt.Discard {
 		if i < 0 || i >= len(bufs) {
 			return nil, fmt.Errorf("emu: Options.Discard names buffer %d of %d", i, len(bufs))
 		}
 	}
-	bin, err := compile(ctx, source, glue(kernels), &opt)
+	bin, err := compile(ctx, placeShared(source, kernels), glue(kernels), &opt)
 	if err != nil {
 		return nil, err
 	}

@@ -17,8 +17,14 @@
 // block run on the same OS thread (they see one instance, as the threads of a
 // block see one shared memory), a worker runs one block at a time (no two live
 // blocks share an instance), and different workers have different instances.
-// Like real shared memory, its contents at block start are unspecified (here:
-// whatever the previous block on the same worker left).
+// Real shared memory holds garbage at block start; here every block starts
+// with its shared variables poisoned (the NaN pattern), so that reading a slot
+// no thread of the block wrote is seen. To find them, the variables are placed
+// in their own TLS sections: "lum_emu_shared_<i>" for the kernel of launcher
+// i (the generated glue redefines __shared__ before each kernel) and
+// "lum_emu_shared" for any text before the first kernel; the runner maps the
+// sections' bounds (__start_ and __stop_ symbols) into each worker's TLS
+// block.
 //
 // The host side (buffers with guard pages, signals, workers, I/O) is in
 // runner.inc; the Go package cuda/emu generates the launchers and main.
@@ -48,7 +54,9 @@
 #define __noinline__ __attribute__((noinline))
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
-#define __shared__ static thread_local
+// LUM_EMU_SHARED_IN places a shared variable in a poisoned section (above).
+#define LUM_EMU_SHARED_IN(section_name) static thread_local __attribute__((section(section_name)))
+#define __shared__ LUM_EMU_SHARED_IN("lum_emu_shared")
 // __restrict__ is a g++ keyword already.
 
 struct uint3 {
@@ -249,8 +257,25 @@ struct MmaLane {
   float* c;           // 4 accumulators, read and written
 };
 
-// kCpAsyncMax bounds the cp.async copies one thread may have in flight.
-constexpr int kCpAsyncMax = 32;
+// kCpAsyncMax bounds the cp.async copies one thread may have issued and not
+// yet waited for.
+constexpr int kCpAsyncMax = 64;
+
+// Landing is when a cp.async copy lands in shared memory (emu.Landing in Go):
+// at the wait that completes its group (the latest moment the PTX ISA
+// allows, which shows a wait that does not cover a copy), at once (the
+// earliest, which shows a refill of a buffer other threads still read), or
+// at a seeded moment between: at issue or at any scheduling point of the
+// issuing thread.
+enum class Landing : uint8_t { AtWait, AtIssue, Between };
+
+// CpCopy is one cp.async copy issued and not yet waited for.
+struct CpCopy {
+  void* dst;
+  const void* src;
+  uint32_t group;  // the thread's cp.async-group it belongs to (== Fiber::cp_groups while uncommitted)
+  bool landed;     // already copied (Landing::AtIssue or Between)
+};
 
 struct Fiber {
   void* sp;         // saved stack pointer while switched out
@@ -265,12 +290,12 @@ struct Fiber {
   bool wide;  // a 64-bit value (poisoned with kPoison64)
   uint64_t value, result;
   const MmaLane* mma;  // the lane's operands while in an mma collective
-  // cp.async copies issued and not yet waited for: performed, in order, at
-  // lum_cp_async_wait, so that reading the destination early reads stale data
-  // as it may on the GPU.
+  // cp.async copies issued and not yet waited for, in issue order, and the
+  // number of cp.async-groups the thread has committed (PTX ISA
+  // cp.async.commit_group: groups are per thread).
   int ncp;
-  void* cp_dst[kCpAsyncMax];
-  const void* cp_src[kCpAsyncMax];
+  uint32_t cp_groups;
+  CpCopy cp[kCpAsyncMax];
 };
 
 struct ArgVal {
@@ -286,6 +311,10 @@ struct KernelEntry {
   int nparams;
   const char* const* params;
   Launcher launch;
+  // The bounds of its shared section (lum_emu_shared_<i>) in the TLS
+  // initialization image; null when it declares no shared variable.
+  const char* shared_lo;
+  const char* shared_hi;
 };
 
 // The fiber stack size. 64 KiB covers the register tiles and call depth of
@@ -304,8 +333,15 @@ struct Worker {
   void* sched_sp = nullptr;
   Launcher entry = nullptr;
   const ArgVal* args = nullptr;
-  bool shuffle = false;
-  uint64_t rng = 0;
+  bool shuffle = false;  // of the current block
+  Landing land = Landing::AtWait;  // of the current block's cp.async copies
+  uint64_t rng = 0;       // the thread order's
+  uint64_t land_rng = 0;  // the landing moments' (Landing::Between)
+  int pending = 0;        // cp.async copies of the block not landed yet
+  // The current kernel's shared sections in this worker's TLS: [lo, hi)
+  // each, poisoned at every block start.
+  struct Span { char* lo; char* hi; } shared[2];
+  int nshared = 0;
   int* order = nullptr;  // this pass's fiber order
   int pos = 0;            // index into order of the fiber running now
   uint32_t fp_mxcsr = 0;
@@ -413,8 +449,30 @@ inline void next(Worker& w, void** save) {
   lum_emu_switch(save, w.sched_sp);
 }
 
+// land performs copy i of fiber f.
+inline void land(Worker& w, Fiber& f, int i) {
+  CpCopy& c = f.cp[i];
+  if (c.landed) return;
+  memcpy(c.dst, c.src, 16);
+  c.landed = true;
+  w.pending--;
+}
+
+// land_some lands each of f's pending copies with probability 1/2: the
+// seeded moments of Landing::Between at f's scheduling points.
+inline void land_some(Worker& w, Fiber& f) {
+  uint64_t bits = 0;
+  for (int i = 0; i < f.ncp; i++) {
+    if (i % 64 == 0) bits = splitmix(w.land_rng);
+    if (!f.cp[i].landed && (bits >> (i % 64) & 1)) land(w, f, i);
+  }
+}
+
 // yield suspends the running fiber f at a scheduling point.
-inline void yield(Worker& w, Fiber& f) { next(w, &f.sp); }
+inline void yield(Worker& w, Fiber& f) {
+  if (w.land == Landing::Between && w.pending > 0 && f.ncp > 0) land_some(w, f);
+  next(w, &f.sp);
+}
 
 // ---------------------------------------------------------------- reports
 
@@ -482,8 +540,8 @@ inline void describe_waits(Worker& w, char* buf, size_t n) {
 
 // ---------------------------------------------------------------- warps
 
-constexpr uint64_t kPoison32 = 0x7fff7fffu;  // NaN as f32, f16 and bf16
-constexpr uint64_t kPoison64 = 0x7fff7fff7fff7fffull;
+constexpr uint64_t kPoison32 = 0x7fa57fa5u;  // NaN as f32, f16 and bf16 (emu.NaNPattern)
+constexpr uint64_t kPoison64 = 0x7fa57fa57fa57fa5ull;
 
 // mma_half is element hi (0: the low 16 bits, 1: the high ones) of a register
 // holding two f16 or bf16 values.
@@ -636,7 +694,21 @@ inline bool complete_barrier(Worker& w) {
   return true;
 }
 
-// run_block runs one block to completion on the calling worker thread.
+// poison fills [lo, hi) with the NaN pattern, each aligned 32-bit word
+// holding kPoison32 (emu.NaNPattern).
+inline void poison(char* lo, char* hi) {
+  while (lo < hi && (uintptr_t(lo) & 3)) {
+    *lo = char(kPoison32 >> (8 * (uintptr_t(lo) & 3)));
+    lo++;
+  }
+  const uint32_t word = uint32_t(kPoison32);
+  for (; lo + 4 <= hi; lo += 4) memcpy(lo, &word, 4);
+  for (; lo < hi; lo++) *lo = char(kPoison32 >> (8 * (uintptr_t(lo) & 3)));
+}
+
+// run_block runs one block to completion on the calling worker thread, its
+// threads in order or shuffled (w.shuffle) and its cp.async copies landing
+// as w.land says.
 inline void run_block(Worker& w, uint3 block, int linear_block, uint64_t seed) {
   int n = int(blockDim.x * blockDim.y * blockDim.z);
   grow(w, n);
@@ -645,6 +717,9 @@ inline void run_block(Worker& w, uint3 block, int linear_block, uint64_t seed) {
   w.n = n;
   w.live = n;
   w.rng = seed ^ (uint64_t(linear_block) * 0xd1b54a32d192ed03ull);
+  w.land_rng = w.rng ^ 0x6c616e64696e6721ull;
+  w.pending = 0;
+  for (int s = 0; s < w.nshared; s++) poison(w.shared[s].lo, w.shared[s].hi);
   for (int i = 0; i < n; i++) {
     Fiber& f = w.fibers[i];
     f.linear = i;
@@ -652,6 +727,7 @@ inline void run_block(Worker& w, uint3 block, int linear_block, uint64_t seed) {
                   unsigned(i) / (blockDim.x * blockDim.y)};
     f.state = State::Runnable;
     f.ncp = 0;
+    f.cp_groups = 0;
     init_frame(w, f);
     w.order[i] = i;
   }
@@ -750,6 +826,10 @@ inline T shfl(WarpOp op, unsigned mask, T v, int arg, int width) {
 extern "C" __attribute__((used, visibility("hidden"))) void lum_emu_fiber_main(lum_emu::Fiber* f) {
   lum_emu::Worker& w = *lum_emu::tl_worker;
   w.entry(w.args);
+  // Copies never waited for land when their thread returns, the latest
+  // moment the emulation has for them.
+  for (int i = 0; i < f->ncp; i++) lum_emu::land(w, *f, i);
+  f->ncp = 0;
   f->state = lum_emu::State::Exited;
   w.live--;
   lum_emu::yield(w, *f);
@@ -979,27 +1059,72 @@ inline void lum_mma_m16n8k16_bf16(float c[4], const unsigned a[4], const unsigne
   lum_emu::mma(lum_emu::OpMmaBF16, c, a, b);
 }
 
+// cp.async (PTX ISA 9.7.9.25.3, "Data Movement and Conversion Instructions:
+// cp.async", cp.async.commit_group and cp.async.wait_group): a thread's copies
+// are batched into per-thread cp.async-groups by lum_cp_async_commit (a commit
+// with no copy since the last makes an empty group, trivially complete);
+// lum_cp_async_wait_group(N) returns when at most the N most recent committed
+// groups are pending, every older one complete; lum_cp_async_wait is
+// cp.async.wait_all, a commit then wait_group 0. A copy not yet in a
+// committed group is not waited for by wait_group. A copy's write is visible
+// to its thread after the wait that completes it, to the other threads after
+// a barrier that follows that wait. When the copy really lands between its
+// issue and that wait is the block's Landing (Worker::land); one never waited
+// for lands when its thread returns.
+
 // lum_cp_async16 copies 16 bytes from global to shared memory asynchronously
-// (cp.async.cg.shared.global): the copy happens at the thread's next
-// lum_cp_async_wait, so that a kernel reading the destination before waiting
-// reads stale data here too. Both addresses must be 16-byte aligned.
+// (cp.async.cg.shared.global ... 16). Both addresses must be 16-byte aligned.
+// Two copies to the same destination in flight at once (issued and not
+// waited for) have no order between them (PTX ISA: undefined within a group)
+// and are reported.
 inline void lum_cp_async16(void* dst, const void* src) {
   lum_emu::Fiber& f = lum_emu::current("lum_cp_async16");
+  lum_emu::Worker& w = *lum_emu::tl_worker;
   if (uintptr_t(dst) & 15) lum_emu::misaligned("lum_cp_async16 destination", dst);
   if (uintptr_t(src) & 15) lum_emu::misaligned("lum_cp_async16 source", src);
   if (f.ncp == lum_emu::kCpAsyncMax)
-    lum_emu::fail("usage", "more than %d lum_cp_async16 copies in flight: call lum_cp_async_wait", lum_emu::kCpAsyncMax);
-  f.cp_dst[f.ncp] = dst;
-  f.cp_src[f.ncp] = src;
+    lum_emu::fail("usage", "more than %d lum_cp_async16 copies issued and not waited for: wait for older groups first",
+                  lum_emu::kCpAsyncMax);
+  for (int i = 0; i < f.ncp; i++)
+    if (f.cp[i].dst == dst)
+      lum_emu::fail("usage",
+                    "lum_cp_async16 to shared address %p while an earlier copy to it (cp.async-group %u) is not waited "
+                    "for: the two are unordered",
+                    dst, f.cp[i].group);
+  f.cp[f.ncp] = lum_emu::CpCopy{dst, src, f.cp_groups, false};
   f.ncp++;
+  w.pending++;
+  if (w.land == lum_emu::Landing::AtIssue ||
+      (w.land == lum_emu::Landing::Between && (lum_emu::splitmix(w.land_rng) & 3) == 0))
+    lum_emu::land(w, f, f.ncp - 1);
 }
 
-// lum_cp_async_wait waits for the calling thread's copies (cp.async.wait_all);
-// other threads see them after a following __syncthreads.
+// lum_cp_async_commit is cp.async.commit_group: the calling thread's copies
+// issued since its last commit form its next cp.async-group.
+inline void lum_cp_async_commit() { lum_emu::current("lum_cp_async_commit").cp_groups++; }
+
+// lum_cp_async_wait_group is cp.async.wait_group n: the calling thread's
+// committed groups but the n most recent complete.
+inline void lum_cp_async_wait_group(int n) {
+  lum_emu::Fiber& f = lum_emu::current("lum_cp_async_wait_group");
+  lum_emu::Worker& w = *lum_emu::tl_worker;
+  if (n < 0) lum_emu::fail("usage", "lum_cp_async_wait_group(%d): the number of pending groups must be >= 0", n);
+  int kept = 0;
+  for (int i = 0; i < f.ncp; i++) {
+    if (uint64_t(f.cp[i].group) + uint64_t(n) < uint64_t(f.cp_groups)) {
+      lum_emu::land(w, f, i);
+      continue;
+    }
+    f.cp[kept++] = f.cp[i];
+  }
+  f.ncp = kept;
+}
+
+// lum_cp_async_wait waits for all of the calling thread's copies
+// (cp.async.wait_all: a commit, then wait_group 0).
 inline void lum_cp_async_wait() {
-  lum_emu::Fiber& f = lum_emu::current("lum_cp_async_wait");
-  for (int i = 0; i < f.ncp; i++) memcpy(f.cp_dst[i], f.cp_src[i], 16);
-  f.ncp = 0;
+  lum_cp_async_commit();
+  lum_cp_async_wait_group(0);
 }
 
 // ---------------------------------------------------------------- ldmatrix

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const nanFill = 0x7fff7fff
+const nanFill = NaNPattern
 
 func TestEarlyReturnLeavesTheBarrier(t *testing.T) {
 	t.Parallel()
