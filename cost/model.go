@@ -178,12 +178,11 @@ func (m *Model) measured(spec string, s Schedule) (float64, bool) {
 // value which matmul operands it flows into.
 type kernelForm struct {
 	body    *ir.Graph
+	form    Form
 	matmuls []ir.Value
 	// slots[v] has bit 2i+j set when value v flows into operand j of
 	// matmul i (before reaching any other matmul's output).
 	slots []uint8
-	rows  bool // a reduction along rows, softmax or a norm
-	other int  // ops that are neither elementwise, views, matmuls nor row ops
 	// rowLen is the longest row a last-axis reduction, softmax or norm
 	// runs along (0 when none does: reductions along other axes are
 	// printed as loops per output element).
@@ -238,33 +237,33 @@ func (k *kernelForm) occupancy(d *Device, threads, shared, regs int) int {
 	return occupancy(d, threads, shared, regs)
 }
 
+// analyze reads what the model needs of a body in the form the printer
+// prints it in (FormOf, which refuses a body no form prints): an attention
+// op is priced as its eager form, two matmuls, which the printer prints.
 func analyze(body *ir.Graph) (*kernelForm, error) {
-	if len(body.Outputs) == 0 {
-		return nil, fmt.Errorf("cost: kernel body %s has no output", body.Name)
+	form, err := FormOf(body)
+	if err != nil {
+		return nil, fmt.Errorf("cost: kernel body %s: no kernel form computes it: %w", body.Name, err)
 	}
-	k := &kernelForm{body: body, slots: make([]uint8, len(body.Nodes))}
+	for _, n := range body.Nodes {
+		if n.Op == ir.OpAttention {
+			if body, err = Decompose(body); err != nil {
+				return nil, fmt.Errorf("cost: %w", err)
+			}
+			break
+		}
+	}
+	k := &kernelForm{body: body, form: form, slots: make([]uint8, len(body.Nodes))}
 	for i, n := range body.Nodes {
 		switch {
 		case n.Op == ir.OpMatMul:
 			k.matmuls = append(k.matmuls, ir.Value(i))
-		case n.Op.Class() == ir.ClassReduce, n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
-			k.rows = true
-			in := body.Node(n.Inputs[0])
-			// Softmax and the norms take float inputs and decompose into
-			// float row reductions along their (last) axis; a reduction
-			// the row form does not compute (RowReduces) is a loop per
-			// output element.
-			row := RowReduction(body, n) || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm ||
-				n.Op == ir.OpSoftmax && (n.Attrs.Axis == -1 || n.Attrs.Axis == len(in.Shape)-1)
-			if row && len(in.Shape) > 0 {
-				k.rowLen = max(k.rowLen, int(in.Shape[len(in.Shape)-1]))
-			}
-		case n.Op == ir.OpGather, n.Op == ir.OpSliceUpdate, n.Op == ir.OpAttention:
-			k.other++
+		case form == FormRow && rowOp(body, n):
+			// A reduction the row form does not compute (RowReduces), or
+			// a softmax along another axis, is a loop per output element.
+			in := body.Node(n.Inputs[0]).Shape
+			k.rowLen = max(k.rowLen, int(in[len(in)-1]))
 		}
-	}
-	if len(k.matmuls) > 2 {
-		return nil, fmt.Errorf("cost: kernel body with %d matmuls is no kernel form", len(k.matmuls))
 	}
 	if len(k.matmuls) == 2 {
 		v := body.Node(body.Node(k.matmuls[1]).Inputs[1]).Shape
@@ -285,18 +284,7 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 }
 
 // describe names the form in messages.
-func (k *kernelForm) describe() string {
-	switch len(k.matmuls) {
-	case 2:
-		return "attention"
-	case 1:
-		return "matmul"
-	}
-	if k.rows {
-		return "row"
-	}
-	return "elementwise"
-}
+func (k *kernelForm) describe() string { return k.form.String() }
 
 func numel(s ir.Shape) float64 { return float64(s.NumElements()) }
 
@@ -381,14 +369,12 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     a warp per 16 query rows, keys 32 or 64 a tile.
 func (k *kernelForm) schedules(d *Device) []Schedule {
 	var out []Schedule
-	switch len(k.matmuls) {
-	case 0:
-		if k.rowLen == 0 {
-			for _, t := range []int{128, 256, 512} {
-				out = append(out, Schedule{Threads: t})
-			}
-			return out
+	switch k.form {
+	case FormElementwise:
+		for _, t := range []int{128, 256, 512} {
+			out = append(out, Schedule{Threads: t})
 		}
+	case FormRow:
 		for _, t := range []int{64, 128, 256, 512} {
 			if t == 64 || t <= (k.rowLen+31)/32*32 {
 				out = append(out, Schedule{Threads: t})
@@ -397,7 +383,7 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 		if k.rowLen <= 1024 {
 			out = append(out, Schedule{Threads: 128, Rows: 4}, Schedule{Threads: 256, Rows: 8})
 		}
-	case 1:
+	case FormMatMul:
 		mm := k.body.Node(k.matmuls[0])
 		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F32 {
 			for _, bm := range []int{16, 32, 64, 128} {
@@ -420,7 +406,7 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 				}
 			}
 		}
-	case 2:
+	case FormAttention:
 		// A block per query row (the default, and decode's layout).
 		for _, t := range []int{64, 128, 256} {
 			if k.valueLen <= 4*t {
@@ -501,8 +487,8 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 	for _, o := range body.Outputs {
 		out += k.bytesOf(o.Value)
 	}
-	switch len(k.matmuls) {
-	case 0:
+	switch k.form {
+	case FormElementwise, FormRow:
 		var in, flops, elems float64
 		for _, v := range body.Inputs() {
 			in += k.readBytes(v)
@@ -516,10 +502,11 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 			return Features{}, false
 		}
 		blocks := max(1, int(math.Ceil(elems/float64(s.Threads*4))))
-		if k.rowLen > 0 {
+		if k.form == FormRow {
 			// A row goes to a block or a warp; lanes past the row's end
 			// idle through every pass, which the arithmetic pays for.
-			rows := int(math.Ceil(elems / float64(k.rowLen)))
+			rowLen := max(k.rowLen, 1)
+			rows := int(math.Ceil(elems / float64(rowLen)))
 			lanes := s.Threads
 			if s.Rows > 0 {
 				lanes = s.Threads / s.Rows
@@ -527,12 +514,12 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 			} else {
 				blocks = min(rows, maxRowBlocks)
 			}
-			passes := ceilDiv(k.rowLen, lanes)
-			flops *= float64(passes*lanes) / float64(k.rowLen)
+			passes := ceilDiv(rowLen, lanes)
+			flops *= float64(passes*lanes) / float64(rowLen)
 			blocks = max(blocks, 1)
 		}
 		return Features{Bytes: in + out, Work: []Work{{FMA, "f32", flops}}, Blocks: blocks, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
-	case 1:
+	case FormMatMul:
 		return k.matmulFeatures(s, d, out)
 	}
 	return k.attentionFeatures(s, d, out)

@@ -36,91 +36,6 @@ const (
 	attnTile    = 32
 )
 
-// attentionParts are the nodes of an attention body.
-type attentionParts struct {
-	qk, pv         ir.Value // the two matmuls
-	scores         ir.Value // the softmax's input, from qk through elementwise ops
-	q, kt, v       ir.Value // qk's operands and pv's right operand
-	softmaxOutputs ir.Value // pv's left operand: softmax(scores)
-}
-
-// findAttention checks that body is softmax(scores) x v with scores
-// computed elementwise from q x kt, and names the parts.
-func findAttention(body *ir.Graph) (attentionParts, error) {
-	var mms []ir.Value
-	for i, n := range body.Nodes {
-		if n.Op == ir.OpMatMul {
-			mms = append(mms, ir.Value(i))
-		}
-	}
-	if len(mms) != 2 {
-		return attentionParts{}, fmt.Errorf("attention with %d matmuls", len(mms))
-	}
-	p := attentionParts{qk: mms[0], pv: mms[1]}
-	qk, pv := body.Node(p.qk), body.Node(p.pv)
-	p.q, p.kt, p.v, p.softmaxOutputs = qk.Inputs[0], qk.Inputs[1], pv.Inputs[1], pv.Inputs[0]
-	// Half-precision attention computes in f32 all the same (operands
-	// are widened as they are loaded); the cast that rounds the
-	// probabilities back to the operands' precision is skipped, which
-	// keeps them more precise than the graph does.
-	for body.Node(p.softmaxOutputs).Op == ir.OpCast {
-		p.softmaxOutputs = body.Node(p.softmaxOutputs).Inputs[0]
-	}
-	// softmax(s) = exp(s - expand(max(s))) / expand(sum(exp(...))).
-	div := body.Node(p.softmaxOutputs)
-	if div.Op != ir.OpDiv {
-		return p, fmt.Errorf("attention whose probabilities are no softmax (a %s)", div.Op)
-	}
-	ex := body.Node(div.Inputs[0])
-	den := body.Node(div.Inputs[1])
-	if ex.Op != ir.OpExp || den.Op != ir.OpExpand || body.Node(den.Inputs[0]).Op != ir.OpSum || body.Node(den.Inputs[0]).Inputs[0] != div.Inputs[0] {
-		return p, fmt.Errorf("attention whose probabilities are no softmax")
-	}
-	sub := body.Node(ex.Inputs[0])
-	if sub.Op != ir.OpSub || body.Node(sub.Inputs[1]).Op != ir.OpExpand {
-		return p, fmt.Errorf("attention whose probabilities are no softmax")
-	}
-	mx := body.Node(body.Node(sub.Inputs[1]).Inputs[0])
-	if mx.Op != ir.OpMaxReduce || mx.Inputs[0] != sub.Inputs[0] {
-		return p, fmt.Errorf("attention whose probabilities are no softmax")
-	}
-	for _, red := range []*ir.Node{mx, body.Node(den.Inputs[0])} {
-		in := body.Node(red.Inputs[0]).Shape
-		if ax := red.Attrs.Axis; ax != -1 && ax != len(in)-1 {
-			return p, fmt.Errorf("attention with a softmax across axis %d", ax)
-		}
-	}
-	p.scores = sub.Inputs[0]
-	if !body.Node(p.scores).Shape.Equal(qk.Shape) {
-		return p, fmt.Errorf("attention whose scores are reshaped after the first matmul")
-	}
-	// The scores come from qk through elementwise ops only.
-	var check func(v ir.Value) error
-	check = func(v ir.Value) error {
-		if v == p.qk {
-			return nil
-		}
-		n := body.Node(v)
-		switch n.Op.Class() {
-		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
-		default:
-			if n.Op != ir.OpCast {
-				return nil // another input of the scores (a mask), read through its views
-			}
-		}
-		for _, in := range n.Inputs {
-			if err := check(in); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := check(p.scores); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
 // forward maps an index of value from to the index of value to, which
 // from reaches through permutes, reshapes and elementwise ops (those keep
 // the index) only.
@@ -169,16 +84,16 @@ func forward(body *ir.Graph, from, to ir.Value, ix index) (index, error) {
 }
 
 func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
-	p, err := findAttention(body)
+	p, err := cost.Attention(body)
 	if err != nil {
 		return "", err
 	}
 	if len(body.Outputs) != 1 {
 		return "", fmt.Errorf("attention with %d outputs", len(body.Outputs))
 	}
-	pv := body.Node(p.pv).Shape
-	q := body.Node(p.q).Shape
-	kt := body.Node(p.kt).Shape
+	pv := body.Node(p.PV).Shape
+	q := body.Node(p.Q).Shape
+	kt := body.Node(p.KT).Shape
 	r := len(pv)
 	S, Dv := int64(pv[r-2]), int64(pv[r-1])
 	D, T := int64(q[len(q)-1]), int64(kt[len(kt)-1])
@@ -224,7 +139,7 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 	}
 	// The query row, its prologue computed.
 	e := emitter(nil)
-	qv, err := e.value(p.q, opIndex(q, "s", "dd"), false)
+	qv, err := e.value(p.Q, opIndex(q, "s", "dd"), false)
 	if err != nil {
 		return "", err
 	}
@@ -239,15 +154,15 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 	b.WriteString("        long long t = t0 + threadIdx.x;\n        float sc = -INFINITY;\n")
 	fmt.Fprintf(&b, "        if (t < %dLL) {\n          float dot = 0.0f;\n", T)
 	ek := emitter(nil)
-	kv, err := ek.value(p.kt, opIndex(kt, "dd", "t"), false)
+	kv, err := ek.value(p.KT, opIndex(kt, "dd", "t"), false)
 	if err != nil {
 		return "", err
 	}
 	fmt.Fprintf(&b, "          for (long long dd = 0; dd < %dLL; dd++) {\n", D)
 	lines(&b, ek, "            ")
 	fmt.Fprintf(&b, "            dot += Qs[dd] * %s;\n          }\n", kv)
-	es := emitter(map[ir.Value]string{p.qk: "dot"})
-	sv, err := es.value(p.scores, opIndex(body.Node(p.scores).Shape, "s", "t"), false)
+	es := emitter(map[ir.Value]string{p.QK: "dot"})
+	sv, err := es.value(p.Scores, opIndex(body.Node(p.Scores).Shape, "s", "t"), false)
 	if err != nil {
 		return "", err
 	}
@@ -274,7 +189,7 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 	b.WriteString("        float acc = o[j] * alpha;\n")
 	fmt.Fprintf(&b, "        for (int tt = 0; tt < %d && t0 + tt < %dLL; tt++) {\n          long long t = t0 + tt;\n", attnTile, T)
 	ev := emitter(nil)
-	vv, err := ev.value(p.v, opIndex(body.Node(p.v).Shape, "t", "d"), false)
+	vv, err := ev.value(p.V, opIndex(body.Node(p.V).Shape, "t", "d"), false)
 	if err != nil {
 		return "", err
 	}
@@ -305,15 +220,15 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 // value column), written at the index the views after pv give it. Views
 // alone keep the plain store; casts and elementwise ops after pv (an
 // epilogue) are computed on acc, as the matmul form's epilogue is.
-func attentionStore(body *ir.Graph, p attentionParts, pix index, acc string) ([]string, error) {
+func attentionStore(body *ir.Graph, p cost.AttentionParts, pix index, acc string) ([]string, error) {
 	outV := body.Outputs[0].Value
 	out := body.Node(outV)
-	oix, err := forward(body, p.pv, outV, pix)
+	oix, err := forward(body, p.PV, outV, pix)
 	if err != nil {
 		return nil, err
 	}
 	views := true
-	for v := outV; v != p.pv; v = body.Node(v).Inputs[0] {
+	for v := outV; v != p.PV; v = body.Node(v).Inputs[0] {
 		if op := body.Node(v).Op; op != ir.OpReshape && op != ir.OpPermute {
 			views = false
 			break
@@ -322,7 +237,7 @@ func attentionStore(body *ir.Graph, p attentionParts, pix index, acc string) ([]
 	if views {
 		return []string{fmt.Sprintf("out0[%s] = %s;", linear(out.Shape, oix), store(out.DType, acc))}, nil
 	}
-	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{p.pv: acc}}
+	e := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{p.PV: acc}}
 	v, err := e.value(outV, oix, false)
 	if err != nil {
 		return nil, err
@@ -345,9 +260,9 @@ type attnGeom struct {
 	S, D, T, Dv, batch int64
 }
 
-func attentionGeometry(body *ir.Graph, p attentionParts) attnGeom {
-	pv := body.Node(p.pv).Shape
-	q, kt := body.Node(p.q).Shape, body.Node(p.kt).Shape
+func attentionGeometry(body *ir.Graph, p cost.AttentionParts) attnGeom {
+	pv := body.Node(p.PV).Shape
+	q, kt := body.Node(p.Q).Shape, body.Node(p.KT).Shape
 	r := len(pv)
 	g := attnGeom{pv: pv, r: r, S: int64(pv[r-2]), Dv: int64(pv[r-1]), D: int64(q[len(q)-1]), T: int64(kt[len(kt)-1])}
 	g.batch = pv.NumElements() / (g.S * g.Dv)
@@ -411,7 +326,7 @@ func attnRowsShared(bm, bn int, d, dv int64) int64 {
 // each lane accumulates value columns lane, lane + 32, ... of its rows. The
 // warp that computes a row's softmax also owns its output, so the
 // rescaling factor and the sum never leave its registers.
-func printAttentionRows(k *Kernel, body *ir.Graph, p attentionParts, s cost.Schedule) (string, error) {
+func printAttentionRows(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost.Schedule) (string, error) {
 	g := attentionGeometry(body, p)
 	S, D, T, Dv := g.S, g.D, g.T, g.Dv
 	warps := s.Threads / 32
@@ -446,7 +361,7 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p attentionParts, s cost.Sche
 
 	// The query rows, their prologue computed; rows past S are zeros.
 	e := emitter(nil)
-	qv, err := e.value(p.q, g.opIndex(body.Node(p.q).Shape, "s", "dd"), false)
+	qv, err := e.value(p.Q, g.opIndex(body.Node(p.Q).Shape, "s", "dd"), false)
 	if err != nil {
 		return "", err
 	}
@@ -478,10 +393,10 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p attentionParts, s cost.Sche
 		fmt.Fprintf(&b, "          x = %s;\n        }\n        %s[c][%s] = x;\n      }\n", x, dst, col)
 		return nil
 	}
-	if err := tileLoad(p.kt, g.opIndex(body.Node(p.kt).Shape, "dd", "t"), "Ks", D, "dd"); err != nil {
+	if err := tileLoad(p.KT, g.opIndex(body.Node(p.KT).Shape, "dd", "t"), "Ks", D, "dd"); err != nil {
 		return "", err
 	}
-	if err := tileLoad(p.v, g.opIndex(body.Node(p.v).Shape, "t", "d"), "Vs", Dv, "d"); err != nil {
+	if err := tileLoad(p.V, g.opIndex(body.Node(p.V).Shape, "t", "d"), "Vs", Dv, "d"); err != nil {
 		return "", err
 	}
 	b.WriteString("      __syncthreads();\n")
@@ -491,8 +406,8 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p attentionParts, s cost.Sche
 	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) dot[i] += Qs[warp + %d * i][dd] * kd;\n      }\n", rpw, warps)
 	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) {\n", rpw)
 	fmt.Fprintf(&b, "        const long long s = s0 + warp + %d * i, t = t0 + lane;\n        float sc = -INFINITY;\n", warps)
-	es := emitter(map[ir.Value]string{p.qk: "dot[i]"})
-	sv, err := es.value(p.scores, g.opIndex(body.Node(p.scores).Shape, "s", "t"), false)
+	es := emitter(map[ir.Value]string{p.QK: "dot[i]"})
+	sv, err := es.value(p.Scores, g.opIndex(body.Node(p.Scores).Shape, "s", "t"), false)
 	if err != nil {
 		return "", err
 	}

@@ -67,17 +67,17 @@ func attnTCShared(bm, bn int, d, dv int64) int64 {
 
 // attnTCDType is the operand dtype of an attention body's tensor-core
 // layout: q, k, v and the probabilities all f16 or all bf16.
-func attnTCDType(body *ir.Graph, p attentionParts) (ir.DType, error) {
-	dt := body.Node(p.q).DType
-	probs := body.Node(p.pv).Inputs[0]
-	for _, v := range []ir.Value{p.kt, p.v, probs} {
+func attnTCDType(body *ir.Graph, p cost.AttentionParts) (ir.DType, error) {
+	dt := body.Node(p.Q).DType
+	probs := body.Node(p.PV).Inputs[0]
+	for _, v := range []ir.Value{p.KT, p.V, probs} {
 		if body.Node(v).DType != dt {
 			dt = ir.F32
 		}
 	}
 	if dt != ir.F16 && dt != ir.BF16 {
 		return dt, fmt.Errorf("the tensor-core attention takes q, k, v and the probabilities all f16 or all bf16, not %s, %s, %s and %s",
-			body.Node(p.q).DType, body.Node(p.kt).DType, body.Node(p.v).DType, body.Node(probs).DType)
+			body.Node(p.Q).DType, body.Node(p.KT).DType, body.Node(p.V).DType, body.Node(probs).DType)
 	}
 	return dt, nil
 }
@@ -206,7 +206,7 @@ func printTileLoad(b *strings.Builder, body *ir.Graph, tl attnOperandTile, dt ir
 
 // printAttentionTC prints the tensor-core layout (Tensor, BM = 16 query
 // rows a warp, BN keys a tile, a multiple of 16).
-func printAttentionTC(k *Kernel, body *ir.Graph, p attentionParts, s cost.Schedule) (string, error) {
+func printAttentionTC(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost.Schedule) (string, error) {
 	dt, err := attnTCDType(body, p)
 	if err != nil {
 		return "", fmt.Errorf("attention: schedule %s: %w", s, err)
@@ -241,21 +241,21 @@ func printAttentionTC(k *Kernel, body *ir.Graph, p attentionParts, s cost.Schedu
 	fmt.Fprintf(&b, "    const long long s0 = tile %% %dLL * %d;\n    long long bz = tile / %dLL;\n", tilesS, BM, tilesS)
 	g.printBatch(&b, "    ")
 
-	qShape, ktShape, vShape := body.Node(p.q).Shape, body.Node(p.kt).Shape, body.Node(p.v).Shape
-	qTile := attnOperandTile{dst: "Qs", rows: s.BM, rowVar: "s", rowBase: "s0", rowLimit: S, colVar: "dd", cols: D, words: kw, operand: p.q,
-		at: func(row, col string) index { return g.opIndex(qShape, row, col) }, srcV: p.q}
+	qShape, ktShape, vShape := body.Node(p.Q).Shape, body.Node(p.KT).Shape, body.Node(p.V).Shape
+	qTile := attnOperandTile{dst: "Qs", rows: s.BM, rowVar: "s", rowBase: "s0", rowLimit: S, colVar: "dd", cols: D, words: kw, operand: p.Q,
+		at: func(row, col string) index { return g.opIndex(qShape, row, col) }, srcV: p.Q}
 	qTile.src = qTile.at
 	// The keys: kt is k transposed; its source before the permute holds a
 	// key's head dims contiguously.
-	kTile := attnOperandTile{dst: "Ks", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: T, colVar: "dd", cols: D, words: kw, operand: p.kt,
+	kTile := attnOperandTile{dst: "Ks", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: T, colVar: "dd", cols: D, words: kw, operand: p.KT,
 		at: func(row, col string) index { return g.opIndex(ktShape, col, row) }, srcV: -1}
-	if n := body.Node(p.kt); n.Op == ir.OpPermute && swapsLastTwo(n.Attrs.Perm) {
+	if n := body.Node(p.KT); n.Op == ir.OpPermute && swapsLastTwo(n.Attrs.Perm) {
 		src := body.Node(n.Inputs[0]).Shape
 		kTile.srcV = n.Inputs[0]
 		kTile.src = func(row, col string) index { return g.opIndex(src, row, col) }
 	}
-	vTile := attnOperandTile{dst: "Vs", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: T, colVar: "d", cols: Dv, words: vw, operand: p.v,
-		at: func(row, col string) index { return g.opIndex(vShape, row, col) }, srcV: p.v}
+	vTile := attnOperandTile{dst: "Vs", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: T, colVar: "d", cols: Dv, words: vw, operand: p.V,
+		at: func(row, col string) index { return g.opIndex(vShape, row, col) }, srcV: p.V}
 	vTile.src = vTile.at
 
 	b.WriteString("    // The query rows, their A fragments kept in registers.\n")
@@ -288,8 +288,8 @@ func printAttentionTC(k *Kernel, body *ir.Graph, p attentionParts, s cost.Schedu
 	fmt.Fprintf(&b, "        lum_mma_m16n8k16_%s(sacc[2 * np], qa[kq], kb);\n", suffix)
 	fmt.Fprintf(&b, "        lum_mma_m16n8k16_%s(sacc[2 * np + 1], qa[kq], kb + 2);\n      }\n", suffix)
 	// The scores, elementwise on the accumulators.
-	es := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{p.qk: "sacc[nt][q]"}}
-	sv, err := es.value(p.scores, g.opIndex(body.Node(p.scores).Shape, "s", "tk"), false)
+	es := &elementwise{body: body, temps: map[string]string{}, reduced: map[ir.Value]string{p.QK: "sacc[nt][q]"}}
+	sv, err := es.value(p.Scores, g.opIndex(body.Node(p.Scores).Shape, "s", "tk"), false)
 	if err != nil {
 		return "", err
 	}

@@ -528,7 +528,7 @@ func TestEveryLegalHalfAttentionPrints(t *testing.T) {
 					continue
 				}
 				seen[n.Payload] = true
-				if body, _ := rules.Spec(n.Payload); formName(body) == "an attention" {
+				if body, _ := rules.Spec(n.Payload); formOf(t, body) == cost.FormAttention {
 					pays = append(pays, n.Payload)
 				}
 			}

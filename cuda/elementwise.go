@@ -38,33 +38,6 @@ type index []string
 
 func (ix index) key() string { return strings.Join(ix, ",") }
 
-func isElementwise(body *ir.Graph) bool {
-	for _, n := range body.Nodes {
-		switch n.Op.Class() {
-		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
-		case ir.ClassReduce:
-			// A reduction across rows (a split-K's final sum) or over
-			// integers: each output element loops over the reduced
-			// axis itself.
-			if rowReduction(body, n) {
-				return false
-			}
-		default:
-			return false
-		}
-		if n.Op == ir.OpConst && n.Attrs.ConstLen() > 1 {
-			return false
-		}
-	}
-	out := body.Node(body.Outputs[0].Value).Shape
-	for _, o := range body.Outputs[1:] {
-		if !body.Node(o.Value).Shape.Equal(out) {
-			return false
-		}
-	}
-	return true
-}
-
 // vectorizable reports whether the kernel can move four f32 elements per
 // thread with 16-byte loads and stores: every input read at the output's
 // own element, everything f32, the element count a multiple of four.
@@ -479,12 +452,17 @@ func (e *elementwise) reduceLoop(n *ir.Node, ix index, guarded bool) (string, er
 	init, combine := "0.0f", fmt.Sprintf("%s = %s + %s;", acc, acc, x)
 	switch {
 	case typ == "long long" && n.Op == ir.OpMaxReduce:
-		// Integers accumulate exactly in 64 bits, from the least
-		// 64-bit value (spelled so that no literal overflows).
+		// Integers accumulate exactly in 64 bits, from the dtype's least
+		// value (the maximum over an empty axis; spelled so that no
+		// literal overflows).
 		init = "(-9223372036854775807LL - 1)"
+		if n.DType == ir.I32 {
+			init = "(-2147483647LL - 1)"
+		}
 		combine = fmt.Sprintf("%s = %s > %s ? %s : %s;", acc, acc, x, acc, x)
 	case typ == "long long":
 		init = "0LL"
+		combine = fmt.Sprintf("%s = %s;", acc, wrapInt(ir.I64, fmt.Sprintf("(unsigned long long)%s + (unsigned long long)%s", acc, x)))
 	case typ == "bool":
 		return "", fmt.Errorf("a %s reduction over %s: the ir reduces no bools", n.Op, n.DType)
 	case n.Op == ir.OpMaxReduce:
@@ -551,9 +529,9 @@ func unary(op ir.Op, x string, dt ir.DType) (string, error) {
 	if dt.IsInt() || dt == ir.Bool {
 		switch op {
 		case ir.OpNeg:
-			return "-" + x, nil
+			return wrapInt(dt, fmt.Sprintf("0ULL - (unsigned long long)%s", x)), nil
 		case ir.OpAbs:
-			return fmt.Sprintf("(%s < 0 ? -%s : %s)", x, x, x), nil
+			return wrapInt(dt, fmt.Sprintf("(%s < 0 ? 0ULL - (unsigned long long)%s : (unsigned long long)%s)", x, x, x)), nil
 		case ir.OpNot:
 			return "!" + x, nil
 		}
@@ -596,23 +574,42 @@ func unary(op ir.Op, x string, dt ir.DType) (string, error) {
 	return "", fmt.Errorf("unary %s has no CUDA form", op)
 }
 
+// wrapInt is an integer result x, computed as an unsigned long long
+// (whose arithmetic wraps, where signed overflow is undefined in C), as a
+// value of dt: two's complement, an i32 wrapped to 32 bits, as the
+// interpreter wraps every integer op's result.
+func wrapInt(dt ir.DType, x string) string {
+	if dt == ir.I32 {
+		return fmt.Sprintf("(long long)(int)(unsigned int)(%s)", x)
+	}
+	return fmt.Sprintf("(long long)(%s)", x)
+}
+
 func binaryExpr(op ir.Op, a, b string, dt ir.DType) (string, error) {
 	isInt := dt.IsInt() || dt == ir.Bool
+	arith := func(sym string) string {
+		if dt.IsInt() {
+			return wrapInt(dt, fmt.Sprintf("(unsigned long long)%s %s (unsigned long long)%s", a, sym, b))
+		}
+		return a + " " + sym + " " + b
+	}
 	switch op {
 	case ir.OpAdd:
-		return a + " + " + b, nil
+		return arith("+"), nil
 	case ir.OpSub:
-		return a + " - " + b, nil
+		return arith("-"), nil
 	case ir.OpMul:
-		return a + " * " + b, nil
+		return arith("*"), nil
 	case ir.OpDiv:
 		if isInt {
-			return fmt.Sprintf("(%s == 0 ? 0LL : %s / %s)", b, a, b), nil
+			// Division truncates; by zero it is 0 (the interpreter refuses
+			// it), and -2^63 / -1 wraps to -2^63 rather than trapping.
+			return fmt.Sprintf("(%[2]s == 0 ? 0LL : %[2]s == -1 ? %[3]s : %[1]s / %[2]s)", a, b, wrapInt(dt, "0ULL - (unsigned long long)"+a)), nil
 		}
 		return a + " / " + b, nil
 	case ir.OpMod:
 		if isInt {
-			return fmt.Sprintf("(%s == 0 ? 0LL : %s %% %s)", b, a, b), nil
+			return fmt.Sprintf("(%[2]s == 0 || %[2]s == -1 ? 0LL : %[1]s %% %[2]s)", a, b), nil
 		}
 		return fmt.Sprintf("fmodf(%s, %s)", a, b), nil
 	case ir.OpPow:

@@ -145,6 +145,9 @@ func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 	}
 	vals := make([]float32, n)
 	var ints []int64
+	if !vt.DType.IsFloat() {
+		ints = make([]int64, n) // an empty integer tensor is one too
+	}
 	for i := range n {
 		p := b[int(i)*size:]
 		switch vt.DType {
@@ -155,9 +158,6 @@ func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 		case ir.BF16:
 			vals[i] = ir.BFloat16(binary.LittleEndian.Uint16(p)).Float32()
 		default:
-			if ints == nil {
-				ints = make([]int64, n)
-			}
 			switch vt.DType {
 			case ir.I32:
 				ints[i] = int64(int32(binary.LittleEndian.Uint32(p)))

@@ -45,8 +45,10 @@ func (p *floatPool) give(s []float32) {
 
 // KernelInputs draws a kernel body's inputs: ir.RandomFeeds's typical
 // values (floats of both signs and varied magnitude, positive where an op
-// needs it, never all zeros), with gather indices drawn over their whole
-// valid range, negative ones (counting from the end) included.
+// needs it, never all zeros), each within what it means in the body
+// (ir.InputRanges: a 0/1 mask, a position within its iota's length), and
+// gather indices over their whole valid range, negative ones (counting
+// from the end, which the gather op allows) included.
 func KernelInputs(body *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
 	return kernelInputs(body, seed, nil)
 }

@@ -22,21 +22,6 @@ const (
 	mmBM, mmBN, mmBK = 64, 64, 16 // the default tile
 )
 
-func isMatmulKernel(body *ir.Graph) bool {
-	matmuls := 0
-	for _, n := range body.Nodes {
-		switch n.Op.Class() {
-		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove, ir.ClassReduce:
-		default:
-			if n.Op != ir.OpMatMul {
-				return false
-			}
-			matmuls++
-		}
-	}
-	return matmuls == 1
-}
-
 func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	var mm ir.Value
 	for i, n := range body.Nodes {

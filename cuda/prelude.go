@@ -69,10 +69,18 @@ __device__ __forceinline__ void lum_mma_m16n8k16_bf16(float c[4], const unsigned
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 // 16 bytes from global to shared memory, asynchronously (both 16-byte
-// aligned); lum_cp_async_wait waits for all of the thread's copies.
+// aligned); lum_cp_async_commit closes the thread's cp.async-group,
+// lum_cp_async_wait_group<N> waits until at most the N most recent groups
+// are pending, lum_cp_async_wait for all of the thread's copies.
 __device__ __forceinline__ void lum_cp_async16(void* dst, const void* src) {
   unsigned s = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(s), "l"(src) : "memory");
+}
+__device__ __forceinline__ void lum_cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void lum_cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 __device__ __forceinline__ void lum_cp_async_wait() {
   asm volatile("cp.async.wait_all;" ::: "memory");

@@ -5,11 +5,14 @@
 // named helper that the NVRTC prelude defines with CUDA built-ins and
 // inline PTX and the emulation header in plain C++).
 //
-// Kernel forms are printed one by one as lowering learns them: today the
-// elementwise form (fused chains of elementwise ops, views, concats, casts,
-// gathers and slice updates, with 16-byte vector loads where every operand
-// is read at the output's element). Any other form is refused with an
-// error naming it, never printed wrong.
+// A kernel body is printed in the form cost.FormOf names for it (the
+// legality oracle rules.Legal and the cost model share), in any schedule
+// the cost model lists: elementwise (fused chains of elementwise ops,
+// views, concats, casts, gathers and slice updates, with 16-byte vector
+// loads where every operand is read at the output's element; other
+// reductions loop per element), row (rows.go), matmul (matmul.go,
+// tensorcore.go) and attention (attention.go, attention_tc.go). A body no
+// form computes is refused with an error saying why, never printed wrong.
 package cuda
 
 import (
@@ -82,26 +85,26 @@ func PrintKernelWith(name, comment string, body *ir.Graph, s cost.Schedule) (*Ke
 	return k, nil
 }
 
+// printKernel prints body in the form cost.FormOf names, the one the cost
+// model priced and rules.Legal admitted, its composite ops decomposed as
+// cost.Decompose writes them.
 func printKernel(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel, error) {
-	body, err := decompose(body)
+	form, err := cost.FormOf(body)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("no kernel form computes this body: %w", err)
 	}
-	row := !isElementwise(body) && isRowKernel(body)
-	matmul := !isElementwise(body) && !row && isMatmulKernel(body)
-	attention := !isElementwise(body) && !row && !matmul && isAttentionKernel(body)
-	if !isElementwise(body) && !row && !matmul && !attention {
-		return nil, fmt.Errorf("%s kernel cannot be printed yet: lowering emits the elementwise, row, matmul and attention forms only", formName(body))
+	if body, err = cost.Decompose(body); err != nil {
+		return nil, err
 	}
 	k := &Kernel{Name: name}
 	setParams(k, body)
 	var text string
-	switch {
-	case attention:
+	switch form {
+	case cost.FormAttention:
 		text, err = printAttention(k, body, s)
-	case matmul:
+	case cost.FormMatMul:
 		text, err = printMatmul(k, body, s)
-	case row:
+	case cost.FormRow:
 		k.Helpers, text, err = printRow(k, body, s)
 	default:
 		text, err = printElementwise(k, body, s)
@@ -197,23 +200,6 @@ func setParams(k *Kernel, body *ir.Graph) {
 	}
 }
 
-// isAttentionKernel reports whether body has two matmuls and otherwise
-// only what a fused kernel reads, computes elementwise and reduces.
-func isAttentionKernel(body *ir.Graph) bool {
-	matmuls := 0
-	for _, n := range body.Nodes {
-		switch n.Op.Class() {
-		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove, ir.ClassReduce:
-		default:
-			if n.Op != ir.OpMatMul {
-				return false
-			}
-			matmuls++
-		}
-	}
-	return matmuls == 2
-}
-
 // header prints a kernel's comment and signature, up to its opening brace.
 func header(name, comment string, k *Kernel) string {
 	var b strings.Builder
@@ -267,29 +253,4 @@ func (e *elementwise) vector() error {
 	}
 	e.emit("lum_st4(out0 + 4 * q, make_float4(%s));", strings.Join(res, ", "))
 	return nil
-}
-
-// formName names a body's kernel form in messages.
-func formName(body *ir.Graph) string {
-	matmuls, rows := 0, false
-	other := ""
-	for _, n := range body.Nodes {
-		switch {
-		case n.Op == ir.OpMatMul:
-			matmuls++
-		case n.Op.Class() == ir.ClassReduce, n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
-			rows = true
-		case n.Op == ir.OpAttention:
-			other = "attention"
-		}
-	}
-	switch {
-	case matmuls >= 2, other != "":
-		return "an attention"
-	case matmuls == 1:
-		return "this matmul"
-	case rows:
-		return "this reduction"
-	}
-	return "this"
 }

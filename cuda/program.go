@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/internal/bug"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 )
@@ -48,21 +49,27 @@ func PrintProgramWith(prog *lower.Program, rank Ranker) ([]*Kernel, error) {
 	return out, nil
 }
 
-// printRanked prints a body in its best ranked schedule. The printer
-// implements every schedule the cost model lists (TestEveryLegalKernelPrints
-// holds it to that), so a refusal is a bug, reported as one.
+// printRanked prints a body in its best ranked schedule. A lowered
+// program's kernels are Legal fusions or one-op kernels, which every form
+// prints in every schedule the cost model lists (the tests hold the
+// printer to that, over every op and dtype and over random legal bodies),
+// so a refusal here is a bug, reported as one with the body it broke on.
 func printRanked(name, comment string, body *ir.Graph, rank Ranker) (*Kernel, error) {
 	if rank == nil {
-		return PrintKernel(name, comment, body)
+		k, err := PrintKernel(name, comment, body)
+		if err != nil {
+			return nil, bug.New(body.String(), fmt.Errorf("a lowered kernel does not print in its form's default schedule: %w", err))
+		}
+		return k, nil
 	}
 	ranked, err := rank(body)
 	if err != nil {
-		return nil, fmt.Errorf("schedules of %s: %w", name, err)
+		return nil, bug.New(body.String(), fmt.Errorf("the cost model prices no schedule of lowered kernel %s: %w", name, err))
 	}
 	best := ranked[0]
 	k, err := PrintKernelWith(name, comment+"\nschedule "+best.Schedule.String(), body, best.Schedule)
 	if err != nil {
-		return nil, fmt.Errorf("the cost model's best schedule does not print (a printer or cost-model bug): %w", err)
+		return nil, bug.New(body.String(), fmt.Errorf("the cost model's best schedule does not print (a printer or cost-model bug): %w", err))
 	}
 	est := best
 	k.Estimate = &est

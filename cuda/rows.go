@@ -63,24 +63,6 @@ __device__ __forceinline__ float lum_block_max(float v, float* scratch) {
 `,
 }
 
-// isRowKernel reports whether body is a row kernel.
-func isRowKernel(body *ir.Graph) bool {
-	found := false
-	for _, n := range body.Nodes {
-		switch n.Op.Class() {
-		case ir.ClassLeaf, ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect, ir.ClassView, ir.ClassMove:
-		case ir.ClassReduce:
-			// A sum across rows (split-K's final sum) or an integer
-			// reduction is computed as it is read, by a loop of its own
-			// (elementwise.reduceLoop).
-			found = found || rowReduction(body, n)
-		default:
-			return false
-		}
-	}
-	return found
-}
-
 // rowReduction reports whether n reduces along its input's last axis: a
 // row kernel's (or a norm prologue's) reduction, not a sum across rows.
 // Integer reductions are not: they loop per output element, exactly

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/egraph"
@@ -300,7 +301,7 @@ func TestEveryLegalHalfMatmulPrints(t *testing.T) {
 						continue
 					}
 					seen[n.Payload] = true
-					if body, _ := rules.Spec(n.Payload); isMatmulKernel(body) {
+					if body, _ := rules.Spec(n.Payload); formOf(t, body) == cost.FormMatMul {
 						pays = append(pays, n.Payload)
 					}
 				}

@@ -41,8 +41,15 @@ type VerifyOptions struct {
 	// output, is compared (each element of a large matmul's tile costs the
 	// reference a whole dot product). 0 means 1<<13.
 	MaxCompare int
-	// Emu tunes the emulation (shuffled threads, workers, cache).
+	// Emu tunes the emulation (workers, cache). Unless FixedModes is set,
+	// its Vary is turned on: every block that runs takes its own thread
+	// order and cp.async landing from the seeds (emu.Options.Vary, with
+	// the kernel's seed as the launch's), so that a sample of blocks
+	// tries them all and a kernel gets the same modes whether it is
+	// verified alone or with others.
 	Emu emu.Options
+	// FixedModes keeps Emu's Shuffle and Landing for every block instead.
+	FixedModes bool
 	// MaxBytes bounds the input and output bytes of one emulation run
 	// (0: 1 GiB): kernels at a large model's real shapes read gigabytes,
 	// so they run a group at a time, their random inputs drawn for the

@@ -129,7 +129,7 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 	launches := make([]emu.Launch, len(plans))
 	outAt := make([][]int, len(plans))
 	for i, p := range plans {
-		l := emu.Launch{Kernel: p.k.Name, Grid: p.k.Grid, Block: p.k.Block, Blocks: p.blocks}
+		l := emu.Launch{Kernel: p.k.Name, Grid: p.k.Grid, Block: p.k.Block, Blocks: p.blocks, Seed: p.seed}
 		for _, v := range p.body.Inputs() {
 			data := tensorBytes(p.feeds[p.body.Node(v).Name])
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
@@ -158,6 +158,7 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 		}
 		eo := opt.Emu
 		eo.Discard = discard
+		eo.Vary = eo.Vary || !opt.FixedModes
 		got, err := emu.Run(ctx, src, eks, bufs, ls, eo)
 		if err == nil {
 			for _, i := range pending {

@@ -155,10 +155,10 @@ func TestRandomFeedsFollowDomains(t *testing.T) {
 	for _, mode := range []RandomMode{Typical, Stress} {
 		feeds, err := RandomFeeds(g, 7, mode)
 		require.NoError(t, err)
-		for _, v := range feeds["p"].F64 {
+		for _, v := range feeds["p"].Float64s() {
 			require.Greater(t, v, 0.0)
 		}
-		for _, v := range feeds["ids"].F64 {
+		for _, v := range feeds["ids"].Float64s() {
 			require.True(t, v >= 0 && v < 10 && v == math.Trunc(v))
 		}
 		for name, f := range feeds {
@@ -246,7 +246,7 @@ func TestRandomFeedsLargeLeaves(t *testing.T) {
 		}
 	}
 	seen := map[float64]bool{}
-	for i, v := range one["ids"].F64 {
+	for i, v := range one["ids"].Float64s() {
 		if !(v >= 0 && v < 10 && v == math.Trunc(v)) {
 			require.Fail(t, "index out of range", "element %d: %v", i, v)
 		}

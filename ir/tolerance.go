@@ -23,6 +23,14 @@ func Tolerance(dt DType, reductionLength int) float64 {
 	return toleranceOf(dt.Eps(), reductionLength)
 }
 
+// ToleranceOf is Tolerance for a result whose path rounds at most to unit
+// roundoff eps (0: nothing but the f32 accumulation), for a caller that
+// splits a result's roundings (the rule verifier weighs a value's own last
+// rounding against the value itself, the others against the magnitude).
+func ToleranceOf(eps float64, reductionLength int) float64 {
+	return toleranceOf(eps, reductionLength)
+}
+
 // toleranceOf is Tolerance for a result whose path rounds at most to unit
 // roundoff eps.
 func toleranceOf(eps float64, reductionLength int) float64 {

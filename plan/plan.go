@@ -112,10 +112,16 @@ type Launch struct {
 	Outs  []int  `json:"outs"`
 	// Predicted is the cost model's time for the launch, in seconds.
 	Predicted float64 `json:"predicted_s"`
-	// Registers, Shared and Spills are NVRTC's report for the kernel.
+	// Registers, Shared, Spills and Stack are NVRTC's (ptxas's) report for
+	// the kernel: registers per thread, static shared memory per block,
+	// bytes of register spill stores and the stack frame per thread (the
+	// cumulative stack where ptxas gives one). A frame without spills is
+	// local memory all the same: an array indexed at run time (an
+	// accumulator tile) that ptxas could not keep in registers.
 	Registers int `json:"registers,omitempty"`
 	Shared    int `json:"shared_bytes,omitempty"`
 	Spills    int `json:"spill_bytes,omitempty"`
+	Stack     int `json:"stack_bytes,omitempty"`
 	// Schedule is the schedule printed; Alternatives the next best by
 	// the cost model, the candidates a measuring run tries.
 	Schedule     string        `json:"schedule"`
@@ -182,7 +188,7 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 			pl.Alternatives = append(pl.Alternatives, Alternative{Schedule: a.Schedule.String(), Predicted: a.Seconds})
 		}
 		if r, ok := res[k.Name]; ok {
-			pl.Registers, pl.Shared, pl.Spills = r.Registers, r.SharedBytes, r.SpillStores
+			pl.Registers, pl.Shared, pl.Spills, pl.Stack = r.Registers, r.SharedBytes, r.SpillStores, r.StackBytes
 		}
 		if i < len(lp.Prep) {
 			p.Prep = append(p.Prep, pl)

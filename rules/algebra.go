@@ -419,8 +419,10 @@ func rmsNormDecompose(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, b
 }
 
 // layerNormDecompose: (layer_norm[?p] ?x ?w ?c) is, in f32,
-// (x - mean) * rsqrt(mean((x - mean)^2) + eps), cast back, times the
-// scale plus the bias.
+// (x - mean) * rsqrt(mean((x - mean)^2) + eps) times the scale plus the
+// bias, cast back. The affine part stays in f32 as in the op's kernel: the
+// product rounded to bf16 before the bias cancels part of it is a rounding
+// the op does not make (the rule verifier's bf16 counterexample).
 func layerNormDecompose(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
 	xs, inv, eps, ok := normParts(g, m)
 	if !ok {
@@ -434,8 +436,9 @@ func layerNormDecompose(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID,
 	c := b.binary(ir.OpSub, h, b.expand(mean, xs))
 	v := b.binary(ir.OpMul, b.op(ir.OpSum, ir.Attrs{Axis: ax}, b.binary(ir.OpMul, c, c)), b.splat(ir.F32, row, inv))
 	rs := b.unary(ir.OpRsqrt, b.binary(ir.OpAdd, v, b.splat(ir.F32, row, eps)))
-	y := down(b.binary(ir.OpMul, c, b.expand(rs, xs)))
-	return b.done(b.binary(ir.OpAdd, b.binary(ir.OpMul, y, b.perChannel(m.Get("?w"), xs)), b.perChannel(m.Get("?c"), xs)))
+	y := b.binary(ir.OpMul, c, b.expand(rs, xs))
+	w, bias := b.perChannel(b.cast(m.Get("?w"), ir.F32), xs), b.perChannel(b.cast(m.Get("?c"), ir.F32), xs)
+	return b.done(down(b.binary(ir.OpAdd, b.binary(ir.OpMul, y, w), bias)))
 }
 
 // rmsNormRecognize: the f32 decomposition of an RMS norm,

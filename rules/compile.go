@@ -223,12 +223,13 @@ func Rewrites(rules []*Rule) []*egraph.Rewrite[Data] {
 }
 
 // Verify checks a rule with the verifier: both directions of a two-way rule
-// (each side must type-check wherever the other does). A rule with a Go
-// applier cannot be checked here and is reported as skipped (false).
-func (r *Rule) Verify(ctx context.Context, opt VerifyOptions) (checked bool, instances int, cx *Counterexample, err error) {
+// (each side must type-check wherever the other does), or a rule with a Go
+// applier through its rewrite (VerifyRewrite). Long dimensions its
+// condition asks for are drawn (condExtents).
+func (r *Rule) Verify(ctx context.Context, opt VerifyOptions) (Drawn, *Counterexample, error) {
 	d := r.Decl
 	if d.Applier != "" {
-		return false, 0, nil, nil
+		return VerifyRewrite(ctx, r.Rewrites[0], d.Applier, d.LHS, d.Cond, opt)
 	}
 	var cond func(Facts) bool
 	if d.Cond != nil {
@@ -237,12 +238,16 @@ func (r *Rule) Verify(ctx context.Context, opt VerifyOptions) (checked bool, ins
 			return err == nil && ok
 		}
 	}
-	n, cx, err := VerifyRule(ctx, d.Name, d.LHS, d.RHS, cond, opt)
+	ext := condExtents(d.Cond)
+	n, cx, err := verify(ctx, &ruleCheck{name: d.Name, lhs: d.LHS, rhs: d.RHS, cond: cond, extents: ext}, opt)
 	if err != nil || cx != nil || !d.TwoWay {
-		return true, n, cx, err
+		return n, cx, err
 	}
-	m, cx, err := VerifyRule(ctx, d.Name+"-rev", d.RHS, d.LHS, cond, opt)
-	return true, n + m, cx, err
+	m, cx, err := verify(ctx, &ruleCheck{name: d.Name + "-rev", lhs: d.RHS, rhs: d.LHS, cond: cond, extents: ext}, opt)
+	for dt, k := range m {
+		n[dt] += k
+	}
+	return n, cx, err
 }
 
 // LoadFile reads, parses and compiles a rule file.

@@ -61,14 +61,13 @@ func Legal(body *ir.Graph) bool {
 	if !legalForm(nodes, false) {
 		return false
 	}
-	for _, n := range nodes {
-		if n.kind == formMatMul {
-			return true
-		}
-	}
-	// A row kernel keeps its rows' structure to its outputs (the printer's
-	// row form relies on it; cost.RowStructure is the one check).
-	return cost.RowStructure(body) == nil
+	// What the forms above admit must print: cost.FormOf is the printer's
+	// own account of the structure each form needs (a row kernel's rows
+	// kept to its outputs, a norm prologue of the left operand only, a
+	// softmax between attention's matmuls, ...), which the cost model
+	// prices and the printer prints by.
+	_, err := cost.FormOf(body)
+	return err == nil
 }
 
 // formKind is what a body node means to the kernel forms.
@@ -138,6 +137,11 @@ func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape, dtype
 			ax += len(in)
 		}
 		dt := dtype(inputs[0])
+		if op == ir.OpSoftmax && ax != len(in)-1 {
+			// A softmax across rows is a loop per output element, a
+			// kernel of its own like the reductions it stands for.
+			return formNode{kind: formOther}
+		}
 		if op.Class() == ir.ClassReduce && !cost.RowReduces(op, axis, in, dt) {
 			if op == ir.OpSum && ax >= 0 && ax < len(in)-1 && in[ax] <= MaxCrossSum {
 				// A short sum across rows (split-K's final sum over its

@@ -17,11 +17,13 @@ type RuleCheck struct {
 	// Name and Pos are the rule's name and where its line starts.
 	Name string
 	Pos  Pos
-	// Result is "ok", "fail" (the verifier could not check the rule),
-	// "unsound" (a counterexample) or "skipped (Go applier)".
+	// Result is "ok", "fail" (the verifier could not check the rule) or
+	// "unsound" (a counterexample).
 	Result string
-	// Instances is the number of valid instances checked.
+	// Instances is the number of valid instances checked, ByDType the
+	// same by dtype.
 	Instances int
+	ByDType   Drawn
 }
 
 // SoundnessReport is the outcome of CheckSoundness: one RuleCheck a rule
@@ -34,7 +36,8 @@ type SoundnessReport struct {
 }
 
 // CheckSoundness loads the rules of files, or the built-in rule sets when
-// there are none, and verifies each with Verify and opt. An error loading
+// there are none, and verifies each with Verify and opt, Go appliers
+// included. An error loading
 // a file is returned; a rule that fails verification is recorded in the
 // report instead.
 func CheckSoundness(ctx context.Context, files []string, opt VerifyOptions) (*SoundnessReport, error) {
@@ -55,7 +58,7 @@ func CheckSoundness(ctx context.Context, files []string, opt VerifyOptions) (*So
 	}
 	rep := &SoundnessReport{}
 	for _, r := range all {
-		checked, n, cx, err := r.Verify(ctx, opt)
+		n, cx, err := r.Verify(ctx, opt)
 		result := "ok"
 		switch {
 		case err != nil:
@@ -64,21 +67,23 @@ func CheckSoundness(ctx context.Context, files []string, opt VerifyOptions) (*So
 		case cx != nil:
 			result = "unsound"
 			rep.Failures = append(rep.Failures, cx.String())
-		case !checked:
-			result = "skipped (Go applier)"
 		}
-		rep.Rules = append(rep.Rules, RuleCheck{Name: r.Decl.Name, Pos: r.Decl.Pos, Result: result, Instances: n})
+		rep.Rules = append(rep.Rules, RuleCheck{Name: r.Decl.Name, Pos: r.Decl.Pos, Result: result, Instances: n.Total(), ByDType: n})
 	}
 	return rep, nil
 }
 
-// WriteText writes a RULE, RESULT, INSTANCES, WHERE table, then after a
-// blank line either each failure or the number of sound rules.
+// WriteText writes a RULE, RESULT, INSTANCES, DTYPES, WHERE table, then
+// after a blank line either each failure or the number of sound rules.
 func (r *SoundnessReport) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tRESULT\tINSTANCES\tWHERE")
+	fmt.Fprintln(tw, "RULE\tRESULT\tINSTANCES\tDTYPES\tWHERE")
 	for _, c := range r.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", c.Name, c.Result, c.Instances, c.Pos)
+		dts := c.ByDType.String()
+		if dts == "" {
+			dts = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", c.Name, c.Result, c.Instances, dts, c.Pos)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

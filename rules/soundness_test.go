@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,11 +30,11 @@ func TestCheckSoundness(t *testing.T) {
 		unsound  string // the report's Err, or "" for nil
 	}{
 		{
-			name:  "sound and skipped",
+			name:  "sound, a Go applier's rule checked too",
 			files: []string{sound},
 			want: []RuleCheck{
 				{Name: "comm", Pos: Pos{File: sound, Line: 1}, Result: "ok", Instances: 3},
-				{Name: "pe", Pos: Pos{File: sound, Line: 2}, Result: "skipped (Go applier)"},
+				{Name: "pe", Pos: Pos{File: sound, Line: 2}, Result: "ok", Instances: 3},
 			},
 		},
 		{
@@ -41,7 +42,7 @@ func TestCheckSoundness(t *testing.T) {
 			files: []string{sound, "testdata/unsound.rules"},
 			want: []RuleCheck{
 				{Name: "comm", Pos: Pos{File: sound, Line: 1}, Result: "ok", Instances: 3},
-				{Name: "pe", Pos: Pos{File: sound, Line: 2}, Result: "skipped (Go applier)"},
+				{Name: "pe", Pos: Pos{File: sound, Line: 2}, Result: "ok", Instances: 3},
 				{Name: "blatant", Pos: Pos{File: "testdata/unsound.rules", Line: 4}, Result: "unsound"},
 				{Name: "perm-twice", Pos: Pos{File: "testdata/unsound.rules", Line: 5}, Result: "unsound"},
 			},
@@ -64,6 +65,8 @@ func TestCheckSoundness(t *testing.T) {
 			for i, w := range tt.want {
 				got := rep.Rules[i]
 				got.Pos.Col = 0
+				assert.Equal(t, got.Instances, got.ByDType.Total(), "%s: the counts by dtype add up", got.Name)
+				got.ByDType = nil
 				if w.Result == "unsound" {
 					got.Instances = 0 // however many it took to find the counterexample
 				}
@@ -101,26 +104,26 @@ func TestSoundnessReportWriteText(t *testing.T) {
 		{
 			name: "all sound",
 			rep: SoundnessReport{Rules: []RuleCheck{
-				{Name: "comm-add", Pos: pos(1), Result: "ok", Instances: 20},
-				{Name: "p", Pos: pos(12), Result: "skipped (Go applier)"},
+				{Name: "comm-add", Pos: pos(1), Result: "ok", Instances: 20, ByDType: Drawn{ir.F32: 8, ir.BF16: 7, ir.F16: 5}},
+				{Name: "p", Pos: pos(12), Result: "ok", Instances: 3, ByDType: Drawn{ir.F16: 1, ir.F32: 2}},
 			}},
-			want: "RULE      RESULT                INSTANCES  WHERE\n" +
-				"comm-add  ok                    20         a.rules:1:1\n" +
-				"p         skipped (Go applier)  0          a.rules:12:1\n" +
+			want: "RULE      RESULT  INSTANCES  DTYPES                WHERE\n" +
+				"comm-add  ok      20         f32 8, bf16 7, f16 5  a.rules:1:1\n" +
+				"p         ok      3          f32 2, f16 1          a.rules:12:1\n" +
 				"\n2 rules sound\n",
 		},
 		{
 			name: "failures listed",
 			rep: SoundnessReport{
 				Rules: []RuleCheck{
-					{Name: "flip", Pos: pos(1), Result: "unsound", Instances: 1},
+					{Name: "flip", Pos: pos(1), Result: "unsound", Instances: 1, ByDType: Drawn{ir.BF16: 1}},
 					{Name: "x", Pos: pos(2), Result: "fail"},
 				},
 				Failures: []string{"rule flip is unsound: ...", "rule x: no instance"},
 			},
-			want: "RULE  RESULT   INSTANCES  WHERE\n" +
-				"flip  unsound  1          a.rules:1:1\n" +
-				"x     fail     0          a.rules:2:1\n" +
+			want: "RULE  RESULT   INSTANCES  DTYPES  WHERE\n" +
+				"flip  unsound  1          bf16 1  a.rules:1:1\n" +
+				"x     fail     0          -       a.rules:2:1\n" +
 				"\nrule flip is unsound: ...\nrule x: no instance\n",
 		},
 	}

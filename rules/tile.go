@@ -126,8 +126,9 @@ func (t *tileBody) arg(g *egraph.EGraph[Data], c egraph.ClassID) (ir.Value, bool
 	return t.b.Input(name, d.DType, d.Shape...), true
 }
 
-// add puts the term computing out into the e-graph and returns its class.
-// Only the nodes out depends on are added.
+// add puts the term computing out into the e-graph and returns its class,
+// unless it rounds a partial accumulation narrower than f32
+// (narrowPartial).
 func (t *tileBody) add(g *egraph.EGraph[Data], out ir.Value) (egraph.ClassID, bool) {
 	t.b.Output("out", out)
 	gr, err := t.b.Build()
@@ -137,6 +138,12 @@ func (t *tileBody) add(g *egraph.EGraph[Data], out ir.Value) (egraph.ClassID, bo
 	if _, bad := narrowPartial(gr); bad {
 		return 0, false
 	}
+	return t.insert(g, gr)
+}
+
+// insert puts gr's output, a term over t's arguments, into the e-graph and
+// returns its class. Only the nodes the output depends on are added.
+func (t *tileBody) insert(g *egraph.EGraph[Data], gr *ir.Graph) (egraph.ClassID, bool) {
 	need := make([]bool, len(gr.Nodes))
 	need[gr.Outputs[0].Value] = true
 	for i := len(gr.Nodes) - 1; i >= 0; i-- {
@@ -236,8 +243,9 @@ func applySplitK(g *egraph.EGraph[Data], m egraph.Match, which int) (egraph.Clas
 	// b [.., K, N] -> [.., S, K/S, N] -> [S, .., K/S, N]
 	b2 := tileToFront(b, b.Reshape(bb, tileDims(db.Shape, r-2, s, chunk)...), r-2)
 	part := b.Apply(ir.OpMatMul, accumulate(da.DType), a2, b2) // [S, .., M, N], in f32
-	out := b.Reshape(b.Sum(part, 0), g.Data(m.Root()).Shape...)
-	return t.add(g, narrow(b, out, da.DType))
+	root := g.Data(m.Root())
+	out := b.Reshape(b.Sum(part, 0), root.Shape...)
+	return t.add(g, narrow(b, out, root.DType))
 }
 
 // applySplitSum rewrites (sum[?p] ?x) over a long last axis K as a sum of
@@ -356,22 +364,27 @@ func (k *kvBlocks) keyRows(x ir.Value) ir.Value {
 // combine finishes a blocked attention from the blocked scores sb [nb, ..,
 // S, blk] and v [.., T, D]: per block m_b, p_b = exp(s_b - m_b), l_b and
 // o_b = p_b v_b; then m = max_b m_b and out = sum_b exp(m_b - m) o_b /
-// sum_b exp(m_b - m) l_b, reshaped to [.., S, D]. The probabilities p_b
-// are in the scores' dtype (the operand dtype of p_b v_b, as the tensor
-// cores take it); the partials l_b and o_b, their weights and sums are in
-// f32, and the result is rounded once to the scores' dtype.
+// sum_b exp(m_b - m) l_b, reshaped to [.., S, D]. The softmax is computed
+// in f32 whatever the scores' dtype, as a flash-attention kernel does: the
+// probabilities p_b are rounded to v's dtype only as the operand of p_b
+// v_b (the tensor cores take them so); the partials l_b and o_b, their
+// weights and sums are in f32, and the result is rounded once to v's
+// dtype. A block's max is kept finite (at least f32's lowest): a block
+// whose keys are all masked with -inf has p_b = exp(-inf - m_b) = 0, not
+// exp(-inf + inf), a NaN, and its weight exp(m_b - m) is 0.
 func (k *kvBlocks) combine(sb, v ir.Value) ir.Value {
 	b := k.b
-	dt := b.DType(sb)
+	dt := b.DType(v)
+	sb = widen(b, sb)
 	r := len(b.Shape(sb))
-	mb := b.ReduceMax(sb, r-1)                                   // [nb, .., S, 1]
-	pb := b.Exp(b.Sub(sb, mb))                                   // [nb, .., S, blk]
-	lb := b.Sum(widen(b, pb), r-1)                               // [nb, .., S, 1]
-	ob := b.Apply(ir.OpMatMul, accumulate(dt), pb, k.keyRows(v)) // [nb, .., S, D]
-	mx := b.ReduceMax(mb, 0)                                     // [1, .., S, 1]
-	w := widen(b, b.Exp(b.Sub(mb, mx)))                          // [nb, .., S, 1]
-	num := b.Sum(b.Mul(ob, w), 0)                                // [1, .., S, D]
-	den := b.Sum(b.Mul(lb, w), 0)                                // [1, .., S, 1]
+	mb := b.Max(b.ReduceMax(sb, r-1), b.Scalar(ir.F32, -math.MaxFloat32))       // [nb, .., S, 1]
+	pb := b.Exp(b.Sub(sb, mb))                                                  // [nb, .., S, blk]
+	lb := b.Sum(pb, r-1)                                                        // [nb, .., S, 1]
+	ob := b.Apply(ir.OpMatMul, accumulate(dt), narrow(b, pb, dt), k.keyRows(v)) // [nb, .., S, D]
+	mx := b.ReduceMax(mb, 0)                                                    // [1, .., S, 1]
+	w := b.Exp(b.Sub(mb, mx))                                                   // [nb, .., S, 1]
+	num := b.Sum(b.Mul(ob, w), 0)                                               // [1, .., S, D]
+	den := b.Sum(b.Mul(lb, w), 0)                                               // [1, .., S, 1]
 	out := narrow(b, b.Div(num, den), dt)
 	return b.Reshape(out, b.Shape(out)[1:]...)
 }
@@ -403,12 +416,15 @@ func narrow(b *ir.Builder, x ir.Value, dt ir.DType) ir.Value {
 }
 
 // narrowPartial returns a value of g that breaks the rule every tiling
-// keeps: a reduction (a sum or a matmul) whose result another sum
-// consumes, through layout and elementwise ops, in a float dtype narrower
-// than f32.
+// keeps: a reduction (a sum or a matmul) in a float dtype narrower than
+// f32 whose result another sum combines, directly or through layout
+// changes, casts and linear arithmetic (a partial output times its
+// weight). A narrow reduction that a nonlinear op consumes first (the
+// model's bf16 scores, whose exponentials a block sums) is a value of its
+// own, not a partial of the sum.
 func narrowPartial(g *ir.Graph) (ir.Value, bool) {
-	// partial[v]: v is, or is an elementwise or layout function of, a
-	// narrow reduction's result.
+	// partial[v]: v is, or is a linear function of, a narrow reduction's
+	// result.
 	partial := make([]bool, len(g.Nodes))
 	for i, n := range g.Nodes {
 		if n.Op == ir.OpSum {
@@ -418,14 +434,17 @@ func narrowPartial(g *ir.Graph) (ir.Value, bool) {
 				}
 			}
 		}
-		narrowFloat := n.DType.IsFloat() && n.DType != ir.F32
-		switch c := n.Op.Class(); {
-		case n.Op == ir.OpSum || n.Op == ir.OpMatMul:
-			partial[i] = narrowFloat
-		case c == ir.ClassView || c == ir.ClassUnary || c == ir.ClassBinary || n.Op == ir.OpCast:
+		switch n.Op {
+		case ir.OpSum, ir.OpMatMul:
+			partial[i] = n.DType.IsFloat() && n.DType != ir.F32
+		case ir.OpCast, ir.OpNeg, ir.OpAdd, ir.OpSub, ir.OpMul, ir.OpDiv:
 			// A cast back to f32 does not undo the rounding.
 			for _, in := range n.Inputs {
 				partial[i] = partial[i] || partial[in]
+			}
+		default:
+			if n.Op.Class() == ir.ClassView {
+				partial[i] = partial[n.Inputs[0]]
 			}
 		}
 	}
@@ -547,18 +566,19 @@ func applyKVAttentionOp(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID,
 	kk, vv = repeat(kk), repeat(vv)
 	k := &kvBlocks{b: b, nb: ir.Dim(nb), blk: tl / ir.Dim(nb)}
 	qb := b.Expand(b.Reshape(q, 1, bt, hq, sq, hd), k.nb, bt, hq, sq, hd)
-	sb := b.Apply(ir.OpMatMul, ir.Attrs{}, qb, k.cols(b.Permute(kk, 0, 1, 3, 2))) // [nb, B, Hq, S, blk]
-	// The scale is a constant of the dtype: rounded, as the decomposed form
-	// the builders emit has it (a relative change of one rounding, well
-	// within the tolerance, which counts the scores' magnitude).
-	sb = b.Mul(sb, b.Scalar(dq.DType, dq.DType.Round(a.Scale)))
+	// The composite op's scores are never stored: they stay in the f32
+	// accumulator, scaled and masked there (a score rounded to bf16 moves
+	// its probability by the rounding times the score, which the op as
+	// given does not do). The scale is f32's, as a kernel has it.
+	sb := b.Apply(ir.OpMatMul, accumulate(dq.DType), qb, k.cols(b.Permute(kk, 0, 1, 3, 2))) // [nb, B, Hq, S, blk], f32
+	sb = b.Mul(sb, b.Scalar(ir.F32, ir.F32.Round(a.Scale)))
 	if a.Causal {
 		shape := ir.Shape{sq, tl}
 		d := b.Sub(b.Iota(ir.I64, shape, 0), b.Iota(ir.I64, shape, 1)) // i - j
 		see := b.Binary(ir.OpGe, d, b.Scalar(ir.I64, float64(-a.Offset)))
 		see = b.Reshape(see, 1, 1, sq, tl)
 		see = b.Expand(see, bt, hq, sq, tl)
-		sb = b.Where(k.cols(see), sb, b.Scalar(dq.DType, tileLowest(dq.DType)))
+		sb = b.Where(k.cols(see), sb, b.Scalar(ir.F32, tileLowest(ir.F32)))
 	}
 	return t.add(g, k.combine(sb, vv))
 }

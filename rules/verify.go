@@ -3,7 +3,6 @@ package rules
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -14,30 +13,80 @@ import (
 
 // The verifier checks a rule the way a sceptical reader would: it draws
 // random legal instances of the left side (shapes for the class variables,
-// attributes for the payload variables, random or stress values), keeps
-// those the rule's condition accepts, builds both sides as one ir program
-// and evaluates it with the reference interpreter. The sides must agree
-// within ir.Tolerance, measured against the magnitudes of the terms.
+// attributes for the payload variables, random or stress values, in f32,
+// bf16 and f16), keeps those the rule's condition accepts, builds both
+// sides as one ir program and evaluates it with the reference
+// interpreter: the left side in float64 for the truth, and both sides
+// with every value rounded to its declared dtype, as kernels materialize
+// them. The rounded right side must meet the truth within the allowance
+// of the left side's own roundings (see verify_round.go), so that a
+// rewrite which rounds where the term as given does not (a partial sum
+// kept in bf16) fails. A Go rule's right side is made by applying it
+// through an e-graph (verify_rewrite.go).
 
 // VerifyOptions tune Verify.
 type VerifyOptions struct {
 	// Instances is how many valid instances a rule needs (default 20); a
 	// rule whose condition never holds fails.
 	Instances int
-	// Attempts bounds the random draws (default 60 per instance).
+	// Attempts bounds the random draws (default 100 per instance).
 	Attempts int
 	Seed     uint64
+	// DTypes are the float dtypes the draws take in turn (default f32,
+	// bf16, f16): a draw that does not type-check in its dtype is no
+	// instance.
+	DTypes []ir.DType
+}
+
+// DefaultDTypes are the dtypes instances are drawn in by default.
+var DefaultDTypes = []ir.DType{ir.F32, ir.BF16, ir.F16}
+
+// Drawn counts the valid instances a rule was checked on, by dtype.
+type Drawn map[ir.DType]int
+
+// Total is the number of instances of every dtype.
+func (d Drawn) Total() int {
+	n := 0
+	for _, k := range d {
+		n += k
+	}
+	return n
+}
+
+// String lists the counts by dtype, "f32 7, bf16 7, f16 6", in
+// DefaultDTypes' order then the others'.
+func (d Drawn) String() string {
+	dts := make([]ir.DType, 0, len(d))
+	for dt := range d {
+		dts = append(dts, dt)
+	}
+	rank := func(dt ir.DType) int {
+		if i := slices.Index(DefaultDTypes, dt); i >= 0 {
+			return i
+		}
+		return len(DefaultDTypes) + int(dt)
+	}
+	slices.SortFunc(dts, func(a, b ir.DType) int { return rank(a) - rank(b) })
+	parts := make([]string, 0, len(dts))
+	for _, dt := range dts {
+		if d[dt] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", dt, d[dt]))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Counterexample is an instance on which a rule's two sides disagree (or
 // its right side does not even type-check).
 type Counterexample struct {
 	Rule    string
-	Program *ir.Graph             // outputs "lhs" and "rhs"
+	Program *ir.Graph             // outputs "lhs0", "rhs0", ...
 	Feeds   map[string]*ir.Tensor // the values of the rule's variables
-	LHS     *ir.Tensor
-	RHS     *ir.Tensor
-	Reason  string
+	// LHS is the left side's float64 truth, RHS the right side with every
+	// value rounded to its dtype.
+	LHS    *ir.Tensor
+	RHS    *ir.Tensor
+	Reason string
 }
 
 // String prints the counterexample: the program, the values (when small),
@@ -57,7 +106,7 @@ func (c *Counterexample) String() string {
 		fmt.Fprintf(&b, "%s = %v\n", n, c.Feeds[n])
 	}
 	if c.LHS != nil {
-		fmt.Fprintf(&b, "lhs = %v\nrhs = %v\n", c.LHS, c.RHS)
+		fmt.Fprintf(&b, "lhs (truth) = %v\nrhs (rounded) = %v\n", c.LHS, c.RHS)
 	}
 	return b.String()
 }
@@ -66,93 +115,220 @@ func (c *Counterexample) String() string {
 type Side []*egraph.Pattern
 
 // VerifyRule checks lhs => rhs under cond (nil: always). It returns the
-// number of valid instances checked, a counterexample if the rule is
-// unsound, or an error if too few instances could be drawn.
-func VerifyRule(ctx context.Context, name string, lhs, rhs Side, cond func(Facts) bool, opt VerifyOptions) (int, *Counterexample, error) {
+// valid instances checked, a counterexample if the rule is unsound, or an
+// error if too few instances could be drawn.
+func VerifyRule(ctx context.Context, name string, lhs, rhs Side, cond func(Facts) bool, opt VerifyOptions) (Drawn, *Counterexample, error) {
+	return verify(ctx, &ruleCheck{name: name, lhs: lhs, rhs: rhs, cond: cond}, opt)
+}
+
+// VerifyRewrite checks a rewrite whose right side is Go code (an applier):
+// instances of lhs, its left side, under cond (nil: always) and extents
+// (long dimensions to draw, from its condition; see condExtents), plus the
+// examples registered for applier (RegisterExamples), are rewritten by rw
+// in an e-graph and the right side extracted. Instances rw declines are
+// not counted.
+func VerifyRewrite(ctx context.Context, rw *egraph.Rewrite[Data], applier string, lhs Side, cond *Cond, opt VerifyOptions) (Drawn, *Counterexample, error) {
+	c := &ruleCheck{name: rw.Name(), lhs: lhs, rewrite: rw, applier: applier, extents: condExtents(cond)}
+	if cond != nil {
+		c.cond = func(f Facts) bool {
+			ok, err := cond.Eval(f)
+			return err == nil && ok
+		}
+	}
+	return verify(ctx, c, opt)
+}
+
+// ruleCheck is what verify checks: a left side and condition, and either
+// right-side patterns or a Go rewrite.
+type ruleCheck struct {
+	name    string
+	lhs     Side
+	cond    func(Facts) bool
+	extents []extent
+	rhs     Side                  // pattern rules
+	rewrite *egraph.Rewrite[Data] // Go rules
+	applier string                // the Go rule's applier, for its examples
+}
+
+func verify(ctx context.Context, c *ruleCheck, opt VerifyOptions) (Drawn, *Counterexample, error) {
 	if opt.Instances <= 0 {
 		opt.Instances = 20
 	}
 	if opt.Attempts <= 0 {
-		opt.Attempts = 60 * opt.Instances
+		opt.Attempts = 100 * opt.Instances
+	}
+	if len(opt.DTypes) == 0 {
+		opt.DTypes = DefaultDTypes
 	}
 	rng := rand.New(rand.NewPCG(opt.Seed, 0xa11ce))
-	vars, pvars := sideVars(lhs)
-	valid := 0
-	for attempt := 0; attempt < opt.Attempts && valid < opt.Instances; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return valid, nil, err
-		}
-		inst := drawInstance(rng, vars, pvars)
-		b := ir.NewBuilder("verify-" + name)
-		leaves := map[string]ir.Value{}
-		for _, v := range vars {
-			t := inst.types[v]
-			if c, ok := inst.consts[v]; ok {
-				leaves[v] = b.Const(t.DType, t.Shape, c)
-			} else {
-				leaves[v] = b.Input(strings.TrimPrefix(v, "?"), t.DType, t.Shape...)
+	drawn := Drawn{}
+	if c.rewrite != nil && c.applier != "" {
+		// The examples first: they are the instances a Go rule is written
+		// for, in every dtype.
+		for _, dt := range opt.DTypes {
+			gs, err := examplesOf(c.applier, dt)
+			if err != nil {
+				return drawn, nil, err
+			}
+			for _, gl := range gs {
+				ok, cx, err := c.check(ctx, rng, gl, dt)
+				if err != nil || cx != nil {
+					return drawn, cx, err
+				}
+				if ok {
+					drawn[dt]++
+				}
 			}
 		}
+	}
+	vars, pvars := sideVars(c.lhs)
+	for attempt := 0; attempt < opt.Attempts && drawn.Total() < opt.Instances; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return drawn, nil, err
+		}
+		dt := opt.DTypes[attempt%len(opt.DTypes)]
+		inst := drawInstance(rng, dt, vars, pvars, c.extents)
+		b := ir.NewBuilder("verify-" + c.name)
+		leaves := inst.leaves(b, vars)
 		var lvals []ir.Value
-		for _, p := range lhs {
+		for _, p := range c.lhs {
 			lvals = append(lvals, inst.build(b, p.Term(), leaves))
 		}
 		if b.Err() != nil {
 			continue // the left side does not type-check with these shapes: not an instance
 		}
-		if cond != nil && !cond(&inst) {
+		if c.cond != nil && !c.cond(&inst) {
 			continue
 		}
-		var rvals []ir.Value
-		for _, p := range rhs {
-			rvals = append(rvals, inst.build(b, p.Term(), leaves))
+		ok, cx, err := c.instance(ctx, rng, b, &inst, leaves, lvals, dt)
+		if err != nil || cx != nil {
+			return drawn, cx, err
 		}
-		if err := b.Err(); err != nil {
-			return valid, &Counterexample{Rule: name, Reason: "the right side does not type-check where the left side does: " + err.Error()}, nil
+		if ok {
+			drawn[dt]++
 		}
-		for i := range lvals {
-			b.Output(fmt.Sprint("lhs", i), lvals[i])
-			b.Output(fmt.Sprint("rhs", i), rvals[i])
+	}
+	if drawn.Total() < opt.Instances {
+		return drawn, nil, fmt.Errorf("verify %s: only %d valid instances in %d draws (want %d): does its condition ever hold?", c.name, drawn.Total(), opt.Attempts, opt.Instances)
+	}
+	return drawn, nil, nil
+}
+
+// instance checks one drawn instance, whose left side is built in b: the
+// right side is built from the rule's patterns, or by its rewrite.
+func (c *ruleCheck) instance(ctx context.Context, rng *rand.Rand, b *ir.Builder, inst *instance, leaves map[string]ir.Value, lvals []ir.Value, dt ir.DType) (bool, *Counterexample, error) {
+	if c.rewrite != nil {
+		for i, v := range lvals {
+			b.Output(fmt.Sprint("lhs", i), v)
 		}
-		g, err := b.Build()
+		gl, err := b.Build()
 		if err != nil {
-			return valid, &Counterexample{Rule: name, Reason: err.Error()}, nil
+			return false, nil, nil
+		}
+		return c.check(ctx, rng, gl, dt)
+	}
+	var rvals []ir.Value
+	for _, p := range c.rhs {
+		rvals = append(rvals, inst.build(b, p.Term(), leaves))
+	}
+	if err := b.Err(); err != nil {
+		return false, &Counterexample{Rule: c.name, Reason: "the right side does not type-check where the left side does: " + err.Error()}, nil
+	}
+	for i := range lvals {
+		b.Output(fmt.Sprint("lhs", i), lvals[i])
+		b.Output(fmt.Sprint("rhs", i), rvals[i])
+	}
+	g, err := b.Build()
+	if err != nil {
+		return false, &Counterexample{Rule: c.name, Reason: err.Error()}, nil
+	}
+	return c.judge(ctx, rng, g, lvals, rvals, dt)
+}
+
+// check checks the left side gl (outputs: its roots) of a Go rule: the
+// rewrite makes the right side, and both are joined into one program to
+// judge. An instance the rewrite declines is not checked (false).
+func (c *ruleCheck) check(ctx context.Context, rng *rand.Rand, gl *ir.Graph, dt ir.DType) (bool, *Counterexample, error) {
+	gr, applied, reason, err := applyRewrite(ctx, c.rewrite, gl)
+	switch {
+	case err != nil:
+		return false, nil, fmt.Errorf("verify %s: %w", c.name, err)
+	case reason != "":
+		return false, &Counterexample{Rule: c.name, Program: gl, Reason: reason}, nil
+	case !applied:
+		return false, nil, nil
+	}
+	g, lvals, rvals, err := joinSides("verify-"+c.name, gl, gr)
+	if err != nil {
+		return false, &Counterexample{Rule: c.name, Program: gl, Reason: "the right side does not type-check where the left side does: " + err.Error()}, nil
+	}
+	return c.judge(ctx, rng, g, lvals, rvals, dt)
+}
+
+// judge evaluates program g, whose outputs lhsI and rhsI are the values
+// lvals and rvals, on random values (typical ones, and stress ones unless
+// dt is f16, whose range the stress values' products leave), and compares
+// each rounded right side with the left side's truth. Only the elements
+// where the left side rounded meets its own allowance are judged: where
+// the term as given, computed as its kernels would, is off its truth by
+// more (it overflows its dtype, or its errors grow past first order, as
+// bf16 scores of stress values in an exponential do), the allowance does
+// not describe it and the right side cannot be judged by it. An instance
+// with no element judged is no instance.
+func (c *ruleCheck) judge(ctx context.Context, rng *rand.Rand, g *ir.Graph, lvals, rvals []ir.Value, dt ir.DType) (bool, *Counterexample, error) {
+	for i := range lvals {
+		ln, rn := g.Node(lvals[i]), g.Node(rvals[i])
+		if !ln.Shape.Equal(rn.Shape) || ln.DType != rn.DType {
+			return false, &Counterexample{Rule: c.name, Program: g, Reason: fmt.Sprintf("left side is %s%v, right side %s%v", ln.DType, ln.Shape, rn.DType, rn.Shape)}, nil
+		}
+	}
+	if programElements(g) > maxInstanceElements {
+		return false, nil, nil // too slow to evaluate: not an instance
+	}
+	modes := []ir.RandomMode{ir.Typical, ir.Stress}
+	if dt == ir.F16 {
+		modes = modes[:1]
+	}
+	r := roundingsOf(g)
+	n := maxExtent(g)
+	judged := false
+	for _, mode := range modes {
+		feeds, err := ir.RandomLeaves(g, rng.Uint64(), mode, ir.OpInput, ir.OpWeight)
+		if err != nil {
+			return false, nil, fmt.Errorf("verify %s: %w", c.name, err)
+		}
+		truth, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{Magnitude: true})
+		if err != nil {
+			return false, nil, fmt.Errorf("verify %s: %w", c.name, err)
+		}
+		rounded, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{RoundEach: true})
+		if err != nil {
+			return false, nil, fmt.Errorf("verify %s: %w", c.name, err)
 		}
 		for i := range lvals {
-			ln, rn := g.Node(lvals[i]), g.Node(rvals[i])
-			if !ln.Shape.Equal(rn.Shape) || ln.DType != rn.DType {
-				return valid, &Counterexample{Rule: name, Program: g, Reason: fmt.Sprintf("left side is %s%v, right side %s%v", ln.DType, ln.Shape, rn.DType, rn.Shape)}, nil
+			ln, rn := fmt.Sprint("lhs", i), fmt.Sprint("rhs", i)
+			want, mag := truth.Outputs[ln], truth.Magnitudes[ln]
+			lr, rr := rounded.Outputs[ln], rounded.Outputs[rn]
+			described, err := r.within(g, lvals[i], lr, want, mag, n)
+			if err != nil {
+				return false, nil, fmt.Errorf("verify %s: %w", c.name, err)
+			}
+			judged = judged || slices.Contains(described, true)
+			// Where the term as given overflows its dtype or the truth
+			// float64, a right side that does too is right.
+			mm, err := r.judge(g, lvals[i], rr, want, mag, n, func(j int64) bool {
+				return !described[j] || nonFinite(rr, j) && (nonFinite(lr, j) || nonFinite(want, j))
+			})
+			if err != nil {
+				return false, nil, fmt.Errorf("verify %s: %w", c.name, err)
+			}
+			if mm != nil {
+				return false, &Counterexample{Rule: c.name, Program: g, Feeds: feeds, LHS: want, RHS: rr,
+					Reason: fmt.Sprintf("%s %s values, every value rounded to its dtype: %s", dt, modeName(mode), mm)}, nil
 			}
 		}
-		for _, mode := range []ir.RandomMode{ir.Typical, ir.Stress} {
-			feeds, err := ir.RandomLeaves(g, rng.Uint64(), mode, ir.OpInput)
-			if err != nil {
-				return valid, nil, fmt.Errorf("verify %s: %w", name, err)
-			}
-			res, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{Magnitude: true})
-			if err != nil {
-				return valid, nil, fmt.Errorf("verify %s: %w", name, err)
-			}
-			for i := range lvals {
-				l, r := res.Outputs[fmt.Sprint("lhs", i)], res.Outputs[fmt.Sprint("rhs", i)]
-				ml, mr := res.Magnitudes[fmt.Sprint("lhs", i)], res.Magnitudes[fmt.Sprint("rhs", i)]
-				mag := maxTensor(ml, mr)
-				mm, err := ir.Compare(r, l, mag, maxExtent(g))
-				if err != nil {
-					return valid, nil, err
-				}
-				if mm != nil && !bothNonFinite(l, r, mm.Index) {
-					return valid, &Counterexample{Rule: name, Program: g, Feeds: feeds, LHS: l, RHS: r,
-						Reason: fmt.Sprintf("%s values: %s", modeName(mode), mm)}, nil
-				}
-			}
-		}
-		valid++
 	}
-	if valid < opt.Instances {
-		return valid, nil, fmt.Errorf("verify %s: only %d valid instances in %d draws (want %d): does its condition ever hold?", name, valid, opt.Attempts, opt.Instances)
-	}
-	return valid, nil, nil
+	return judged, nil, nil
 }
 
 func modeName(m ir.RandomMode) string {
@@ -162,21 +338,19 @@ func modeName(m ir.RandomMode) string {
 	return "typical"
 }
 
-// bothNonFinite excuses elements where both sides overflowed or are
-// undefined: stress values can push a correct rewrite past float64 on
-// both sides in different ways (inf versus nan).
-func bothNonFinite(l, r *ir.Tensor, i int64) bool {
-	a, b := l.At(i), r.At(i)
-	return (math.IsInf(a, 0) || math.IsNaN(a)) && (math.IsInf(b, 0) || math.IsNaN(b))
-}
+// maxInstanceElements bounds the elements of all the values of an
+// instance's program, so that an instance evaluates in milliseconds: a
+// draw around a long dimension can make every axis of an attention's
+// blocked scores long.
+const maxInstanceElements = 1 << 20
 
-func maxTensor(a, b *ir.Tensor) *ir.Tensor {
-	// Magnitudes are float64 whatever the dtype.
-	out := &ir.Tensor{DType: a.DType, Shape: a.Shape.Clone(), F64: make([]float64, a.Len())}
-	for i := range out.F64 {
-		out.F64[i] = math.Max(a.At(int64(i)), b.At(int64(i)))
+// programElements is the number of elements of all g's values.
+func programElements(g *ir.Graph) int64 {
+	var n int64
+	for _, nd := range g.Nodes {
+		n += nd.Shape.NumElements()
 	}
-	return out
+	return n
 }
 
 // maxExtent is the reduction length assumed for tolerances: the largest
@@ -189,180 +363,4 @@ func maxExtent(g *ir.Graph) int {
 		}
 	}
 	return m
-}
-
-// sideVars lists the class and payload variables of a side, each with the
-// op its payload variable annotates.
-func sideVars(side Side) ([]string, map[string]ir.Op) {
-	var vars []string
-	pvars := map[string]ir.Op{}
-	var walk func(t egraph.PatternTerm)
-	walk = func(t egraph.PatternTerm) {
-		if t.Var != "" {
-			if !slices.Contains(vars, t.Var) {
-				vars = append(vars, t.Var)
-			}
-			return
-		}
-		if t.PayloadVar != "" {
-			if op, ok := OpOf(t.Op); ok {
-				pvars[t.PayloadVar] = op
-			}
-		}
-		for _, c := range t.Children {
-			walk(c)
-		}
-	}
-	for _, p := range side {
-		walk(p.Term())
-	}
-	return vars, pvars
-}
-
-// instance is one random assignment of a rule's variables.
-type instance struct {
-	types    map[string]ir.ValueType
-	consts   map[string]float64
-	attrs    map[string]ir.Attrs
-	payloads map[string]egraph.Payload
-}
-
-// drawInstance picks shapes around one random base shape, so that the
-// variables of a rule often fit together (equal shapes for elementwise
-// ops, a suffix for broadcasts, swapped axes for transposes, chained
-// extents for matmuls), some variables as splat constants, and attributes
-// for payload variables.
-func drawInstance(rng *rand.Rand, vars []string, pvars map[string]ir.Op) instance {
-	rank := 1 + rng.IntN(3)
-	base := make(ir.Shape, rank)
-	for i := range base {
-		base[i] = ir.Dim(2 + rng.IntN(3))
-	}
-	if rng.IntN(3) == 0 { // square shapes make transposes and chains fit
-		for i := range base {
-			base[i] = base[0]
-		}
-	}
-	dt := ir.F32
-	inst := instance{types: map[string]ir.ValueType{}, consts: map[string]float64{}, attrs: map[string]ir.Attrs{}, payloads: map[string]egraph.Payload{}}
-	for _, v := range vars {
-		s := base.Clone()
-		switch rng.IntN(8) {
-		case 0:
-			if rank > 1 {
-				s[rank-1], s[rank-2] = s[rank-2], s[rank-1]
-			}
-		case 1:
-			s = s[rng.IntN(rank):]
-		case 2:
-			s[rng.IntN(rank)] = 1
-		case 3:
-			s = ir.Shape{}
-		}
-		inst.types[v] = ir.ValueType{Shape: s, DType: dt}
-		if rng.IntN(4) == 0 {
-			inst.consts[v] = []float64{0, 1, 2, -1, 0.5}[rng.IntN(5)]
-		}
-	}
-	names := make([]string, 0, len(pvars))
-	for pv := range pvars {
-		names = append(names, pv)
-	}
-	slices.Sort(names) // map order must not decide what the seeded draw is
-	for _, pv := range names {
-		op := pvars[pv]
-		a := randomAttrs(rng, op, base)
-		inst.attrs[pv] = a
-		inst.payloads[pv] = AttrPayload(op, a)
-	}
-	return inst
-}
-
-// randomAttrs draws attributes for op that often fit values around base.
-func randomAttrs(rng *rand.Rand, op ir.Op, base ir.Shape) ir.Attrs {
-	r := len(base)
-	var a ir.Attrs
-	a.Axis = rng.IntN(2*r) - r
-	perm := rng.Perm(r)
-	a.Perm = perm
-	switch rng.IntN(3) {
-	case 0:
-		a.To = base.Clone()
-	case 1:
-		a.To = ir.Shape{ir.Dim(base.NumElements())}
-	default:
-		a.To = append(ir.Shape{1}, base...)
-	}
-	a.DType = []ir.DType{ir.F32, ir.F16, ir.BF16}[rng.IntN(3)]
-	a.Eps = 1e-5
-	a.Scale = 0.5
-	for _, d := range base {
-		st := int64(rng.IntN(int(d)))
-		a.Starts = append(a.Starts, st)
-		a.Ends = append(a.Ends, st+1+int64(rng.IntN(int(d)-int(st))))
-		a.Steps = append(a.Steps, 1)
-		a.Before = append(a.Before, int64(rng.IntN(2)))
-		a.After = append(a.After, int64(rng.IntN(2)))
-	}
-	return op.Normalize(a)
-}
-
-// build adds a pattern term to b, with variables bound to leaves and
-// payload variables to the instance's attributes.
-func (inst *instance) build(b *ir.Builder, t egraph.PatternTerm, leaves map[string]ir.Value) ir.Value {
-	if t.Var != "" {
-		return leaves[t.Var]
-	}
-	op, ok := OpOf(t.Op)
-	if !ok {
-		return b.Apply(ir.InvalidOp, ir.Attrs{})
-	}
-	attrs, _ := Attrs(t.Payload)
-	if t.PayloadVar != "" {
-		attrs = inst.attrs[t.PayloadVar]
-	}
-	ins := make([]ir.Value, len(t.Children))
-	for i, c := range t.Children {
-		ins[i] = inst.build(b, c, leaves)
-	}
-	return b.Apply(op, attrs, ins...)
-}
-
-// The facts of an instance, for conditions.
-
-// Shape implements Facts.
-func (inst *instance) Shape(v string) ([]int64, bool) {
-	t, ok := inst.types[v]
-	if !ok {
-		return nil, false
-	}
-	out := make([]int64, len(t.Shape))
-	for i, d := range t.Shape {
-		out[i] = int64(d)
-	}
-	return out, true
-}
-
-// DType implements Facts.
-func (inst *instance) DType(v string) (string, bool) {
-	t, ok := inst.types[v]
-	return t.DType.String(), ok
-}
-
-// Const implements Facts.
-func (inst *instance) Const(v string) (float64, bool) {
-	c, ok := inst.consts[v]
-	return c, ok
-}
-
-// WeightOnly implements Facts: constants are.
-func (inst *instance) WeightOnly(v string) bool {
-	_, ok := inst.consts[v]
-	return ok
-}
-
-// Axis implements Facts.
-func (inst *instance) Axis(pv string) (int64, bool) {
-	a, ok := inst.attrs[pv]
-	return int64(a.Axis), ok
 }

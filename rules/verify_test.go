@@ -38,7 +38,7 @@ func TestVerifySoundRules(t *testing.T) {
 			n, cx, err := VerifyRule(context.Background(), tc.name, side(t, tc.lhs), side(t, tc.rhs), tc.cond, VerifyOptions{Seed: 1})
 			require.NoError(t, err)
 			require.Nil(t, cx, "%v", cx)
-			require.Equal(t, 20, n)
+			require.Equal(t, 20, n.Total())
 		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/lumsearch/lumsearch/internal/bug"
 )
 
 // Kind sorts the failures a caller acts on differently (the command line
@@ -24,6 +26,12 @@ const (
 	KindNoDevice
 	// KindOutput is an output folder that cannot be written.
 	KindOutput
+	// KindInternal is a bug in lumsearch: an invariant of the compiler
+	// broke on a term (the cost model chose a schedule the printer
+	// cannot print, say). Its message says so and names the term. It
+	// wins over any kind an Error around it gives (a bug met while
+	// compiling a model is not the model's fault).
+	KindInternal
 )
 
 // Error is a failure of a kind; its message is the wrapped error's.
@@ -57,9 +65,12 @@ func (e *Error) Unwrap() error {
 	return e.Err
 }
 
-// KindOf is the kind of the first Error in err's chain (KindOther when
-// there is none).
+// KindOf is KindInternal when err's chain holds a bug, else the kind of
+// the first Error in it (KindOther when there is none).
 func KindOf(err error) Kind {
+	if bug.Is(err) {
+		return KindInternal
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.kind()

@@ -32,6 +32,9 @@ func (r InputRanges) String() string {
 // NAME is a leaf of the model, and whether its dtype holds the range, is
 // checked against the model's graph when the feeds are drawn.
 func (r InputRanges) Set(s string) error {
+	if r == nil {
+		return fmt.Errorf("input range %q: set on a nil InputRanges (make the map first)", s)
+	}
 	name, rg, err := ParseInputRange(s)
 	if err != nil {
 		return err
@@ -120,15 +123,26 @@ func (f Feeds) checkRanges(g *ir.Graph) error {
 // kinds that neither gives, random values from seed within the stated or
 // inferred ranges.
 func (f Feeds) feed(g *ir.Graph, seed uint64, weights map[string]*ir.Tensor, kinds ...ir.Op) (map[string]*ir.Tensor, error) {
-	if err := f.checkRanges(g); err != nil {
+	file, err := f.read(g)
+	if err != nil {
 		return nil, err
 	}
-	var file map[string]*ir.Tensor
-	if f.Inputs != "" {
-		var err error
-		if file, err = ReadInputs(f.Inputs, g); err != nil {
-			return nil, err
-		}
+	return f.feedWith(g, seed, weights, file, kinds...)
+}
+
+// read reads the inputs file for g (nil when f names none).
+func (f Feeds) read(g *ir.Graph) (map[string]*ir.Tensor, error) {
+	if f.Inputs == "" {
+		return nil, nil
+	}
+	return ReadInputs(f.Inputs, g)
+}
+
+// feedWith is feed with the inputs file already read (file; nil for
+// none).
+func (f Feeds) feedWith(g *ir.Graph, seed uint64, weights, file map[string]*ir.Tensor, kinds ...ir.Op) (map[string]*ir.Tensor, error) {
+	if err := f.checkRanges(g); err != nil {
+		return nil, err
 	}
 	given := func(v ir.Value) bool {
 		name := g.Node(v).Name

@@ -85,13 +85,16 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 			return nil, fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)
 		}
 		f.resources, f.ptx, f.cubin = res.Kernels, res.PTX, res.CUBIN
-		regs, smem, spills := 0, 0, 0
+		regs, smem, spills, stack, framed := 0, 0, 0, 0, 0
 		for _, r := range res.Kernels {
-			regs, smem, spills = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores
+			regs, smem, spills, stack = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores, max(stack, r.StackBytes)
+			if r.StackBytes > 0 {
+				framed++
+			}
 		}
 		major, minor := lib.Version()
-		fmt.Fprintf(log, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled\n",
-			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills)
+		fmt.Fprintf(log, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled, %d kernels with a stack frame (up to %d bytes)\n",
+			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills, framed, stack)
 	}
 	if !verify {
 		return f, nil

@@ -20,7 +20,7 @@ import (
 var benchCommand = &command{
 	name:     "bench",
 	summary:  "check a compiled program against the naive one, then time both on a GPU (or under the CPU emulation)",
-	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90]",
+	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
 	doc: `
 "bench" builds two programs of the same model: the one "compile" makes (the
 search, the cost model's extraction and schedules) and the naive one (each
@@ -62,7 +62,19 @@ which as JSON lists under "inputs", "states" and "weights", with the
 "model" and "seed"), DIR/outputs.safetensors (the compiled program's
 outputs by output name and the states' values after the run by state
 name) and DIR/graph.txt (the model's graph in the ir text format, which
-names and shapes them all). scripts/torch_bench.py --inputs DIR reads them.`,
+names and shapes them all). scripts/torch_bench.py --inputs DIR reads them.
+` + feedsDoc + `
+
+--inputs FILE feeds both programs the tensors of a safetensors file in the
+layout --save writes (every input and state by the graph's names; weights
+in it replace the model's), converted to the graph's dtypes only where that
+is exact; a missing or extra name is an error naming it. --outputs FILE
+compares the compiled program's outputs (and the states' values after the
+run, where the file has them) with that file's: element by element within
+the verifier's allowance when the model is small enough for the reference
+interpreter (at most 16M elements of intermediates), else each whole within
+the verifier's relative L2 bound. With both, a model is checked against
+PyTorch or onnxruntime without writing Go.`,
 	example: `
 lumsearch bench out/ --json
 lumsearch bench tiny-gpt2:block --seq 4 --measure emulated
@@ -80,6 +92,10 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		minRuns := fs.Int("min-runs", timing.DefaultMin, "the fewest timed runs of each measurement")
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
+		feeds := search.Feeds{Ranges: search.InputRanges{}}
+		fs.Var(feeds.Ranges, "input-range", inputRangeUsage)
+		fs.StringVar(&feeds.Inputs, "inputs", "", inputsUsage)
+		fs.StringVar(&feeds.Outputs, "outputs", "", outputsUsage)
 		save := fs.String("save", "", "after the run, write the tensors fed (inputs.safetensors), the compiled program's outputs (outputs.safetensors) and the graph (graph.txt) into `DIR`")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
@@ -91,7 +107,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 			if *minRuns < 1 || *maxTime <= 0 {
 				return usagef("--min-runs and --max-time must be positive")
 			}
-			o := search.BenchOptions{Measure: search.Measure(*mode), TuneDB: *db, Seed: *seed, Save: *save, MinRuns: *minRuns, MaxTime: *maxTime, Target: *target, Arch: *arch}
+			o := search.BenchOptions{Measure: search.Measure(*mode), TuneDB: *db, Seed: *seed, Save: *save, MinRuns: *minRuns, MaxTime: *maxTime, Target: *target, Arch: *arch, Feeds: feeds}
 			if err := o.Check(); err != nil {
 				return err
 			}

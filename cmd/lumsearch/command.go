@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/lumsearch/lumsearch/search"
 )
 
 // action is a subcommand's work once its flags are parsed: pos holds the
@@ -62,6 +64,9 @@ func (c *command) execute(ctx context.Context, args []string, stdout, stderr io.
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "lumsearch: %s: %v\n", c.name, err)
+		if search.KindOf(err) == search.KindInternal {
+			return exitInternal // whatever code the command gave it
+		}
 		var coded *codedError
 		if errors.As(err, &coded) {
 			return coded.code
@@ -110,6 +115,28 @@ func (c *command) writeHelp(w io.Writer) {
 	for _, line := range strings.Split(strings.TrimSpace(c.example), "\n") {
 		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(line))
 	}
+	fmt.Fprintf(w, "\nExit status:\n")
+	for _, line := range exitStatuses(c.name) {
+		fmt.Fprintf(w, "  %s\n", line)
+	}
+}
+
+// exitStatuses lists what a command's exit statuses mean, in its help:
+// the ones every command shares, and the few of its own (exitCodes).
+func exitStatuses(name string) []string {
+	own := map[string][]string{
+		"optimize": {
+			"3  the model cannot be read or is unsupported (unreadable file, unsupported op, unbound dimension)",
+			"4  no GPU for --measure gpu",
+			"5  DIR cannot be written",
+			"6  nothing was verified within the budget",
+		},
+		"compile": {"3  the model cannot be read or is unsupported (unreadable file, unsupported op, unbound dimension)"},
+		"verify":  {"3  the folder, its plan or its model cannot be read"},
+	}
+	lines := []string{"0  done", "1  the command failed", "2  the command line was wrong"}
+	lines = append(lines, own[name]...)
+	return append(lines, "7  an internal error: a bug in lumsearch (its message names the failing term; please report it)")
 }
 
 // writeMainHelp prints the program's overview and its command list.

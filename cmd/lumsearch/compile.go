@@ -18,7 +18,7 @@ import (
 var compileCommand = &command{
 	name:     "compile",
 	summary:  "search, lower and print a model's CUDA program, compile it with NVRTC and verify it",
-	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false]",
+	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--input-range NAME=LO..HI ...]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is
@@ -39,6 +39,7 @@ emulation against the reference interpreter; an ONNX model (its symbolic
 dimensions bound with --dim) is run whole under the emulation with its own
 weights when it is small enough (at most 16M elements of intermediates),
 else that check says it was skipped.
+` + feedsDoc + `
 
 It writes DIR/kernels.cu (the NVRTC prelude and every kernel), the host
 library DIR/model.h and DIR/model.cpp (a C API over the CUDA driver, which
@@ -65,6 +66,8 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 		verify := fs.Bool("verify", true, "verify under the CPU emulation (needs g++)")
 		dims := search.Dims{}
 		fs.Var(dims, "dim", "an ONNX model's symbolic dimension `NAME=VALUE` (repeatable)")
+		ranges := search.InputRanges{}
+		fs.Var(ranges, "input-range", inputRangeUsage)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
 				return usagef("want: compile MODEL -o DIR")
@@ -81,13 +84,16 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 			}
 			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, Past: -1, DType: dt}, Dims: dims})
 			if err != nil {
-				return err
+				if isUsage(err) {
+					return err
+				}
+				return withCode(exitInput, fmt.Errorf("model %s: %w", pos[0], err))
 			}
 			defer m.Close()
 			p := search.NewPrinter(stdout, false)
-			res, err := search.Compile(ctx, m, search.Options{Target: *target, Arch: *arch, NoVerify: !*verify, Events: p.Event})
+			res, err := search.Compile(ctx, m, search.Options{Target: *target, Arch: *arch, NoVerify: !*verify, InputRanges: ranges, Events: p.Event})
 			if err != nil {
-				return err
+				return exitCodes(err)
 			}
 			if err := res.Write(ctx, *out); err != nil {
 				return errors.Unwrap(err) // compile exits 1 when the folder cannot be written

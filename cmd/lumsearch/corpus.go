@@ -16,7 +16,7 @@ import (
 var corpusCommand = &command{
 	name:     "corpus",
 	summary:  "list the built-in model graphs, print one, or run one in the reference interpreter",
-	synopsis: "corpus list [--json] | corpus show NAME|MODEL.onnx [--summary] | corpus eval NAME|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--composite]",
+	synopsis: "corpus list [--json] | corpus show NAME|MODEL.onnx [--summary] | corpus eval NAME|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--composite] [--input-range NAME=LO..HI ...] [--inputs FILE] [--outputs FILE] [--save-outputs FILE]",
 	doc: `
 The corpus is the set of model graphs lumsearch builds itself, named
 MODEL:KIND: llama-3-8b, llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2 and
@@ -30,6 +30,14 @@ its number of parameters. "corpus show NAME" prints one graph in the text
 format of the ir package, or with --summary its size and ops by count.
 "corpus eval NAME" runs one graph in the float64 reference interpreter on
 seeded random weights and inputs and prints how long each step took.
+` + feedsDoc + `
+With --inputs FILE, eval takes every input and state (and any weights) from
+a safetensors file named as the graph names them (the layout bench --save
+writes), converted only where exact; a missing or extra name is an error
+naming it. --outputs FILE compares the results with that file's within the
+verifier's allowance; --save-outputs FILE writes them in the same layout
+(outputs by name, updated states by state name), so that a model can be
+checked against PyTorch or onnxruntime without writing Go.
 
 Instead of a NAME, show and eval take an ONNX file: it is imported (its
 weights are the model's initializers, memory-mapped), and each symbolic
@@ -55,6 +63,11 @@ lumsearch corpus list --json --seq 1024`,
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence; for decode, the KV cache's capacity")
 		past := fs.Int("past", -1, "decode: tokens already in the cache, the new token's position (-1: seq-1)")
 		dtype := fs.String("dtype", "f32", "dtype of weights and activations: f32, f16 or bf16")
+		feeds := search.Feeds{Ranges: search.InputRanges{}}
+		fs.Var(feeds.Ranges, "input-range", "eval: "+inputRangeUsage)
+		fs.StringVar(&feeds.Inputs, "inputs", "", "eval: "+inputsUsage)
+		fs.StringVar(&feeds.Outputs, "outputs", "", "eval: "+outputsUsage)
+		saveOutputs := fs.String("save-outputs", "", "eval: write the outputs and updated states to the safetensors `FILE` (the layout --outputs reads)")
 		composite := fs.Bool("composite", false, "emit the composite softmax, norm and attention ops instead of their decompositions")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			dt, err := ir.ParseDType(*dtype)
@@ -93,7 +106,7 @@ lumsearch corpus list --json --seq 1024`,
 				if len(pos) != 2 {
 					return usagef("eval wants one graph NAME, got %d arguments", len(pos)-1)
 				}
-				return corpusEval(ctx, pos[1], opt, dims, *seed, stdout)
+				return corpusEval(ctx, pos[1], opt, dims, search.EvalOptions{Seed: *seed, Feeds: feeds, SaveOutputs: *saveOutputs}, stdout)
 			default:
 				return usagef("unknown subcommand %q: want list, show or eval", pos[0])
 			}
@@ -117,16 +130,16 @@ func corpusShow(name string, opt corpus.Options, dims search.Dims, summary bool,
 
 // corpusEval runs a corpus graph in the reference interpreter and reports
 // the time of each step.
-func corpusEval(ctx context.Context, name string, opt corpus.Options, dims search.Dims, seed uint64, stdout io.Writer) error {
+func corpusEval(ctx context.Context, name string, opt corpus.Options, dims search.Dims, eo search.EvalOptions, stdout io.Writer) error {
 	start := time.Now()
 	m, err := search.LoadModel(name, search.ModelOptions{Build: opt, Dims: dims})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	ev, err := corpus.Evaluate(ctx, name, m.Graph, m.Weights, seed, time.Since(start))
+	ev, err := search.Evaluate(ctx, m, eo, time.Since(start))
 	if err != nil {
-		return err
+		return exitCodes(err)
 	}
 	return ev.WriteText(stdout)
 }

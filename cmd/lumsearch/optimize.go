@@ -20,7 +20,7 @@ import (
 var optimizeCommand = &command{
 	name:     "optimize",
 	summary:  "search a model's fastest verified program within a time budget and write it with a report",
-	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--seed N] [--json] [--dump DIR] [...]",
+	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--seed N] [--json] [--dump DIR] [--input-range NAME=LO..HI ...] [...]",
 	doc: `
 "optimize" searches the fastest program it can verify for a model within
 --budget, and writes it to DIR. The model is an ONNX file (its symbolic
@@ -42,6 +42,7 @@ tuning database; GPU times override the cost model's predictions and the
 program is extracted again. The last program is finalized as "compile"
 does it: NVRTC, and verification under the CPU emulation (every distinct
 kernel at its real shapes, and the architecture at a reduced size).
+` + feedsDoc + `
 
 The budget is kept: the command ends within max(2 s, 2%) of --budget with
 the best verified program found. Ctrl-C does the same. When work limits
@@ -51,12 +52,7 @@ with the same input, seed and options write identical files.
 DIR receives what "compile" writes (kernels.cu, model.h, model.cpp,
 plan.json with the run's provenance, constants.safetensors, the Go package
 in DIR/go, weights.safetensors for a model with weights) and report.md
-with its charts in DIR/report/.
-
-Exit status: 0 done; 2 bad command line; 3 the model cannot be read or
-compiled (unreadable file, unsupported op, unbound dimension); 4 no GPU for
---measure gpu; 5 DIR cannot be written; 6 nothing was verified within the
-budget; 1 any other failure.`,
+with its charts in DIR/report/.`,
 	example: `
 lumsearch optimize llama-3-8b:layer --seq 16 --budget 2m -o out/
 lumsearch optimize model.onnx --dim batch=1 --dim sequence=128 --target h100 --budget 10m -o out/
@@ -85,6 +81,8 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		fs.StringVar(&o.Dump, "dump", "", "write the e-graph and the chosen program after every stage to `DIR`")
 		fs.StringVar(&o.TuneDB, "tunedb", "", "the tuning database (default: $"+tunedb.EnvPath+" or the user cache folder)")
 		fs.BoolVar(&verify, "verify", true, "verify under the CPU emulation (needs g++)")
+		o.InputRanges = search.InputRanges{}
+		fs.Var(o.InputRanges, "input-range", inputRangeUsage)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			start := time.Now()
 			if len(pos) != 1 {
@@ -143,10 +141,11 @@ func worker(where string) *exec.Cmd {
 
 // Exit codes of the failures a user can act on.
 const (
-	exitInput    = 3 // the model cannot be read or compiled
+	exitInput    = 3 // the model cannot be read or is unsupported
 	exitNoDevice = 4 // --measure gpu without a GPU
 	exitOutput   = 5 // the output folder cannot be written
 	exitBudget   = 6 // nothing verified within the budget
+	exitInternal = 7 // a bug in lumsearch (search.KindInternal), whatever the command
 )
 
 // codedError is a failure with its own exit code.
@@ -168,6 +167,8 @@ func withCode(code int, err error) error {
 // exitCodes turns the kinds of search's errors into exit codes.
 func exitCodes(err error) error {
 	switch {
+	case search.KindOf(err) == search.KindInternal:
+		return withCode(exitInternal, err)
 	case errors.Is(err, search.ErrNothingVerified):
 		return withCode(exitBudget, err)
 	case search.KindOf(err) == search.KindInput:

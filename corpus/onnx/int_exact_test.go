@@ -356,3 +356,27 @@ func TestSliceEdges(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `node "s" (Slice, opset 13): step 0 on axis 1`)
 }
+
+// CastLike of a known value to the type of a value known only at run time
+// is computed at import, exactly between integers and wrapping to i32.
+func TestCastLikeOfKnownIntegers(t *testing.T) {
+	for _, x := range extremes {
+		for _, like := range []ir.DType{ir.I64, ir.I32} {
+			t.Run(x.name+" to "+like.String(), func(t *testing.T) {
+				mp := graphModel(17, []*onnxpb.NodeProto{
+					constNode("a", []int64{2}, x.v, -3),
+					mkNode("c", "CastLike", []string{"a", "z"}, []string{"y"}),
+				}, []*onnxpb.ValueInfoProto{valueInfo("z", onnxDType(like), 1)}, []*onnxpb.ValueInfoProto{valueInfo("y", onnxDType(like), 2)})
+				imp, err := Import(parsed(t, mp), ImportOptions{})
+				require.NoError(t, err)
+				assert.Equal(t, map[ir.Op]int{ir.OpInput: 1, ir.OpConst: 1}, imp.Graph.OpCounts())
+				want := []int64{x.v, -3}
+				if like == ir.I32 {
+					want[0] = int64(int32(x.v)) // the low 32 bits, two's complement
+				}
+				got := runModel(t, mp, ImportOptions{}, map[string]*ir.Tensor{"z": intsOf(t, like, ir.Shape{1}, 0)})
+				assertInts(t, like, ir.Shape{2}, want, got["y"])
+			})
+		}
+	}
+}

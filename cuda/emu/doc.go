@@ -10,7 +10,7 @@
 // The generated text includes no header and holds no asm. Kernels are
 // `extern "C" __global__ void NAME(...)`, helpers `__device__
 // __forceinline__`. emu.h defines, in plain C++17: the keywords as macros
-// (__shared__ is `static thread_local`); uint3, dim3, float4 (16-byte aligned)
+// (__shared__ is `static thread_local`, see Memory); uint3, dim3, float4 (16-byte aligned)
 // and friends; threadIdx, blockIdx, blockDim, gridDim and warpSize;
 // __syncthreads; __shfl_sync, __shfl_up_sync, __shfl_down_sync,
 // __shfl_xor_sync (any 32- or 64-bit type, with width), __ballot_sync,
@@ -23,10 +23,18 @@
 // as on the GPU); the tensor-core helpers lum_mma_m16n8k16_f16 and _bf16
 // (a warp collective over the PTX ISA's m16n8k16 fragment layouts, inputs
 // at their half precision, products summed in f32), lum_pack_f16x2 and
-// lum_pack_bf16x2, and lum_cp_async16 with lum_cp_async_wait (the copy
-// lands at the wait, so a kernel reading shared memory before waiting reads
-// stale data, as it may on the GPU). The NVRTC prelude (package cuda) must
-// declare the same names with the same meaning.
+// lum_pack_bf16x2, and cp.async: lum_cp_async16, lum_cp_async_commit
+// (cp.async.commit_group), lum_cp_async_wait_group<N>
+// (cp.async.wait_group N) and lum_cp_async_wait (cp.async.wait_all), with
+// the PTX ISA's per-thread groups: wait_group N returns when at most the N
+// most recent committed groups are pending, a copy not yet committed is not
+// waited for, and two copies to one destination in flight at once are
+// reported (they are unordered). When a copy lands between its issue and
+// the wait that completes its group is Options.Landing: at the wait (a read
+// the wait does not cover sees stale data), at once (a refill of a buffer
+// other threads still read overwrites it), or at a seeded scheduling point
+// between. The NVRTC prelude (package cuda) must declare the same names
+// with the same meaning.
 //
 // # Threads
 //
@@ -41,7 +49,10 @@
 // (__syncthreads, a warp collective, return). The scheduler runs every
 // runnable fiber once per pass, in thread order or, with Options.Shuffle, in
 // an order freshly permuted (from Options.Seed and the block id) at every
-// pass, so that a missing barrier changes the result.
+// pass, so that a missing barrier changes the result. With Options.Vary
+// each block takes its own thread order and landing instead, the six
+// combinations in turn from a seeded start (Launch.Seed names a launch's
+// draws), so that one run of a sample of blocks tries them all.
 //
 // __syncthreads completes when every live thread of the block waits at the
 // same __syncthreads (the same source line): threads that have returned no
@@ -72,6 +83,18 @@
 // and the buffer; a write into the canary bytes is reported after the
 // launch. A buffer given without data starts filled with the NaN pattern
 // (NaNPattern); Unwritten tells which of its elements a run wrote.
+//
+// Shared memory is poisoned with the NaN pattern at every block start, as
+// the GPU leaves it holding garbage: a thread that reads a slot no thread of
+// its block wrote reads a NaN, in the first block a worker runs as in the
+// next. __shared__ variables live in TLS sections of their own
+// ("lum_emu_shared_<i>" for kernel i, whose definition Run finds in the text
+// and precedes with a redefinition of __shared__ and a #line directive;
+// "lum_emu_shared" for the text before the first kernel), whose bounds the
+// runner maps into each worker's TLS block. A block poisons the common
+// section and its kernel's. (A __shared__ variable in a helper placed
+// between two kernels falls in the earlier kernel's section and is poisoned
+// only for it; generated text prints helpers first.)
 //
 // # Compilation
 //

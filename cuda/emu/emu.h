@@ -1059,11 +1059,11 @@ inline void lum_mma_m16n8k16_bf16(float c[4], const unsigned a[4], const unsigne
   lum_emu::mma(lum_emu::OpMmaBF16, c, a, b);
 }
 
-// cp.async (PTX ISA 9.7.9.25.3, "Data Movement and Conversion Instructions:
-// cp.async", cp.async.commit_group and cp.async.wait_group): a thread's copies
+// cp.async (PTX ISA, "Data Movement and Conversion Instructions": cp.async,
+// cp.async.commit_group, cp.async.wait_group / cp.async.wait_all): a thread's copies
 // are batched into per-thread cp.async-groups by lum_cp_async_commit (a commit
 // with no copy since the last makes an empty group, trivially complete);
-// lum_cp_async_wait_group(N) returns when at most the N most recent committed
+// lum_cp_async_wait_group<N>() returns when at most the N most recent committed
 // groups are pending, every older one complete; lum_cp_async_wait is
 // cp.async.wait_all, a commit then wait_group 0. A copy not yet in a
 // committed group is not waited for by wait_group. A copy's write is visible
@@ -1100,31 +1100,41 @@ inline void lum_cp_async16(void* dst, const void* src) {
 }
 
 // lum_cp_async_commit is cp.async.commit_group: the calling thread's copies
-// issued since its last commit form its next cp.async-group.
+// issued since its last commit form its next cp.async-group (a group with no
+// copy is trivially complete).
 inline void lum_cp_async_commit() { lum_emu::current("lum_cp_async_commit").cp_groups++; }
 
-// lum_cp_async_wait_group is cp.async.wait_group n: the calling thread's
-// committed groups but the n most recent complete.
-inline void lum_cp_async_wait_group(int n) {
-  lum_emu::Fiber& f = lum_emu::current("lum_cp_async_wait_group");
-  lum_emu::Worker& w = *lum_emu::tl_worker;
-  if (n < 0) lum_emu::fail("usage", "lum_cp_async_wait_group(%d): the number of pending groups must be >= 0", n);
+namespace lum_emu {
+// cp_async_wait_group completes the calling thread's committed groups but
+// the n most recent.
+inline void cp_async_wait_group(int n) {
+  Fiber& f = current("lum_cp_async_wait_group");
+  Worker& w = *tl_worker;
   int kept = 0;
   for (int i = 0; i < f.ncp; i++) {
     if (uint64_t(f.cp[i].group) + uint64_t(n) < uint64_t(f.cp_groups)) {
-      lum_emu::land(w, f, i);
+      land(w, f, i);
       continue;
     }
     f.cp[kept++] = f.cp[i];
   }
   f.ncp = kept;
 }
+}  // namespace lum_emu
+
+// lum_cp_async_wait_group<N> is cp.async.wait_group N (N an immediate, as in
+// PTX): the calling thread's committed groups but the N most recent complete.
+template <int N>
+inline void lum_cp_async_wait_group() {
+  static_assert(N >= 0, "cp.async.wait_group takes a count of pending groups >= 0");
+  lum_emu::cp_async_wait_group(N);
+}
 
 // lum_cp_async_wait waits for all of the calling thread's copies
 // (cp.async.wait_all: a commit, then wait_group 0).
 inline void lum_cp_async_wait() {
   lum_cp_async_commit();
-  lum_cp_async_wait_group(0);
+  lum_emu::cp_async_wait_group(0);
 }
 
 // ---------------------------------------------------------------- ldmatrix

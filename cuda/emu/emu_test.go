@@ -79,6 +79,7 @@ var testKernels = []Kernel{
 	{"stack_hog", params("float* y", "int n")},
 	{"half_masks", params("const int* x", "int* y")},
 	{"diverged_warp", params("int* y")},
+	{"shared_unwritten", params("float* y", "int helper")},
 }
 
 func testSource(tb testing.TB) string {

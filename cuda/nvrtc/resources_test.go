@@ -68,6 +68,24 @@ ptxas info    : Compile time = 12.375 ms
 			}},
 		},
 		{
+			name: "nvcc 12 matmul epilogue: an accumulator tile on a stack frame without spills",
+			log: `ptxas info    : 11 bytes gmem
+ptxas info    : Compiling entry function 'k9' for 'sm_90'
+ptxas info    : Function properties for k9
+    128 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 96 registers, used 1 barriers, 128 bytes cumulative stack size, 34816 bytes smem
+ptxas info    : Compile time = 31.104 ms
+ptxas info    : Compiling entry function 'k10' for 'sm_90'
+ptxas info    : Function properties for k10
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 16896 bytes smem
+`,
+			want: map[string]Resources{
+				"k9":  {Registers: 96, SharedBytes: 34816, StackBytes: 128},
+				"k10": {Registers: 40, SharedBytes: 16896},
+			},
+		},
+		{
 			name: "cuda 12 cumulative stack size beyond the frame",
 			log: `ptxas info    : Compiling entry function 'attn' for 'sm_90'
 ptxas info    : Function properties for attn

@@ -3,6 +3,12 @@
 
 __device__ __forceinline__ unsigned lum_gid() { return blockIdx.x * blockDim.x + threadIdx.x; }
 
+// lum_scratch is shared memory declared in a helper, before any kernel.
+__device__ __forceinline__ float* lum_scratch() {
+  __shared__ float scratch[256];
+  return scratch;
+}
+
 extern "C" __global__ void vadd(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c,
                                 int n) {
   unsigned i = lum_gid();
@@ -262,4 +268,16 @@ extern "C" __global__ void diverged_warp(int* __restrict__ y) {
   if (threadIdx.x % 32 < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
   else v = __shfl_down_sync(0xffffffffu, v, 1);
   y[threadIdx.x] = v;
+}
+
+// shared_unwritten: only block 0's threads write their shared slot; every
+// block reads its own after the barrier, so the other blocks read a slot
+// no thread of theirs wrote. helper says to use lum_scratch's memory.
+extern "C" __global__ void shared_unwritten(float* __restrict__ y, int helper) {
+  __shared__ float s[256];
+  float* p = helper ? lum_scratch() : s;
+  unsigned t = threadIdx.x;
+  if (blockIdx.x == 0) p[t] = float(t);
+  __syncthreads();
+  y[lum_gid()] = p[t];
 }

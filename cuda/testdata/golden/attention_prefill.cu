@@ -61,7 +61,7 @@ extern "C" __global__ void attention_prefill(const float* __restrict__ in0, cons
           long long v5 = 0LL;
           long long v6 = v5;
           long long v7 = v6;
-          long long v8 = v4 + v7;
+          long long v8 = (long long)((unsigned long long)v4 + (unsigned long long)v7);
           long long v9 = (long long)(((s * 5LL + t) % 5LL));
           bool v10 = v8 >= v9;
           float v11 = 0.0f;

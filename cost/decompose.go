@@ -1,4 +1,4 @@
-package cuda
+package cost
 
 import (
 	"fmt"
@@ -7,13 +7,14 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// decompose rewrites the composite softmax, RMS norm, layer norm and
-// attention of a kernel body into the primitive ops the row and attention
-// forms print (reductions along the last axis, elementwise ops, matmuls),
-// computed in f32 with casts around them for f16 and bf16, as the
-// reference interpreter computes them in float64. Bodies without them are
-// returned as they are.
-func decompose(body *ir.Graph) (*ir.Graph, error) {
+// Decompose rewrites the composite softmax, RMS norm, layer norm and
+// attention of a kernel body into the primitive ops a kernel computes them
+// by (reductions, elementwise ops, matmuls), in f32 with casts around them
+// for f16 and bf16, as the reference interpreter computes them in float64.
+// It is the body the CUDA printer prints and the one FormOf reads an
+// attention op through, so that the two see the same kernel. Bodies
+// without composites are returned as they are.
+func Decompose(body *ir.Graph) (*ir.Graph, error) {
 	has := false
 	for _, n := range body.Nodes {
 		has = has || n.Op == ir.OpSoftmax || n.Op == ir.OpRMSNorm || n.Op == ir.OpLayerNorm || n.Op == ir.OpAttention
@@ -98,8 +99,8 @@ func down(b *ir.Builder, v ir.Value, dt ir.DType) ir.Value {
 	return b.Cast(v, dt)
 }
 
-// attentionOf is the attention op as the eager form the attention printer
-// reads (corpus models build the same): grouped key and value heads
+// attentionOf is the attention op in the eager form the attention kernel
+// form reads (corpus models build the same): grouped key and value heads
 // repeated by a reshape, an expand and a reshape (repeat_kv), the scores
 // q k^T widened to f32 and scaled, the causal mask added from iotas, a
 // softmax in f32 along the keys, its probabilities rounded to the
