@@ -5,6 +5,13 @@
 //     files): multiprocessors, memory, caches, limits and the peak rate of
 //     each instruction class and dtype with the fraction kernels achieve and
 //     where that comes from. --target picks one; auto asks the GPU present.
+//   - The kernel forms (FormOf, forms.go): which form the CUDA printer
+//     prints a kernel body in (elementwise, row, matmul, attention) and
+//     the structure each needs, or why no form computes the body. It is
+//     the one legality oracle: rules.Legal admits nothing it refuses, the
+//     model below prices the form it names and nothing it refuses, and
+//     the printer prints by it. Decompose writes the composite ops as the
+//     kernels compute them.
 //   - The kernel cost model (Model): from a kernel body (a canonical
 //     kernel SPEC) and a schedule, the features the schedule implies
 //     (DRAM bytes with the re-reads its tiling causes, arithmetic per

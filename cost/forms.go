@@ -117,12 +117,10 @@ func RowReduction(body *ir.Graph, n *ir.Node) bool {
 	return RowReduces(n.Op, n.Attrs.Axis, in.Shape, in.DType)
 }
 
-// RowOp says whether n is one of a row kernel's row operations: a row
+// rowOp says whether n is one of a row kernel's row operations: a row
 // reduction (RowReduction), or a softmax or norm along the last axis,
 // which Decompose turns into row reductions. A softmax along another axis
 // is a loop per output element, as other reductions are.
-func RowOp(body *ir.Graph, n *ir.Node) bool { return rowOp(body, n) }
-
 func rowOp(body *ir.Graph, n *ir.Node) bool {
 	switch n.Op {
 	case ir.OpRMSNorm, ir.OpLayerNorm:

@@ -65,7 +65,11 @@ func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 			data = EncodeTensor(t)
 		}
 		e.where[b.ID] = emu.Arg{Buffer: len(e.Buffers)}
-		e.Buffers = append(e.Buffers, emu.Buffer{Bytes: int(max(b.Bytes, 1)), Data: data})
+		size := int(max(b.Bytes, 1)) // an empty tensor still gets a buffer to point at
+		if data != nil && len(data) < size {
+			data = append(data, make([]byte, size-len(data))...)
+		}
+		e.Buffers = append(e.Buffers, emu.Buffer{Bytes: size, Data: data})
 	}
 	for _, k := range Distinct(kernels) {
 		ek := emu.Kernel{Name: k.Name}

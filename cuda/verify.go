@@ -152,6 +152,10 @@ func indexString(at []int64) string {
 // afterwards are the ones the sample produced, and the reference computes
 // only those (ir.EvalAt), or a seeded sample of opt.MaxCompare of them
 // when they are more. A sample that produced no element is an error.
+// Every block that runs starts with its shared memory poisoned and, unless
+// opt.FixedModes, takes its own thread order and cp.async landing
+// (emu.Options.Vary), so that a missing barrier or a wait that does not
+// cover its copies shows in some block of the sample.
 //
 // The check is returned whenever the kernel ran; a mismatch is both
 // check.Mismatch and the error. A kernel that fails under the emulation

@@ -11,9 +11,10 @@ import (
 // The Go appliers of the algebra rule set (builtin/algebra.rules): the
 // rewrites whose right side needs attributes computed from the match
 // (composed permutations, reduced shapes, slice bounds, splat constants)
-// or facts a condition cannot state. The verifier cannot check them; each
-// has a test in algebra_test.go that applies it to a small e-graph and
-// evaluates extractions with the reference interpreter.
+// or facts a condition cannot state. The verifier checks them by applying
+// them in an e-graph (VerifyRewrite); each also has a test in
+// algebra_test.go that applies it to a small e-graph and evaluates
+// extractions with the reference interpreter.
 
 func init() {
 	RegisterApplier("sum_of_expand", sumOfExpand)

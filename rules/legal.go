@@ -39,6 +39,10 @@ const (
 // sums the partials as it loads them. A kernel without matmuls may write a
 // second output, a value it computes on the way (a residual sum next to
 // its norm).
+//
+// On top of these forms, a body must be one cost.FormOf accepts, the
+// printer's own account of what each form computes: what Legal admits
+// prints, in every schedule the cost model lists for it.
 func Legal(body *ir.Graph) bool {
 	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) == 0 || len(body.Outputs) > maxKernelOutputs {
 		return false

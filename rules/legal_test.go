@@ -37,20 +37,20 @@ func TestLegal(t *testing.T) {
 		}, true, "row"},
 		{"matmul with norm prologue and epilogue", func(b *ir.Builder) ir.Value {
 			x := b.Input("x", ir.F32, 8, 16)
-			w := b.Weight("w", ir.F32, 16, 4)
+			w := b.Input("w", ir.F32, 16, 4)
 			return b.Add(b.MatMul(rmsNorm(b, x), w), b.Input("r", ir.F32, 8, 4))
 		}, true, "matmul, prologue [mul sum rsqrt mul] with a row reduction, epilogue [add]"},
 		{"matmul with a rotated epilogue", func(b *ir.Builder) ir.Value {
-			y := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Weight("w", ir.F32, 16, 8))
+			y := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Input("w", ir.F32, 16, 8))
 			return b.Concat(1, b.Neg(b.Slice(y, 1, 4, 8, 1)), b.Slice(y, 1, 0, 4, 1))
 		}, false, ""},
 		{"matmul with a transposed epilogue", func(b *ir.Builder) ir.Value {
-			y := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Weight("w", ir.F32, 16, 8))
+			y := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Input("w", ir.F32, 16, 8))
 			return b.Exp(b.Permute(y, 1, 0))
 		}, true, "matmul, epilogue [exp]"},
 		{"row reduction after a matmul", func(b *ir.Builder) ir.Value {
 			x := b.Input("x", ir.F32, 8, 16)
-			return rmsNorm(b, b.MatMul(x, b.Weight("w", ir.F32, 16, 16)))
+			return rmsNorm(b, b.MatMul(x, b.Input("w", ir.F32, 16, 16)))
 		}, false, ""},
 		{"attention", func(b *ir.Builder) ir.Value {
 			q := b.Input("q", ir.F32, 8, 4)
@@ -60,14 +60,14 @@ func TestLegal(t *testing.T) {
 		}, true, "attention"},
 		{"two matmuls without a softmax", func(b *ir.Builder) ir.Value {
 			x := b.Input("x", ir.F32, 8, 16)
-			h := b.Exp(b.MatMul(x, b.Weight("w1", ir.F32, 16, 16)))
-			return b.MatMul(rmsNorm(b, h), b.Weight("w2", ir.F32, 16, 4))
+			h := b.Exp(b.MatMul(x, b.Input("w1", ir.F32, 16, 16)))
+			return b.MatMul(rmsNorm(b, h), b.Input("w2", ir.F32, 16, 4))
 		}, false, ""},
 		{"three matmuls", func(b *ir.Builder) ir.Value {
 			q := b.Input("q", ir.F32, 8, 4)
 			k := b.Input("k", ir.F32, 4, 8)
 			v := b.Input("v", ir.F32, 8, 4)
-			return b.MatMul(b.MatMul(softmax(b, b.MatMul(q, k)), v), b.Weight("o", ir.F32, 4, 4))
+			return b.MatMul(b.MatMul(softmax(b, b.MatMul(q, k)), v), b.Input("o", ir.F32, 4, 4))
 		}, false, ""},
 		{"one reduction across rows", func(b *ir.Builder) ir.Value {
 			return b.Sum(b.Exp(b.Input("x", ir.F32, 32, 16)), 0)
@@ -87,23 +87,42 @@ func TestLegal(t *testing.T) {
 		}, true, "elementwise"},
 		{"split-K partials summed in a matmul prologue", func(b *ir.Builder) ir.Value {
 			p := b.Input("p", ir.F32, 4, 8, 16)
-			return b.MatMul(b.Reshape(b.Sum(p, 0), 8, 16), b.Weight("w", ir.F32, 16, 4))
+			return b.MatMul(b.Reshape(b.Sum(p, 0), 8, 16), b.Input("w", ir.F32, 16, 4))
 		}, true, "matmul, prologue [sum]"},
 		{"split-K partials summed in a matmul epilogue", func(b *ir.Builder) ir.Value {
 			p := b.Input("p", ir.F32, 4, 8, 4)
-			mm := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Weight("w", ir.F32, 16, 4))
+			mm := b.MatMul(b.Input("x", ir.F32, 8, 16), b.Input("w", ir.F32, 16, 4))
 			return b.Add(mm, b.Reshape(b.Sum(p, 0), 8, 4))
 		}, true, "matmul, epilogue [sum add]"},
 		{"split-K partials summed before a norm", func(b *ir.Builder) ir.Value {
 			p := b.Input("p", ir.F32, 4, 8, 16)
-			return b.RMSNorm(b.Add(b.Input("x", ir.F32, 1, 8, 16), b.Reshape(b.Sum(p, 0), 1, 8, 16)), b.Weight("w", ir.F32, 16), 1e-5)
+			return b.RMSNorm(b.Add(b.Input("x", ir.F32, 1, 8, 16), b.Reshape(b.Sum(p, 0), 1, 8, 16)), b.Input("w", ir.F32, 16), 1e-5)
 		}, true, "row"},
 		{"a sum across rows of a matmul's result", func(b *ir.Builder) ir.Value {
-			mm := b.MatMul(b.Input("x", ir.F32, 4, 8, 16), b.Weight("w", ir.F32, 4, 16, 4))
+			mm := b.MatMul(b.Input("x", ir.F32, 4, 8, 16), b.Input("w", ir.F32, 4, 16, 4))
 			return b.Sum(mm, 0)
 		}, false, ""},
 		{"a sum across rows of a row kernel's result", func(b *ir.Builder) ir.Value {
 			return b.Sum(b.Softmax(b.Input("x", ir.F32, 4, 8, 16), -1), 0)
+		}, false, ""},
+		{"an integer max along rows (a loop per element, exact)", func(b *ir.Builder) ir.Value {
+			return b.ReduceMax(b.Input("x", ir.I32, 8, 16), 1)
+		}, true, "reduce_max"},
+		{"a softmax across rows", func(b *ir.Builder) ir.Value {
+			return b.Softmax(b.Input("x", ir.F16, 8, 16), 0)
+		}, true, "softmax"},
+		{"a norm broadcast past its rows (the printer's row form refuses it)", func(b *ir.Builder) ir.Value {
+			n := b.RMSNorm(b.Input("x", ir.F32, 6, 5), b.Input("w", ir.F32, 5), 1e-6)
+			return b.Expand(b.Reshape(n, 1, 6, 5), 4, 6, 5)
+		}, false, ""},
+		{"a half-precision row reduction in a matmul prologue", func(b *ir.Builder) ir.Value {
+			x := b.Input("x", ir.BF16, 8, 16)
+			return b.MatMul(b.Mul(x, b.BroadcastTo(b.Sum(x, 1), b.Shape(x))), b.Input("w", ir.BF16, 16, 4))
+		}, false, ""},
+		{"attention whose probabilities pass a where (no softmax to the printer)", func(b *ir.Builder) ir.Value {
+			q, k, v := b.Input("q", ir.F32, 8, 4), b.Input("k", ir.F32, 4, 8), b.Input("v", ir.F32, 8, 4)
+			p := softmax(b, b.MatMul(q, k))
+			return b.MatMul(b.Where(b.Input("keep", ir.Bool, 8, 8), p, b.BroadcastTo(b.Scalar(ir.F32, 0), ir.Shape{8, 8})), v)
 		}, false, ""},
 		{"too many arguments", func(b *ir.Builder) ir.Value {
 			s := b.Input("x0", ir.F32, 4)

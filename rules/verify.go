@@ -150,6 +150,8 @@ type ruleCheck struct {
 	applier string                // the Go rule's applier, for its examples
 }
 
+// verify checks c on its examples, then on random instances, then on its
+// examples again with fresh values, until it has opt.Instances of them.
 func verify(ctx context.Context, c *ruleCheck, opt VerifyOptions) (Drawn, *Counterexample, error) {
 	if opt.Instances <= 0 {
 		opt.Instances = 20
@@ -162,24 +164,8 @@ func verify(ctx context.Context, c *ruleCheck, opt VerifyOptions) (Drawn, *Count
 	}
 	rng := rand.New(rand.NewPCG(opt.Seed, 0xa11ce))
 	drawn := Drawn{}
-	if c.rewrite != nil && c.applier != "" {
-		// The examples first: they are the instances a Go rule is written
-		// for, in every dtype.
-		for _, dt := range opt.DTypes {
-			gs, err := examplesOf(c.applier, dt)
-			if err != nil {
-				return drawn, nil, err
-			}
-			for _, gl := range gs {
-				ok, cx, err := c.check(ctx, rng, gl, dt)
-				if err != nil || cx != nil {
-					return drawn, cx, err
-				}
-				if ok {
-					drawn[dt]++
-				}
-			}
-		}
+	if cx, err := c.examples(ctx, rng, opt, drawn, 1); err != nil || cx != nil {
+		return drawn, cx, err
 	}
 	vars, pvars := sideVars(c.lhs)
 	for attempt := 0; attempt < opt.Attempts && drawn.Total() < opt.Instances; attempt++ {
@@ -208,10 +194,58 @@ func verify(ctx context.Context, c *ruleCheck, opt VerifyOptions) (Drawn, *Count
 			drawn[dt]++
 		}
 	}
+	if cx, err := c.examples(ctx, rng, opt, drawn, 0); err != nil || cx != nil {
+		return drawn, cx, err
+	}
 	if drawn.Total() < opt.Instances {
 		return drawn, nil, fmt.Errorf("verify %s: only %d valid instances in %d draws (want %d): does its condition ever hold?", c.name, drawn.Total(), opt.Attempts, opt.Instances)
 	}
 	return drawn, nil, nil
+}
+
+// examples checks a Go rule's examples (RegisterExamples), the instances
+// it is written for, counting them in drawn: each example in every dtype
+// before the next, up to the instances asked for. After the first round
+// (rounds 1) they are checked again on fresh values (rounds 0: until
+// there are enough instances, or a round adds none).
+func (c *ruleCheck) examples(ctx context.Context, rng *rand.Rand, opt VerifyOptions, drawn Drawn, rounds int) (*Counterexample, error) {
+	if c.rewrite == nil || c.applier == "" {
+		return nil, nil
+	}
+	byDType := make([][]*ir.Graph, len(opt.DTypes))
+	for i, dt := range opt.DTypes {
+		gs, err := examplesOf(c.applier, dt)
+		if err != nil {
+			return nil, err
+		}
+		byDType[i] = gs
+	}
+	for round := 0; rounds == 0 || round < rounds; round++ {
+		before := drawn.Total()
+		for k := 0; ; k++ {
+			more := false
+			for i, dt := range opt.DTypes {
+				if k >= len(byDType[i]) || drawn.Total() >= opt.Instances {
+					continue
+				}
+				more = true
+				ok, cx, err := c.check(ctx, rng, byDType[i][k], dt, false)
+				if err != nil || cx != nil {
+					return cx, err
+				}
+				if ok {
+					drawn[dt]++
+				}
+			}
+			if !more {
+				break
+			}
+		}
+		if drawn.Total() >= opt.Instances || drawn.Total() == before {
+			return nil, nil
+		}
+	}
+	return nil, nil
 }
 
 // instance checks one drawn instance, whose left side is built in b: the
@@ -225,7 +259,7 @@ func (c *ruleCheck) instance(ctx context.Context, rng *rand.Rand, b *ir.Builder,
 		if err != nil {
 			return false, nil, nil
 		}
-		return c.check(ctx, rng, gl, dt)
+		return c.check(ctx, rng, gl, dt, true)
 	}
 	var rvals []ir.Value
 	for _, p := range c.rhs {
@@ -242,13 +276,20 @@ func (c *ruleCheck) instance(ctx context.Context, rng *rand.Rand, b *ir.Builder,
 	if err != nil {
 		return false, &Counterexample{Rule: c.name, Reason: err.Error()}, nil
 	}
+	if programElements(g) > maxInstanceElements {
+		return false, nil, nil // too slow to evaluate: not an instance
+	}
 	return c.judge(ctx, rng, g, lvals, rvals, dt)
 }
 
 // check checks the left side gl (outputs: its roots) of a Go rule: the
 // rewrite makes the right side, and both are joined into one program to
-// judge. An instance the rewrite declines is not checked (false).
-func (c *ruleCheck) check(ctx context.Context, rng *rand.Rand, gl *ir.Graph, dt ir.DType) (bool, *Counterexample, error) {
+// judge. An instance the rewrite declines is not checked (false), nor is a
+// drawn one too large to evaluate quickly (an example is sized by hand).
+func (c *ruleCheck) check(ctx context.Context, rng *rand.Rand, gl *ir.Graph, dt ir.DType, drawn bool) (bool, *Counterexample, error) {
+	if drawn && programElements(gl) > maxInstanceElements {
+		return false, nil, nil
+	}
 	gr, applied, reason, err := applyRewrite(ctx, c.rewrite, gl)
 	switch {
 	case err != nil:
@@ -261,6 +302,9 @@ func (c *ruleCheck) check(ctx context.Context, rng *rand.Rand, gl *ir.Graph, dt 
 	g, lvals, rvals, err := joinSides("verify-"+c.name, gl, gr)
 	if err != nil {
 		return false, &Counterexample{Rule: c.name, Program: gl, Reason: "the right side does not type-check where the left side does: " + err.Error()}, nil
+	}
+	if drawn && programElements(g) > maxInstanceElements {
+		return false, nil, nil
 	}
 	return c.judge(ctx, rng, g, lvals, rvals, dt)
 }
@@ -281,9 +325,6 @@ func (c *ruleCheck) judge(ctx context.Context, rng *rand.Rand, g *ir.Graph, lval
 		if !ln.Shape.Equal(rn.Shape) || ln.DType != rn.DType {
 			return false, &Counterexample{Rule: c.name, Program: g, Reason: fmt.Sprintf("left side is %s%v, right side %s%v", ln.DType, ln.Shape, rn.DType, rn.Shape)}, nil
 		}
-	}
-	if programElements(g) > maxInstanceElements {
-		return false, nil, nil // too slow to evaluate: not an instance
 	}
 	modes := []ir.RandomMode{ir.Typical, ir.Stress}
 	if dt == ir.F16 {
@@ -324,7 +365,7 @@ func (c *ruleCheck) judge(ctx context.Context, rng *rand.Rand, g *ir.Graph, lval
 			}
 			if mm != nil {
 				return false, &Counterexample{Rule: c.name, Program: g, Feeds: feeds, LHS: want, RHS: rr,
-					Reason: fmt.Sprintf("%s %s values, every value rounded to its dtype: %s", dt, modeName(mode), mm)}, nil
+					Reason: fmt.Sprintf("%s %s values: %s (the right side, every value rounded to its dtype, against the left side's float64 truth)", dt, modeName(mode), mm)}, nil
 			}
 		}
 	}
@@ -342,7 +383,7 @@ func modeName(m ir.RandomMode) string {
 // instance's program, so that an instance evaluates in milliseconds: a
 // draw around a long dimension can make every axis of an attention's
 // blocked scores long.
-const maxInstanceElements = 1 << 20
+const maxInstanceElements = 1 << 18
 
 // programElements is the number of elements of all g's values.
 func programElements(g *ir.Graph) int64 {

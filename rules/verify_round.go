@@ -22,19 +22,22 @@ import (
 //     accumulation are relative to the magnitude of the terms combined:
 //     ir.ToleranceOf(u_before, n) * magnitude.
 //
-// The sum is never above ir.Graph.Allowance. It has to be sharper for a
-// rule check: a bf16 matmul's allowance, 8 bf16 roundings of the terms'
-// magnitude, holds any number of extra bf16 roundings of partial sums
-// (each is at most a bf16 rounding of the same magnitude), so split-K with
-// bf16 partials passed within a hundredth of it. Split, the matmul's own
-// rounding is against the result, which random signs make much smaller
-// than the partials it cancels from, and the partials' roundings show.
+// The verifier allows the smaller of this sum and ir.Graph.Allowance,
+// never more than a program of the term is allowed. It has to be sharper
+// for a rule check: a bf16 matmul's allowance, 8 bf16 roundings of the
+// terms' magnitude, holds any number of extra bf16 roundings of partial
+// sums (each is at most a bf16 rounding of the same magnitude), so split-K
+// with bf16 partials passed within a hundredth of it. With the split, the
+// matmul's own rounding is against the result, which random signs make
+// much smaller than the partials it cancels from, and the partials'
+// roundings show.
 
 // roundings holds, for every value of a reference graph, the unit
 // roundoff of its own last rounding and the largest one before it on its
 // path.
 type roundings struct {
 	own, before []float64
+	path        []float64 // ir.PathEps
 }
 
 // roundingsOf splits ir.PathEps of g. Ops that copy or select elements of
@@ -47,7 +50,7 @@ type roundings struct {
 // itself) comes before.
 func roundingsOf(g *ir.Graph) roundings {
 	path := ir.PathEps(g)
-	r := roundings{own: make([]float64, len(g.Nodes)), before: make([]float64, len(g.Nodes))}
+	r := roundings{own: make([]float64, len(g.Nodes)), before: make([]float64, len(g.Nodes)), path: path}
 	for i, n := range g.Nodes {
 		if n.Op.Class() == ir.ClassLeaf {
 			continue
@@ -103,6 +106,12 @@ func copiesOperands(op ir.Op) bool {
 // judge applies.
 func (r roundings) within(g *ir.Graph, v ir.Value, got, want, mag *ir.Tensor, n int) ([]bool, error) {
 	ok := make([]bool, want.Len())
+	if mm, err := r.judge(g, v, got, want, mag, n, nil); err != nil || mm == nil {
+		for i := range ok {
+			ok[i] = true
+		}
+		return ok, err
+	}
 	one := func(t *ir.Tensor, i int64) *ir.Tensor {
 		return &ir.Tensor{DType: t.DType, Shape: ir.Shape{1}, F64: []float64{t.At(i)}}
 	}
@@ -133,11 +142,14 @@ func (r roundings) judge(g *ir.Graph, v ir.Value, got, want, mag *ir.Tensor, n i
 	}
 	tolMag := ir.ToleranceOf(r.before[v], n)
 	tolOwn := 8 * r.own[v]
-	tol := tolMag + tolOwn
-	// CompareWithin allows tol * max(|want|, m): with m the weighted mean
-	// of the magnitude and |want| (the magnitude is at least |want|), that
-	// is tolMag * magnitude + tolOwn * |want|. An excused element gets the
-	// truth as its value.
+	tolPath := g.Allowance(v, r.path, n)
+	// The allowance of an element is min(tolMag m + tolOwn |want|, tolPath
+	// m), m its magnitude (at least |want|). CompareWithin allows tol *
+	// max(|want|, e): with tol the smaller of the two tolerances, both
+	// terms are at least tol |want|, so e = allowance / tol is too and the
+	// product is the allowance. An excused element gets the truth as its
+	// value.
+	tol := min(tolMag+tolOwn, tolPath)
 	eff := &ir.Tensor{DType: got.DType, Shape: got.Shape.Clone(), F64: make([]float64, want.Len())}
 	judged := &ir.Tensor{DType: got.DType, Shape: got.Shape.Clone(), F64: make([]float64, want.Len())}
 	for i := range want.Len() {
@@ -146,7 +158,7 @@ func (r roundings) judge(g *ir.Graph, v ir.Value, got, want, mag *ir.Tensor, n i
 		if mag != nil {
 			m = math.Max(m, mag.At(i))
 		}
-		eff.F64[i] = (tolMag*m + tolOwn*w) / tol
+		eff.F64[i] = min(tolMag*m+tolOwn*w, tolPath*m) / tol
 		judged.F64[i] = got.At(i)
 		if excused != nil && excused(i) {
 			judged.F64[i] = want.At(i)

@@ -11,6 +11,8 @@ import (
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/internal/bug"
+	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -59,6 +61,10 @@ func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model,
 	return changed, nil
 }
 
+// loadNVRTC opens NVRTC for finalize (nvrtc.Load); a test that compiles
+// hundreds of small models replaces it to leave NVRTC out.
+var loadNVRTC = nvrtc.Load
+
 // finalize makes a printed program ready to write: NVRTC (when present)
 // re-ranks the schedules by the resources it reports and compiles the
 // kernels, then the program is verified (when verify is set): every
@@ -68,7 +74,7 @@ func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model,
 func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io.Writer) (*final, error) {
 	model, arch, m, lp := src.model.Name, src.arch, src.m, c.lowered
 	f := &final{compiled: c, resources: map[string]nvrtc.Resources{}}
-	if lib, err := nvrtc.Load(); err != nil {
+	if lib, err := loadNVRTC(); err != nil {
 		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 		fmt.Fprintf(log, "  nvrtc: not compiled: %v\n", err)
 	} else {
@@ -82,7 +88,7 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 		res, err := lib.Compile(ctx, f.src, "kernels.cu", nvrtc.Options{Arch: arch})
 		if err != nil {
-			return nil, fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err)
+			return nil, bug.New(rejectedBodies(c, err), fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err))
 		}
 		f.resources, f.ptx, f.cubin = res.Kernels, res.PTX, res.CUBIN
 		regs, smem, spills, stack, framed := 0, 0, 0, 0, 0
@@ -138,3 +144,27 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 
 // verifyTime matches the wall time that ends a verify line's parenthesis.
 var verifyTime = regexp.MustCompile(`; [0-9hms.µ]+\)`)
+
+// rejectedBodies is the failing term of a program NVRTC rejected: the
+// bodies of the kernels its message names (every kernel's when it names
+// none), each after its kernel's name.
+func rejectedBodies(c *compiled, err error) string {
+	launches := append(append([]*lower.Launch(nil), c.lowered.Prep...), c.lowered.Run...)
+	var named, all []string
+	seen := map[*cuda.Kernel]bool{}
+	for i, k := range c.kernels {
+		if seen[k] || i >= len(launches) {
+			continue
+		}
+		seen[k] = true
+		term := k.Name + ": " + launches[i].Body.String()
+		all = append(all, term)
+		if strings.Contains(err.Error(), k.Name) {
+			named = append(named, term)
+		}
+	}
+	if len(named) == 0 {
+		named = all
+	}
+	return strings.Join(named, "\n")
+}

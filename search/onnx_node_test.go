@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/corpus/onnx"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/internal/shareddata"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
@@ -27,34 +28,55 @@ import (
 // keeps the list).
 const conformancePass = "../corpus/onnx/testdata/conformance-pass.txt"
 
+// raceSampleStride is the share of the cases a -race build compiles: every
+// raceSampleStride-th of the list. Each case costs a g++ build of its
+// kernels' emulation (seconds each on a cold cache, as in CI, where the
+// README's command runs everything under -race), and what the race
+// detector watches (the driver's goroutines) is the same in every case;
+// the build without -race compiles them all.
+const raceSampleStride = 8
+
 // nodeOutcome is how compiling one conformance case ended.
 type nodeOutcome struct {
-	name    string
-	err     error
-	skipped string // why the case is not compiled at all (its import needs bound inputs)
+	name  string
+	phase string // "load" or "compile"
+	err   error
 }
 
 // TestEveryConformingNodeCaseCompiles compiles every ONNX node case that
 // passes conformance through the library (LoadModel, then Compile, which
 // verifies every kernel and the whole program under the CPU emulation): a
-// case either compiles and verifies, or is refused as unsupported, a
-// KindInput error naming the op. An internal error (a printer or
-// cost-model bug) or any other failure fails the test. Cases whose import
-// needs the data set's integer inputs bound as constants (ErrNotConstant)
-// are outside what LoadModel reads and are counted apart. The cases run
-// concurrently and with NVRTC left out (the kernels' CUDA is still
-// compiled by g++ under the emulation), which keeps the suite to a couple
-// of minutes.
+// case either compiles and verifies, or its import refuses it as
+// unsupported (onnx.ErrUnsupported: an op, attribute or dtype lumsearch
+// does not take, or an input that must be bound as a constant, which the
+// conformance runner binds from the data set and a user cannot), with a
+// message naming the node, op and opset. An internal error (a bug:
+// KindInternal) or any other failure fails the test. The cases run
+// concurrently and with NVRTC left out (every op's naive kernel is
+// compiled with NVRTC by package cuda's tests); the emulation's g++
+// builds are cached across runs. LUMSEARCH_NODE_CASES=a,b,... runs only
+// the cases named.
 func TestEveryConformingNodeCaseCompiles(t *testing.T) {
 	dir := filepath.Join(shareddata.Dir(t), "onnx-node")
 	if testing.Short() {
-		t.Skip("compiles every ONNX node case (a couple of minutes); skipped under -short")
+		t.Skip("compiles every ONNX node case (minutes on a cold g++ cache); skipped under -short")
 	}
 	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	load := loadNVRTC
+	loadNVRTC = func() (*nvrtc.Library, error) { return nil, errors.New("left out of this test") }
+	t.Cleanup(func() { loadNVRTC = load })
 	names := readCaseList(t, conformancePass)
 	require.NotEmpty(t, names)
-	if only := os.Getenv("LUMSEARCH_NODE_CASES"); only != "" {
+	only := os.Getenv("LUMSEARCH_NODE_CASES")
+	if only != "" {
 		names = strings.Split(only, ",")
+	} else if raceEnabled {
+		var sample []string
+		for i := 0; i < len(names); i += raceSampleStride {
+			sample = append(sample, names[i])
+		}
+		t.Logf("-race: compiling every %dth case, %d of %d", raceSampleStride, len(sample), len(names))
+		names = sample
 	}
 	results := make([]nodeOutcome, len(names))
 	var wg sync.WaitGroup
@@ -73,49 +95,57 @@ func TestEveryConformingNodeCaseCompiles(t *testing.T) {
 	close(work)
 	wg.Wait()
 
-	var compiled, unbound int
+	compiled := 0
 	refused := map[string][]string{}
 	for _, r := range results {
 		switch {
-		case r.skipped != "":
-			unbound++
 		case r.err == nil:
 			compiled++
-		case KindOf(r.err) == KindInput && strings.Contains(r.err.Error(), "unsupported"):
-			refused[r.err.Error()] = append(refused[r.err.Error()], r.name)
+		case KindOf(r.err) == KindInternal:
+			t.Errorf("%s: an internal error: %v", r.name, r.err)
+		case r.phase == "load" && errors.Is(r.err, onnx.ErrUnsupported):
+			why := refusalReason(r.err)
+			refused[why] = append(refused[why], r.name)
 		default:
-			t.Errorf("%s: %v (kind %d)", r.name, r.err, KindOf(r.err))
+			t.Errorf("%s: %s: %v (kind %d)", r.name, r.phase, r.err, KindOf(r.err))
 		}
 	}
 	var msgs []string
 	for m, cases := range refused {
-		msgs = append(msgs, fmt.Sprintf("%d refused (%s): %s", len(cases), strings.Join(cases, " "), m))
+		msgs = append(msgs, fmt.Sprintf("%d refused (%s): %s", len(cases), m, strings.Join(cases, " ")))
 	}
 	sort.Strings(msgs)
-	t.Logf("%d cases: %d compile and verify, %d need bound inputs, %d refused as unsupported\n%s",
-		len(results), compiled, unbound, len(results)-compiled-unbound, strings.Join(msgs, "\n"))
+	t.Logf("%d cases: %d compile and verify, %d refused as unsupported\n%s",
+		len(results), compiled, len(results)-compiled, strings.Join(msgs, "\n"))
+	if only == "" {
+		assert.Greater(t, compiled, len(results)*3/4, "most conforming cases compile")
+	}
 }
 
 // compileNodeCase loads and compiles one case's model.
 func compileNodeCase(ctx context.Context, path string) nodeOutcome {
 	m, err := LoadModel(path, ModelOptions{})
 	if err != nil {
-		if isNotConstant(err) {
-			return nodeOutcome{skipped: err.Error()}
-		}
-		return nodeOutcome{err: fmt.Errorf("load: %w", err)}
+		return nodeOutcome{phase: "load", err: err}
 	}
 	defer m.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	_, err = Compile(ctx, m, Options{Arch: "sm_90"})
-	return nodeOutcome{err: err}
+	return nodeOutcome{phase: "compile", err: err}
 }
 
-// isNotConstant says whether an import asked for inputs bound as
-// constants.
-func isNotConstant(err error) bool {
-	return err != nil && errors.Is(err, onnx.ErrNotConstant)
+// refusalReason is what an import refusal says past the node it names
+// (`node "n" (Op, opset 17): ...`), so that cases refused for one reason
+// group together.
+func refusalReason(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "): "); i >= 0 {
+		if j := strings.LastIndex(msg[:i], "("); j >= 0 {
+			return msg[j+1:i] + ": " + msg[i+3:]
+		}
+	}
+	return msg
 }
 
 // readCaseList reads a file of case names, one a line, # comments aside.

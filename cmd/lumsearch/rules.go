@@ -25,14 +25,18 @@ var rulesCommand = &command{
 	doc: `
 "rules check" verifies rules: for every rule, random legal instances (shapes
 for its variables, attributes for its payload variables, random and stress
-values), at least --instances of them accepted by the rule's condition, both
-sides evaluated by the float64 reference interpreter and compared with the
-project's tolerance. A two-way rule is checked in both directions. A failing
-rule is printed with its counterexample; the command then exits with status 1.
+values, in f32, bf16 and f16), at least --instances of them accepted by the
+rule's condition, both sides evaluated by the reference interpreter with
+every value rounded to its dtype and compared with the left side's float64
+truth, within the allowance of the left side's own roundings
+(docs/precision.md): a right side that rounds where the left side does not,
+such as a partial sum kept in bf16, fails. A two-way rule is checked in both
+directions. A rule whose right side is a Go applier is checked by applying
+it in an e-graph to the instances and to the applier's examples, at the
+sizes its condition asks for. A failing rule is printed with its
+counterexample; the command then exits with status 1.
 
-Without files it checks the built-in rule sets (` + strings.Join(rules.BuiltinSets(), ", ") + `). Rules
-whose right side is a Go applier are listed as skipped: the e-graph fuzz test
-checks them.
+Without files it checks the built-in rule sets (` + strings.Join(rules.BuiltinSets(), ", ") + `).
 
 "rules stats MODEL" saturates a corpus model with every rule set (less those
 named by --disable, plus the opt-in sets named by --enable (` + strings.Join(rules.OptionalSets(), ", ") + `) and

@@ -14,7 +14,8 @@ import (
 func TestRulesCheck(t *testing.T) {
 	r := runArgs(t, "rules", "check")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Regexp(t, `(?m)^comm-add +ok +20 +algebra\.rules:\d+:1$`, r.stdout)
+	assert.Regexp(t, `(?m)^comm-add +ok +20 +f32 \d+, bf16 \d+, f16 \d+ +algebra\.rules:\d+:1$`, r.stdout)
+	assert.Regexp(t, `(?m)^split-k +ok +20 +f32 \d+, bf16 \d+, f16 \d+ +tile\.rules:\d+:1$`, r.stdout, "a Go applier's rule is checked")
 	assert.Regexp(t, `(?m)^\d+ rules sound$`, r.stdout)
 
 	bad := filepath.Join(t.TempDir(), "bad.rules")

@@ -295,7 +295,7 @@ struct Fiber {
   // cp.async.commit_group: groups are per thread).
   int ncp;
   uint32_t cp_groups;
-  CpCopy cp[kCpAsyncMax];
+  CpCopy* cp;  // kCpAsyncMax slots in Worker::copies, apart so that a fiber stays two cache lines
 };
 
 struct ArgVal {
@@ -326,6 +326,7 @@ struct KernelEntry {
 
 struct Worker {
   Fiber* fibers = nullptr;  // capacity cap, grown on demand, reused across blocks and launches
+  CpCopy* copies = nullptr;  // kCpAsyncMax per fiber
   int cap = 0;
   int n = 0;  // threads of the current block
   int live = 0;
@@ -371,9 +372,12 @@ inline void grow(Worker& w, int n) {
   if (w.nregions < 64) w.regions[w.nregions++] = {base, base + per * size_t(add)};
   Fiber* nf = (Fiber*)realloc((void*)w.fibers, sizeof(Fiber) * size_t(n));
   int* no = (int*)realloc(w.order, sizeof(int) * size_t(n));
-  if (!nf || !no) fail("emulator", "out of memory for %d fibers", n);
+  CpCopy* nc = (CpCopy*)realloc((void*)w.copies, sizeof(CpCopy) * size_t(kCpAsyncMax) * size_t(n));
+  if (!nf || !no || !nc) fail("emulator", "out of memory for %d fibers", n);
   w.fibers = nf;
   w.order = no;
+  w.copies = nc;
+  for (int i = 0; i < w.cap; i++) w.fibers[i].cp = nc + size_t(i) * kCpAsyncMax;
   for (int i = 0; i < add; i++) {
     char* lo = base + per * size_t(i);
     // The guard page is best effort: past vm.max_map_count mprotect fails and
@@ -382,6 +386,7 @@ inline void grow(Worker& w, int n) {
     Fiber& f = w.fibers[w.cap + i];
     memset(&f, 0, sizeof f);
     f.stack_top = lo + per;
+    f.cp = nc + size_t(w.cap + i) * kCpAsyncMax;
   }
   w.cap = n;
 }
@@ -734,7 +739,9 @@ inline void run_block(Worker& w, uint3 block, int linear_block, uint64_t seed) {
   while (w.live > 0) {
     if (w.shuffle) {
       for (int i = n - 1; i > 0; i--) {
-        int j = int(splitmix(w.rng) % uint64_t(i + 1));
+        // A multiply-shift draw in [0, i] (Lemire): a 64-bit division per
+        // thread per pass costs as much as the permutation's other work.
+        int j = int((unsigned __int128)splitmix(w.rng) * unsigned(i + 1) >> 64);
         int t = w.order[i];
         w.order[i] = w.order[j];
         w.order[j] = t;
