@@ -21,6 +21,9 @@ import (
 // naive programs of decoder layers (every kernel a one-op kernel) and the
 // fused programs of the graphs whose kernels all have a printed form.
 func TestEmulateCorpusPrograms(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}

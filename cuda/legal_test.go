@@ -25,6 +25,9 @@ import (
 // tensorcore_test.go). A sample of them runs under emulation against the
 // reference interpreter, each in its default schedule and in one other.
 func TestEveryLegalKernelPrints(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
 	model := cost.NewModel(dev, cost.Defaults(dev))

@@ -48,6 +48,9 @@ func TestPrintNaivePrograms(t *testing.T) {
 // one under the race detector) and compiles its distinct kernels with
 // NVRTC for sm_90.
 func TestCompileEveryTinyCorpusGraph(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	lib, err := nvrtc.Load()
 	if err != nil {
 		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {

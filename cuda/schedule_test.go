@@ -116,6 +116,9 @@ func scheduledKernels(t *testing.T) ([]*Kernel, []*ir.Graph) {
 // TestNVRTCCompilesEverySchedule compiles every scheduled test kernel for
 // sm_90: no schedule may print CUDA that NVRTC rejects or that spills.
 func TestNVRTCCompilesEverySchedule(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	lib, err := nvrtc.Load()
 	if err != nil {
 		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
