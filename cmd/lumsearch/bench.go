@@ -92,10 +92,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		minRuns := fs.Int("min-runs", timing.DefaultMin, "the fewest timed runs of each measurement")
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
-		feeds := search.Feeds{Ranges: search.InputRanges{}}
-		fs.Var(feeds.Ranges, "input-range", inputRangeUsage)
-		fs.StringVar(&feeds.Inputs, "inputs", "", inputsUsage)
-		fs.StringVar(&feeds.Outputs, "outputs", "", outputsUsage)
+		feeds := feedFlags(fs, "")
 		save := fs.String("save", "", "after the run, write the tensors fed (inputs.safetensors), the compiled program's outputs (outputs.safetensors) and the graph (graph.txt) into `DIR`")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
@@ -107,7 +104,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 			if *minRuns < 1 || *maxTime <= 0 {
 				return usagef("--min-runs and --max-time must be positive")
 			}
-			o := search.BenchOptions{Measure: search.Measure(*mode), TuneDB: *db, Seed: *seed, Save: *save, MinRuns: *minRuns, MaxTime: *maxTime, Target: *target, Arch: *arch, Feeds: feeds}
+			o := search.BenchOptions{Measure: search.Measure(*mode), TuneDB: *db, Seed: *seed, Save: *save, MinRuns: *minRuns, MaxTime: *maxTime, Target: *target, Arch: *arch, Feeds: *feeds}
 			if err := o.Check(); err != nil {
 				return err
 			}

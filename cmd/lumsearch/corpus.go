@@ -63,10 +63,7 @@ lumsearch corpus list --json --seq 1024`,
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence; for decode, the KV cache's capacity")
 		past := fs.Int("past", -1, "decode: tokens already in the cache, the new token's position (-1: seq-1)")
 		dtype := fs.String("dtype", "f32", "dtype of weights and activations: f32, f16 or bf16")
-		feeds := search.Feeds{Ranges: search.InputRanges{}}
-		fs.Var(feeds.Ranges, "input-range", "eval: "+inputRangeUsage)
-		fs.StringVar(&feeds.Inputs, "inputs", "", "eval: "+inputsUsage)
-		fs.StringVar(&feeds.Outputs, "outputs", "", "eval: "+outputsUsage)
+		feeds := feedFlags(fs, "eval: ")
 		saveOutputs := fs.String("save-outputs", "", "eval: write the outputs and updated states to the safetensors `FILE` (the layout --outputs reads)")
 		composite := fs.Bool("composite", false, "emit the composite softmax, norm and attention ops instead of their decompositions")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
@@ -106,7 +103,7 @@ lumsearch corpus list --json --seq 1024`,
 				if len(pos) != 2 {
 					return usagef("eval wants one graph NAME, got %d arguments", len(pos)-1)
 				}
-				return corpusEval(ctx, pos[1], opt, dims, search.EvalOptions{Seed: *seed, Feeds: feeds, SaveOutputs: *saveOutputs}, stdout)
+				return corpusEval(ctx, pos[1], opt, dims, search.EvalOptions{Seed: *seed, Feeds: *feeds, SaveOutputs: *saveOutputs}, stdout)
 			default:
 				return usagef("unknown subcommand %q: want list, show or eval", pos[0])
 			}

@@ -1,5 +1,22 @@
 package main
 
+import (
+	"flag"
+
+	"github.com/lumsearch/lumsearch/search"
+)
+
+// feedFlags adds --input-range, --inputs and --outputs to fs, each usage
+// after prefix (a subcommand's name where a command has several), and
+// returns the feeds they fill.
+func feedFlags(fs *flag.FlagSet, prefix string) *search.Feeds {
+	feeds := &search.Feeds{Ranges: search.InputRanges{}}
+	fs.Var(feeds.Ranges, "input-range", prefix+inputRangeUsage)
+	fs.StringVar(&feeds.Inputs, "inputs", "", prefix+inputsUsage)
+	fs.StringVar(&feeds.Outputs, "outputs", "", prefix+outputsUsage)
+	return feeds
+}
+
 // The usage of the flags that say how a command feeds a model, shared by
 // the commands that run one.
 const (

@@ -39,15 +39,12 @@ the states' values after the run, by state name) within the verifier's
 allowance. Both need the whole program under the emulation.`,
 	example: `lumsearch verify out/`,
 	setup: func(fs *flag.FlagSet) action {
-		feeds := search.Feeds{Ranges: search.InputRanges{}}
-		fs.Var(feeds.Ranges, "input-range", inputRangeUsage)
-		fs.StringVar(&feeds.Inputs, "inputs", "", inputsUsage)
-		fs.StringVar(&feeds.Outputs, "outputs", "", outputsUsage)
+		feeds := feedFlags(fs, "")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
 				return usagef("want: verify DIR")
 			}
-			err := search.VerifyWith(ctx, pos[0], feeds, search.NewPrinter(stdout, false).Event)
+			err := search.VerifyWith(ctx, pos[0], *feeds, search.NewPrinter(stdout, false).Event)
 			if search.KindOf(err) == search.KindInput {
 				return withCode(exitInput, err)
 			}
