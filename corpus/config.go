@@ -112,31 +112,40 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // ParseConfig reads and validates the text of a config.json. Errors name
-// the field at fault.
+// the field at fault. A key lumsearch neither reads nor knows to be
+// harmless (see ReadKeys and HarmlessKeys) is refused unless it is off.
 func ParseConfig(data []byte) (*Config, error) {
+	c, _, err := parseConfig(data)
+	return c, err
+}
+
+// parseConfig is ParseConfig, also returning the top-level keys the parser
+// read, for the test that keeps configKeys in step with the parser.
+func parseConfig(data []byte) (*Config, map[string]bool, error) {
 	var f fields
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("config: not a JSON object: %w", err)
+		return nil, nil, fmt.Errorf("config: not a JSON object: %w", err)
 	}
 	if f == nil {
-		return nil, fmt.Errorf("config: not a JSON object")
+		return nil, nil, fmt.Errorf("config: not a JSON object")
 	}
-	c, err := f.config()
+	p := &fieldParser{f: f, read: map[string]bool{}}
+	c, err := p.config()
 	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, p.read, fmt.Errorf("config: %w", err)
 	}
 	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, p.read, err
 	}
-	return c, nil
+	return c, p.read, nil
 }
 
 // config reads the fields into a Config with the defaults of the model
-// type's transformers config class.
-func (f fields) config() (*Config, error) {
-	p := &fieldParser{f: f}
+// type's transformers config class, then refuses the keys it does not
+// implement.
+func (p *fieldParser) config() (*Config, error) {
 	mt, ok := p.str("model_type")
 	if p.err != nil {
 		return nil, p.err
@@ -156,6 +165,9 @@ func (f fields) config() (*Config, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
+	if err := checkConfigKeys(mt, p.f); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -166,11 +178,14 @@ func (p *fieldParser) llama(c *Config) {
 	c.NumHiddenLayers = p.required("num_hidden_layers")
 	c.NumAttentionHeads = p.required("num_attention_heads")
 	c.VocabSize = p.required("vocab_size")
-	c.NumKeyValueHeads = p.intOr("num_key_value_heads", c.NumAttentionHeads)
+	// An absent num_key_value_heads is the class's default (mistral 8,
+	// qwen2 32); null means one per attention head.
+	c.NumKeyValueHeads = p.intAbsentNull("num_key_value_heads",
+		map[string]int{Llama: c.NumAttentionHeads, Qwen2: 32, Mistral: 8}[c.ModelType], c.NumAttentionHeads)
 	if c.NumAttentionHeads > 0 {
 		c.HeadDim = p.intOr("head_dim", c.HiddenSize/c.NumAttentionHeads)
 	}
-	c.MaxPositionEmbeddings = p.intOr("max_position_embeddings", map[string]int{Llama: 2048, Qwen2: 32768, Mistral: 32768}[c.ModelType])
+	c.MaxPositionEmbeddings = p.intOr("max_position_embeddings", map[string]int{Llama: 2048, Qwen2: 32768, Mistral: 4096 * 32}[c.ModelType])
 	c.TieWordEmbeddings = p.boolOr("tie_word_embeddings", false)
 	c.RMSNormEps = p.floatOr("rms_norm_eps", 1e-6)
 	c.HiddenAct = p.activation("hidden_act", ActSiLU)
@@ -182,12 +197,73 @@ func (p *fieldParser) llama(c *Config) {
 		c.MLPBias = p.boolOr("mlp_bias", false)
 	case Qwen2:
 		c.QKVBias = true
-		if p.boolOr("use_sliding_window", false) {
-			c.SlidingWindow = p.intOr("sliding_window", 4096)
-		}
+		c.SlidingWindow = p.qwen2Window(c.NumHiddenLayers)
 	case Mistral:
-		c.SlidingWindow = p.intOr("sliding_window", 0)
+		// Every layer slides; absent is MistralConfig's 4096, null none.
+		c.SlidingWindow = p.intAbsentNull("sliding_window", 4096, 0)
 	}
+}
+
+// Qwen2's attention kinds, as layer_types names them.
+const (
+	fullAttention    = "full_attention"
+	slidingAttention = "sliding_attention"
+)
+
+// qwen2Window is the sliding window of a qwen2 config's layers, or 0 for
+// none. As in Qwen2Config, a layer slides when use_sliding_window is set,
+// sliding_window is not null, and layer_types says so or, without
+// layer_types, the layer's index is at least max_window_layers. The
+// builders give every layer the same attention, so a config that windows
+// some layers and not others is refused.
+func (p *fieldParser) qwen2Window(layers int) int {
+	use := p.boolOr("use_sliding_window", false)
+	window := p.intAbsentNull("sliding_window", 4096, 0)
+	types := p.strings("layer_types")
+	fromLayer := p.intOr("max_window_layers", 28)
+	if p.err != nil {
+		return 0
+	}
+	sliding := make([]bool, layers)
+	if types != nil {
+		if len(types) != layers {
+			p.fail(fmt.Errorf("%q: %d entries for %d layers (num_hidden_layers)", "layer_types", len(types), layers))
+			return 0
+		}
+		for i, t := range types {
+			if t != fullAttention && t != slidingAttention {
+				p.fail(fmt.Errorf("%q: entry %d is %q; want %s or %s", "layer_types", i, t, fullAttention, slidingAttention))
+				return 0
+			}
+			sliding[i] = t == slidingAttention
+		}
+	} else {
+		for i := range sliding {
+			sliding[i] = i >= fromLayer
+		}
+	}
+	if !use || window == 0 {
+		return 0
+	}
+	n := 0
+	for _, s := range sliding {
+		if s {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return 0
+	case n == layers:
+		return window
+	case types != nil:
+		p.fail(fmt.Errorf("%q mixes %s and %s layers with %q: lumsearch does not implement layers of different attention kinds",
+			"layer_types", fullAttention, slidingAttention, "use_sliding_window"))
+	default:
+		p.fail(fmt.Errorf("%q %d with %q: layers %d to %d would slide a window of %d and the first %d would not; lumsearch does not implement layers of different attention kinds",
+			"max_window_layers", fromLayer, "use_sliding_window", fromLayer, layers-1, window, fromLayer))
+	}
+	return 0
 }
 
 // gpt2 reads the fields of a gpt2 config.
@@ -206,6 +282,9 @@ func (p *fieldParser) gpt2(c *Config) {
 	c.TieWordEmbeddings = p.boolOr("tie_word_embeddings", true)
 	c.HiddenAct = p.activation("activation_function", ActGELUTanh)
 	c.QKVBias, c.OutBias, c.MLPBias = true, true, true
+	if !p.boolOr("scale_attn_weights", true) {
+		p.fail(fmt.Errorf("%q is false: lumsearch implements only true (scores scaled by 1/sqrt(head size))", "scale_attn_weights"))
+	}
 }
 
 // rope reads rope_theta and rope_scaling, or their newer form, a
@@ -213,13 +292,13 @@ func (p *fieldParser) gpt2(c *Config) {
 func (p *fieldParser) rope() (float64, *RopeScaling) {
 	const defaultTheta = 10000
 	key := "rope_scaling"
-	raw, ok := p.f["rope_parameters"]
+	raw, ok := p.lookup("rope_parameters")
 	theta := p.floatOr("rope_theta", defaultTheta)
-	if ok && !isNull(raw) {
+	if ok {
 		key = "rope_parameters"
 	} else {
-		raw, ok = p.f["rope_scaling"]
-		if !ok || isNull(raw) {
+		raw, ok = p.lookup("rope_scaling")
+		if !ok {
 			return theta, nil
 		}
 	}
@@ -230,9 +309,13 @@ func (p *fieldParser) rope() (float64, *RopeScaling) {
 		p.fail(fmt.Errorf("%q: want an object", key))
 		return theta, nil
 	}
+	if err := checkKeys(sub, key+".", ropeKeys, nil); err != nil {
+		p.fail(err)
+		return theta, nil
+	}
 	q := &fieldParser{f: sub, prefix: key + "."}
 	if key == "rope_parameters" {
-		if _, given := p.f["rope_theta"]; !given {
+		if !p.has("rope_theta") {
 			theta = q.floatOr("rope_theta", defaultTheta)
 		}
 	}
@@ -411,6 +494,8 @@ type fieldParser struct {
 	f      fields
 	prefix string // for nested objects: "rope_scaling."
 	err    error
+	// read records the keys looked up, when not nil.
+	read map[string]bool
 }
 
 func (p *fieldParser) fail(err error) {
@@ -423,11 +508,49 @@ func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "
 
 // lookup returns a field's raw value, or false when it is absent or null.
 func (p *fieldParser) lookup(key string) (json.RawMessage, bool) {
+	if p.read != nil {
+		p.read[key] = true
+	}
 	raw, ok := p.f[key]
 	if !ok || isNull(raw) {
 		return nil, false
 	}
 	return raw, true
+}
+
+// has says whether a field is present, null included.
+func (p *fieldParser) has(key string) bool {
+	if p.read != nil {
+		p.read[key] = true
+	}
+	_, ok := p.f[key]
+	return ok
+}
+
+// intAbsentNull reads an integral field that is absent for one default
+// and null for another, as transformers' Optional arguments are.
+func (p *fieldParser) intAbsentNull(key string, absent, null int) int {
+	if !p.has(key) {
+		return absent
+	}
+	if v, ok := p.integer(key); ok {
+		return v
+	}
+	return null
+}
+
+// strings reads an array of strings; nil when absent or null.
+func (p *fieldParser) strings(key string) []string {
+	raw, ok := p.lookup(key)
+	if !ok {
+		return nil
+	}
+	var s []string
+	if err := json.Unmarshal(raw, &s); err != nil || s == nil {
+		p.fail(fmt.Errorf("%q: want an array of strings, got %s", p.prefix+key, shortJSON(raw)))
+		return nil
+	}
+	return s
 }
 
 // number reads a numeric field.

@@ -87,16 +87,40 @@ func TestParseConfigDefaults(t *testing.T) {
 				assert.True(t, c.OutBias)
 				assert.True(t, c.MLPBias)
 			}},
-		{"qwen2 biases and unused sliding window", `{"model_type":"qwen2","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"sliding_window":32,"use_sliding_window":false}`,
+		{"qwen2 biases and unused sliding window", `{"model_type":"qwen2","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":4,"vocab_size":10,"sliding_window":32,"use_sliding_window":false,"max_window_layers":0}`,
 			func(t *testing.T, c *Config) {
 				assert.True(t, c.QKVBias)
 				assert.False(t, c.OutBias)
 				assert.Zero(t, c.SlidingWindow)
 			}},
-		{"qwen2 sliding window used", `{"model_type":"qwen2","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"sliding_window":32,"use_sliding_window":true}`,
+		{"qwen2 sliding window used", `{"model_type":"qwen2","hidden_size":64,"intermediate_size":96,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":10,"sliding_window":32,"use_sliding_window":true,"max_window_layers":0}`,
 			func(t *testing.T, c *Config) { assert.Equal(t, 32, c.SlidingWindow) }},
-		{"mistral null sliding window", `{"model_type":"mistral","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"sliding_window":null}`,
+		{"qwen2 sliding window from a layer past the last", `{"model_type":"qwen2","hidden_size":64,"intermediate_size":96,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":10,"sliding_window":32,"use_sliding_window":true}`,
+			func(t *testing.T, c *Config) {
+				assert.Zero(t, c.SlidingWindow, "max_window_layers defaults to 28: no layer of 3 slides")
+			}},
+		{"qwen2 layer_types all sliding", `{"model_type":"qwen2","hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":10,"use_sliding_window":true,"max_window_layers":5,"layer_types":["sliding_attention","sliding_attention"]}`,
+			func(t *testing.T, c *Config) {
+				assert.Equal(t, 4096, c.SlidingWindow, "layer_types wins over max_window_layers; sliding_window defaults to 4096")
+			}},
+		{"qwen2 null sliding window", `{"model_type":"qwen2","hidden_size":64,"intermediate_size":96,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":10,"use_sliding_window":true,"max_window_layers":0,"sliding_window":null}`,
 			func(t *testing.T, c *Config) { assert.Zero(t, c.SlidingWindow) }},
+		{"qwen2 class defaults", `{"model_type":"qwen2","hidden_size":256,"intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":64,"vocab_size":10}`,
+			func(t *testing.T, c *Config) {
+				assert.Equal(t, 32, c.NumKeyValueHeads, "Qwen2Config's default")
+				assert.Equal(t, 32768, c.MaxPositionEmbeddings)
+			}},
+		{"mistral null sliding window", `{"model_type":"mistral","hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":null,"vocab_size":10,"sliding_window":null}`,
+			func(t *testing.T, c *Config) {
+				assert.Zero(t, c.SlidingWindow)
+				assert.Equal(t, 4, c.NumKeyValueHeads, "null is one per head")
+			}},
+		{"mistral class defaults", `{"model_type":"mistral","hidden_size":128,"intermediate_size":96,"num_hidden_layers":1,"num_attention_heads":16,"vocab_size":10}`,
+			func(t *testing.T, c *Config) {
+				assert.Equal(t, 4096, c.SlidingWindow, "MistralConfig's default")
+				assert.Equal(t, 8, c.NumKeyValueHeads)
+				assert.Equal(t, 131072, c.MaxPositionEmbeddings)
+			}},
 		{"gpt2 n_inner null", `{"model_type":"gpt2","n_embd":32,"n_layer":1,"n_head":2,"vocab_size":10,"n_inner":null}`,
 			func(t *testing.T, c *Config) {
 				assert.Equal(t, 128, c.IntermediateSize)
@@ -166,6 +190,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{"gpt2 heads do not divide", `{"model_type":"gpt2","n_embd":30,"n_layer":1,"n_head":4,"vocab_size":10}`, `"n_embd" 30 is not a multiple of "n_head" 4`},
 		{"gpt2 zero positions", `{"model_type":"gpt2","n_embd":32,"n_layer":1,"n_head":4,"vocab_size":10,"n_positions":0}`, `"n_positions" is 0`},
 		{"gpt2 activation", `{"model_type":"gpt2","n_embd":32,"n_layer":1,"n_head":4,"vocab_size":10,"activation_function":"tanh"}`, `"activation_function": activation "tanh"`},
+		{"gpt2 unscaled attention", `{"model_type":"gpt2","n_embd":32,"n_layer":1,"n_head":4,"vocab_size":10,"scale_attn_weights":false}`, `"scale_attn_weights" is false`},
+		{"qwen2 some layers slide", `{"model_type":"qwen2",` + base + `,"num_hidden_layers":4,"num_key_value_heads":2,"use_sliding_window":true,"max_window_layers":1}`, `"max_window_layers" 1 with "use_sliding_window": layers 1 to 3`},
+		{"qwen2 layer_types mixed", `{"model_type":"qwen2",` + base + `,"num_hidden_layers":2,"num_key_value_heads":2,"use_sliding_window":true,"layer_types":["full_attention","sliding_attention"]}`, `"layer_types" mixes`},
+		{"qwen2 layer_types too short", `{"model_type":"qwen2",` + base + `,"num_hidden_layers":2,"num_key_value_heads":2,"layer_types":["full_attention"]}`, `"layer_types": 1 entries for 2 layers`},
+		{"qwen2 layer_types unknown kind", `{"model_type":"qwen2",` + base + `,"num_key_value_heads":2,"layer_types":["linear_attention"]}`, `entry 0 is "linear_attention"`},
+		{"rope partial rotary", `{"model_type":"llama",` + base + `,"rope_parameters":{"rope_type":"default","rope_theta":10000,"partial_rotary_factor":0.5}}`, `"rope_parameters.partial_rotary_factor": 0.5`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,12 @@
 // they emit is matmul, unless Options.Composite asks for the composite
 // softmax, norm and attention ops instead.
 //
+// A config is built only when lumsearch can honour it: a key the parser
+// neither reads nor knows to be harmless (ReadKeys, HarmlessKeys) must be
+// absent or off, so that a mixture of experts or a quantized checkpoint is
+// refused by name rather than built as a dense model, and a length beyond
+// the config's positions is a PositionsError.
+//
 // Weights carry the Hugging Face checkpoint names
 // (model.layers.0.self_attn.q_proj.weight, transformer.h.0.attn.c_attn.weight)
 // so that a safetensors checkpoint can be matched to a graph by name.

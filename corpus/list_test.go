@@ -83,6 +83,26 @@ func TestList(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(b.String()), &back))
 	assert.Equal(t, l, back)
 
+	// Past the tiny models' 256 positions, their graphs are skipped.
+	long, err := List(context.Background(), Options{Seq: 300})
+	require.NoError(t, err)
+	require.Len(t, long, len(Names()))
+	for _, e := range long {
+		switch {
+		case strings.HasPrefix(e.Name, "tiny-gpt2:"):
+			assert.Equal(t, Entry{Name: e.Name, Skipped: "only 256 positions (n_positions)"}, e)
+		case strings.HasPrefix(e.Name, "tiny-"):
+			assert.Equal(t, Entry{Name: e.Name, Skipped: "only 256 positions (max_position_embeddings)"}, e)
+		default:
+			assert.Empty(t, e.Skipped, e.Name)
+			assert.Positive(t, e.Ops, e.Name)
+		}
+	}
+	var text strings.Builder
+	require.NoError(t, long.WriteText(&text))
+	assert.Contains(t, text.String(), "tiny-llama:model")
+	assert.Regexp(t, `(?m)^tiny-llama:model +- +- +skipped: only 256 positions \(max_position_embeddings\)$`, text.String())
+
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err = List(ctx, Options{Seq: 4})

@@ -24,18 +24,12 @@ var kinds = []kind{
 	{name: "layer", family: Llama, build: buildLayer},
 	{name: "block", family: GPT2, build: buildLayer},
 	{name: "model", build: func(e *emitter) error {
-		if err := e.checkPositions(e.opt.Seq); err != nil {
-			return err
-		}
 		e.causalLM(0, e.opt.Seq, false)
 		return nil
 	}},
 	{name: "decode", decode: true, build: func(e *emitter) error {
 		if e.opt.Past >= e.opt.Seq {
 			return fmt.Errorf("past %d: want it below seq %d, the KV cache's capacity", e.opt.Past, e.opt.Seq)
-		}
-		if err := e.checkPositions(e.opt.Seq); err != nil {
-			return err
 		}
 		e.causalLM(e.opt.Past, 1, true)
 		return nil
@@ -119,11 +113,34 @@ func (e *emitter) hiddenInput() ir.Value {
 	return e.Input("hidden_states", e.dt, ir.Dim(e.opt.Batch), ir.Dim(e.opt.Seq), ir.Dim(e.cfg.HiddenSize))
 }
 
-// checkPositions refuses positions a learned position embedding does not
-// have.
-func (e *emitter) checkPositions(n int) error {
-	if e.cfg.Family() == GPT2 && n > e.cfg.MaxPositionEmbeddings {
-		return fmt.Errorf("seq %d: gpt2 has %d learned positions (n_positions)", n, e.cfg.MaxPositionEmbeddings)
+// PositionsError is a sequence longer than a model's positions: the
+// config's max_position_embeddings (n_positions for gpt2), the length it
+// was trained for, and for gpt2 the rows of its learned position
+// embedding. Every kind is refused, not only those that embed positions:
+// a graph of a layer at a length the model never runs describes no
+// program the model needs.
+type PositionsError struct {
+	// Seq is the length asked for; Max the model's positions, Key the
+	// config.json field that gives them.
+	Seq, Max int
+	Key      string
+	// Decode says that Seq is a decode step's KV cache capacity.
+	Decode bool
+}
+
+// Error names the length, the positions and the field that gives them.
+func (e *PositionsError) Error() string {
+	what := ""
+	if e.Decode {
+		what = " (the KV cache's capacity)"
+	}
+	return fmt.Sprintf("seq %d%s is more than the model's %d positions (%s)", e.Seq, what, e.Max, e.Key)
+}
+
+// checkPositions refuses a length beyond the config's positions.
+func checkPositions(c *Config, k *kind, seq int) error {
+	if seq > c.MaxPositionEmbeddings {
+		return &PositionsError{Seq: seq, Max: c.MaxPositionEmbeddings, Key: c.fieldName("max_position_embeddings"), Decode: k.decode}
 	}
 	return nil
 }
@@ -175,6 +192,9 @@ func BuildConfig(name string, c *Config, kindName string, opt Options) (*ir.Grap
 		k := &kinds[i]
 		if (k.family != "" && k.family != c.Family()) || k.nameFor(c) != kindName {
 			continue
+		}
+		if err := checkPositions(c, k, opt.Seq); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		e := newEmitter(name, c, opt)
 		if err := k.build(e); err != nil {

@@ -1,6 +1,7 @@
 package corpus
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -182,6 +183,37 @@ func TestBuildErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPositions refuses every kind of every model at one position more
+// than its config has, and builds it at exactly as many.
+func TestPositions(t *testing.T) {
+	for _, m := range ConfigNames() {
+		c, err := EmbeddedConfig(m)
+		require.NoError(t, err)
+		if c.MaxPositionEmbeddings > 1024 {
+			continue // the real models' graphs at full length are slow to build in f32 under -race; their check is the same
+		}
+		key := c.fieldName("max_position_embeddings")
+		for _, k := range Kinds(c) {
+			name := m + ":" + k
+			t.Run(name, func(t *testing.T) {
+				_, err := Build(name, Options{Seq: c.MaxPositionEmbeddings + 1, Past: 3})
+				var pe *PositionsError
+				require.ErrorAs(t, err, &pe)
+				assert.Equal(t, PositionsError{Seq: c.MaxPositionEmbeddings + 1, Max: c.MaxPositionEmbeddings, Key: key, Decode: k == "decode"}, *pe)
+				assert.ErrorContains(t, err, fmt.Sprintf("%s: seq %d", name, c.MaxPositionEmbeddings+1))
+				assert.ErrorContains(t, err, fmt.Sprintf("the model's %d positions (%s)", c.MaxPositionEmbeddings, key))
+				if k == "decode" {
+					assert.ErrorContains(t, err, "KV cache's capacity")
+				}
+				_, err = Build(name, Options{Seq: c.MaxPositionEmbeddings, Past: 3})
+				assert.NoError(t, err)
+			})
+		}
+	}
+	_, err := Build("llama-3-8b:model", Options{Seq: 100_000_001})
+	assert.ErrorContains(t, err, "seq 100000001 is more than the model's 8192 positions (max_position_embeddings)")
 }
 
 func TestBuildFromConfigFile(t *testing.T) {

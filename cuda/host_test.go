@@ -444,13 +444,7 @@ func TestHostLibrary(t *testing.T) {
 				}
 			}
 			assert.Contains(t, out, "past the end: NULL\n")
-			if strings.Contains(out, "created from") {
-				t.Logf("this machine has a CUDA driver:\n%s", out)
-				assert.Contains(t, out, "lum_run: 0: ok\n")
-			} else {
-				assert.Regexp(t, `(?m)^lum_create: 1: libcuda\.so\.1 not found: .+$`, out)
-				assert.Contains(t, out, "model NULL\ndone\n")
-			}
+			t.Run("this machine's driver", func(t *testing.T) { checkMachineDriver(t, out) })
 
 			out = runHost(t, exe, "LD_LIBRARY_PATH="+fake)
 			assert.Contains(t, out, "created from ptx\n")
@@ -479,10 +473,88 @@ func TestHostLibrary(t *testing.T) {
 
 			out = runHost(t, exe, "LD_LIBRARY_PATH="+fake, "FAKE_CUDA_NO_DEVICE=1")
 			assert.Contains(t, out, "lum_create: 2: cuInit: no CUDA-capable device is detected (CUresult 100)\nmodel NULL\n")
+			assert.Equal(t, driverNoDevice, classifyMachineDriver(out), "a driver without a device is told apart:\n%s", out)
 
 			out = runHost(t, exe, "LD_LIBRARY_PATH="+fake, "FAKE_CUDA_FAIL_ALLOC=3")
 			assert.Regexp(t, `(?m)^lum_create: 2: cuMemAlloc \w+ \S+ \w+\[[\d ]*\] \(\d+ bytes\): out of memory \(CUresult 2\)$`, out)
 			assert.Contains(t, out, "fake: 0 allocations outstanding, 0 modules loaded, 0 contexts retained, context depth 0\n")
+		})
+	}
+}
+
+// machineDriver is what the host program met on the machine the tests
+// run on, read from its output.
+type machineDriver int
+
+const (
+	// driverRuns: lum_create succeeded and the model ran.
+	driverRuns machineDriver = iota
+	// driverMissing: no libcuda.so.1 (LUM_ERR_DRIVER).
+	driverMissing
+	// driverNoDevice: the driver is installed but cuInit finds no GPU
+	// (CUDA_ERROR_NO_DEVICE, 100), as in a CI container that has the
+	// driver package and no device.
+	driverNoDevice
+	// driverBroken: anything else, a failure.
+	driverBroken
+)
+
+var (
+	noDriverLine = regexp.MustCompile(`(?m)^lum_create: 1: libcuda\.so\.1 not found: .+$`)
+	noDeviceLine = regexp.MustCompile(`(?m)^lum_create: 2: cuInit: .*\(CUresult 100\)$`)
+)
+
+// classifyMachineDriver reads the host program's output against this
+// machine's own driver.
+func classifyMachineDriver(out string) machineDriver {
+	created := strings.Contains(out, "created from")
+	switch {
+	case created && strings.Contains(out, "lum_run: 0: ok\n"):
+		return driverRuns
+	case created:
+		return driverBroken
+	case noDriverLine.MatchString(out) && strings.Contains(out, "model NULL\ndone\n"):
+		return driverMissing
+	case noDeviceLine.MatchString(out) && strings.Contains(out, "model NULL\ndone\n"):
+		return driverNoDevice
+	}
+	return driverBroken
+}
+
+// checkMachineDriver judges the host program's run against this
+// machine's driver: with a GPU every call succeeds, without the driver
+// lum_create says libcuda.so.1 is missing, and with a driver but no
+// device the check skips, saying so, as there is nothing to run on.
+func checkMachineDriver(t *testing.T, out string) {
+	switch classifyMachineDriver(out) {
+	case driverRuns:
+		t.Logf("this machine has a CUDA driver and a device:\n%s", out)
+	case driverMissing:
+	case driverNoDevice:
+		t.Skipf("this machine has a CUDA driver but no device (%s): nothing runs on it", noDeviceLine.FindString(out))
+	default:
+		t.Errorf("lum_create neither ran the model nor reported a missing driver or device:\n%s", out)
+	}
+}
+
+// TestClassifyMachineDriver: the host program's reports of a device, of
+// no driver and of a driver without a device are told apart, and any
+// other failure is one.
+func TestClassifyMachineDriver(t *testing.T) {
+	tests := []struct {
+		name, out string
+		want      machineDriver
+	}{
+		{"device", "lum_create: 0: ok\ncreated from cubin\nlum_run: 0: ok\ndone\n", driverRuns},
+		{"no driver", "lum_create: 1: libcuda.so.1 not found: libcuda.so.1: cannot open shared object file (the NVIDIA driver is not installed)\nmodel NULL\ndone\n", driverMissing},
+		{"driver without device", "lum_create: 2: cuInit: no CUDA-capable device is detected (CUresult 100)\nmodel NULL\ndone\n", driverNoDevice},
+		{"another cuInit failure", "lum_create: 2: cuInit: unknown error (CUresult 999)\nmodel NULL\ndone\n", driverBroken},
+		{"no device, then a crash", "lum_create: 2: cuInit: no CUDA-capable device is detected (CUresult 100)\nmodel NULL\n", driverBroken},
+		{"a device that fails to run", "lum_create: 0: ok\ncreated from cubin\nlum_run: 2: cuLaunchKernel: out of memory (CUresult 2)\ndone\n", driverBroken},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, classifyMachineDriver(tt.out))
 		})
 	}
 }

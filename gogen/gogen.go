@@ -90,39 +90,51 @@ func PackageName(model string) string {
 	return name
 }
 
-// Write writes the package into dir (created if missing): model.go and
-// the files it embeds. It returns the package name.
-func Write(dir string, pkg Package) (string, error) {
+// File is one file of a generated package.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Files are the package's files: model.go and the files it embeds, in a
+// fixed order. name is the package name.
+func Files(pkg Package) (name string, files []File, err error) {
 	if pkg.Plan == nil {
-		return "", fmt.Errorf("go package in %s: no plan", dir)
+		return "", nil, fmt.Errorf("go package: no plan")
 	}
-	name := pkg.Name
+	name = pkg.Name
 	if name == "" {
 		name = PackageName(pkg.Plan.Model)
 	}
 	src, err := Source(name, pkg)
 	if err != nil {
-		return "", fmt.Errorf("go package %s: %w", name, err)
+		return "", nil, fmt.Errorf("go package %s: %w", name, err)
 	}
 	planJSON, err := pkg.Plan.Encode()
 	if err != nil {
-		return "", fmt.Errorf("go package %s: %w", name, err)
+		return "", nil, fmt.Errorf("go package %s: %w", name, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("go package %s: %w", name, err)
-	}
-	files := []struct {
-		name string
-		data []byte
-	}{
+	return name, []File{
 		{SourceFile, src},
 		{plan.FileName, planJSON},
 		{plan.ConstantsFile, pkg.Constants},
 		{PTXFile, []byte(pkg.PTX)},
 		{CUBINFile, pkg.CUBIN},
+	}, nil
+}
+
+// Write writes the package into dir (created if missing): model.go and
+// the files it embeds. It returns the package name.
+func Write(dir string, pkg Package) (string, error) {
+	name, files, err := Files(pkg)
+	if err != nil {
+		return "", fmt.Errorf("go package in %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("go package %s: %w", name, err)
 	}
 	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
 			return "", fmt.Errorf("go package %s: %w", name, err)
 		}
 	}

@@ -31,8 +31,17 @@ import (
 // FileName is the plan's name in a compiled output folder.
 const FileName = "plan.json"
 
+// FormatVersion is the version of plan.json's format that this lumsearch
+// writes and reads. Format 2 added the format itself, the digests of the
+// output folder's files, the NVRTC that compiled the kernels, the model's
+// source file and the plan's own digest; a plan of another format is
+// refused with the advice to compile the model again.
+const FormatVersion = 2
+
 // Plan is plan.json.
 type Plan struct {
+	// Format is plan.json's format version (FormatVersion).
+	Format int `json:"format"`
 	// Version is the lumsearch build that wrote the plan.
 	Version string `json:"lumsearch_version,omitempty"`
 	// Model is what was compiled: a corpus name or an ONNX file's path.
@@ -68,6 +77,45 @@ type Plan struct {
 	// (lower.WeightsDigest): a prepared weights file carries it in its
 	// metadata under lower.DigestMetadataKey.
 	WeightsDigest string `json:"weights_digest,omitempty"`
+	// Source is the file the model was read from (an ONNX file or a
+	// config.json), nil for a corpus model: where to find it again and
+	// what it held.
+	Source *Source `json:"source,omitempty"`
+	// NVRTC is the compiler of the folder's PTX and CUBIN (nil when
+	// NVRTC was missing): the same version with the same options
+	// compiles kernels.cu to the same bytes again.
+	NVRTC *Compiler `json:"nvrtc,omitempty"`
+	// Files are the SHA-256 digests ("sha256:" and hex) of every file of
+	// the output folder besides plan.json and the report (report.md and
+	// report/), by slash-separated path: a file that differs, is missing
+	// or is not listed fails "lumsearch verify". A copy of the plan (the
+	// generated Go package's) has none.
+	Files map[string]string `json:"files,omitempty"`
+	// Digest is the SHA-256 of the plan.json file itself with this
+	// value's hex digits written as zeros (Seal): a plan.json edited
+	// after it was written fails "lumsearch verify". Last, so that it is
+	// the file's last field.
+	Digest string `json:"digest,omitempty"`
+}
+
+// Source is a model's file: where it was and what it held.
+type Source struct {
+	// Path is the file as an absolute path, Rel the same file relative
+	// to the output folder, which still finds it when the folder and the
+	// model move together.
+	Path string `json:"path"`
+	Rel  string `json:"rel,omitempty"`
+	// Files are the digests of the file and of the files beside it that
+	// the model was built with (a config's safetensors weights), by base
+	// name.
+	Files map[string]string `json:"files"`
+}
+
+// Compiler is the NVRTC that compiled a folder's kernels.
+type Compiler struct {
+	// Version is NVRTC's "major.minor", Options every option it got.
+	Version string   `json:"version"`
+	Options []string `json:"options"`
 }
 
 // Options are the build options of a model, as "lumsearch compile" takes
@@ -151,7 +199,7 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 	if err != nil {
 		return nil, fmt.Errorf("plan of %s: %w", lp.Name, err)
 	}
-	p := &Plan{ArenaBytes: lp.ArenaBytes, TempBytes: lp.TempBytes, Outputs: maps.Clone(lp.Outputs), Updates: maps.Clone(lp.Updates), WeightsDigest: digest}
+	p := &Plan{Format: FormatVersion, ArenaBytes: lp.ArenaBytes, TempBytes: lp.TempBytes, Outputs: maps.Clone(lp.Outputs), Updates: maps.Clone(lp.Updates), WeightsDigest: digest}
 	for _, b := range lp.Buffers {
 		shape := make([]int64, len(b.Shape))
 		for i, d := range b.Shape {
@@ -327,6 +375,16 @@ func Parse(name string, data []byte) (*Plan, error) {
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("plan %s: data after the plan", name)
+	}
+	if p.Format != FormatVersion {
+		by := "an older lumsearch"
+		if p.Version != "" {
+			by = "lumsearch " + p.Version
+		}
+		if p.Format == 0 {
+			return nil, fmt.Errorf("plan %s was written by %s, before plan.json had a format version; this lumsearch reads format %d: compile the model again", name, by, FormatVersion)
+		}
+		return nil, fmt.Errorf("plan %s has format %d (written by %s); this lumsearch reads format %d: compile the model again", name, p.Format, by, FormatVersion)
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", name, err)

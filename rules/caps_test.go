@@ -26,6 +26,9 @@ var capModels = []string{"tiny-llama:mlp", "tiny-llama:rmsnorm", "tiny-llama:att
 // change that blows up the e-graph shows here first. The cap is the count
 // measured when it was last updated, plus a quarter.
 func TestNodeCaps(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	caps := map[string]int{}
 	if f, err := os.Open("testdata/node-caps.txt"); err == nil {
 		sc := bufio.NewScanner(f)

@@ -27,8 +27,12 @@ func allRewrites(t *testing.T) []*egraph.Rewrite[Data] {
 // with every rule set, and many seeded random extractions of each (kernel
 // bodies included) evaluated against the original graph, value by value.
 func TestExtractionsAgree(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	for _, name := range []string{"tiny-llama:layer", "tiny-gpt2:block", "tiny-llama:attention"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			s := saturate(t, name, false, egraph.Runner[Data]{IterLimit: 10, NodeLimit: 60_000}, allRewrites(t))
 			t.Logf("%s: %d e-nodes, stop: %s", name, s.eg.NumNodes(), s.report.Stop)
 			p := s.problem(t, SimpleCost(s.eg))

@@ -13,6 +13,9 @@ import (
 // TestBuiltinRulesVerify is the CI check of every built-in rule, Go
 // appliers included: each is checked in f32, bf16 and f16.
 func TestBuiltinRulesVerify(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	rules, err := Builtin()
 	require.NoError(t, err)
 	require.NotEmpty(t, rules)

@@ -63,6 +63,9 @@ func TestKernelTyping(t *testing.T) {
 // set, checks that the extracted program has fewer kernels than the naive
 // one, and that it, and random extractions, compute what the graph does.
 func TestFuseAndExtract(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	sets := []struct {
 		name string
 		rws  func() []*egraph.Rewrite[Data]

@@ -151,8 +151,12 @@ func TestLegal(t *testing.T) {
 // estimate: at most 8 kernels per run, among them a fused attention kernel,
 // a matmul with a fused epilogue and a matmul with a norm prologue.
 func TestCorpusKernelBars(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	for _, name := range []string{"llama-3-8b:layer", "gpt2:block"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			g, err := corpus.Build(name, corpus.Options{Seq: 16})
 			require.NoError(t, err)
 			prog, err := Saturate(context.Background(), g, allRewrites(t), SaturateOptions{NodeLimit: 200_000})

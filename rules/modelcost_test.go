@@ -23,16 +23,26 @@ func modelCost(t *testing.T, name string) func(*egraph.EGraph[Data]) extract.Cos
 	return func(eg *egraph.EGraph[Data]) extract.CostFunc { return ModelCost(eg, m) }
 }
 
-// TestModelCostCorpus prices every tiny corpus graph with the cost model:
-// the extracted program is predicted no slower than the naive one, and it
-// computes what the graph does.
+// TestModelCostCorpus prices every tiny Llama and GPT-2 corpus graph with
+// the cost model: the extracted program is predicted no slower than the
+// naive one, and it computes what the graph does. Under the race detector
+// the two costliest kinds, the whole model and the decode step, are priced
+// for one family each (Llama's decode step, GPT-2's model), every other
+// kind for both.
 func TestModelCostCorpus(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	price := modelCost(t, "h100")
 	for _, name := range corpus.Names() {
 		if !strings.HasPrefix(name, "tiny-llama:") && !strings.HasPrefix(name, "tiny-gpt2:") {
 			continue
 		}
+		if raceEnabled && (name == "tiny-llama:model" || name == "tiny-gpt2:decode") {
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
 			require.NoError(t, err)
 			opt := SaturateOptions{IterLimit: 6, NodeLimit: 40_000, Cost: price}

@@ -99,6 +99,9 @@ func TestRegionMemoPerEGraph(t *testing.T) {
 // the residual add has no launch of its own; random extractions compute
 // the same.
 func TestRegionStatisticsBesideResidual(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	const hid = 2 * SplitKMin
 	b := ir.NewBuilder("residual-norm-proj")
 	a := b.Input("a", ir.BF16, 1, hid)

@@ -16,11 +16,15 @@ import (
 // computes what the model computes, value by value, as do random
 // extractions of the model's e-graph.
 func TestSaturateModelReplay(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	for _, tt := range []struct {
 		model, kind string
 		perLayer    int // kernels per run a layer may take at most (a decode step also writes its K and V caches)
 	}{{"tiny-llama", "model", 8}, {"tiny-gpt2", "model", 7}, {"tiny-llama", "decode", 10}} {
 		t.Run(tt.model+":"+tt.kind, func(t *testing.T) {
+			t.Parallel()
 			cfg, err := corpus.EmbeddedConfig(tt.model)
 			require.NoError(t, err)
 			cfg.NumHiddenLayers = 4
@@ -56,8 +60,12 @@ func TestSaturateModelReplay(t *testing.T) {
 // those outside the blocks, and costs no more than the greedy pass over
 // every class of the model's e-graph, improved.
 func TestReplayedSolution(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	for _, kind := range []string{"model", "decode"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			cfg, err := corpus.EmbeddedConfig("tiny-llama")
 			require.NoError(t, err)
 			cfg.NumHiddenLayers = 4

@@ -269,6 +269,9 @@ func tileModes(dt ir.DType) []ir.RandomMode {
 // truth of the original graph under typical and stress inputs (large
 // logits), within the allowance of the original graph's own roundings.
 func TestTileRules(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	rules, err := Builtin("tile")
 	require.NoError(t, err)
 	for _, dt := range tileDTypes {
@@ -368,6 +371,9 @@ func (ref *roundedRef) requireAgree(t *testing.T, prog *ir.Graph, reduction int,
 // turn: the runs must saturate, and the program extracted, every value rounded,
 // must still compute the graph within its allowance.
 func TestTileWithAllSets(t *testing.T) {
+	// Parallel: the package's longest tests, independent of each other,
+	// share the machine's cores once the sequential tests are done.
+	t.Parallel()
 	var rws []*egraph.Rewrite[Data]
 	for _, s := range Sets() {
 		r, err := SetRewrites(s)

@@ -166,6 +166,9 @@ func buildBench(ctx context.Context, md *Model, target, arch string) (*benchSetu
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckMemory(md, m.Device); err != nil {
+		return nil, err
+	}
 	if arch == "" {
 		arch = m.Device.Arch
 	}
@@ -204,12 +207,16 @@ func naiveBench(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions, m *
 // exactly, and its constants) against the naive program of the model its
 // provenance names.
 func (b bench) dir(ctx context.Context, dir string) (*BenchReport, error) {
-	pl, err := plan.Read(dir)
+	pl, err := readPlan(dir)
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}
-	if pl.Model == "" {
-		return nil, fmt.Errorf("bench %s: plan.json names no model (written by an older lumsearch); compile the model again", dir)
+	if err := checkFiles(dir, pl); err != nil {
+		return nil, fmt.Errorf("bench %s: %w", dir, err)
+	}
+	modelName, err := resolveModel(dir, pl)
+	if err != nil {
+		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}
 	dt := ir.F32
 	if pl.Options.DType != "" {
@@ -238,7 +245,7 @@ func (b bench) dir(ctx context.Context, dir string) (*BenchReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}
-	md, err := LoadModel(pl.Model, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
+	md, err := LoadModel(modelName, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: rebuild %s from plan.json: %w", dir, pl.Model, err)
 	}
@@ -303,7 +310,7 @@ func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 			return nil, fmt.Errorf("bench %s: %w", s.model, err)
 		}
 	}
-	dbPath, recorded, err := b.record(s, t)
+	dbPath, recorded, warning, err := b.record(s, t)
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", s.model, err)
 	}
@@ -313,6 +320,7 @@ func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 		}
 	}
 	rep := report(s, t, dbPath, recorded)
+	rep.TuneDBWarning = warning
 	if expect != nil {
 		rep.Outputs = expect.found
 	}

@@ -49,6 +49,9 @@ type BenchReport struct {
 	Kernels   []BenchKernel `json:"kernels"`
 	TuneDB    string        `json:"tunedb"`
 	Recorded  int           `json:"recorded"`
+	// TuneDBWarning says which bad lines of the tuning database were
+	// skipped and how to remove them ("" when none).
+	TuneDBWarning string `json:"tunedb_warning,omitempty"`
 	// Outputs is the comparison with an outputs file (BenchOptions.Feeds),
 	// nil without one.
 	Outputs *OutputsCheck `json:"outputs_file,omitempty"`
@@ -80,15 +83,16 @@ func kernelRows(s *benchSetup, t *benchTimes) []BenchKernel {
 
 // record appends one record per distinct kernel of the compiled program
 // (the samples of its launches pooled) to the tuning database.
-func (b bench) record(s *benchSetup, t *benchTimes) (string, int, error) {
-	path, err := tuneDBPath(b.dbPath)
+func (b bench) record(s *benchSetup, t *benchTimes) (path string, recorded int, warning string, err error) {
+	path, err = tuneDBPath(b.dbPath)
 	if err != nil {
-		return "", 0, err
+		return "", 0, "", err
 	}
 	db, err := tunedb.Open(path)
 	if err != nil {
-		return "", 0, err
+		return "", 0, "", err
 	}
+	warning = db.Warning()
 	host, _ := os.Hostname()
 	where := tunedb.WhereGPU
 	if t.where == measure.WhereEmulated {
@@ -131,9 +135,9 @@ func (b bench) record(s *benchSetup, t *benchTimes) (string, int, error) {
 		recs = append(recs, r)
 	}
 	if err := db.Append(recs...); err != nil {
-		return "", 0, fmt.Errorf("tuning database %s: %w", path, err)
+		return "", 0, "", fmt.Errorf("tuning database %s: %w", path, err)
 	}
-	return path, len(recs), nil
+	return path, len(recs), warning, nil
 }
 
 // bodySignature is a kernel body's argument shapes and dtypes, inputs then
@@ -219,6 +223,11 @@ func (r *BenchReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "end to end (%s): compiled %s (IQR %s, %d runs, %s; predicted %s), naive %s (IQR %s, %d runs); speedup %.2fx\n",
 		strings.ToLower(label), Seconds(r.MS/1e3), Seconds(r.IQR/1e3), r.Runs, how, Seconds(r.Predicted/1e3),
 		Seconds(r.NaiveMS/1e3), Seconds(r.NaiveIQR/1e3), r.NaiveRuns, r.Speedup)
+	if r.TuneDBWarning != "" {
+		if _, err := fmt.Fprintf(w, "note: %s\n", r.TuneDBWarning); err != nil {
+			return err
+		}
+	}
 	_, err := fmt.Fprintf(w, "tuning database: %d kernel measurements (%s) recorded in %s\n", r.Recorded, r.Where, r.TuneDB)
 	return err
 }

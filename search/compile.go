@@ -34,6 +34,10 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckMemory(m, cm.Device); err != nil {
+		return nil, err
+	}
+	noteTuneDB(em, o.TuneDB)
 	start := time.Now()
 	c, err := pipeline(ctx, g, sat, cm)
 	if err != nil {
@@ -51,7 +55,7 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	fmt.Fprintf(log, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
 	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}
-	f, err := finalize(ctx, src, c, !o.NoVerify, log)
+	f, err := finalize(ctx, src, c, !o.NoVerify, false, log)
 	if err != nil {
 		return nil, err
 	}

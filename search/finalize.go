@@ -13,6 +13,7 @@ import (
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/internal/bug"
 	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -33,6 +34,8 @@ type final struct {
 	src, ptx  string
 	cubin     []byte
 	resources map[string]nvrtc.Resources
+	// compiler is the NVRTC that compiled ptx and cubin (nil without).
+	compiler *plan.Compiler
 	// verified says what verification passed ("" when it was off).
 	verified string
 }
@@ -66,28 +69,36 @@ func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model,
 var loadNVRTC = nvrtc.Load
 
 // finalize makes a printed program ready to write: NVRTC (when present)
-// re-ranks the schedules by the resources it reports and compiles the
-// kernels, then the program is verified (when verify is set): every
-// distinct kernel at its real shapes, and the whole program's wiring at a
-// reduced size (a corpus or config model) or whole (any other). It
-// reports on log as it goes.
-func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io.Writer) (*final, error) {
+// re-ranks the schedules by the resources it reports (unless fast: an
+// insurance program wants to be verified soon more than it wants its
+// best schedules) and compiles the kernels, then the program is verified
+// (when verify is set): every distinct kernel at its real shapes, and
+// the whole program's wiring at a reduced size (a corpus or config
+// model) or whole (any other). It reports on log as it goes.
+func finalize(ctx context.Context, src *source, c *compiled, verify, fast bool, log io.Writer) (*final, error) {
 	model, arch, m, lp := src.model.Name, src.arch, src.m, c.lowered
 	f := &final{compiled: c, resources: map[string]nvrtc.Resources{}}
 	if lib, err := loadNVRTC(); err != nil {
 		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 		fmt.Fprintf(log, "  nvrtc: not compiled: %v\n", err)
 	} else {
-		changed, err := rerank(ctx, lib, c, m, arch)
-		if err != nil {
-			return nil, fmt.Errorf("compile %s: %w", model, err)
+		if fast {
+			fmt.Fprintf(log, "  schedules: the cost model's first (not priced again with NVRTC's registers and shared memory: this program is the insurance, verified first)\n")
+		} else {
+			changed, err := rerank(ctx, lib, c, m, arch)
+			if err != nil {
+				return nil, fmt.Errorf("compile %s: %w", model, err)
+			}
+			fmt.Fprintf(log, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
+				len(cuda.Distinct(c.kernels)), 1+cuda.Alternatives, changed)
 		}
-		ks := c.kernels
-		fmt.Fprintf(log, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
-			len(cuda.Distinct(ks)), 1+cuda.Alternatives, changed)
 		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 		res, err := lib.Compile(ctx, f.src, "kernels.cu", nvrtc.Options{Arch: arch})
 		if err != nil {
+			if ctx.Err() != nil {
+				// Abandoned (the budget, Ctrl-C), not rejected.
+				return nil, fmt.Errorf("compile %s: NVRTC: %w", model, ctx.Err())
+			}
 			return nil, bug.New(rejectedBodies(c, err), fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err))
 		}
 		f.resources, f.ptx, f.cubin = res.Kernels, res.PTX, res.CUBIN
@@ -99,6 +110,7 @@ func finalize(ctx context.Context, src *source, c *compiled, verify bool, log io
 			}
 		}
 		major, minor := lib.Version()
+		f.compiler = &plan.Compiler{Version: fmt.Sprintf("%d.%d", major, minor), Options: res.Options}
 		fmt.Fprintf(log, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled, %d kernels with a stack frame (up to %d bytes)\n",
 			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills, framed, stack)
 	}

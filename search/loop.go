@@ -56,6 +56,12 @@ type Candidate struct {
 	// Rejected is why finalizing it failed (nil: it did not, or it was
 	// not tried); a rejected candidate is not tried again.
 	Rejected error
+	// Insurance marks the program finalized first, before any stage's,
+	// so that an interruption always finds a verified program: the
+	// naive program, or a previous run's plan. Finalize may take the
+	// fast road for it (no re-ranking of schedules), and it never
+	// displaces an equally priced stage program.
+	Insurance bool
 }
 
 // Config says how to search.
@@ -150,15 +156,16 @@ var ErrNothingVerified = errors.New("no program was verified")
 
 // searcher is one run's state.
 type searcher struct {
-	cfg     Config
-	g       *ir.Graph
-	start   time.Time
-	end     time.Time // zero without a budget
-	mu      sync.Mutex
-	res     *Outcome
-	best    float64 // best predicted cost so far
-	emitMu  sync.Mutex
-	verifyQ chan *Candidate
+	cfg    Config
+	g      *ir.Graph
+	start  time.Time
+	end    time.Time // zero without a budget
+	mu     sync.Mutex
+	res    *Outcome
+	best   float64 // best predicted cost so far
+	emitMu sync.Mutex
+	// naive is the naive program as a candidate, priced.
+	naive *Candidate
 }
 
 // Run searches g's program under cfg. ctx's cancellation (Ctrl-C) ends the
@@ -190,22 +197,29 @@ func Run(ctx context.Context, g *ir.Graph, cfg Config) (*Outcome, error) {
 	}
 	err := s.run(searchCtx)
 	s.res.Elapsed = cfg.Now().Sub(s.start)
+	interrupted := ctx.Err() != nil
 	switch {
-	case ctx.Err() != nil:
+	case interrupted:
 		s.res.EndedBy = "interrupted"
 	case searchCtx.Err() != nil:
 		s.res.EndedBy = "budget"
 	default:
-		s.res.EndedBy = "work limits"
+		s.res.EndedBy = s.workLimits()
 	}
 	if err != nil && searchCtx.Err() == nil {
 		return s.res, err
 	}
 	if s.res.Best == nil {
-		if err != nil {
+		elapsed := s.res.Elapsed.Round(time.Millisecond)
+		switch {
+		case interrupted:
+			return s.res, fmt.Errorf("search %s: %w: interrupted after %v, before the first program (the naive one, or the previous run's plan) was verified; nothing was written", g.Name, ErrNothingVerified, elapsed)
+		case searchCtx.Err() != nil:
+			return s.res, fmt.Errorf("search %s: %w: the budget (%v) ended the search after %v, before the first program was verified; give a larger --budget", g.Name, ErrNothingVerified, cfg.Budget, elapsed)
+		case err != nil:
 			return s.res, fmt.Errorf("search %s: %w before any program was verified (%v)", g.Name, ErrNothingVerified, err)
 		}
-		return s.res, fmt.Errorf("search %s: %w: %s ended the search after %v; give a larger --budget", g.Name, ErrNothingVerified, s.res.EndedBy, s.res.Elapsed.Round(time.Millisecond))
+		return s.res, fmt.Errorf("search %s: %w: every program was rejected (see the notes above)", g.Name, ErrNothingVerified)
 	}
 	s.emit(Event{Kind: "done", Best: s.best, Verified: s.res.Best.Cost, Message: "ended by " + s.res.EndedBy})
 	return s.res, nil
@@ -228,41 +242,18 @@ func (s *searcher) run(ctx context.Context) error {
 	s.res.Naive = naive
 	s.note(Step{Phase: "naive", Stage: "naive", Nodes: naive.EGraph.NumNodes(), Classes: naive.EGraph.NumClasses()})
 
-	// Insurance: with a budget, each better stage program is finalized
-	// in the background (one at a time; a newer one replaces a queued
-	// older one) while the next stage saturates.
-	var wg sync.WaitGroup
-	var pending *Candidate
-	var pendingMu sync.Mutex
-	wake := make(chan struct{}, 1)
-	done := make(chan struct{})
-	background := s.cfg.Budget > 0
-	if background {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				pendingMu.Lock()
-				c := pending
-				pending = nil
-				pendingMu.Unlock()
-				if c != nil {
-					s.finalize(ctx, c)
-					continue
-				}
-				select {
-				case <-wake:
-				case <-done:
-					return
-				}
-			}
-		}()
+	// With a budget, programs are finalized in the background while the
+	// stages saturate: first the insurance (a previous run's plan, else
+	// the naive program), on the fast road, so that the budget or an
+	// interruption always finds a verified program early; then each
+	// better stage program, a newer one replacing a queued older one,
+	// and abandoning the finalization of an older one in progress once
+	// some program is verified.
+	bg := &background{s: s, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if s.cfg.Budget > 0 {
+		bg.start(ctx)
 	}
-	stopBackground := sync.OnceFunc(func() {
-		close(done)
-		wg.Wait()
-	})
-	defer stopBackground()
+	defer bg.stop()
 
 	var last *Candidate
 	for _, c := range s.cfg.Initial {
@@ -275,12 +266,22 @@ func (s *searcher) run(ctx context.Context) error {
 		s.mu.Unlock()
 		s.emit(Event{Kind: "candidate", Stage: c.Stage, Best: s.best, Message: "given"})
 	}
-	if last != nil && background {
-		// The program to start from is the first insurance.
-		pendingMu.Lock()
-		pending = last
-		pendingMu.Unlock()
-		wake <- struct{}{}
+	s.naive = &Candidate{Stage: "naive", Program: naive, Cost: naive.Cost}
+	if s.cfg.Price != nil {
+		if err := s.cfg.Price(ctx, s.naive); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("naive program: %w", err)
+		}
+	}
+	if bg.running() {
+		insurance := s.naive
+		if last != nil {
+			insurance = last
+		}
+		insurance.Insurance = true
+		bg.submit(insurance)
 	}
 	for _, st := range s.cfg.Stages {
 		if ctx.Err() != nil {
@@ -332,14 +333,8 @@ func (s *searcher) run(ctx context.Context) error {
 		if err := s.dump(st.Name, prog); err != nil {
 			return err
 		}
-		if better && background && ctx.Err() == nil {
-			pendingMu.Lock()
-			pending = c
-			pendingMu.Unlock()
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
+		if better && bg.running() && ctx.Err() == nil {
+			bg.submit(c)
 		}
 	}
 	if last == nil {
@@ -348,7 +343,7 @@ func (s *searcher) run(ctx context.Context) error {
 	if s.cfg.Measure != nil {
 		// Measuring feeds measured times into what Finalize prices
 		// schedules with: the background finalization ends first.
-		stopBackground()
+		bg.stop()
 	}
 	// Measure, feed the measurements back, and measure the new program,
 	// while the program changes, rounds remain and the budget lasts.
@@ -379,7 +374,7 @@ func (s *searcher) run(ctx context.Context) error {
 	}
 	// The final program: finalized here unless the background worker
 	// has it or had it.
-	stopBackground()
+	bg.stop()
 	if last.Final == nil && last.Rejected == nil && ctx.Err() == nil {
 		s.finalize(ctx, last)
 	}
@@ -390,13 +385,7 @@ func (s *searcher) run(ctx context.Context) error {
 	// first, the naive program last.
 	rest := slices.Clone(s.res.Candidates)
 	slices.SortStableFunc(rest, func(a, b *Candidate) int { return cmp.Compare(a.Cost, b.Cost) })
-	nc := &Candidate{Stage: "naive", Program: naive, Cost: naive.Cost}
-	if s.cfg.Price != nil {
-		if err := s.cfg.Price(ctx, nc); err != nil {
-			return err
-		}
-	}
-	rest = append(rest, nc)
+	rest = append(rest, s.naive)
 	for _, c := range rest {
 		if c.Final != nil || c.Rejected != nil || ctx.Err() != nil {
 			continue
@@ -428,7 +417,11 @@ func (s *searcher) finalize(ctx context.Context, c *Candidate) {
 	s.emit(Event{Kind: "phase", Phase: "finalize", Stage: c.Stage})
 	if err := s.cfg.Finalize(ctx, c); err != nil {
 		if ctx.Err() != nil {
-			s.notef("finalizing the %s program was cut short: %v", c.Stage, err)
+			if why := context.Cause(ctx); why != ctx.Err() {
+				s.notef("finalizing the %s program was abandoned: %v", c.Stage, why)
+			} else {
+				s.notef("finalizing the %s program was cut short by the %s", c.Stage, endedText(ctx))
+			}
 			return
 		}
 		c.Rejected = err
@@ -437,7 +430,10 @@ func (s *searcher) finalize(ctx context.Context, c *Candidate) {
 		return
 	}
 	s.mu.Lock()
-	if s.res.Best == nil || c.Cost <= s.res.Best.Cost {
+	// Equal costs: the later program wins, but an insurance never
+	// displaces a stage's program, so that the result does not hang on
+	// which finished first.
+	if b := s.res.Best; b == nil || c.Cost < b.Cost || (c.Cost == b.Cost && (!c.Insurance || b.Insurance)) {
 		s.res.Best = c
 	}
 	verified := s.res.Best.Cost

@@ -54,7 +54,8 @@ func TestRunWorkLimits(t *testing.T) {
 	var events []Event
 	res, err := Run(context.Background(), tinyGraph(t), cfg(Config{Finalize: f.finalize, Events: func(e Event) { events = append(events, e) }}))
 	require.NoError(t, err)
-	assert.Equal(t, "work limits", res.EndedBy)
+	assert.Equal(t, "work limits (stage fusion: saturation; stage all: the iteration limit (4 iterations, --iter-limit))", res.EndedBy,
+		"the limit that ended each stage, named with its value")
 	require.NotNil(t, res.Best)
 	assert.Equal(t, "all", res.Best.Stage)
 	assert.Equal(t, []string{"all"}, f.seen, "without a budget only the final program is finalized")
@@ -128,8 +129,9 @@ func TestRunInitialCandidates(t *testing.T) {
 	assert.Equal(t, "all", res.Best.Stage)
 }
 
-// TestRunInterrupted cancels the run while the first program is being
-// finalized in the background: that program, verified, is the result.
+// TestRunInterrupted cancels the run just after the first program was
+// finalized in the background: that program, the naive one (the
+// insurance, verified first), is the result.
 func TestRunInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -150,7 +152,113 @@ func TestRunInterrupted(t *testing.T) {
 	res, err := Run(ctx, tinyGraph(t), cfg(Config{Finalize: fin, Budget: time.Hour}))
 	require.NoError(t, err)
 	assert.Equal(t, "interrupted", res.EndedBy)
-	assert.Equal(t, "fusion", res.Best.Stage)
+	assert.Equal(t, "naive", res.Best.Stage)
+	assert.True(t, res.Best.Insurance)
+}
+
+// TestRunInsuranceFirst: with a budget the first program finalized is
+// the insurance, on the fast road: the naive program, or the given
+// program when there is one; it is finalized to the end even when
+// better programs come meanwhile, which wait for it.
+func TestRunInsuranceFirst(t *testing.T) {
+	g := tinyGraph(t)
+	for _, given := range []bool{false, true} {
+		var initial []*Candidate
+		want := "naive"
+		if given {
+			initial = []*Candidate{{Stage: "previous run", Cost: 1, Prepared: "plan"}}
+			want = "previous run"
+		}
+		var mu sync.Mutex
+		var seen []string
+		var insurance []bool
+		fin := func(ctx context.Context, c *Candidate) error {
+			mu.Lock()
+			first := len(seen) == 0
+			seen = append(seen, c.Stage)
+			insurance = append(insurance, c.Insurance)
+			mu.Unlock()
+			if first {
+				// Slow enough for every stage to submit its program.
+				time.Sleep(200 * time.Millisecond)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+			c.Final, c.Verified = c.Stage, "checked"
+			return nil
+		}
+		res, err := Run(context.Background(), g, cfg(Config{Finalize: fin, Budget: time.Hour, Initial: initial}))
+		require.NoError(t, err)
+		require.NotEmpty(t, seen)
+		assert.Equal(t, want, seen[0], "given=%v", given)
+		assert.True(t, insurance[0])
+		assert.NotContains(t, strings.Join(res.Notes, "\n"), "abandoned", "the insurance is never abandoned")
+		assert.Equal(t, 1, strings.Count(strings.Join(seen, " "), want), "the insurance is finalized once: %v", seen)
+	}
+}
+
+// TestRunAbandonsSuperseded: once a program is verified, the
+// finalization of a program that a cheaper one supersedes is abandoned
+// (its context canceled with the reason), and the cheaper one is
+// finalized instead.
+func TestRunAbandonsSuperseded(t *testing.T) {
+	var mu sync.Mutex
+	var abandoned []string
+	fusionStarted := make(chan struct{})
+	fin := func(ctx context.Context, c *Candidate) error {
+		if c.Stage == "fusion" {
+			close(fusionStarted)
+			// Verification that would outlast the budget.
+			select {
+			case <-ctx.Done():
+				mu.Lock()
+				abandoned = append(abandoned, context.Cause(ctx).Error())
+				mu.Unlock()
+				return ctx.Err()
+			case <-time.After(time.Minute):
+			}
+		}
+		c.Final, c.Verified = c.Stage, "checked"
+		return nil
+	}
+	// The all stage's program comes once the naive program is verified
+	// and the fusion stage's is being finalized.
+	stages := []Stage{{Name: "fusion", Sets: []string{"lower", "fuse"}}, {Name: "all", Sets: rules.Sets()}}
+	price := func(_ context.Context, c *Candidate) error {
+		if c.Stage == "all" {
+			<-fusionStarted
+		}
+		return nil
+	}
+	res, err := Run(context.Background(), tinyGraph(t), cfg(Config{Finalize: fin, Budget: time.Hour, Stages: stages, Price: price}))
+	require.NoError(t, err)
+	assert.Equal(t, "all", res.Best.Stage)
+	require.Len(t, abandoned, 1)
+	assert.Contains(t, abandoned[0], "the all program")
+	assert.Contains(t, abandoned[0], "supersedes it")
+	assert.Contains(t, strings.Join(res.Notes, "\n"), "finalizing the fusion program was abandoned: the all program")
+}
+
+// TestRunInsuranceNeverDisplacesATie: a stage program that costs what
+// the insurance costs is the result, whichever was finalized last.
+func TestRunInsuranceNeverDisplacesATie(t *testing.T) {
+	g := tinyGraph(t)
+	f := &finalizer{}
+	res, err := Run(context.Background(), g, cfg(Config{Finalize: f.finalize}))
+	require.NoError(t, err)
+	given := &Candidate{Stage: "previous run", Cost: res.Best.Cost, Prepared: "plan"}
+	// The insurance (the given program) finishes last.
+	fin := func(ctx context.Context, c *Candidate) error {
+		if c.Insurance {
+			time.Sleep(300 * time.Millisecond)
+		}
+		c.Final, c.Verified = c.Stage, "checked"
+		return nil
+	}
+	res, err = Run(context.Background(), g, cfg(Config{Finalize: fin, Budget: time.Hour, Initial: []*Candidate{given}}))
+	require.NoError(t, err)
+	assert.Equal(t, "all", res.Best.Stage)
 }
 
 // TestRunBudget gives a budget that ends before anything is verified.

@@ -1,6 +1,7 @@
 package search
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,8 +40,8 @@ type ModelOptions struct {
 	// Build sizes a corpus or config model: tokens per sequence, the
 	// decode position, the dtype of weights and activations.
 	Build corpus.Options
-	// Kind is what to build from a Hugging Face folder: model, layer,
-	// decode, ... ("" means model).
+	// Kind is what to build from a Hugging Face folder or a config file
+	// named without a kind: model, layer, decode, ... ("" means model).
 	Kind string
 	// Dims bind an ONNX model's symbolic dimensions.
 	Dims Dims
@@ -56,14 +57,25 @@ func (m *Model) Close() {
 }
 
 // LoadModel loads the model called name: a folder holding a Hugging Face
-// config.json (built as o.Kind, with its safetensors weights when there
-// are any), an ONNX file (its symbolic dimensions bound by o.Dims; its
-// weights memory-mapped until Close), or a corpus name, which may be a
-// config file as "PATH.json:KIND". "DIR/config.json:KIND" is the name
+// config.json or the path of a config file ending in .json (either built
+// as o.Kind; a config.json with the safetensors weights beside it when
+// there are any), an ONNX file (its symbolic dimensions bound by o.Dims;
+// its weights memory-mapped until Close), or a corpus name, which may be
+// a config file as "PATH.json:KIND". "DIR/config.json:KIND" is the name
 // plan.json records for a folder: when DIR holds safetensors weights, the
 // model is built with them, as it was compiled. Dims given for anything
-// but an ONNX file are an option error.
+// but an ONNX file, and a length beyond the model's positions, are option
+// errors.
 func LoadModel(name string, o ModelOptions) (*Model, error) {
+	m, err := loadModel(name, o)
+	var pe *corpus.PositionsError
+	if errors.As(err, &pe) {
+		return nil, withKind(KindOption, err)
+	}
+	return m, err
+}
+
+func loadModel(name string, o ModelOptions) (*Model, error) {
 	if o.Kind == "" {
 		o.Kind = "model"
 	}
@@ -72,6 +84,14 @@ func LoadModel(name string, o ModelOptions) (*Model, error) {
 	}
 	if st, err := os.Stat(name); err == nil && st.IsDir() {
 		return loadFolder(name, filepath.Join(name, "config.json"), o)
+	}
+	if strings.HasSuffix(name, ".json") {
+		// A config file alone is its folder's model: recorded, and built
+		// again, as "PATH.json:KIND".
+		if filepath.Base(name) == "config.json" {
+			return loadFolder(filepath.Dir(name), name, o)
+		}
+		name += ":" + o.Kind
 	}
 	m := &Model{Name: name, Options: o}
 	if i := strings.LastIndex(name, ".json:"); i >= 0 {

@@ -79,6 +79,9 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckMemory(m, cm.Device); err != nil {
+		return nil, err
+	}
 	sat.IterLimit, sat.NodeLimit = o.IterLimit, o.NodeLimit
 	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}
 
@@ -106,6 +109,7 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 
 	em := newEmitter(o.Events)
 	em.logf("optimize %s for %s (%s), budget %s, seed %d", model, cm.Device.Name, o.Arch, budgetText(o.Budget), o.Seed)
+	noteTuneDB(em, o.TuneDB)
 	var measured []kernelMeasurement
 	cfg := Config{
 		Sat:    sat,
@@ -129,7 +133,7 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 				}
 			}
 			var log bytes.Buffer
-			f, err := finalize(ctx, src, lc, !o.NoVerify, &log)
+			f, err := finalize(ctx, src, lc, !o.NoVerify, c.Insurance, &log)
 			em.log(log.String())
 			if err != nil {
 				return err

@@ -2,16 +2,19 @@ package search
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/gogen"
+	"github.com/lumsearch/lumsearch/internal/outdir"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/plan"
@@ -38,19 +41,44 @@ const (
 	modelMetadataKey   = "lumsearch.model"
 )
 
-// CheckOutputDir makes sure dir exists (creating it) and takes files, so
-// that a run learns that its output folder is unusable before the search,
-// not after. The error is KindOutput.
+// CheckOutputDir makes sure that dir can take the output before the
+// search, so that a run learns that its output folder is unusable first,
+// not after: dir is missing, empty or written by lumsearch, and the
+// folder it goes in takes files. It creates nothing. The error is
+// KindOutput.
 func CheckOutputDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := outdir.Check(dir, outputOptions()); err != nil {
 		return withKind(KindOutput, fmt.Errorf("output folder %s: %w", dir, err))
 	}
-	f, err := os.CreateTemp(dir, ".lumsearch-probe-*")
+	return nil
+}
+
+// outputOptions are how an output folder is replaced: only one
+// lumsearch wrote, and with writeHook at every step (tests).
+func outputOptions() outdir.Options {
+	return outdir.Options{Owned: writtenByLumsearch, Hook: writeHook}
+}
+
+// writeHook, when set, is called at every step of writing an output
+// folder; an error fails the write there. Tests inject faults with it.
+var writeHook func(step string) error
+
+// writtenByLumsearch accepts a folder whose plan.json lumsearch wrote: it
+// parses as JSON and names the lumsearch version and the model, whatever
+// its format (an older lumsearch's folder may be replaced).
+func writtenByLumsearch(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, plan.FileName))
 	if err != nil {
-		return withKind(KindOutput, fmt.Errorf("output folder %s cannot be written: %w", dir, err))
+		return fmt.Errorf("%s is not empty and has no plan.json: it was not written by lumsearch, which replaces only folders it wrote (choose another -o)", dir)
 	}
-	name := f.Name()
-	return withKind(KindOutput, errors.Join(f.Close(), os.Remove(name)))
+	var prov struct {
+		Version string `json:"lumsearch_version"`
+		Model   string `json:"model"`
+	}
+	if err := json.Unmarshal(data, &prov); err != nil || prov.Version == "" || prov.Model == "" {
+		return fmt.Errorf("%s is not empty and its plan.json does not name a lumsearch version and model: it was not written by lumsearch, which replaces only folders it wrote (choose another -o)", dir)
+	}
+	return nil
 }
 
 // buildPlan makes a final program's plan.json with where it came from.
@@ -61,40 +89,57 @@ func buildPlan(src *source, f *final) (*plan.Plan, error) {
 		return nil, fmt.Errorf("compile %s: %w", md.Name, err)
 	}
 	pl.Version, pl.Model, pl.Target, pl.Arch = Version(), md.Name, src.m.Device.Name, src.arch
+	pl.NVRTC = f.compiler
 	b := md.Options.Build
 	pl.Options = plan.Options{Seq: b.Seq, Past: b.Past, DType: b.DType.String(), Dims: maps.Clone(md.Options.Dims)}
 	return pl, nil
 }
 
-// Write writes the result's output folder dir (created if missing):
-// kernels.cu, the host library (model.h, model.cpp), plan.json, the
-// constants, the model's Go package in go/NAME and, for a model with
-// weights, the prepared weights; from Optimize also report.md with its
-// charts in report/, after keeping the plan for the model's next run. It
+// Write writes the result's output folder dir: kernels.cu, the host
+// library (model.h, model.cpp), plan.json, the constants, the model's Go
+// package in go/NAME and, for a model with weights, the prepared
+// weights; from Optimize also report.md with its charts in report/,
+// after keeping the plan for the model's next run. plan.json records the
+// digest of every other file but the report's, and its own.
+//
+// The folder is written whole beside dir and swapped into its place, so
+// that dir holds either its old content or the new, never a mix, even
+// when the process is killed; a write that fails leaves dir as it was.
+// A dir that is not empty is replaced only when lumsearch wrote it. It
 // reports on the result's events as it goes. The error is KindOutput.
 func (r *Result) Write(ctx context.Context, dir string) error {
 	if r.Report != nil {
 		r.em.send(Event{Kind: "phase", Phase: "write", Elapsed: time.Since(r.start).Seconds()})
 	}
-	if err := r.writeProgram(ctx, dir); err != nil {
-		return withKind(KindOutput, err)
-	}
-	if r.Report == nil {
-		return nil
+	err := outdir.Replace(dir, outputOptions(), func(s *outdir.Stage) error {
+		if err := r.writeProgram(ctx, dir, s); err != nil {
+			return err
+		}
+		if r.Report == nil {
+			return nil
+		}
+		if r.Report.Budget > 0 {
+			r.Report.Elapsed = time.Since(r.start)
+		}
+		if err := s.Step("report"); err != nil {
+			return err
+		}
+		return r.Report.WriteFiles(s.Dir())
+	})
+	if err != nil {
+		return withKind(KindOutput, fmt.Errorf("output folder %s: %w", dir, err))
 	}
 	if r.keep != nil {
 		if err := r.keep(r.Plan); err != nil {
 			r.em.logf("  note: the plan was not kept for the next run: %v", err)
 		}
 	}
-	if r.Report.Budget > 0 {
-		r.Report.Elapsed = time.Since(r.start)
-	}
-	return withKind(KindOutput, r.Report.WriteFiles(dir))
+	return nil
 }
 
-// writeProgram writes everything but the report.
-func (r *Result) writeProgram(ctx context.Context, dir string) error {
+// writeProgram writes everything but the report into the stage of dir,
+// plan.json last, with the digests of the others.
+func (r *Result) writeProgram(ctx context.Context, dir string, s *outdir.Stage) error {
 	model, f, pl := r.Model.Name, r.final, r.Plan
 	lp := f.lowered
 	log := newLogWriter(r.em)
@@ -105,16 +150,17 @@ func (r *Result) writeProgram(ctx context.Context, dir string) error {
 	if f.ptx == "" {
 		fmt.Fprintf(log, "  host library: no kernels embedded (NVRTC is missing): its lum_create fails until the model is compiled where libnvrtc is installed\n")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("output folder: %w", err)
-	}
-	for _, file := range [][2]string{{KernelsFile, f.src}, {HeaderFile, header}, {LibraryFile, library}} {
-		if err := os.WriteFile(filepath.Join(dir, file[0]), []byte(file[1]), 0o644); err != nil {
-			return fmt.Errorf("output folder: %w", err)
-		}
-	}
-	if err := pl.Write(dir); err != nil {
+	src, err := modelSource(model, dir)
+	if err != nil {
 		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	// The plan as the folder's copies embed it: without the folder's
+	// digests, which cover those copies.
+	pl.Source, pl.Files, pl.Digest = src, nil, ""
+	for _, file := range [][2]string{{KernelsFile, f.src}, {HeaderFile, header}, {LibraryFile, library}} {
+		if err := s.WriteFile(file[0], []byte(file[1])); err != nil {
+			return err
+		}
 	}
 	consts, err := plan.Constants(ctx, lp)
 	if err != nil {
@@ -124,19 +170,49 @@ func (r *Result) writeProgram(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("compile %s: %w", model, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, plan.ConstantsFile), constData, 0o644); err != nil {
-		return fmt.Errorf("output folder: %w", err)
+	if err := s.WriteFile(plan.ConstantsFile, constData); err != nil {
+		return err
 	}
-	goDir := filepath.Join(dir, "go", gogen.PackageName(model))
-	pkgName, err := gogen.Write(goDir, gogen.Package{Plan: pl, PTX: f.ptx, CUBIN: f.cubin, Constants: constData})
+	pkgName, files, err := gogen.Files(gogen.Package{Plan: pl, PTX: f.ptx, CUBIN: f.cubin, Constants: constData})
 	if err != nil {
 		return fmt.Errorf("compile %s: %w", model, err)
 	}
-	fmt.Fprintf(log, "  go package: %s in %s (embeds the plan, kernels and constants; runs through lumsearch's gpu runtime)\n", pkgName, goDir)
+	goDir := path.Join("go", pkgName)
+	for _, gf := range files {
+		if err := s.WriteFile(path.Join(goDir, gf.Name), gf.Data); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(log, "  go package: %s in %s (embeds the plan, kernels and constants; runs through lumsearch's gpu runtime)\n", pkgName, filepath.Join(dir, filepath.FromSlash(goDir)))
 	if r.Model.Weights != nil {
-		if err := writePreparedWeights(ctx, model, dir, lp, r.Model.Weights, log); err != nil {
+		if err := writePreparedWeights(ctx, model, s, lp, r.Model.Weights, log); err != nil {
 			return fmt.Errorf("compile %s: %w", model, err)
 		}
+	}
+	pl.Files = maps.Clone(s.Digests())
+	sealed, err := pl.Seal()
+	if err != nil {
+		return fmt.Errorf("compile %s: %w", model, err)
+	}
+	if err := s.Step("write " + plan.FileName); err != nil {
+		return err
+	}
+	return writeUnlisted(s, plan.FileName, sealed)
+}
+
+// writeUnlisted writes a file of the stage that carries its own digest
+// (plan.json), outside the stage's list of digests.
+func writeUnlisted(s *outdir.Stage, name string, data []byte) error {
+	f, err := os.Create(filepath.Join(s.Dir(), name))
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
 }
@@ -147,7 +223,7 @@ func (r *Result) writeProgram(ctx context.Context, dir string) error {
 // the model's name and the program's digest as metadata. The host
 // library's lum_load_prepared loads it in place of lum_load_weights and
 // lum_prepare. DIR must exist.
-func writePreparedWeights(ctx context.Context, model, dir string, lp *lower.Program, weights map[string]*ir.Tensor, log io.Writer) error {
+func writePreparedWeights(ctx context.Context, model string, s *outdir.Stage, lp *lower.Program, weights map[string]*ir.Tensor, log io.Writer) error {
 	stored, err := lower.PrepareWeights(ctx, lp, weights)
 	if err != nil {
 		return err
@@ -161,8 +237,15 @@ func writePreparedWeights(ctx context.Context, model, dir string, lp *lower.Prog
 		name = filepath.Base(model)
 	}
 	meta := map[string]string{versionMetadataKey: Version(), modelMetadataKey: name, lower.DigestMetadataKey: digest}
-	path := filepath.Join(dir, WeightsFile)
-	if err := safetensors.WriteFile(path, stored, meta); err != nil {
+	w, err := s.Create(WeightsFile)
+	if err != nil {
+		return err
+	}
+	if err := safetensors.Write(w, stored, meta); err != nil {
+		w.Close()
+		return err
+	}
+	if err := w.Close(); err != nil {
 		return err
 	}
 	bufs, err := lower.StoredBuffers(lp)
@@ -180,6 +263,6 @@ func writePreparedWeights(ctx context.Context, model, dir string, lp *lower.Prog
 		bytes += b.Bytes
 	}
 	fmt.Fprintf(log, "  prepared weights: %d weights and %d computed at load, %d bytes, in %s (lum_load_prepared loads them)\n",
-		nw, np, bytes, path)
+		nw, np, bytes, WeightsFile)
 	return nil
 }

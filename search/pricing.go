@@ -81,6 +81,19 @@ func openTuneDB(path string) (*tunedb.DB, error) {
 	return tunedb.Open(path)
 }
 
+// noteTuneDB reports the bad lines the tuning database at path skipped,
+// with how to remove them, as a note on em (nothing when it has none, or
+// cannot be opened: pricing says so).
+func noteTuneDB(em *emitter, path string) {
+	db, err := openTuneDB(path)
+	if err != nil {
+		return
+	}
+	if w := db.Warning(); w != "" {
+		em.logf("  note: %s", w)
+	}
+}
+
 // tuneDBPath is path, or the default database's path when it is "".
 func tuneDBPath(path string) (string, error) {
 	if path != "" {

@@ -46,14 +46,26 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 		return err
 	}
 	stdout := newLogWriter(newEmitter(events))
-	pl, err := plan.Read(dir)
+	pl, err := readPlan(dir)
 	if err != nil {
-		return withKind(KindInput, err)
+		return fmt.Errorf("verify %s: %w", dir, err)
 	}
-	srcPath := filepath.Join(dir, "kernels.cu")
+	fmt.Fprintf(stdout, "verify %s: %s, %d launches per run and %d at load\n", dir, pl.Model, len(pl.Run), len(pl.Prep))
+	if err := checkFiles(dir, pl); err != nil {
+		return fmt.Errorf("verify %s: %w", dir, err)
+	}
+	fmt.Fprintf(stdout, "  files: the folder holds the %d files plan.json lists, each with its digest, and plan.json its own\n", len(pl.Files))
+	srcPath := filepath.Join(dir, KernelsFile)
 	src, err := os.ReadFile(srcPath)
 	if err != nil {
 		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
+	}
+	if err := checkCompiled(ctx, dir, pl, src, stdout); err != nil {
+		return fmt.Errorf("verify %s: %w", dir, err)
+	}
+	modelName, err := resolveModel(dir, pl)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", dir, err)
 	}
 	consts, _, err := safetensors.ReadFile(filepath.Join(dir, plan.ConstantsFile))
 	if err != nil {
@@ -63,7 +75,6 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 	if err != nil {
 		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
 	}
-	fmt.Fprintf(stdout, "verify %s: %s, %d launches per run and %d at load\n", dir, pl.Model, len(pl.Run), len(pl.Prep))
 	ks, err := reprint(pl, lp, string(src), srcPath)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", dir, err)
@@ -79,7 +90,7 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 		dt = ir.F32
 	}
 	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, DType: dt}
-	md, err := LoadModel(pl.Model, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
+	md, err := LoadModel(modelName, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
 	if err != nil {
 		return withKind(KindInput, fmt.Errorf("verify %s: rebuild %s from plan.json: %w", dir, pl.Model, err))
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/internal/outdir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
 	"github.com/lumsearch/lumsearch/safetensors"
@@ -33,11 +34,13 @@ func TestWritePreparedWeights(t *testing.T) {
 			weights, err := corpus.RandomWeights(g, uint64(i+1))
 			require.NoError(t, err)
 
-			dir := t.TempDir()
+			dir := filepath.Join(t.TempDir(), "out")
 			var out bytes.Buffer
-			require.NoError(t, writePreparedWeights(ctx, model, dir, c.lowered, weights, &out))
+			require.NoError(t, outdir.Replace(dir, outdir.Options{}, func(s *outdir.Stage) error {
+				return writePreparedWeights(ctx, model, s, c.lowered, weights, &out)
+			}))
 			path := filepath.Join(dir, WeightsFile)
-			assert.Regexp(t, `^  prepared weights: \d+ weights and \d+ computed at load, \d+ bytes, in `+regexp.QuoteMeta(path)+` \(lum_load_prepared loads them\)\n$`, out.String())
+			assert.Regexp(t, `^  prepared weights: \d+ weights and \d+ computed at load, \d+ bytes, in `+regexp.QuoteMeta(WeightsFile)+` \(lum_load_prepared loads them\)\n$`, out.String())
 
 			got, meta, err := safetensors.ReadFile(path)
 			require.NoError(t, err)
@@ -70,13 +73,15 @@ func TestWritePreparedWeights(t *testing.T) {
 			}
 			require.NotEmpty(t, missing)
 			delete(weights, missing)
-			empty := t.TempDir()
-			err = writePreparedWeights(ctx, model, empty, c.lowered, weights, &out)
+			empty := filepath.Join(t.TempDir(), "out")
+			err = outdir.Replace(empty, outdir.Options{}, func(s *outdir.Stage) error {
+				return writePreparedWeights(ctx, model, s, c.lowered, weights, &out)
+			})
 			require.ErrorContains(t, err, "weight "+missing+" ")
 			require.ErrorContains(t, err, "is missing")
-			entries, err := os.ReadDir(empty)
+			entries, err := os.ReadDir(filepath.Dir(empty))
 			require.NoError(t, err)
-			assert.Empty(t, entries)
+			assert.Empty(t, entries, "a failed write leaves nothing")
 		})
 	}
 }

@@ -52,24 +52,44 @@
 //     measured, in seconds; omitted (or 0) when there was none.
 //
 // Unknown fields are ignored on reading, so that later versions may add
-// fields; blank lines are ignored too.
+// fields; blank lines are ignored too. Any other line that is not a valid
+// record is a bad line (below).
+//
+// # Bad lines
+//
+// A line that holds no valid record is a bad line: a torn line, what a
+// writer killed mid-write leaves (a truncated JSON object: every proper
+// prefix of a line is one; a line with NUL bytes, as some file systems
+// leave after a crash, counts as torn too), or an invalid one (not JSON,
+// not one object, a field of the wrong type, a record that fails
+// Record.Validate, an id that does not match its key), as an edit by hand
+// or another tool may leave. Open skips bad lines wherever they are and
+// counts them, so that one damaged line never costs the measurements
+// around it: every good record is loaded, DB.Skipped counts the bad lines,
+// DB.BadLines gives the first of them with their line numbers and what is
+// wrong, and DB.Warning is the message a program shows its user ("skipped
+// N bad lines ...; lumsearch tunedb prune removes them"). Stats and
+// "lumsearch tunedb stats" show them too. Prune removes them; Export
+// writes the good records; Import alone is strict, and refuses a whole
+// input that has a bad line, naming the line. A file none of whose lines
+// is a record is refused by Open and Prune (unless it is one torn line, a
+// first write cut short): it is most likely some other file given by
+// mistake, and appending to it or pruning it would damage it.
 //
 // # Crashes and concurrent writers
 //
 // Writers only ever append, one write call per batch of whole lines, under
 // an exclusive advisory lock on the file (flock(2) on Unix, LockFileEx on
 // Windows), and fsync before releasing it; readers take a shared lock. A
-// writer killed mid-write leaves at most a torn last line, a truncated JSON
-// object (every proper prefix of a line is one; a line with NUL bytes, as
-// some file systems leave after a crash, counts as torn too). Open skips
-// torn lines and counts them (DB.Skipped); the next Append first ends a
-// torn tail with a newline, so that its own records start on a line of
-// their own and the fragment stays behind as a torn line in the middle,
-// still skipped. Any other invalid line, wherever it is, is an error naming
-// the file and line, so that whether a file opens never depends on what
-// was appended after it. A last line that lacks only its newline but holds
-// a whole valid record is kept. Prune rewrites the file atomically (a
-// temporary file in the same folder, fsync, rename) under the same lock,
-// and drops torn lines on the way; a writer that was waiting for the lock
-// notices that the file was replaced and appends to the new one.
+// writer killed mid-write leaves at most a torn last line. The next Append
+// first ends a file that does not end in a newline with one, so that its
+// own records start on a line of their own and a fragment stays behind as
+// a bad line in the middle, still skipped. A last line that lacks only its
+// newline but holds a whole valid record is kept. Prune rewrites the file
+// atomically (a temporary file in the same folder, fsync, rename) under
+// the same exclusive lock, keeping the lines it keeps byte for byte (fields
+// a later version added included) and dropping bad and blank lines; a
+// writer that was waiting for the lock notices that the file was replaced
+// and appends to the new one, so that no record appended during a prune is
+// lost.
 package tunedb

@@ -1,6 +1,7 @@
 package tunedb
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -16,9 +17,10 @@ import (
 
 // WriteStats writes the database's Stats as "lumsearch tunedb stats"
 // prints them: the file (noting when there is none yet), the counts of
-// records, keys, remeasured records, duplicates and torn lines, and, when
-// there are records, the time span and a table of records per device and
-// place of measurement.
+// records, keys, remeasured records, duplicates and bad lines (with the
+// first bad lines' numbers and what is wrong with each), and, when there
+// are records, the time span and a table of records per device and place
+// of measurement.
 func (db *DB) WriteStats(w io.Writer) error {
 	s := db.Stats()
 	note := ""
@@ -30,7 +32,7 @@ func (db *DB) WriteStats(w io.Writer) error {
 	fmt.Fprintf(w, "keys:       %d\n", s.Keys)
 	fmt.Fprintf(w, "remeasured: %d\n", s.Remeasured)
 	fmt.Fprintf(w, "duplicates: %d\n", s.Duplicates)
-	fmt.Fprintf(w, "torn lines: %d\n", s.Skipped)
+	writeBadLines(w, db.path, s)
 	if s.Records == 0 {
 		return nil
 	}
@@ -49,21 +51,68 @@ func (db *DB) WriteStats(w io.Writer) error {
 	return tw.Flush()
 }
 
-// ExportFile is Export to a new file at path (replacing one that is
-// there). It returns how many records it wrote.
+// writeBadLines writes the "bad lines:" line of WriteStats and, under it,
+// the first bad lines one to a line.
+func writeBadLines(w io.Writer, path string, s Stats) {
+	if s.Skipped == 0 {
+		fmt.Fprintf(w, "bad lines:  0\n")
+		return
+	}
+	torn := ""
+	if s.Torn > 0 {
+		torn = fmt.Sprintf(", %d of them torn", s.Torn)
+	}
+	fmt.Fprintf(w, "bad lines:  %d skipped%s; \"lumsearch tunedb prune --db %s\" removes them\n", s.Skipped, torn, path)
+	for _, b := range s.BadLines {
+		fmt.Fprintf(w, "  %s\n", b)
+	}
+	if more := s.Skipped - len(s.BadLines); more > 0 {
+		fmt.Fprintf(w, "  and %d more\n", more)
+	}
+}
+
+// ExportFile is Export to a file at path, written atomically (a temporary
+// file in the same folder, then a rename), so that a failed export leaves
+// any file that was there whole. A file it replaces keeps its mode; a new
+// one gets 0644; a device or pipe is written as it is. It returns how many records it wrote.
 func (db *DB) ExportFile(path string, f Filter) (int, error) {
-	file, err := os.Create(path)
+	var buf bytes.Buffer
+	n, err := db.Export(&buf, f)
 	if err != nil {
 		return 0, err
 	}
-	n, err := db.Export(file, f)
+	perm := fs.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		if st.IsDir() {
+			return 0, fmt.Errorf("export to %s: it is a folder", path)
+		}
+		if !st.Mode().IsRegular() {
+			// A device or a pipe (-o /dev/stdout) cannot be renamed
+			// over, and holds nothing to keep whole.
+			return n, writeTo(path, buf.Bytes())
+		}
+		perm = st.Mode().Perm()
+	}
+	if err := replace(path, perm, buf.Bytes()); err != nil {
+		return 0, fmt.Errorf("export to %s: %w", path, err)
+	}
+	return n, nil
+}
+
+// writeTo writes data to the existing file at path.
+func writeTo(path string, data []byte) error {
+	file, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("export to %s: %w", path, err)
+	}
+	_, err = file.Write(data)
 	if cerr := file.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return 0, err
+		return fmt.Errorf("export to %s: %w", path, err)
 	}
-	return n, nil
+	return nil
 }
 
 // ImportFile is Import from the file at path, or from stdin when path is

@@ -32,14 +32,14 @@ func TestWriteStats(t *testing.T) {
 		var b bytes.Buffer
 		require.NoError(t, db.WriteStats(&b))
 		assert.Equal(t, "database:   "+db.Path()+" (no file yet)\nrecords:    0\nkeys:       0\nremeasured: 0\n"+
-			"duplicates: 0\ntorn lines: 0\n", b.String())
+			"duplicates: 0\nbad lines:  0\n", b.String())
 	})
 	t.Run("filled", func(t *testing.T) {
 		db := filledDB(t)
 		var b bytes.Buffer
 		require.NoError(t, db.WriteStats(&b))
 		assert.Equal(t, "database:   "+db.Path()+"\nrecords:    4\nkeys:       2\nremeasured: 2\n"+
-			"duplicates: 0\ntorn lines: 0\nmeasured:   2025-06-01T12:00:00Z to 2025-06-01T12:03:00Z\n\n"+
+			"duplicates: 0\nbad lines:  0\nmeasured:   2025-06-01T12:00:00Z to 2025-06-01T12:03:00Z\n\n"+
 			"DEVICE       GPU  CPU-EMULATION\n"+
 			"NVIDIA A100  1    0\n"+
 			"NVIDIA H200  2    1\n"+

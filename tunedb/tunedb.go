@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -166,113 +164,31 @@ func (r Record) Validate() error {
 	return nil
 }
 
-// wire is a record as a line of the file: its id first, then its fields.
-type wire struct {
-	ID string `json:"id"`
-	Record
-}
-
-// encodeLines appends recs to buf as lines, without escaping <, > and &
-// (kernel specs are easier to read with their arrows intact).
-func encodeLines(buf *bytes.Buffer, recs []Record) error {
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	for _, r := range recs {
-		if err := enc.Encode(wire{ID: r.ID(), Record: r}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// errTorn marks a torn line: what a writer killed mid-write leaves behind,
-// a truncated JSON object (every proper prefix of a line is one), or a line
-// with NUL bytes, which some file systems leave after a crash (no valid
-// line has one: JSON escapes control characters).
-var errTorn = errors.New("torn line")
-
-// decodeLine reads one line (without its newline) as a record and validates
-// it; it gives errTorn for a torn line.
-func decodeLine(line []byte) (Record, error) {
-	if bytes.IndexByte(line, 0) >= 0 {
-		return Record{}, errTorn
-	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	var w wire
-	if err := dec.Decode(&w); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return Record{}, errTorn
-		}
-		return Record{}, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Record{}, errors.New("text after the record's JSON object")
-	}
-	r := w.Record
-	r.At = r.At.UTC()
-	if err := r.Validate(); err != nil {
-		return Record{}, err
-	}
-	if w.ID != "" && w.ID != r.ID() {
-		return Record{}, fmt.Errorf("id %s does not match the key (its id is %s)", w.ID, r.ID())
-	}
-	return r, nil
-}
-
-// parse reads the lines of data, the contents of the file name. Torn lines
-// are skipped and counted wherever they are: a writer killed mid-write
-// leaves one at the end, and the next Append ends it with a newline, after
-// which more lines follow. Any other bad line is an error naming the file
-// and line, so that whether a file opens never depends on what was
-// appended after it.
-func parse(data []byte, name string) (recs []Record, skipped int, err error) {
-	lineNo := 0
-	for len(data) > 0 {
-		lineNo++
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		r, err := decodeLine(line)
-		if errors.Is(err, errTorn) {
-			skipped++
-			continue
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s:%d: %w", name, lineNo, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs, skipped, nil
-}
-
 // DB is a tuning database: the records of its file when opened, plus those
 // this DB appended since. It is safe for concurrent use, and several DBs,
 // in one process or many, may append to one file at once.
 type DB struct {
 	path string
 
-	mu      sync.RWMutex
-	recs    []Record
-	byKey   map[Key][]int // indices into recs, in file order
-	skipped int
+	mu    sync.RWMutex
+	recs  []Record
+	byKey map[Key][]int // indices into recs, in file order
+	bad   badLines
 }
 
 // Open reads the database at path. A missing file is an empty database (the
-// first Append creates it). A torn last line is skipped and counted by
-// Skipped, never an error; an invalid line before it is an error naming
-// the file and line.
+// first Append creates it). Lines that hold no valid record, torn or
+// invalid, wherever they are, are skipped and counted (Skipped, BadLines,
+// Warning), never an error, so that one damaged line costs no measurement
+// around it. Open refuses only a file none of whose lines is a record
+// unless a crash explains it (one torn line), as that is most likely not a
+// tuning database at all.
 func Open(path string) (*DB, error) {
 	db := &DB{path: path}
 	f, err := openLocked(path, os.O_RDONLY, false)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		db.set(nil, 0)
+		db.set(parsed{})
 		return db, nil
 	case err != nil:
 		return nil, fmt.Errorf("tuning database: %w", err)
@@ -282,20 +198,21 @@ func Open(path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tuning database: %w", err)
 	}
-	recs, skipped, err := parse(data, path)
-	if err != nil {
+	p := parse(data)
+	if err := notADatabase(path, p); err != nil {
 		return nil, fmt.Errorf("tuning database: %w", err)
 	}
-	db.set(recs, skipped)
+	db.set(p)
 	return db, nil
 }
 
-// set replaces db's records; the caller holds db.mu or owns db.
-func (db *DB) set(recs []Record, skipped int) {
-	db.recs = recs
-	db.skipped = skipped
-	db.byKey = make(map[Key][]int, len(recs))
-	for i, r := range recs {
+// set replaces db's records and bad lines with p's; the caller holds db.mu
+// or owns db.
+func (db *DB) set(p parsed) {
+	db.recs = p.recs
+	db.bad = p.bad
+	db.byKey = make(map[Key][]int, len(p.recs))
+	for i, r := range p.recs {
 		db.byKey[r.Key] = append(db.byKey[r.Key], i)
 	}
 }
@@ -303,12 +220,37 @@ func (db *DB) set(recs []Record, skipped int) {
 // Path is the database's file.
 func (db *DB) Path() string { return db.path }
 
-// Skipped is the number of torn lines Open (or the last Prune) found and
-// ignored.
+// Skipped is the number of lines, torn or invalid, that Open (or the last
+// Prune) found holding no valid record and ignored.
 func (db *DB) Skipped() int {
 	db.mu.RLock()
 	defer db.mu.RUnlock()
-	return db.skipped
+	return db.bad.n
+}
+
+// BadLines returns the first of the lines Skipped counts (at most 20), in
+// file order, each with its line number and what is wrong with it.
+func (db *DB) BadLines() []BadLine {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	return append([]BadLine(nil), db.bad.first...)
+}
+
+// Warning is what a program using the database should tell its user when
+// Open skipped lines: how many, which, and that "lumsearch tunedb prune"
+// removes them. It is "" when every line was read.
+func (db *DB) Warning() string {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	if db.bad.n == 0 {
+		return ""
+	}
+	what, them := "bad lines that hold", "them"
+	if db.bad.n == 1 {
+		what, them = "bad line that holds", "it"
+	}
+	return fmt.Sprintf("tuning database %s: skipped %d %s no valid record (%s); every other record is used; \"lumsearch tunedb prune --db %s\" removes %s",
+		db.path, db.bad.n, what, db.bad.where(), db.path, them)
 }
 
 // Len is the number of records.
@@ -351,10 +293,10 @@ func (db *DB) newest(k Key, where string) (Record, bool) {
 }
 
 // Append validates recs and appends them to the file as whole lines, with
-// one write under an exclusive lock, then fsyncs. If the file ends in a
-// torn line, a newline goes first so that the new records start on a line
-// of their own. The file and its folder are created when missing. Times are
-// stored in UTC.
+// one write under an exclusive lock, then fsyncs. If the file does not end
+// in a newline (a torn last line, or any last line without one), a newline
+// goes first so that the new records start on a line of their own. The
+// file and its folder are created when missing. Times are stored in UTC.
 func (db *DB) Append(recs ...Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -367,7 +309,7 @@ func (db *DB) Append(recs ...Record) error {
 		recs[i].At = recs[i].At.UTC()
 	}
 	var buf bytes.Buffer
-	buf.WriteByte('\n') // dropped below unless the file ends in a torn line
+	buf.WriteByte('\n') // dropped below when the file is empty or ends in one
 	if err := encodeLines(&buf, recs); err != nil {
 		return fmt.Errorf("tuning database: %w", err)
 	}
@@ -481,6 +423,40 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// replace writes data to a temporary file next to path, fsyncs it, gives
+// it mode perm and renames it over path, then fsyncs the folder.
+func replace(path string, perm fs.FileMode, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	done := false
+	defer func() {
+		if !done {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	done = true
+	return syncDir(dir)
+}
+
 // Stats summarise a database.
 type Stats struct {
 	Records int
@@ -492,8 +468,11 @@ type Stats struct {
 	// Remeasured counts records whose key has an earlier record: Records
 	// less Keys.
 	Remeasured int
-	// Skipped is the number of torn lines ignored.
-	Skipped int
+	// Skipped is the number of lines holding no valid record (torn or
+	// invalid) that were ignored; Torn counts the torn ones among them.
+	Skipped, Torn int
+	// BadLines are the first of the skipped lines (DB.BadLines).
+	BadLines []BadLine
 	// ByWhere counts records per place of measurement, ByDevice per device
 	// and place.
 	ByWhere  map[string]int
@@ -509,7 +488,9 @@ func (db *DB) Stats() Stats {
 	s := Stats{
 		Records:  len(db.recs),
 		Keys:     len(db.byKey),
-		Skipped:  db.skipped,
+		Skipped:  db.bad.n,
+		Torn:     db.bad.torn,
+		BadLines: append([]BadLine(nil), db.bad.first...),
 		ByWhere:  map[string]int{},
 		ByDevice: map[string]map[string]int{},
 	}
@@ -536,17 +517,6 @@ func (db *DB) Stats() Stats {
 		seen[c] = true
 	}
 	return s
-}
-
-// canonical is r's line, the identity of exact copies.
-func canonical(r Record) string {
-	var buf bytes.Buffer
-	r.At = r.At.UTC()
-	if err := encodeLines(&buf, []Record{r}); err != nil {
-		// Validated records always encode.
-		panic(err)
-	}
-	return buf.String()
 }
 
 // Filter selects records; an empty field selects all.
@@ -630,156 +600,4 @@ func (db *DB) Import(r io.Reader) (ImportResult, error) {
 	}
 	res.Added = len(add)
 	return res, nil
-}
-
-// PruneOptions say which records Prune drops; the zero value drops none
-// (but still clears torn lines).
-type PruneOptions struct {
-	// Keep, when positive, keeps only the newest Keep records of each key
-	// and place of measurement (so emulated records never crowd out GPU
-	// ones).
-	Keep int
-	// Before, when set, drops records measured before it.
-	Before time.Time
-	// Device, when set, drops every record of that device.
-	Device string
-	// Dedup drops exact copies of an earlier record.
-	Dedup bool
-}
-
-// Prune drops the records opt selects and returns how many it dropped. It
-// works on the file as it is now, records other processes appended since
-// Open included, under the exclusive lock: it writes the records it keeps
-// to a temporary file in the same folder, fsyncs it and renames it over the
-// database, so that a crash leaves either the old file or the new one. The
-// file is rewritten only if something is dropped (torn lines count). A
-// missing file is an empty database.
-func (db *DB) Prune(opt PruneOptions) (int, error) {
-	if opt.Keep < 0 {
-		return 0, fmt.Errorf("tuning database: prune: keep is %d, want zero (no limit) or more", opt.Keep)
-	}
-	f, err := openLocked(db.path, os.O_RDONLY, true)
-	if errors.Is(err, fs.ErrNotExist) {
-		db.mu.Lock()
-		db.set(nil, 0)
-		db.mu.Unlock()
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("tuning database: %w", err)
-	}
-	defer release(f)
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return 0, fmt.Errorf("tuning database: %w", err)
-	}
-	recs, skipped, err := parse(data, db.path)
-	if err != nil {
-		return 0, fmt.Errorf("tuning database: %w", err)
-	}
-	kept := prune(recs, opt)
-	if dropped := len(recs) - len(kept); dropped > 0 || skipped > 0 {
-		st, err := f.Stat()
-		if err != nil {
-			return 0, fmt.Errorf("tuning database: %w", err)
-		}
-		if err := replace(db.path, st.Mode().Perm(), kept); err != nil {
-			return 0, fmt.Errorf("tuning database: prune: %w", err)
-		}
-		skipped = 0
-	}
-	db.mu.Lock()
-	db.set(kept, skipped)
-	db.mu.Unlock()
-	return len(recs) - len(kept), nil
-}
-
-// prune returns the records of recs that opt keeps, in their order.
-func prune(recs []Record, opt PruneOptions) []Record {
-	drop := make([]bool, len(recs))
-	seen := map[string]bool{}
-	type group struct {
-		key   Key
-		where string
-	}
-	groups := map[group][]int{}
-	for i, r := range recs {
-		if (opt.Device != "" && r.Key.Device == opt.Device) || (!opt.Before.IsZero() && r.At.Before(opt.Before)) {
-			drop[i] = true
-			continue
-		}
-		if opt.Dedup {
-			c := canonical(r)
-			if seen[c] {
-				drop[i] = true
-				continue
-			}
-			seen[c] = true
-		}
-		g := group{r.Key, r.Where}
-		groups[g] = append(groups[g], i)
-	}
-	if opt.Keep > 0 {
-		for _, idx := range groups {
-			if len(idx) <= opt.Keep {
-				continue
-			}
-			// Newest first; on equal times the later in the file first.
-			sort.SliceStable(idx, func(a, b int) bool {
-				ta, tb := recs[idx[a]].At, recs[idx[b]].At
-				if !ta.Equal(tb) {
-					return ta.After(tb)
-				}
-				return idx[a] > idx[b]
-			})
-			for _, i := range idx[opt.Keep:] {
-				drop[i] = true
-			}
-		}
-	}
-	var kept []Record
-	for i, r := range recs {
-		if !drop[i] {
-			kept = append(kept, r)
-		}
-	}
-	return kept
-}
-
-// replace writes recs to a temporary file next to path, fsyncs it, gives
-// it mode perm and renames it over path, then fsyncs the folder.
-func replace(path string, perm fs.FileMode, recs []Record) error {
-	var buf bytes.Buffer
-	if err := encodeLines(&buf, recs); err != nil {
-		return err
-	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".prune-*")
-	if err != nil {
-		return err
-	}
-	done := false
-	defer func() {
-		if !done {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(buf.Bytes()); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	done = true
-	return syncDir(dir)
 }

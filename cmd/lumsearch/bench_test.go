@@ -18,18 +18,24 @@ import (
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
-// TestBenchWithoutGPU: --measure gpu on a machine without a CUDA driver
-// fails at once, before compiling anything, with an error that says so
-// and names the way out; a bad --measure is a usage error.
+// TestBenchWithoutGPU: --measure gpu on a machine without a GPU (no
+// driver, or a driver without a device) fails at once, before compiling
+// anything, with an error that says so and names the way out; a bad
+// --measure is a usage error.
 func TestBenchWithoutGPU(t *testing.T) {
-	t.Setenv("LUMSEARCH_LIBCUDA", filepath.Join(t.TempDir(), "libcuda.so.1"))
 	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
-	r := runArgs(t, "bench", "tiny-llama:mlp", "--seq", "4")
-	assert.Equal(t, exitError, r.code)
-	assert.Contains(t, r.stderr, "--measure gpu: no CUDA device")
-	assert.Contains(t, r.stderr, "--measure emulated runs both programs under the CPU emulation instead")
-	assert.Empty(t, r.stdout)
-	r = runArgs(t, "bench", "tiny-llama:mlp", "--measure", "tpu")
+	for _, d := range noGPUDrivers {
+		t.Run(d.name, func(t *testing.T) {
+			d.setup(t)
+			r := runArgs(t, "bench", "tiny-llama:mlp", "--seq", "4")
+			assert.Equal(t, exitError, r.code)
+			assert.Contains(t, r.stderr, "--measure gpu: no CUDA device: ")
+			assert.Contains(t, r.stderr, d.want)
+			assert.Contains(t, r.stderr, "--measure emulated runs both programs under the CPU emulation instead")
+			assert.Empty(t, r.stdout)
+		})
+	}
+	r := runArgs(t, "bench", "tiny-llama:mlp", "--measure", "tpu")
 	assert.Equal(t, exitUsage, r.code)
 	assert.Contains(t, r.stderr, `--measure "tpu": gpu or emulated`)
 	r = runArgs(t, "bench")

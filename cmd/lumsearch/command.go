@@ -49,6 +49,9 @@ func (c *command) execute(ctx context.Context, args []string, stdout, stderr io.
 		return exitOK
 	}
 	if err == nil {
+		err = checkSizeFlags(fs)
+	}
+	if err == nil {
 		err = act(ctx, pos, stdout)
 	}
 	switch {

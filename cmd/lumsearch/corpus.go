@@ -16,17 +16,23 @@ import (
 var corpusCommand = &command{
 	name:     "corpus",
 	summary:  "list the built-in model graphs, print one, or run one in the reference interpreter",
-	synopsis: "corpus list [--json] | corpus show NAME|MODEL.onnx [--summary] | corpus eval NAME|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--composite] [--input-range NAME=LO..HI ...] [--inputs FILE] [--outputs FILE] [--save-outputs FILE]",
+	synopsis: "corpus list [--json] | corpus show NAME|CONFIG.json|DIR|MODEL.onnx [--summary] | corpus eval NAME|CONFIG.json|DIR|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--composite] [--input-range NAME=LO..HI ...] [--inputs FILE] [--outputs FILE] [--save-outputs FILE]",
 	doc: `
 The corpus is the set of model graphs lumsearch builds itself, named
 MODEL:KIND: llama-3-8b, llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2 and
 tiny-* test models, each as one decoder layer (layer, or block for gpt2), a
 whole-model prefill (model), one decode step over in-place KV caches
 (decode), and blocks (attention, mlp, rmsnorm or layernorm, softmax, rotary,
-the activation). MODEL may also be the path of a Hugging Face config.json.
+the activation). MODEL may also be the path of a Hugging Face config.json
+(PATH.json:KIND); show and eval also take PATH.json alone, or a folder
+holding config.json, for the whole model (kind model). A config with a key
+lumsearch does not implement (a mixture of experts, quantization, ...) is
+refused by name, and so is a --seq beyond the model's positions
+(max_position_embeddings, n_positions for gpt2).
 
 "corpus list" builds every graph and prints its name, its number of ops and
-its number of parameters. "corpus show NAME" prints one graph in the text
+its number of parameters (a model with fewer positions than --seq has its
+graphs listed as skipped). "corpus show NAME" prints one graph in the text
 format of the ir package, or with --summary its size and ops by count.
 "corpus eval NAME" runs one graph in the float64 reference interpreter on
 seeded random weights and inputs and prints how long each step took.
@@ -49,6 +55,7 @@ position of the new token (default: seq-1, the cache's last slot).`,
 	example: `
 lumsearch corpus list
 lumsearch corpus show tiny-llama:layer --seq 4
+lumsearch corpus show ./Llama-3.2-1B/config.json --summary
 lumsearch corpus show llama-3-8b:decode --seq 4096 --past 1000 --dtype bf16
 lumsearch corpus eval llama-3-8b:layer --seq 128
 lumsearch corpus show model.onnx --dim batch=1 --dim sequence=128 --summary
@@ -74,10 +81,9 @@ lumsearch corpus list --json --seq 1024`,
 			if !dt.IsFloat() {
 				return usagef("--dtype %s: want f32, f16 or bf16", dt)
 			}
+			// checkSizeFlags has refused a --batch, --seq or --past
+			// that does not fit.
 			opt := corpus.Options{Batch: *batch, Seq: *seq, Past: *past, DType: dt, Composite: *composite}
-			if *batch <= 0 || *seq <= 0 {
-				return usagef("--batch and --seq must be positive")
-			}
 			if len(pos) == 0 {
 				return usagef("missing subcommand: list, show or eval")
 			}

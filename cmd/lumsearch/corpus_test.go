@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,9 +86,16 @@ func TestCorpusErrors(t *testing.T) {
 		{"show without name", []string{"corpus", "show"}, exitUsage, "show wants one graph NAME"},
 		{"bad dtype", []string{"corpus", "show", "gpt2:block", "--dtype", "f8"}, exitUsage, `--dtype: unknown dtype "f8"`},
 		{"int dtype", []string{"corpus", "show", "gpt2:block", "--dtype", "i32"}, exitUsage, "--dtype i32: want f32, f16 or bf16"},
-		{"bad seq", []string{"corpus", "list", "--seq", "0"}, exitUsage, "must be positive"},
+		{"zero seq", []string{"corpus", "list", "--seq", "0"}, exitUsage, "--seq 0: must be positive (tokens per sequence)"},
+		{"negative seq", []string{"corpus", "show", "tiny-llama:layer", "--seq", "-3"}, exitUsage, "--seq -3: must be positive"},
+		{"zero batch", []string{"corpus", "eval", "tiny-llama:layer", "--batch", "0"}, exitUsage, "--batch 0: must be positive (sequences per batch)"},
 		{"unknown graph", []string{"corpus", "show", "tiny-lama:model"}, exitError, "did you mean tiny-llama:model"},
-		{"past past the cache", []string{"corpus", "show", "tiny-llama:decode", "--seq", "4", "--past", "4"}, exitError, "past 4"},
+		{"past past the cache", []string{"corpus", "show", "tiny-llama:decode", "--seq", "4", "--past", "4"}, exitUsage, "--past 4 is beyond the KV cache: --seq 4 holds positions 0 to 3"},
+		{"past below the default", []string{"corpus", "show", "tiny-llama:decode", "--seq", "4", "--past", "-2"}, exitUsage, "--past -2: want a position in the KV cache"},
+		{"seq past the positions", []string{"corpus", "show", "tiny-qwen2:mlp", "--seq", "300"}, exitUsage,
+			"tiny-qwen2:mlp: seq 300 is more than the model's 256 positions (max_position_embeddings)"},
+		{"decode cache past the positions", []string{"corpus", "eval", "tiny-gpt2:decode", "--seq", "257", "--past", "0"}, exitUsage,
+			"seq 257 (the KV cache's capacity) is more than the model's 256 positions (n_positions)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,6 +105,52 @@ func TestCorpusErrors(t *testing.T) {
 			assert.Contains(t, r.stderr, tt.want)
 		})
 	}
+}
+
+// TestCorpusConfigPaths shows a Hugging Face config given as a file with
+// a kind, as a file alone and as its folder: the last two are the whole
+// model.
+func TestCorpusConfigPaths(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "corpus", "configs", "tiny-mistral.json"))
+	require.NoError(t, err)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	require.NoError(t, os.WriteFile(cfg, data, 0o644))
+	other := filepath.Join(dir, "other.json")
+	require.NoError(t, os.WriteFile(other, data, 0o644))
+
+	show := func(args ...string) string {
+		t.Helper()
+		r := runArgs(t, append([]string{"corpus", "show", "--seq", "6"}, args...)...)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		return r.stdout
+	}
+	body := func(text string) string { // the graph without its name line
+		_, rest, _ := strings.Cut(text, "\n")
+		return rest
+	}
+	want := show(cfg + ":model")
+	assert.True(t, strings.HasPrefix(want, fmt.Sprintf("graph %q", cfg+":model")), want)
+	assert.Equal(t, want, show(cfg), "a config.json alone is its whole model")
+	assert.Equal(t, want, show(dir), "and so is its folder")
+	assert.Equal(t, body(want), body(show(other)))
+	assert.Contains(t, show(other), fmt.Sprintf("graph %q", other+":model"))
+	assert.NotEqual(t, body(want), body(show(cfg+":layer")))
+
+	r := runArgs(t, "corpus", "eval", cfg, "--seq", "3")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^output logits: f32\[1,3,97\]$`, r.stdout)
+
+	// A key lumsearch does not implement is refused by name.
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal(data, &fields))
+	fields["n_shared_experts"] = 2
+	bad, err := json.Marshal(fields)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfg, bad, 0o644))
+	r = runArgs(t, "corpus", "show", cfg)
+	assert.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, `model_type "mistral": lumsearch does not implement "n_shared_experts": 2`)
 }
 
 func TestCorpusEval(t *testing.T) {

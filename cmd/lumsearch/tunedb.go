@@ -43,21 +43,32 @@ file of JSON lines that several processes may append to at once. The file is
 --db, else $` + tunedb.EnvPath + `, else lumsearch/tunedb.jsonl in the user's cache
 folder ($XDG_CACHE_HOME or ~/.cache on Linux).
 
-"tunedb stats" prints the number of records, distinct keys, exact duplicates
-and torn lines (left by a writer killed mid-write, and ignored), the time
-span, and the records per device and place of measurement.
+A bad line in the file, one cut short by a writer killed mid-write (torn)
+or one that is not a valid record (edited by hand, damaged), is skipped
+wherever it is: every other record is still used, by optimize and bench as
+by these commands, which say how many lines were skipped. "tunedb prune"
+removes them. A file none of whose lines is a record is refused, as it is
+most likely not a tuning database.
 
-"tunedb export" writes the records (those of one --device, one --where, or
-all) in the file's own format to standard output or to -o FILE.
+"tunedb stats" prints the number of records, distinct keys, exact duplicates
+and bad lines (with the numbers of the first bad lines and what is wrong
+with each), the time span, and the records per device and place of
+measurement.
+
+"tunedb export" writes the good records (those of one --device, one --where,
+or all) in the file's own format to standard output or to -o FILE.
 
 "tunedb import FILE" (or "-" for standard input) validates every record of
 an export (or another tool's output) and appends those not already present;
-an invalid line stops it, naming the line, and nothing is added.
+it is strict: a bad line stops it, naming the file and line, and nothing is
+added.
 
-"tunedb prune" rewrites the file atomically without the records it drops:
+"tunedb prune" rewrites the file atomically (a temporary file, then a
+rename, under the lock that writers take) without the records it drops:
 all but the newest --keep N of each key and place of measurement, those
 measured more than --older-than ago (a duration such as 720h or 30d), those
-of --device, and with --dedup exact copies. Torn lines go too.
+of --device, and with --dedup exact copies. Every bad line goes too; the
+lines kept are kept byte for byte.
 
 "tunedb calibrate --target NAME" fits the efficiency factors of a device
 description (the achieved fractions of its memory bandwidth and of each
@@ -175,25 +186,27 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 					return err
 				}
 				_, err = fmt.Fprintf(stdout, "exported %d records to %s\n", n, *out)
-				return err
+				return warnSkipped(stdout, db, err)
 			case "import":
 				res, err := db.ImportFile(args[0], tunedbStdin)
 				if err != nil {
 					return err
 				}
 				_, err = fmt.Fprintf(stdout, "imported %d of %d records into %s (%d already present)\n", res.Added, res.Read, path, res.Duplicates)
-				return err
+				return warnSkipped(stdout, db, err)
 			case "prune":
-				n, err := db.Prune(opt)
+				res, err := db.Prune(opt)
 				if err != nil {
 					return err
 				}
-				left := db.Len()
-				_, err = fmt.Fprintf(stdout, "pruned %d of %d records from %s; %d left\n", n, n+left, path, left)
+				_, err = fmt.Fprintln(stdout, res)
 				return err
 			default:
 				c, err := cost.Calibrate(dev, db, *heldOut, *seed)
 				if err != nil {
+					return err
+				}
+				if err := warnSkipped(stdout, db, nil); err != nil {
 					return err
 				}
 				if err := c.WriteText(stdout); err != nil || *out == "" {
@@ -214,4 +227,14 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// warnSkipped prints the database's warning about the bad lines Open
+// skipped, if any, unless err says that printing already failed. An export
+// to standard output prints none: the warning would become part of it.
+func warnSkipped(stdout io.Writer, db *tunedb.DB, err error) error {
+	if w := db.Warning(); err == nil && w != "" {
+		_, err = fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	return err
 }

@@ -66,7 +66,7 @@ func TestTunedbStats(t *testing.T) {
 		require.Equal(t, exitOK, r.code, r.stderr)
 		for _, want := range []string{
 			"database:   " + path + "\n", "records:    5\n", "keys:       3\n", "remeasured: 2\n",
-			"duplicates: 0\n", "torn lines: 0\n", "measured:   2020-01-01T00:00:00Z to ",
+			"duplicates: 0\n", "bad lines:  0\n", "measured:   2020-01-01T00:00:00Z to ",
 		} {
 			assert.Contains(t, r.stdout, want)
 		}
@@ -85,7 +85,8 @@ func TestTunedbStats(t *testing.T) {
 		r := runArgs(t, "tunedb", "stats", "--db", path)
 		require.Equal(t, exitOK, r.code, r.stderr)
 		assert.Contains(t, r.stdout, "records:    5\n")
-		assert.Contains(t, r.stdout, "torn lines: 1\n")
+		assert.Contains(t, r.stdout, "bad lines:  1 skipped, 1 of them torn;")
+		assert.Contains(t, r.stdout, "\n  line 6: torn")
 	})
 	t.Run("environment", func(t *testing.T) {
 		path := filledTunedb(t)
@@ -103,8 +104,142 @@ func TestTunedbStats(t *testing.T) {
 		lines[1] = "not json\n"
 		require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644))
 		r := runArgs(t, "tunedb", "stats", "--db", path)
-		require.Equal(t, exitError, r.code)
-		assert.Contains(t, r.stderr, path+":2: invalid character")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		assert.Contains(t, r.stdout, "records:    4\n")
+		assert.Contains(t, r.stdout, "bad lines:  1 skipped; \"lumsearch tunedb prune --db "+path+"\" removes them\n"+
+			"  line 2: invalid character 'o' in literal null (expecting 'u')\n")
+	})
+}
+
+// badTunedb is filledTunedb with bad lines put in: garbage first, a record
+// that fails validation in the middle, binary garbage, and a torn line
+// last. It returns the path, the good lines as they were, and the bad
+// lines' numbers.
+func badTunedb(t *testing.T) (string, string, []int) {
+	t.Helper()
+	path := filledTunedb(t)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	good := strings.SplitAfter(string(data), "\n")
+	good = good[:len(good)-1] // the empty string after the last newline
+	require.Len(t, good, 5)
+	invalid := strings.Replace(good[0], `"samples":20`, `"samples":-4`, 1)
+	require.NotEqual(t, good[0], invalid)
+	lines := []string{
+		"{not a record}\n", good[0], good[1], invalid, good[2], "\xfe\xba\x01garbage\x7f\n", good[3], good[4],
+		good[1][:len(good[1])/2],
+	}
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644))
+	return path, string(data), []int{1, 4, 6, 9}
+}
+
+// TestTunedbBadLines: bad lines anywhere in the database are skipped and
+// shown by stats; export works on the good records; prune removes exactly
+// the bad lines; import of a file with one is refused, naming it and the
+// line; and pricing with the database (the path optimize takes) still
+// works.
+func TestTunedbBadLines(t *testing.T) {
+	warning := func(path string) string {
+		return "warning: tuning database " + path + ": skipped 4 bad lines that hold no valid record (lines 1, 4, 6 and 9); " +
+			"every other record is used; \"lumsearch tunedb prune --db " + path + "\" removes them\n"
+	}
+	tests := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, path, good string, r result)
+	}{
+		{"stats", []string{"stats"}, func(t *testing.T, path, good string, r result) {
+			require.Equal(t, exitOK, r.code, r.stderr)
+			assert.Contains(t, r.stdout, "records:    5\n")
+			assert.Contains(t, r.stdout, "bad lines:  4 skipped, 1 of them torn; \"lumsearch tunedb prune --db "+path+"\" removes them\n")
+			assert.Regexp(t, `(?m)^  line 1: invalid character 'n' looking for beginning of object key string$`, r.stdout)
+			assert.Regexp(t, `(?m)^  line 4: samples is -4, want at least 1$`, r.stdout)
+			assert.Regexp(t, `(?m)^  line 6: invalid character 'þ' looking for beginning of value$`, r.stdout)
+			assert.Regexp(t, `(?m)^  line 9: torn \(cut short`, r.stdout)
+			assert.Regexp(t, `(?m)^all +4 +1$`, r.stdout)
+		}},
+		{"export", []string{"export"}, func(t *testing.T, path, good string, r result) {
+			require.Equal(t, exitOK, r.code, r.stderr)
+			assert.Equal(t, good, r.stdout, "the good records, and nothing else on standard output")
+		}},
+		{"export to a file", []string{"export", "-o", "OUT"}, func(t *testing.T, path, good string, r result) {
+			require.Equal(t, exitOK, r.code, r.stderr)
+			out := filepath.Join(filepath.Dir(path), "out.jsonl")
+			assert.Equal(t, "exported 5 records to "+out+"\n"+warning(path), r.stdout)
+			got, err := os.ReadFile(out)
+			require.NoError(t, err)
+			assert.Equal(t, good, string(got))
+		}},
+		{"prune", []string{"prune"}, func(t *testing.T, path, good string, r result) {
+			require.Equal(t, exitOK, r.code, r.stderr)
+			assert.Equal(t, "pruned 0 of 5 records from "+path+"; 5 left; removed 4 bad lines (lines 1, 4, 6 and 9)\n", r.stdout)
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Equal(t, good, string(got), "every good line kept byte for byte, in order")
+			r = runArgs(t, "tunedb", "stats", "--db", path)
+			require.Equal(t, exitOK, r.code, r.stderr)
+			assert.Contains(t, r.stdout, "bad lines:  0\n")
+		}},
+		{"prune with a filter", []string{"prune", "--device", "NVIDIA A100"}, func(t *testing.T, path, good string, r result) {
+			require.Equal(t, exitOK, r.code, r.stderr)
+			assert.Equal(t, "pruned 1 of 5 records from "+path+"; 4 left; removed 4 bad lines (lines 1, 4, 6 and 9)\n", r.stdout)
+			lines := strings.SplitAfter(good, "\n")
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Equal(t, strings.Join(lines[:4], ""), string(got))
+		}},
+		{"import into it", []string{"import", "GOOD"}, func(t *testing.T, path, good string, r result) {
+			require.Equal(t, exitOK, r.code, r.stderr)
+			assert.Equal(t, "imported 0 of 5 records into "+path+" (5 already present)\n"+warning(path), r.stdout)
+		}},
+		{"import from it", []string{"import", "SELF", "--db", "NEW"}, func(t *testing.T, path, good string, r result) {
+			require.Equal(t, exitError, r.code)
+			assert.Contains(t, r.stderr, "lumsearch: tunedb: import "+path+": line 1: invalid character 'n'")
+			_, err := os.Stat(filepath.Join(filepath.Dir(path), "new.jsonl"))
+			assert.True(t, os.IsNotExist(err), "nothing imported")
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path, good, _ := badTunedb(t)
+			dir := filepath.Dir(path)
+			goodFile := filepath.Join(t.TempDir(), "good.jsonl")
+			require.NoError(t, os.WriteFile(goodFile, []byte(good), 0o644))
+			args := []string{"tunedb"}
+			db := true
+			for _, a := range tt.args {
+				switch a {
+				case "OUT":
+					a = filepath.Join(dir, "out.jsonl")
+				case "GOOD":
+					a = goodFile
+				case "SELF":
+					a = path
+				case "NEW":
+					a, db = filepath.Join(dir, "new.jsonl"), false
+				}
+				args = append(args, a)
+			}
+			if db {
+				args = append(args, "--db", path)
+			}
+			before, err := os.ReadFile(path)
+			require.NoError(t, err)
+			r := runArgs(t, args...)
+			tt.check(t, path, good, r)
+			if tt.args[0] != "prune" {
+				after, err := os.ReadFile(path)
+				require.NoError(t, err)
+				assert.Equal(t, string(before), string(after), "only prune changes the database")
+			}
+		})
+	}
+
+	t.Run("pricing", func(t *testing.T) {
+		path, _, _ := badTunedb(t)
+		r := runArgs(t, "rules", "stats", "tiny-llama:mlp", "--seq", "4", "--target", "h200", "--db", path, "--ablate=false")
+		require.Equal(t, exitOK, r.code, r.stderr)
+		assert.Contains(t, r.stdout, "by the cost model on h200-sxm")
 	})
 }
 
@@ -188,6 +323,7 @@ func TestTunedbPrune(t *testing.T) {
 			r := runArgs(t, append([]string{"tunedb", "prune", "--db", path}, tt.args...)...)
 			require.Equal(t, exitOK, r.code, r.stderr)
 			assert.Contains(t, r.stdout, tt.report+" from "+path)
+			assert.NotContains(t, r.stdout, "bad line")
 			db, err := tunedb.Open(path)
 			require.NoError(t, err)
 			assert.Equal(t, tt.left, db.Len())

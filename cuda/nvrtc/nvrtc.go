@@ -272,6 +272,10 @@ type Result struct {
 	// Kernels holds the resource usage of each entry function, by the name
 	// ptxas gives it (the mangled name unless the kernel is extern "C").
 	Kernels map[string]Resources
+	// Options are the options NVRTC compiled with, Opt's and those
+	// Compile adds: with NVRTC's version, what makes the same source
+	// compile to the same PTX and CUBIN again.
+	Options []string
 }
 
 var archRE = regexp.MustCompile(`^(sm|compute)_(\d+)([a-z]?)$`)
@@ -324,6 +328,9 @@ func (l *Library) Compile(ctx context.Context, src, name string, opt Options) (*
 	}()
 	select {
 	case o := <-done:
+		if o.res != nil {
+			o.res.Options = options
+		}
 		return o.res, o.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
