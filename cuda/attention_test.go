@@ -7,11 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
@@ -207,6 +205,9 @@ func (r *attnRun) check(t *testing.T, opt emu.Options) []*ir.Mismatch {
 // runs them under emulation in thread order and shuffled, and compares
 // them with the reference interpreter.
 func TestAttentionSchedulesMatchReference(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}
@@ -251,6 +252,9 @@ func llamaAttention(t testing.TB, dt ir.DType) *ir.Graph {
 // TestNVRTCCompilesEverySchedule; NVRTC takes about a second a kernel on
 // these index expressions, so the set is kept small.)
 func TestNVRTCCompilesAttention(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	lib, err := nvrtc.Load()
 	if err != nil {
 		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
@@ -499,41 +503,24 @@ func TestAttentionPricing(t *testing.T) {
 // four query rows or not) against the reference, at the output's dtype
 // (see attnRun.check).
 func TestEveryLegalHalfAttentionPrints(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
 	model := cost.NewModel(dev, cost.Defaults(dev))
-	var rws []*egraph.Rewrite[rules.Data]
-	for _, s := range rules.Sets() {
-		r, err := rules.SetRewrites(s)
-		require.NoError(t, err)
-		rws = append(rws, r...)
-	}
 	emulate := exec.Command("g++", "--version").Run() == nil
 	var run attnRun
 	for _, tc := range []struct {
 		model string
 		dt    ir.DType
 	}{{"tiny-llama:layer", ir.BF16}, {"tiny-llama:layer", ir.F16}, {"tiny-gpt2:block", ir.BF16}, {"tiny-llama:decode", ir.BF16}} {
-		g, err := corpus.Build(tc.model, corpus.Options{Seq: 4, Past: 2, DType: tc.dt})
-		require.NoError(t, err)
-		prog, err := rules.Saturate(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 6, NodeLimit: 30_000})
-		require.NoError(t, err)
-		eg := prog.EGraph
-		seen := map[egraph.Payload]bool{}
 		var pays []egraph.Payload
-		for _, c := range eg.Classes() {
-			for _, id := range eg.ClassNodes(c) {
-				n := eg.Node(id)
-				if n.Op != rules.KernelSymbol || seen[n.Payload] {
-					continue
-				}
-				seen[n.Payload] = true
-				if body, _ := rules.Spec(n.Payload); formOf(t, body) == cost.FormAttention {
-					pays = append(pays, n.Payload)
-				}
+		for _, p := range corpusKernels(t, tc.model, tc.dt) {
+			if body, _ := rules.Spec(p); formOf(t, body) == cost.FormAttention {
+				pays = append(pays, p)
 			}
 		}
-		sort.Slice(pays, func(i, j int) bool { return pays[i] < pays[j] })
 		require.NotEmpty(t, pays, "%s %s", tc.model, tc.dt)
 		tensor := 0
 		for bi, p := range pays {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cuda/emu"
-	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
@@ -19,19 +18,14 @@ import (
 // launch, runs the CUDA under emulation with the memory plan's arena, and
 // compares the outputs and states with the reference interpreter: the
 // naive programs of decoder layers (every kernel a one-op kernel) and the
-// fused programs of the graphs whose kernels all have a printed form.
+// fused programs of the graphs whose kernels all have a printed form
+// (corpusFused's, which TestCompileEveryTinyCorpusGraph compiles).
 func TestEmulateCorpusPrograms(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
 	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
-	}
-	var all []*egraph.Rewrite[rules.Data]
-	for _, s := range rules.Sets() {
-		r, err := rules.SetRewrites(s)
-		require.NoError(t, err)
-		all = append(all, r...)
 	}
 	tests := []struct {
 		name  string
@@ -43,19 +37,23 @@ func TestEmulateCorpusPrograms(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(map[bool]string{true: "fused/", false: "naive/"}[tt.fused]+tt.name, func(t *testing.T) {
-			g, err := corpus.Build(tt.name, corpus.Options{Seq: 5, Past: 3})
-			require.NoError(t, err)
-			var prog *rules.Program
+			var g *ir.Graph
+			var lp *lower.Program
+			var ks []*Kernel
 			if tt.fused {
-				prog, err = rules.SaturateModel(context.Background(), g, all, rules.SaturateOptions{IterLimit: 8})
+				p := corpusFused(t, tt.name)
+				g, lp, ks = p.g, p.lp, p.ks
 			} else {
-				prog, err = rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+				var err error
+				g, err = corpus.Build(tt.name, corpus.Options{Seq: 5, Past: 3})
+				require.NoError(t, err)
+				prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+				require.NoError(t, err)
+				lp, err = lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+				require.NoError(t, err)
+				ks, err = PrintProgram(lp)
+				require.NoError(t, err)
 			}
-			require.NoError(t, err)
-			lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
-			require.NoError(t, err)
-			ks, err := PrintProgram(lp)
-			require.NoError(t, err)
 			feeds, err := ir.RandomFeeds(g, 5, ir.Typical)
 			require.NoError(t, err)
 			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})

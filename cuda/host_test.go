@@ -22,7 +22,6 @@ import (
 	"github.com/lumsearch/lumsearch/corpus"
 	cst "github.com/lumsearch/lumsearch/corpus/safetensors"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
-	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
@@ -69,10 +68,26 @@ func hostModule(t *testing.T, ks []*Kernel) (ptx string, cubin []byte) {
 		}
 		return b.String(), nil
 	}
-	res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(ks), "model.cu", nvrtc.Options{Arch: "sm_90"})
+	src := NVRTCPrelude + Source(ks)
+	m, err := hostModules.get(src, func() (hostModuleResult, error) {
+		res, err := lib.Compile(context.Background(), src, "model.cu", nvrtc.Options{Arch: "sm_90"})
+		if err != nil {
+			return hostModuleResult{}, err
+		}
+		return hostModuleResult{res.PTX, res.CUBIN}, nil
+	})
 	require.NoError(t, err)
-	require.NotEmpty(t, res.PTX)
-	return res.PTX, res.CUBIN
+	require.NotEmpty(t, m.ptx)
+	return m.ptx, slices.Clone(m.cubin)
+}
+
+// hostModules caches hostModule's NVRTC compilations by source: tests
+// that build the host library of the same program compile it once.
+var hostModules onceCache[string, hostModuleResult]
+
+type hostModuleResult struct {
+	ptx   string
+	cubin []byte
 }
 
 // hostDriverProgram is the C program the tests link with the library: it
@@ -715,24 +730,11 @@ func hostPreparedCase(t *testing.T, name string, seed uint64) preparedCase {
 		require.NoError(t, err)
 		return preparedCase{name, lp, ks, map[string]*ir.Tensor{}}
 	}
-	g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
+	p := corpusFused(t, name)
+	require.NotEmpty(t, p.lp.Prep, name)
+	w, err := corpus.RandomWeights(p.g, seed)
 	require.NoError(t, err)
-	var rws []*egraph.Rewrite[rules.Data]
-	for _, s := range rules.Sets() {
-		r, err := rules.SetRewrites(s)
-		require.NoError(t, err)
-		rws = append(rws, r...)
-	}
-	prog, err := rules.SaturateModel(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 6, NodeLimit: 40_000})
-	require.NoError(t, err)
-	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
-	require.NoError(t, err)
-	require.NotEmpty(t, lp.Prep, name)
-	ks, err := PrintProgram(lp)
-	require.NoError(t, err)
-	w, err := corpus.RandomWeights(g, seed)
-	require.NoError(t, err)
-	return preparedCase{name, lp, ks, w}
+	return preparedCase{name, p.lp, p.ks, w}
 }
 
 // fnv1a is the hash the fake driver prints of each copy.
@@ -1083,6 +1085,9 @@ func sanitizerFlags(t *testing.T) []string {
 // load succeeds or fails with LUM_ERR_FILE naming the file, and nothing
 // crashes, reads out of bounds or leaks.
 func TestHostLibraryPreparedMutations(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needCompilers(t)
 	fake := fakeDriverDir(t)
 	c := hostPreparedCase(t, "tiny-gpt2:model", 7) // prepared buffers, a weight left out

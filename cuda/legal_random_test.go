@@ -316,6 +316,9 @@ func drawBody(rng *rand.Rand, i int) (*ir.Graph, bool) {
 // runs under the emulation against the reference interpreter. The draws
 // must reach every form.
 func TestRandomLegalBodiesPrintInEverySchedule(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	const draws, sampled = 1500, 48
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)

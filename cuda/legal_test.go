@@ -7,10 +7,8 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
-	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
 	"github.com/stretchr/testify/assert"
@@ -31,42 +29,23 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
 	model := cost.NewModel(dev, cost.Defaults(dev))
-	var rws []*egraph.Rewrite[rules.Data]
-	for _, s := range rules.Sets() {
-		r, err := rules.SetRewrites(s)
-		require.NoError(t, err)
-		rws = append(rws, r...)
-	}
 	for _, name := range []string{"tiny-llama:layer", "tiny-gpt2:block", "tiny-llama:decode", "tiny-qwen2:layer", "tiny-mistral:layer"} {
 		t.Run(name, func(t *testing.T) {
-			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
-			require.NoError(t, err)
-			prog, err := rules.Saturate(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 6, NodeLimit: 30_000})
-			require.NoError(t, err)
-			seen := map[egraph.Payload]bool{}
+			pays := corpusKernels(t, name, ir.F32)
 			failures := map[string]int{}
 			schedules := 0
-			eg := prog.EGraph
-			for _, c := range eg.Classes() {
-				for _, id := range eg.ClassNodes(c) {
-					n := eg.Node(id)
-					if n.Op != rules.KernelSymbol || seen[n.Payload] {
-						continue
+			for _, p := range pays {
+				body, _ := rules.Spec(p)
+				if _, err := PrintKernel("k", "", body); err != nil {
+					failures[fmt.Sprintf("%s: %v", rules.FormOf(body), err)]++
+				}
+				ranked, err := model.Ranked(body)
+				require.NoError(t, err)
+				for _, e := range ranked {
+					if _, err := PrintKernelWith("k", "", body, e.Schedule); err != nil {
+						failures[fmt.Sprintf("%s, %s: %v", rules.FormOf(body), e.Schedule, err)]++
 					}
-					seen[n.Payload] = true
-					body, ok := rules.Spec(n.Payload)
-					require.True(t, ok)
-					if _, err := PrintKernel("k", "", body); err != nil {
-						failures[fmt.Sprintf("%s: %v", rules.FormOf(body), err)]++
-					}
-					ranked, err := model.Ranked(body)
-					require.NoError(t, err)
-					for _, e := range ranked {
-						if _, err := PrintKernelWith("k", "", body, e.Schedule); err != nil {
-							failures[fmt.Sprintf("%s, %s: %v", rules.FormOf(body), e.Schedule, err)]++
-						}
-						schedules++
-					}
+					schedules++
 				}
 			}
 			var msgs []string
@@ -74,7 +53,7 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 				msgs = append(msgs, fmt.Sprintf("%d x %s", count, m))
 			}
 			sort.Strings(msgs)
-			t.Logf("%s: %d kernel bodies, %d schedules", name, len(seen), schedules)
+			t.Logf("%s: %d kernel bodies, %d schedules", name, len(pays), schedules)
 			assert.Empty(t, msgs)
 			if _, err := exec.LookPath("g++"); err != nil {
 				return
@@ -82,11 +61,6 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 			// A deterministic sample runs under emulation against the
 			// reference (bodies with gathers aside: random indices would
 			// fall outside their tables).
-			var pays []egraph.Payload
-			for p := range seen {
-				pays = append(pays, p)
-			}
-			sort.Slice(pays, func(i, j int) bool { return pays[i] < pays[j] })
 			var kernels []*Kernel
 			var args [][]*ir.Tensor
 			var outs [][]ir.ValueType

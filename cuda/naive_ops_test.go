@@ -154,6 +154,9 @@ func naiveOpBodies(t *testing.T) (bodies []naiveOpBody, refused []string) {
 // program's). Only what the ir itself refuses is left out, and each
 // refusal is an error the ir's shape inference names.
 func TestEveryOpOnEveryDTypeHasANaiveKernel(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
 	model := cost.NewModel(dev, cost.Defaults(dev))

@@ -8,7 +8,6 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
-	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
 	"github.com/stretchr/testify/require"
@@ -18,6 +17,9 @@ import (
 // tiny corpus graphs, prints every launch and compiles them all with NVRTC
 // for sm_90: every one-op kernel except attention's has a printed form.
 func TestPrintNaivePrograms(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	lib, libErr := nvrtc.Load()
 	if libErr != nil && os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
 		t.Fatal(libErr)
@@ -46,7 +48,8 @@ func TestPrintNaivePrograms(t *testing.T) {
 // TestCompileEveryTinyCorpusGraph runs the compile pipeline (search,
 // extraction, lowering, printing) on every tiny corpus graph (every other
 // one under the race detector) and compiles its distinct kernels with
-// NVRTC for sm_90.
+// NVRTC for sm_90. The programs are corpusFused's, which
+// TestEmulateCorpusPrograms runs under the emulation.
 func TestCompileEveryTinyCorpusGraph(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
@@ -57,12 +60,6 @@ func TestCompileEveryTinyCorpusGraph(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Skip(err)
-	}
-	var rws []*egraph.Rewrite[rules.Data]
-	for _, s := range rules.Sets() {
-		r, err := rules.SetRewrites(s)
-		require.NoError(t, err)
-		rws = append(rws, r...)
 	}
 	i := 0
 	for _, name := range corpus.Names() {
@@ -76,14 +73,7 @@ func TestCompileEveryTinyCorpusGraph(t *testing.T) {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
-			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
-			require.NoError(t, err)
-			prog, err := rules.SaturateModel(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 8, NodeLimit: 40_000})
-			require.NoError(t, err)
-			lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
-			require.NoError(t, err)
-			ks, err := PrintProgram(lp)
-			require.NoError(t, err)
+			ks := corpusFused(t, name).ks
 			res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(ks), "kernels.cu", nvrtc.Options{Arch: "sm_90"})
 			require.NoError(t, err)
 			require.Len(t, res.Kernels, len(Distinct(ks)))

@@ -96,6 +96,9 @@ func TestRerankByCompiledResources(t *testing.T) {
 
 // TestRerankWithNVRTC reranks with the real compiler's reports.
 func TestRerankWithNVRTC(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	lib, err := nvrtc.Load()
 	if err != nil {
 		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {

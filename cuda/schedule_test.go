@@ -39,6 +39,9 @@ func scheduleBodies(t testing.TB) map[string]*ir.Graph {
 // shuffled threads, and compares each with the reference: a schedule the
 // model may pick must compute the same numbers as the default one.
 func TestEveryScheduleMatchesReference(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
@@ -141,6 +140,9 @@ func TestPrintTensorCore(t *testing.T) {
 // and sm_90 and reads their PTX: mma.sync, shared memory, cp.async for
 // plain operands, f16x2/bf16x2 conversions for computed ones; no spills.
 func TestNVRTCCompilesTensorCore(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	lib, err := nvrtc.Load()
 	if err != nil {
 		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
@@ -276,37 +278,20 @@ func TestEmulatedTensorCoreMatchesReference(t *testing.T) {
 // The unfused program has the same rounding when it stores that operand
 // as an f16/bf16 tensor.
 func TestEveryLegalHalfMatmulPrints(t *testing.T) {
-	var rws []*egraph.Rewrite[rules.Data]
-	for _, s := range rules.Sets() {
-		r, err := rules.SetRewrites(s)
-		require.NoError(t, err)
-		rws = append(rws, r...)
-	}
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	for _, tc := range []struct {
 		model string
 		dt    ir.DType
 	}{{"tiny-llama:layer", ir.BF16}, {"tiny-llama:layer", ir.F16}, {"tiny-gpt2:block", ir.BF16}} {
 		t.Run(tc.model+"/"+tc.dt.String(), func(t *testing.T) {
-			g, err := corpus.Build(tc.model, corpus.Options{Seq: 4, Past: 2, DType: tc.dt})
-			require.NoError(t, err)
-			prog, err := rules.Saturate(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 6, NodeLimit: 30_000})
-			require.NoError(t, err)
-			eg := prog.EGraph
-			seen := map[egraph.Payload]bool{}
 			var pays []egraph.Payload
-			for _, c := range eg.Classes() {
-				for _, id := range eg.ClassNodes(c) {
-					n := eg.Node(id)
-					if n.Op != rules.KernelSymbol || seen[n.Payload] {
-						continue
-					}
-					seen[n.Payload] = true
-					if body, _ := rules.Spec(n.Payload); formOf(t, body) == cost.FormMatMul {
-						pays = append(pays, n.Payload)
-					}
+			for _, p := range corpusKernels(t, tc.model, tc.dt) {
+				if body, _ := rules.Spec(p); formOf(t, body) == cost.FormMatMul {
+					pays = append(pays, p)
 				}
 			}
-			sort.Slice(pays, func(i, j int) bool { return pays[i] < pays[j] })
 			require.NotEmpty(t, pays)
 			for _, p := range pays {
 				body, _ := rules.Spec(p)

@@ -20,6 +20,9 @@ import (
 // element". The fill pattern is now a NaN no conversion makes: every
 // sampled block's elements are seen and compared.
 func TestSampledBlocksThatWriteNaNAreSeen(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}

@@ -97,6 +97,9 @@ func printBodies(t testing.TB, bodies map[string]*ir.Graph) ([]string, []*Kernel
 // kernel whole, then every kernel whose grid allows it sampled, in thread
 // order and shuffled.
 func TestVerifyKernels(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needGXX(t)
 	names, ks, gs := printBodies(t, verifyBodies(t))
 	large := map[string]bool{"big_silu_mul": true, "big_softmax": true, "big_mm_epilogue": true}
@@ -298,6 +301,9 @@ func TestVerifyKernelsReportsEveryFailure(t *testing.T) {
 // TestVerifyKernelsCompilesOnce: many kernels verify with one compiled
 // runner, which a second verification finds in the cache.
 func TestVerifyKernelsCompilesOnce(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needGXX(t)
 	_, ks, gs := printBodies(t, verifyBodies(t))
 	cache := t.TempDir()
@@ -326,57 +332,88 @@ func runners(t *testing.T, cache string) int {
 	return n
 }
 
-// TestVerifyKernelTimings logs what a few verifications cost, compiling
-// (an empty cache) and from the cache. Figures only; nothing is asserted
-// about time.
-func TestVerifyKernelTimings(t *testing.T) {
-	needGXX(t)
-	names, ks, gs := printBodies(t, verifyBodies(t))
-	cache := t.TempDir()
-	ctx := context.Background()
+// BenchmarkVerifyKernel measures what verifications cost (figures only,
+// a benchmark rather than a test since the full-size runs take seconds
+// each under the race detector; TestVerifyKernels verifies the same
+// kernels by default and whole): for each kernel and mode, "compiling"
+// builds the emulation's runner into an empty cache on every iteration,
+// "cached" finds it there. proj is a projection at the size of a small
+// language model's (256 blocks of 64x64 tiles, 2048 terms each, 8 of them
+// run by default).
+//
+//	go test ./cuda -run '^$' -bench VerifyKernel -benchtime 3x
+func BenchmarkVerifyKernel(b *testing.B) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		b.Skip("g++ is missing:", err)
+	}
+	names, ks, gs := printBodies(b, verifyBodies(b))
+	proj := buildBody(b, func(b *ir.Builder) ir.Value {
+		x, w, bias := b.Input("$0", ir.F32, 256, 2048), b.Input("$1", ir.F32, 2048, 2048), b.Input("$2", ir.F32, 2048)
+		return b.Add(b.MatMul(x, b.Permute(w, 1, 0)), b.BroadcastTo(bias, ir.Shape{256, 2048}))
+	})
+	pk, err := PrintKernel("proj", "", proj)
+	require.NoError(b, err)
+	type target struct {
+		name string
+		k    *Kernel
+		body *ir.Graph
+	}
+	var targets []target
 	for _, name := range []string{"silu_mul", "big_silu_mul", "big_softmax", "big_mm_epilogue", "attention_bf16"} {
 		i := slices.Index(names, name)
+		targets = append(targets, target{name, ks[i], gs[i]})
+	}
+	targets = append(targets, target{"proj", pk, proj})
+	ctx := context.Background()
+	for _, tg := range targets {
 		for _, mode := range []struct {
 			name string
 			opt  VerifyOptions
 		}{{"default", VerifyOptions{Seed: 1}}, {"whole", VerifyOptions{Seed: 1, MaxElements: 1 << 30, MaxWork: 1 << 62}}} {
-			mode.opt.Emu.CacheDir = cache
-			runs := []string{"compiling", "cached"}
-			if mode.name == "whole" {
-				runs = runs[1:] // the same text: the runner is in the cache
+			if tg.name == "proj" && mode.name == "whole" {
+				continue // 1G multiply-adds in the reference: minutes
 			}
-			for _, run := range runs {
-				start := time.Now()
-				c, err := VerifyKernel(ctx, ks[i], gs[i], mode.opt)
-				require.NoError(t, err)
-				t.Logf("%-16s %-7s %-9s %8.0f ms: %d of %d blocks, %d elements, worst error %.3g of allowed (reduction %d)",
-					name, mode.name, run, float64(time.Since(start).Microseconds())/1000, c.BlocksRun, c.GridBlocks, c.Elements, c.WorstRatio, c.Reduction)
+			for _, run := range []string{"compiling", "cached"} {
+				b.Run(tg.name+"/"+mode.name+"/"+run, func(b *testing.B) {
+					opt := mode.opt
+					opt.Emu.CacheDir = b.TempDir()
+					if run == "cached" {
+						_, err := VerifyKernel(ctx, tg.k, tg.body, opt)
+						require.NoError(b, err)
+					}
+					var c *KernelCheck
+					for b.Loop() {
+						if run == "compiling" {
+							b.StopTimer()
+							opt.Emu.CacheDir = b.TempDir()
+							b.StartTimer()
+						}
+						c, err = VerifyKernel(ctx, tg.k, tg.body, opt)
+						require.NoError(b, err)
+					}
+					b.ReportMetric(float64(c.BlocksRun), "blocks")
+					b.ReportMetric(float64(c.Elements), "elements")
+				})
 			}
 		}
 	}
-	// A projection at the size of a small language model's: 256 blocks of
-	// 64x64 tiles, 2048 terms each, 8 of them run.
-	proj := buildBody(t, func(b *ir.Builder) ir.Value {
-		x, w, bias := b.Input("$0", ir.F32, 256, 2048), b.Input("$1", ir.F32, 2048, 2048), b.Input("$2", ir.F32, 2048)
-		return b.Add(b.MatMul(x, b.Permute(w, 1, 0)), b.BroadcastTo(bias, ir.Shape{256, 2048}))
+	b.Run("VerifyKernels/all/compiling", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			opt := VerifyOptions{Seed: 2, Emu: emu.Options{CacheDir: b.TempDir()}}
+			b.StartTimer()
+			_, err := VerifyKernels(ctx, ks, gs, opt)
+			require.NoError(b, err)
+		}
+		b.ReportMetric(float64(len(ks)), "kernels")
 	})
-	k, err := PrintKernel("proj", "", proj)
-	require.NoError(t, err)
-	for _, run := range []string{"compiling", "cached"} {
-		start := time.Now()
-		c, err := VerifyKernel(ctx, k, proj, VerifyOptions{Seed: 1, Emu: emu.Options{CacheDir: cache}})
-		require.NoError(t, err)
-		t.Logf("%-16s %-7s %-9s %8.0f ms: %d of %d blocks, %d elements, worst error %.3g of allowed (reduction %d)",
-			"proj 256x2048x2048", "default", run, float64(time.Since(start).Microseconds())/1000, c.BlocksRun, c.GridBlocks, c.Elements, c.WorstRatio, c.Reduction)
-	}
-	start := time.Now()
-	_, err = VerifyKernels(ctx, ks, gs, VerifyOptions{Seed: 2, Emu: emu.Options{CacheDir: t.TempDir()}})
-	require.NoError(t, err)
-	t.Logf("VerifyKernels over %d kernels, compiling: %v", len(ks), time.Since(start))
 }
 
 // TestVerifyKernelErrors covers misuse and a sample that writes nothing.
 func TestVerifyKernelErrors(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needGXX(t)
 	eb := elementwiseBodies(t)
 	k, err := PrintKernel("silu_mul", "", eb["silu_mul"])
@@ -495,6 +532,9 @@ func TestVerifyWindowedOutputs(t *testing.T) {
 // below any kernel's), each group's large inputs drawn into the storage
 // of the groups before it: the checks are the ones of one group.
 func TestVerifyKernelsGrouped(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needGXX(t)
 	bodies := verifyBodies(t)
 	// Inputs of a million elements and more are the ones drawn into kept

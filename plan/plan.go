@@ -7,7 +7,12 @@
 // "lumsearch compile" writes it; the runtime (package gpu), "lumsearch
 // bench" and the generated Go package read it back, so a compiled model
 // runs from its output folder alone. Parse checks a plan whole before
-// anything trusts its buffer ids, sizes or offsets.
+// anything trusts its buffer ids, sizes or offsets, and refuses a plan of
+// another format (FormatVersion). An output folder's plan.json also holds
+// the SHA-256 of every other file of the folder, the NVRTC that compiled
+// its kernels and the model's source file, and is sealed with a digest of
+// its own bytes (Seal, CheckSeal), so that "lumsearch verify" sees any
+// byte that changed after it was written.
 package plan
 
 import (

@@ -38,6 +38,11 @@ func (b *background) start(ctx context.Context) {
 		for {
 			b.mu.Lock()
 			c := b.pending
+			if ctx.Err() != nil {
+				// The search is over: what is queued stays queued
+				// (the caller's fallback sees it unfinalized).
+				c = nil
+			}
 			b.pending = nil
 			var cctx context.Context
 			if c != nil {

@@ -83,7 +83,7 @@ func ExampleOptimize() {
 	fmt.Println("fewer launches than the naive program:", s.Launches < s.NaiveLaunches)
 	// Output:
 	// phases: [naive saturate saturate finalize write]
-	// ended by: work limits
+	// ended by: saturation (every stage ran out of rewrites)
 	// fewer launches than the naive program: true
 }
 

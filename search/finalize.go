@@ -76,82 +76,134 @@ var loadNVRTC = nvrtc.Load
 // the whole program's wiring at a reduced size (a corpus or config
 // model) or whole (any other). It reports on log as it goes.
 func finalize(ctx context.Context, src *source, c *compiled, verify, fast bool, log io.Writer) (*final, error) {
-	model, arch, m, lp := src.model.Name, src.arch, src.m, c.lowered
+	model, arch, m := src.model.Name, src.arch, src.m
 	f := &final{compiled: c, resources: map[string]nvrtc.Resources{}}
-	if lib, err := loadNVRTC(); err != nil {
-		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
-		fmt.Fprintf(log, "  nvrtc: not compiled: %v\n", err)
-	} else {
+	lib, libErr := loadNVRTC()
+	if libErr == nil {
 		if fast {
 			fmt.Fprintf(log, "  schedules: the cost model's first (not priced again with NVRTC's registers and shared memory: this program is the insurance, verified first)\n")
 		} else {
 			changed, err := rerank(ctx, lib, c, m, arch)
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("compile %s: NVRTC: %w", model, ctx.Err())
+				}
 				return nil, fmt.Errorf("compile %s: %w", model, err)
 			}
 			fmt.Fprintf(log, "  schedules: %d distinct kernels priced again with NVRTC's registers and shared memory for their best %d schedules; %d changed schedule\n",
 				len(cuda.Distinct(c.kernels)), 1+cuda.Alternatives, changed)
 		}
-		f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
-		res, err := lib.Compile(ctx, f.src, "kernels.cu", nvrtc.Options{Arch: arch})
+	}
+	f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
+	// NVRTC compiles the kernels while they are verified: the two share
+	// nothing, NVRTC runs outside Go's scheduler and the verification
+	// mostly waits on the emulation, so even a single Go thread on a busy
+	// machine gets both done sooner. Their lines come in that order.
+	vctx, stopVerify := context.WithCancel(ctx)
+	defer stopVerify()
+	cctx, stopCompile := context.WithCancel(ctx)
+	defer stopCompile()
+	var compileLog bytes.Buffer
+	compiled := make(chan error, 1)
+	go func() {
+		err := compileKernels(cctx, lib, libErr, f, model, arch, &compileLog)
 		if err != nil {
-			if ctx.Err() != nil {
-				// Abandoned (the budget, Ctrl-C), not rejected.
-				return nil, fmt.Errorf("compile %s: NVRTC: %w", model, ctx.Err())
-			}
-			return nil, bug.New(rejectedBodies(c, err), fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err))
+			stopVerify()
 		}
-		f.resources, f.ptx, f.cubin = res.Kernels, res.PTX, res.CUBIN
-		regs, smem, spills, stack, framed := 0, 0, 0, 0, 0
-		for _, r := range res.Kernels {
-			regs, smem, spills, stack = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores, max(stack, r.StackBytes)
-			if r.StackBytes > 0 {
-				framed++
-			}
+		compiled <- err
+	}()
+	var what bytes.Buffer
+	var verr error
+	if verify {
+		if verr = verifyProgram(vctx, src, c, &what); verr != nil && vctx.Err() == nil {
+			// Rejected: its PTX is of no use.
+			stopCompile()
 		}
-		major, minor := lib.Version()
-		f.compiler = &plan.Compiler{Version: fmt.Sprintf("%d.%d", major, minor), Options: res.Options}
-		fmt.Fprintf(log, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled, %d kernels with a stack frame (up to %d bytes)\n",
-			major, minor, arch, len(res.Kernels), len(c.kernels), regs, smem, spills, framed, stack)
+	}
+	cerr := <-compiled
+	log.Write(compileLog.Bytes())
+	if verr != nil && vctx.Err() == nil {
+		return nil, verr
+	}
+	if cerr != nil {
+		return nil, cerr
+	}
+	if verr != nil {
+		return nil, verr
 	}
 	if !verify {
 		return f, nil
 	}
-	var what bytes.Buffer
-	out := io.MultiWriter(log, &what)
-	// The program's wiring is checked (whole or at the reduced size)
-	// while its kernels run at their real shapes: the two share nothing
-	// but the machine, and the kernels' check spends much of its time
-	// waiting on the emulation. Its lines follow the kernels' as before.
-	var wiring bytes.Buffer
-	wiringErr := make(chan error, 1)
-	wctx, stopWiring := context.WithCancel(ctx)
-	defer stopWiring()
-	go func() {
-		if src.model.reducible() {
-			wiringErr <- verifyReduced(wctx, src.model, src.sat, m, src.feeds, &wiring)
-		} else {
-			wiringErr <- verifyWhole(wctx, src.model, c, src.feeds, &wiring)
-		}
-	}()
-	kernelsErr := verifyKernels(ctx, model, lp, c.kernels, out)
-	if kernelsErr != nil {
-		stopWiring()
-	}
-	werr := <-wiringErr
-	if kernelsErr != nil {
-		return nil, kernelsErr
-	}
-	out.Write(wiring.Bytes())
-	if werr != nil {
-		return nil, werr
-	}
+	log.Write(what.Bytes())
 	f.verified = strings.TrimSpace(strings.ReplaceAll(what.String(), "\n  ", "; "))
 	f.verified = strings.TrimPrefix(f.verified, "verify: ")
 	// The record of what was verified is part of the output, which must
 	// not change from run to run: drop the wall times.
 	f.verified = verifyTime.ReplaceAllString(f.verified, ")")
 	return f, nil
+}
+
+// compileKernels compiles f's source with NVRTC (lib, or libErr when it
+// could not be loaded: then the folder embeds no kernels), setting f's
+// PTX, CUBIN, resources and compiler, and reports on log.
+func compileKernels(ctx context.Context, lib *nvrtc.Library, libErr error, f *final, model, arch string, log io.Writer) error {
+	if libErr != nil {
+		fmt.Fprintf(log, "  nvrtc: not compiled: %v\n", libErr)
+		return nil
+	}
+	res, err := lib.Compile(ctx, f.src, KernelsFile, nvrtc.Options{Arch: arch})
+	if err != nil {
+		if ctx.Err() != nil {
+			// Abandoned (the budget, Ctrl-C), not rejected.
+			return fmt.Errorf("compile %s: NVRTC: %w", model, ctx.Err())
+		}
+		return bug.New(rejectedBodies(f.compiled, err), fmt.Errorf("compile %s: NVRTC rejected the generated CUDA (a printer bug): %w", model, err))
+	}
+	f.resources, f.ptx, f.cubin = res.Kernels, res.PTX, res.CUBIN
+	regs, smem, spills, stack, framed := 0, 0, 0, 0, 0
+	for _, r := range res.Kernels {
+		regs, smem, spills, stack = max(regs, r.Registers), max(smem, r.SharedBytes), spills+r.SpillStores, max(stack, r.StackBytes)
+		if r.StackBytes > 0 {
+			framed++
+		}
+	}
+	major, minor := lib.Version()
+	f.compiler = &plan.Compiler{Version: fmt.Sprintf("%d.%d", major, minor), Options: res.Options}
+	fmt.Fprintf(log, "  nvrtc %d.%d %s: %d distinct kernels compiled for %d launches; registers up to %d, shared memory up to %d bytes, %d bytes spilled, %d kernels with a stack frame (up to %d bytes)\n",
+		major, minor, arch, len(res.Kernels), len(f.kernels), regs, smem, spills, framed, stack)
+	return nil
+}
+
+// verifyProgram verifies a printed program, writing what it checked to
+// out: every distinct kernel at its real shapes, and the whole program's
+// wiring at a reduced size (a corpus or config model) or whole (any
+// other).
+func verifyProgram(ctx context.Context, src *source, c *compiled, out io.Writer) error {
+	// The program's wiring is checked (whole or at the reduced size)
+	// while its kernels run at their real shapes: the two share nothing
+	// but the machine, and the kernels' check spends much of its time
+	// waiting on the emulation. Its lines follow the kernels'.
+	var wiring bytes.Buffer
+	wiringErr := make(chan error, 1)
+	wctx, stopWiring := context.WithCancel(ctx)
+	defer stopWiring()
+	go func() {
+		if src.model.reducible() {
+			wiringErr <- verifyReduced(wctx, src.model, src.sat, src.m, src.feeds, &wiring)
+		} else {
+			wiringErr <- verifyWhole(wctx, src.model, c, src.feeds, &wiring)
+		}
+	}()
+	kernelsErr := verifyKernels(ctx, src.model.Name, c.lowered, c.kernels, out)
+	if kernelsErr != nil {
+		stopWiring()
+	}
+	werr := <-wiringErr
+	if kernelsErr != nil {
+		return kernelsErr
+	}
+	out.Write(wiring.Bytes())
+	return werr
 }
 
 // verifyTime matches the wall time that ends a verify line's parenthesis.

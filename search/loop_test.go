@@ -3,6 +3,7 @@ package search
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -271,4 +272,33 @@ func TestRunBudget(t *testing.T) {
 	require.ErrorIs(t, err, ErrNothingVerified)
 	assert.Equal(t, "budget", res.EndedBy)
 	assert.Contains(t, err.Error(), "give a larger --budget")
+}
+
+// TestRunMessagesNameTheCause: an interruption before anything is
+// verified says so, without advice about the budget; a finalization cut
+// short by the budget is reported as that, never as a rejection.
+func TestRunMessagesNameTheCause(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	fin := func(ctx context.Context, c *Candidate) error {
+		cancel()
+		<-ctx.Done()
+		return fmt.Errorf("compile: NVRTC: %w", ctx.Err())
+	}
+	res, err := Run(ctx, tinyGraph(t), cfg(Config{Finalize: fin, Budget: time.Hour}))
+	require.ErrorIs(t, err, ErrNothingVerified)
+	assert.Equal(t, "interrupted", res.EndedBy)
+	assert.Contains(t, err.Error(), "interrupted after")
+	assert.NotContains(t, err.Error(), "--budget")
+	for _, n := range res.Notes {
+		assert.NotContains(t, n, "rejected", "an interruption is not a rejection")
+	}
+
+	slow := func(ctx context.Context, c *Candidate) error {
+		<-ctx.Done()
+		return fmt.Errorf("verify: %w", ctx.Err())
+	}
+	res, err = Run(context.Background(), tinyGraph(t), cfg(Config{Finalize: slow, Budget: 300 * time.Millisecond, Reserve: 100 * time.Millisecond}))
+	require.ErrorIs(t, err, ErrNothingVerified)
+	assert.Contains(t, err.Error(), "the budget (300ms) ended the search")
+	assert.Contains(t, strings.Join(res.Notes, "\n"), "finalizing the naive program was cut short by the budget")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -342,4 +343,29 @@ func setEmbeddedBytes(t *testing.T, lib, name string, at int, b string) string {
 		fields[at+k] = f[:len(f)-len(strings.TrimLeft(f, " \n"))] + fmt.Sprint(b[k])
 	}
 	return lib[:open] + strings.Join(fields, ",") + lib[end:]
+}
+
+// TestFinalizeCanceledIsNotABug: finalizing under a canceled context
+// (the budget, Ctrl-C) fails with the cancellation, never as NVRTC
+// rejecting the CUDA or as an internal error.
+func TestFinalizeCanceledIsNotABug(t *testing.T) {
+	if _, err := loadNVRTC(); err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	m, err := LoadModel("tiny-llama:rmsnorm", ModelOptions{Build: corpus.Options{Seq: 4, Past: -1}})
+	require.NoError(t, err)
+	o := Options{TuneDB: filepath.Join(t.TempDir(), "db.jsonl")}.withDefaults()
+	sat, _, cm, err := o.price(context.Background())
+	require.NoError(t, err)
+	c, err := pipeline(context.Background(), m.Graph, sat, cm)
+	require.NoError(t, err)
+	src := &source{model: m, sat: sat, m: cm, arch: o.Arch}
+	for _, fast := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = finalize(ctx, src, c, true, fast, io.Discard)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.NotContains(t, err.Error(), "printer bug")
+		assert.NotEqual(t, KindInternal, KindOf(err))
+	}
 }

@@ -214,15 +214,23 @@ func TestBenchOnFakeDriver(t *testing.T) {
 	}
 }
 
-// TestMain removes the fake driver's folder after the tests.
+// TestMain sets up what the tests share (setupShared) and removes it and
+// the fake driver's folder after the tests.
 func TestMain(m *testing.M) {
 	// The test binary stands in for lumsearch itself where a test runs
 	// it as a process (optimize's Ctrl-C test, the measuring worker).
 	if os.Getenv(asMainEnv) == "1" {
+		slowWrites()
 		main()
 		return
 	}
+	cleanup, err := setupShared()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cmd/lumsearch tests:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	cleanup()
 	fakecuda.Cleanup()
 	os.Exit(code)
 }

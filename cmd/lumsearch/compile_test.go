@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,28 +12,41 @@ import (
 
 	"github.com/lumsearch/lumsearch/internal/shareddata"
 	"github.com/lumsearch/lumsearch/plan"
-	"github.com/lumsearch/lumsearch/tunedb"
 )
 
+// TestCompile runs compile on a layer, verified, and on a decode step
+// (KV caches as states; the folder the tests share, unverified: the
+// library's tests, TestVerifyDir and TestOptimizeEndToEnd verify decode
+// steps) and checks what it prints and writes.
 func TestCompile(t *testing.T) {
-	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
-	// The decode step skips verification: the library's tests and
-	// TestOptimizeEndToEnd verify it, and under the race detector it
-	// doubles this test's time.
+	// Parallel: among the package's longest tests; the default tuning
+	// database is TestMain's empty one.
+	t.Parallel()
 	for _, tc := range []struct {
 		model  string
 		verify bool
-	}{{"tiny-llama:layer", true}, {"tiny-gpt2:decode", false}} {
+	}{{"tiny-llama:layer", true}, {"tiny-llama:decode", false}} {
 		model := tc.model
 		t.Run(model, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "out")
-			r := runArgs(t, "compile", model, "--seq", "6", "-o", dir, fmt.Sprintf("--verify=%v", tc.verify))
-			require.Equal(t, exitOK, r.code, r.stderr)
-			assert.Regexp(t, `(?m)^compile `+model+` for h100-sxm \(sm_90\)$`, r.stdout)
-			assert.Regexp(t, `(?m)^  program: \d+ kernels per run and \d+ at load`, r.stdout)
-			assert.Regexp(t, `(?m)^  lowered: \d+ launches per run`, r.stdout)
+			t.Parallel()
+			var dir, stdout string
+			if tc.verify {
+				dir = filepath.Join(t.TempDir(), "out")
+				r := runArgs(t, "compile", model, "--seq", "6", "-o", dir)
+				require.Equal(t, exitOK, r.code, r.stderr)
+				stdout = r.stdout
+			} else {
+				require.Equal(t, append([]string{"compile", model}, "--seq", "6", "--verify=false"), decodeArgs)
+				dir, stdout = compiledDecode(t)
+			}
+			assert.Regexp(t, `(?m)^compile `+model+` for h100-sxm \(sm_90\)$`, stdout)
+			assert.Regexp(t, `(?m)^  program: \d+ kernels per run and \d+ at load`, stdout)
+			assert.Regexp(t, `(?m)^  lowered: \d+ launches per run`, stdout)
+			verified := `(?m)^  verify: the reduced configuration .* matches the reference interpreter under the CPU emulation`
 			if _, err := exec.LookPath("g++"); err == nil && tc.verify {
-				assert.Regexp(t, `(?m)^  verify: the reduced configuration .* matches the reference interpreter under the CPU emulation`, r.stdout)
+				assert.Regexp(t, verified, stdout)
+			} else if !tc.verify {
+				assert.NotRegexp(t, verified, stdout)
 			}
 			src, err := os.ReadFile(filepath.Join(dir, "kernels.cu"))
 			require.NoError(t, err)
@@ -46,13 +58,13 @@ func TestCompile(t *testing.T) {
 			require.NoError(t, err)
 			assert.Contains(t, string(library), `dlopen("libcuda.so.1"`)
 			assert.NotContains(t, string(library), "#include <cuda")
-			if strings.Contains(r.stdout, "  nvrtc: not compiled") {
-				assert.Contains(t, r.stdout, "  host library: no kernels embedded (NVRTC is missing)")
+			if strings.Contains(stdout, "  nvrtc: not compiled") {
+				assert.Contains(t, stdout, "  host library: no kernels embedded (NVRTC is missing)")
 				assert.Contains(t, string(library), "constexpr size_t kPTXBytes = 0;")
 			} else {
 				assert.NotContains(t, string(library), "constexpr size_t kPTXBytes = 0;")
 			}
-			assert.Regexp(t, `(?m)^  wrote \S+kernels\.cu, \S+model\.h, \S+model\.cpp and \S+plan\.json$`, r.stdout)
+			assert.Regexp(t, `(?m)^  wrote \S+kernels\.cu, \S+model\.h, \S+model\.cpp and \S+plan\.json$`, stdout)
 			pl, err := plan.Read(dir)
 			require.NoError(t, err)
 			assert.Equal(t, model, pl.Model)
@@ -64,6 +76,9 @@ func TestCompile(t *testing.T) {
 				assert.Positive(t, l.Block[0], l.Kernel)
 			}
 			assert.NotEmpty(t, pl.Outputs)
+			if !tc.verify {
+				assert.NotEmpty(t, pl.Updates, "a decode step updates its KV caches")
+			}
 		})
 	}
 	r := runArgs(t, "compile", "tiny-llama:layer")
@@ -76,8 +91,9 @@ func TestCompile(t *testing.T) {
 // pipeline and verifies each whole program under the emulation with the
 // model's own weights.
 func TestCompileONNX(t *testing.T) {
+	// Parallel: the default tuning database is TestMain's empty one.
+	t.Parallel()
 	data := shareddata.Dir(t)
-	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
 	for _, name := range []string{"test_gemm_default_vector_bias", "test_layer_normalization_2d_axis_negative_1_expanded", "test_softmax_axis_2", "test_softmax_axis_0"} {
 		t.Run(name, func(t *testing.T) {
 			model := filepath.Join(data, "onnx-node", name, "model.onnx")

@@ -29,7 +29,13 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once
+	go func() {
+		<-ctx.Done()
+		// A second Ctrl-C kills at once: an output folder is swapped in
+		// whole, so it is then left as it was.
+		stop()
+		fmt.Fprintln(os.Stderr, "lumsearch: interrupted: finishing with what is verified so far (Ctrl-C again quits at once and leaves the output folder as it was)")
+	}()
 	stopProfile := startProfile(os.Getenv("LUMSEARCH_CPUPROFILE"))
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stopProfile()

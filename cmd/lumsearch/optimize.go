@@ -34,7 +34,11 @@ kernel per op, the reference for every speed-up), then saturation stages
 searched on two of them and the result replayed on all), each ending with
 the program the cost model of --target predicts fastest; with a budget,
 each better program is lowered, compiled and verified while the next stage
-runs, so that the best verified program so far is always at hand. Then,
+runs, so that the best verified program so far is always at hand: first
+the insurance (the previous run's plan for this model and options, kept
+beside the tuning database, else the naive program) in the cost model's
+schedules, then each better stage program, whose arrival abandons the
+finalization of a costlier one once something is verified. Then,
 with --measure, the chosen kernels' best schedules are measured through a
 worker process (on the GPU, or under the CPU emulation with --measure
 emulated, whose times are CPU times and labelled so) and recorded in the
@@ -45,16 +49,21 @@ kernel at its real shapes, and the architecture at a reduced size).
 ` + feedsDoc + `
 
 The budget is kept: the command ends within max(2 s, 2%) of --budget with
-the best verified program found. Ctrl-C does the same. When work limits
-(--iter-limit, --node-limit) rather than the clock end the search, two runs
-with the same input, seed and options write identical files.
+the best verified program found; an unverified program is never written.
+Ctrl-C does the same (a second Ctrl-C quits at once, leaving DIR as it
+was). When work limits (--iter-limit, --node-limit) rather than the clock
+end the search, two runs with the same input, seed and options write
+identical files.
 
 DIR receives what "compile" writes (kernels.cu, model.h, model.cpp,
-plan.json with the run's provenance, constants.safetensors, the Go package
-in DIR/go, weights.safetensors for a model with weights) and report.md
-with its charts in DIR/report/.`,
+plan.json with the run's provenance and the digest of every file,
+constants.safetensors, the Go package in DIR/go, weights.safetensors for a
+model with weights) and report.md with its charts in DIR/report/. The
+folder is written beside DIR and swapped into its place whole, so DIR
+holds the old folder or the new one, never a mix, even if the process is
+killed; a DIR that is not empty is replaced only if lumsearch wrote it.`,
 	example: `
-lumsearch optimize llama-3-8b:layer --seq 16 --budget 2m -o out/
+lumsearch optimize llama-3-8b:layer --seq 16 --budget 2m -o _out/
 lumsearch optimize model.onnx --dim batch=1 --dim sequence=128 --target h100 --budget 10m -o out/
 lumsearch optimize ./Llama-3.2-1B/ --kind model --seq 512 --measure gpu -o out/
 lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,

@@ -73,7 +73,8 @@ func TestOptimizeEndToEnd(t *testing.T) {
 			report := files["report.md"]
 			assert.Contains(t, report, "# lumsearch optimize: "+model)
 			assert.Contains(t, report, "naive")
-			assert.Contains(t, report, "| Search ended by | work limits |")
+			assert.Contains(t, report, "| Search ended by | work limits (stage fusion: saturation; stage all: the iteration limit (6 iterations, --iter-limit)) |",
+				"the limit that ended the search, named with its value")
 		})
 	}
 }
@@ -212,8 +213,9 @@ func TestOptimizeInterrupted(t *testing.T) {
 	}
 	last := events[len(events)-1]
 	assert.Equal(t, "result", last.Kind)
-	// The signal came while the last stage's program was being verified
-	// (seconds), so it ended the search.
+	// The signal came once the insurance (the naive program) was
+	// verified, while the stages' programs were being verified, so it
+	// ended the search.
 	assert.Contains(t, last.Message, "ended by interrupted")
 	_, err = plan.Read(dir)
 	require.NoError(t, err)

@@ -43,11 +43,20 @@ func (s *Stage) Digests() map[string]string { return s.digests }
 // folder there); a writer calls it between parts that WriteFile and
 // Create do not cover.
 func (s *Stage) Step(name string) error {
+	if StepHook != nil {
+		StepHook(name)
+	}
 	if s.hook == nil {
 		return nil
 	}
 	return s.hook(name)
 }
+
+// StepHook, when set, is called at every step of every write in the
+// process, before Options.Hook. It is for tests that run a command as a
+// process and need it to be writing at a known moment (to kill it
+// there); nothing else sets it.
+var StepHook func(step string)
 
 // WriteFile writes rel (slash-separated, relative to the folder) with
 // data and records its digest.

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/tunedb"
+)
+
+// Compiling a model through the command line costs tens of seconds under
+// the race detector, most of it the search; the tests that only need a
+// compiled folder share one, compiled once per test binary (setupShared,
+// from TestMain) and copied into each test's own temporary folder.
+
+// sharedRoot holds what the tests share: the default tuning database and
+// the compiled folders. TestMain makes it and removes it.
+var sharedRoot string
+
+// setupShared makes sharedRoot and points the default tuning database
+// there, so that no test reads or writes the user's and tests that do not
+// set $LUMSEARCH_TUNEDB themselves may run in parallel; it returns what
+// removes it.
+func setupShared() (func(), error) {
+	dir, err := os.MkdirTemp("", "lumsearch-cmd-test-")
+	if err != nil {
+		return nil, err
+	}
+	sharedRoot = dir
+	if err := os.Setenv(tunedb.EnvPath, filepath.Join(dir, "tunedb.jsonl")); err != nil {
+		return nil, err
+	}
+	return func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// compiledFolder is what one compile command wrote and printed.
+type compiledFolder struct {
+	dir    string // the folder, which no test modifies
+	stdout string
+	err    error
+}
+
+var (
+	decodeOnce sync.Once
+	decode     compiledFolder
+)
+
+// decodeArgs compile the decode step the tests share: a step with KV
+// caches (states), at a length no tile divides, unverified (TestVerifyDir
+// verifies the folder it wrote).
+var decodeArgs = []string{"compile", "tiny-llama:decode", "--seq", "6", "--verify=false"}
+
+// compiledDecode returns a copy of the folder decodeArgs write, in a
+// temporary folder of t's, and what the command printed.
+func compiledDecode(t *testing.T) (dir, stdout string) {
+	t.Helper()
+	decodeOnce.Do(func() {
+		out := filepath.Join(sharedRoot, "decode", "out")
+		var so, se bytes.Buffer
+		if code := run(context.Background(), append(decodeArgs, "-o", out), &so, &se); code != exitOK {
+			decode.err = fmt.Errorf("%v: exit %d: %s", decodeArgs, code, se.String())
+			return
+		}
+		decode = compiledFolder{dir: out, stdout: so.String()}
+	})
+	require.NoError(t, decode.err)
+	dir = filepath.Join(t.TempDir(), "out")
+	require.NoError(t, os.CopyFS(dir, os.DirFS(decode.dir)))
+	return dir, decode.stdout
+}
