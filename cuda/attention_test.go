@@ -324,6 +324,9 @@ func TestNVRTCCompilesAttention(t *testing.T) {
 // of P V taken in the wrong order (rows g + 8 where rows g belong), and
 // the value tile's ldmatrix rows of the wrong column block.
 func TestAttentionBreakageIsCaught(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}

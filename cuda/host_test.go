@@ -441,6 +441,9 @@ func section(out, start, end string) []string {
 // with its grid, block and buffers (arena temps at their offsets), in
 // order; errors name the call; nothing is left allocated.
 func TestHostLibrary(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needCompilers(t)
 	fake := fakeDriverDir(t)
 	for _, name := range []string{"tiny-llama:layer", "tiny-gpt2:decode"} {
@@ -766,6 +769,9 @@ func block(out, start, end string, i int) []string {
 // launches what it should. Corrupted or foreign files fail cleanly,
 // naming the file and the tensor, and leave the model as it was.
 func TestHostLibraryPrepared(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needCompilers(t)
 	fake := fakeDriverDir(t)
 	for i, name := range []string{"tiny-llama:model", "tiny-gpt2:model", "no weights"} {

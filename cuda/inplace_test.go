@@ -33,6 +33,9 @@ func compareStates(t *testing.T, what string, got map[string]*ir.Tensor, want *i
 // hold the rows in the window and its old content everywhere else, as the
 // reference and lower.Execute say.
 func TestInPlacePrintedStores(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}
@@ -163,6 +166,9 @@ func TestInPlaceWindowMustFit(t *testing.T) {
 // rows where the order allows, and runs the printed programs under the
 // emulation against the reference.
 func TestInPlaceDecodePrograms(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,9 +48,9 @@ func TestPrintNaivePrograms(t *testing.T) {
 }
 
 // TestCompileEveryTinyCorpusGraph runs the compile pipeline (search,
-// extraction, lowering, printing) on every tiny corpus graph (every other
-// one under the race detector) and compiles its distinct kernels with
-// NVRTC for sm_90. The programs are corpusFused's, which
+// extraction, lowering, printing) on every tiny corpus graph (a sample
+// under the race detector, raceCompileSample) and compiles its distinct
+// kernels with NVRTC for sm_90. The programs are corpusFused's, which
 // TestEmulateCorpusPrograms runs under the emulation.
 func TestCompileEveryTinyCorpusGraph(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
@@ -61,17 +63,12 @@ func TestCompileEveryTinyCorpusGraph(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	i := 0
-	for _, name := range corpus.Names() {
-		if !strings.HasPrefix(name, "tiny-") {
-			continue
-		}
-		// Under the race detector every other graph: the pipeline's Go
-		// code is several times slower there, and the kinds alternate so
-		// both halves cover every kind of model.
-		if i++; raceEnabled && i%2 == 0 {
-			continue
-		}
+	families := tinyCorpusNames(t)
+	names := slices.Concat(families...)
+	if raceEnabled {
+		names = raceCompileSample(families)
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			ks := corpusFused(t, name).ks
 			res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(ks), "kernels.cu", nvrtc.Options{Arch: "sm_90"})
@@ -79,4 +76,68 @@ func TestCompileEveryTinyCorpusGraph(t *testing.T) {
 			require.Len(t, res.Kernels, len(Distinct(ks)))
 		})
 	}
+}
+
+// tinyCorpusNames lists the tiny corpus graphs, family by family, each
+// family's kinds in corpus.Kinds' order (its layer first).
+func tinyCorpusNames(t *testing.T) [][]string {
+	t.Helper()
+	var families [][]string
+	last := ""
+	for _, name := range corpus.Names() {
+		if !strings.HasPrefix(name, "tiny-") {
+			continue
+		}
+		model := name[:strings.LastIndexByte(name, ':')]
+		if model != last {
+			families = append(families, nil)
+			last = model
+		}
+		families[len(families)-1] = append(families[len(families)-1], name)
+	}
+	require.GreaterOrEqual(t, len(families), 2)
+	return families
+}
+
+// raceCompileSample is the graphs TestCompileEveryTinyCorpusGraph compiles
+// under the race detector, which slows the search several times: every
+// family's layer, and each other kind for one family, kind j (its place in
+// the family's list) for family j-1 modulo the number of families. In the
+// corpus's order that makes the whole model GPT-2's and the decode step
+// Llama's, programs other tests of the package search anyway.
+func raceCompileSample(families [][]string) []string {
+	var out []string
+	for f, kinds := range families {
+		for j, name := range kinds {
+			if j == 0 || (j+len(families)-1)%len(families) == f {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// TestRaceCompileSample: the race detector's sample compiles every
+// family's layer and every other kind once, among them GPT-2's model and
+// Llama's decode step (corpusFused's for TestHostLibraryPrepared and
+// TestEmulateCorpusPrograms).
+func TestRaceCompileSample(t *testing.T) {
+	families := tinyCorpusNames(t)
+	sample := raceCompileSample(families)
+	kinds := 0
+	for _, f := range families {
+		assert.Contains(t, sample, f[0], "every family's layer")
+		kinds = max(kinds, len(f))
+	}
+	for j := 1; j < kinds; j++ {
+		n := 0
+		for _, f := range families {
+			if j < len(f) && slices.Contains(sample, f[j]) {
+				n++
+			}
+		}
+		assert.Equal(t, 1, n, "kind %d is compiled for exactly one family", j)
+	}
+	assert.Subset(t, sample, []string{"tiny-gpt2:model", "tiny-llama:decode"})
+	assert.Less(t, len(sample), len(slices.Concat(families...)))
 }

@@ -212,6 +212,9 @@ func TestNVRTCCompilesTensorCore(t *testing.T) {
 // differs from the reference's float64 sum, and its output is rounded
 // once, like the reference's.
 func TestEmulatedTensorCoreMatchesReference(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}

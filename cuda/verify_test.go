@@ -172,6 +172,9 @@ func TestVerifyKernels(t *testing.T) {
 // sample and figures, alone or among other kernels; another seed another
 // sample.
 func TestVerifyKernelSampleIsDeterministic(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needGXX(t)
 	names, ks, gs := printBodies(t, verifyBodies(t))
 	i := slices.Index(names, "big_mm_epilogue")
@@ -203,6 +206,9 @@ func editKernel(t *testing.T, k *Kernel, name, old, repl string) *Kernel {
 // caught, and a kernel that skips elements is caught in a whole run. The
 // errors name the kernel, the output, the element and the figures.
 func TestVerifyCatchesBrokenKernels(t *testing.T) {
+	// Parallel: independent of the other tests, it shares the machine's
+	// cores with them once the sequential tests are done.
+	t.Parallel()
 	needGXX(t)
 	edit := func(t *testing.T, k *Kernel, old, repl string) *Kernel {
 		return editKernel(t, k, k.Name+"_broken", old, repl)

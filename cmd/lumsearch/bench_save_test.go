@@ -94,16 +94,19 @@ func TestBenchSave(t *testing.T) {
 
 // TestBenchSaveDecodeStates: a decode step's KV caches are saved as the
 // states fed (inputs) and their values after the run (outputs), by the
-// states' names, and the outputs agree with the reference's.
+// states' names, and the outputs agree with the reference's. The step is
+// the compiled folder the tests share (bench DIR, as scripts/gpu-check.sh
+// runs it; TestBenchSave benches a MODEL).
 func TestBenchSaveDecodeStates(t *testing.T) {
 	needGxx(t)
-	if testing.Short() {
-		t.Skip("compiles and emulates a whole decode step")
-	}
-	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "default.jsonl"))
+	// Parallel: among the package's longest tests; the default tuning
+	// database is TestMain's empty one.
+	t.Parallel()
+	out, _ := compiledDecode(t)
 	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
 	dir := filepath.Join(t.TempDir(), "saved")
-	benchEmulated(t, db, "tiny-llama:decode", "--seq", "4", "--save", dir)
+	got := benchEmulated(t, db, out, "--save", dir)
+	assert.Equal(t, "tiny-llama:decode", got.Model)
 	text, err := os.ReadFile(filepath.Join(dir, search.BenchGraphFile))
 	require.NoError(t, err)
 	g, err := ir.Parse(string(text))

@@ -15,6 +15,7 @@ import (
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/internal/fakecuda"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -160,6 +161,13 @@ func TestBenchDir(t *testing.T) {
 	edited := strings.Replace(string(src), "__syncthreads();", "__syncthreads(); __syncthreads();", 1)
 	require.NotEqual(t, string(src), edited)
 	require.NoError(t, os.WriteFile(path, []byte(edited), 0o644))
+	r = runArgs(t, "bench", dir, "--measure", "emulated", "--json", "--tunedb", db)
+	assert.Equal(t, exitError, r.code)
+	assert.Contains(t, r.stderr, "kernels.cu was changed", "the digests catch the edit")
+	assert.Empty(t, r.stdout)
+	// Written back with fresh digests, the edit is caught by printing
+	// each kernel again.
+	reseal(t, dir, func(*plan.Plan) {})
 	r = runArgs(t, "bench", dir, "--measure", "emulated", "--json", "--tunedb", db)
 	assert.Equal(t, exitError, r.code)
 	assert.Contains(t, r.stderr, "is not what its body and schedule")

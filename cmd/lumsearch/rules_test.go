@@ -11,12 +11,25 @@ import (
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
+// TestRulesCheck checks every built-in rule through the command (with 6
+// instances each, --instances: the library's TestBuiltinRulesVerify checks
+// them at the default 20), a file's rule at the default, and unsound and
+// unparsable files.
 func TestRulesCheck(t *testing.T) {
-	r := runArgs(t, "rules", "check")
+	// Parallel: it reads no tuning database and sets no environment.
+	t.Parallel()
+	r := runArgs(t, "rules", "check", "--instances", "6")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Regexp(t, `(?m)^comm-add +ok +20 +f32 \d+, bf16 \d+, f16 \d+ +algebra\.rules:\d+:1$`, r.stdout)
-	assert.Regexp(t, `(?m)^split-k +ok +20 +f32 \d+, bf16 \d+, f16 \d+ +tile\.rules:\d+:1$`, r.stdout, "a Go applier's rule is checked")
+	assert.Regexp(t, `(?m)^comm-add +ok +6 +f32 \d+, bf16 \d+, f16 \d+ +algebra\.rules:\d+:1$`, r.stdout)
+	assert.Regexp(t, `(?m)^split-k +ok +6 +f32 \d+, bf16 \d+, f16 \d+ +tile\.rules:\d+:1$`, r.stdout, "a Go applier's rule is checked")
 	assert.Regexp(t, `(?m)^\d+ rules sound$`, r.stdout)
+
+	good := filepath.Join(t.TempDir(), "good.rules")
+	require.NoError(t, os.WriteFile(good, []byte("rule swap-mul: (mul ?a ?b) => (mul ?b ?a)\n"), 0o644))
+	r = runArgs(t, "rules", "check", good)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^swap-mul +ok +20 +f32 \d+, bf16 \d+, f16 \d+ +\S*good\.rules:1:1$`, r.stdout, "20 instances by default")
+	assert.Regexp(t, `(?m)^1 rules sound$`, r.stdout)
 
 	bad := filepath.Join(t.TempDir(), "bad.rules")
 	require.NoError(t, os.WriteFile(bad, []byte("rule flip: (sub ?a ?b) => (sub ?b ?a)\n"), 0o644))

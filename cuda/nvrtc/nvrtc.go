@@ -278,6 +278,9 @@ type Result struct {
 	Options []string
 }
 
+// compileMu serializes compilations (see Compile).
+var compileMu sync.Mutex
+
 var archRE = regexp.MustCompile(`^(sm|compute)_(\d+)([a-z]?)$`)
 
 // Compile compiles one translation unit. name is the file name that the log
@@ -323,6 +326,12 @@ func (l *Library) Compile(ctx context.Context, src, name string, opt Options) (*
 	}
 	done := make(chan outcome, 1)
 	go func() {
+		// One compilation at a time in the process: NVRTC 11.8 was seen
+		// to give different PTX for the same source while another
+		// compilation ran beside it, and a folder's PTX must be what its
+		// kernels.cu compiles to.
+		compileMu.Lock()
+		defer compileMu.Unlock()
 		res, err := l.compile(src, name, opt.Arch, options, isReal)
 		done <- outcome{res, err}
 	}()

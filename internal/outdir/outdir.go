@@ -216,6 +216,7 @@ func Replace(dir string, o Options, write func(*Stage) error) (err error) {
 		return err
 	}
 	parent, base := filepath.Dir(dir), filepath.Base(dir)
+	created := missingAncestors(parent)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
@@ -227,6 +228,13 @@ func Replace(dir string, o Options, write func(*Stage) error) (err error) {
 	defer func() {
 		if err != nil {
 			os.RemoveAll(tmp)
+			// The folders made for it go too (when still empty): a
+			// failed write leaves nothing behind.
+			for _, d := range created {
+				if os.Remove(d) != nil {
+					break
+				}
+			}
 		}
 	}()
 	if err := os.Chmod(tmp, 0o755); err != nil {
@@ -252,6 +260,22 @@ func Replace(dir string, o Options, write func(*Stage) error) (err error) {
 	}
 	syncDir(parent)
 	return s.Step("done")
+}
+
+// missingAncestors are the folders from dir up that do not exist,
+// deepest first: those MkdirAll(dir) would make.
+func missingAncestors(dir string) []string {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	return missing
 }
 
 // stagePrefix starts the name of a staging sibling of the folder base:

@@ -226,3 +226,21 @@ func TestStaleStagingRemoved(t *testing.T) {
 	assert.NoDirExists(t, dead)
 	assert.DirExists(t, live)
 }
+
+// TestFailedWriteLeavesNoFolders: a failed write under folders that did
+// not exist removes them again.
+func TestFailedWriteLeavesNoFolders(t *testing.T) {
+	root := t.TempDir()
+	err := Replace(filepath.Join(root, "a", "b", "out"), Options{}, func(s *Stage) error {
+		if err := s.WriteFile("x", []byte("x")); err != nil {
+			return err
+		}
+		return errors.New("no space left on device")
+	})
+	require.ErrorContains(t, err, "no space left")
+	entries, err := os.ReadDir(root)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+	require.NoError(t, Replace(filepath.Join(root, "a", "b", "out"), Options{}, writeAll(content{"marker": "x"})))
+	assert.Equal(t, content{"marker": "x"}, read(t, filepath.Join(root, "a", "b", "out")))
+}
