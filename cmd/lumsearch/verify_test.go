@@ -19,13 +19,10 @@ import (
 // edit the digests catch, and edits written back with fresh digests (as a
 // buggy lumsearch would write them) that the later checks catch, the
 // reprinted kernels and the emulation against the reference.
-//
-// Not parallel, nor are its parts: NVRTC 11.8 compiles the same source to
-// slightly different PTX while another compile runs in the process, and
-// verify compares the PTX the folder holds with what NVRTC compiles
-// kernels.cu to. Running first, with the sequential tests, it also
-// compiles the shared folder while nothing else compiles.
 func TestVerifyDir(t *testing.T) {
+	// Parallel: among the package's longest tests; the default tuning
+	// database is TestMain's empty one.
+	t.Parallel()
 	dir, _ := compiledDecode(t)
 	r := runArgs(t, "verify", dir)
 	require.Equal(t, exitOK, r.code, r.stderr)
@@ -77,6 +74,7 @@ func TestVerifyDir(t *testing.T) {
 		}, exitInput, "plan.json"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			d := filepath.Join(t.TempDir(), "copy")
 			require.NoError(t, os.CopyFS(d, os.DirFS(dir)))
 			c.damage(t, d)
