@@ -3,7 +3,6 @@ package search
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -194,27 +193,9 @@ func (r *Result) writeProgram(ctx context.Context, dir string, s *outdir.Stage) 
 	if err != nil {
 		return fmt.Errorf("compile %s: %w", model, err)
 	}
-	if err := s.Step("write " + plan.FileName); err != nil {
-		return err
-	}
-	return writeUnlisted(s, plan.FileName, sealed)
-}
-
-// writeUnlisted writes a file of the stage that carries its own digest
-// (plan.json), outside the stage's list of digests.
-func writeUnlisted(s *outdir.Stage, name string, data []byte) error {
-	f, err := os.Create(filepath.Join(s.Dir(), name))
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return nil
+	// Through the stage like the others: its digest, recorded after
+	// Files was taken, is in plan.json's own seal instead.
+	return s.WriteFile(plan.FileName, sealed)
 }
 
 // writePreparedWeights writes DIR/weights.safetensors for the lowered
