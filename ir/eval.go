@@ -444,6 +444,10 @@ func (e *evaluator) attentionHeads() (*Tensor, *Tensor, error) {
 	B, Hq, S, D := int(q.Shape[0]), int(q.Shape[1]), int(q.Shape[2]), int(q.Shape[3])
 	Hkv, T := int(k.Shape[1]), int(k.Shape[2])
 	group := Hq / Hkv
+	first, err := attentionFirst(n, S, T, func(v Value) int64 { return e.vals[v].Int(0) })
+	if err != nil {
+		return nil, nil, err
+	}
 	v, m := e.out()
 	mag := m != nil
 	kr, vt := make([]float64, T*D), make([]float64, T*D)
@@ -476,7 +480,7 @@ func (e *evaluator) attentionHeads() (*Tensor, *Tensor, error) {
 					}
 					limit := T
 					if n.Causal {
-						limit = int(n.Offset) + i + 1
+						limit = int(first) + i + 1
 					}
 					var pml []float64
 					if mag {
@@ -499,6 +503,21 @@ func (e *evaluator) attentionHeads() (*Tensor, *Tensor, error) {
 		}
 	}
 	return v, m, nil
+}
+
+// attentionFirst is the position of an attention's first query: its
+// static Offset plus, with a runtime position operand, that operand's
+// value (read by value), checked so that every causal query's keys exist.
+func attentionFirst(n *Node, S, T int, value func(Value) int64) (int64, error) {
+	first := n.Offset
+	if p, ok := n.DynamicOffset(); ok {
+		at := value(p)
+		first += at
+		if first < 0 || first > int64(T-S) {
+			return 0, fmt.Errorf("runtime position %d puts queries at %d..%d, past %d keys", at, first, first+int64(S)-1, T)
+		}
+	}
+	return first, nil
 }
 
 // matmulValues computes a matmul's values as matmul does (reading a lazily

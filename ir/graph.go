@@ -66,6 +66,9 @@ type Graph struct {
 	Nodes   []*Node
 	Outputs []Output
 	Updates []StateUpdate
+	// Symbols are the graph's runtime extents, each carried by the
+	// integer scalar input of its name.
+	Symbols []Symbol
 }
 
 // Node returns the node of v.
@@ -156,7 +159,7 @@ func (g *Graph) Check() error {
 			return fmt.Errorf("graph %s: state %q is %s%v but its update is %s%v", g.Name, s.Name, s.DType, s.Shape, v.DType, v.Shape)
 		}
 	}
-	return nil
+	return g.checkSymbols()
 }
 
 // ValueType is a value's shape and dtype, the input of type inference.
@@ -177,7 +180,7 @@ func (g *Graph) inputTypes(n *Node) []ValueType {
 
 // Clone returns a deep copy of the graph.
 func (g *Graph) Clone() *Graph {
-	c := &Graph{Name: g.Name, Outputs: slices.Clone(g.Outputs), Updates: slices.Clone(g.Updates)}
+	c := &Graph{Name: g.Name, Outputs: slices.Clone(g.Outputs), Updates: slices.Clone(g.Updates), Symbols: slices.Clone(g.Symbols)}
 	c.Nodes = make([]*Node, len(g.Nodes))
 	for i, n := range g.Nodes {
 		m := *n

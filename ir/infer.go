@@ -37,8 +37,19 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 	if !op.Valid() {
 		return nil, 0, fmt.Errorf("invalid op")
 	}
-	if ar := op.Arity(); (ar >= 0 && len(in) != ar) || (ar < 0 && len(in) == 0) {
+	if ar, most := op.Arity(), op.MaxArity(); (ar >= 0 && (len(in) < ar || len(in) > most)) || (ar < 0 && len(in) == 0) {
+		if most > ar {
+			return nil, 0, fmt.Errorf("takes %d or %d inputs, got %d", ar, most, len(in))
+		}
 		return nil, 0, fmt.Errorf("takes %d inputs, got %d", ar, len(in))
+	}
+	if ar := op.Arity(); ar >= 0 && len(in) > ar {
+		if p := in[ar]; !p.DType.IsInt() || len(p.Shape) != 0 {
+			return nil, 0, fmt.Errorf("runtime position is %s%v; want an integer scalar", p.DType, p.Shape)
+		}
+		if op == OpAttention && !a.Causal {
+			return nil, 0, fmt.Errorf("a runtime position needs causal attention")
+		}
 	}
 	for i, t := range in {
 		if !t.DType.Valid() {
@@ -283,6 +294,8 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		}
 		for i := range base.Shape {
 			if i == ax {
+				// With a runtime position the static offset is its base;
+				// the sum is checked where the position is known.
 				if a.Offset < 0 || a.Offset > int64(base.Shape[i])-int64(up.Shape[i]) {
 					return nil, 0, fmt.Errorf("update of extent %d at offset %d past extent %d on axis %d", up.Shape[i], a.Offset, base.Shape[i], i)
 				}

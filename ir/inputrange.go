@@ -25,6 +25,9 @@ const (
 	MeaningMask
 	// MeaningStated: a range the caller gave (--input-range).
 	MeaningStated
+	// MeaningSymbol: the value of a runtime extent, within the range
+	// its symbol declares.
+	MeaningSymbol
 )
 
 // String names the meaning as reports print it.
@@ -38,6 +41,8 @@ func (m Meaning) String() string {
 		return "mask"
 	case MeaningStated:
 		return "stated"
+	case MeaningSymbol:
+		return "symbol"
 	}
 	return "meaning(" + strconv.Itoa(int(m)) + ")"
 }
@@ -100,6 +105,11 @@ func InputRanges(g *Graph) map[string]Range {
 		case n.DType != Bool && (u.mask || u.intMask && n.DType.IsInt()):
 			out[n.Name] = Range{0, 1, MeaningMask}
 		}
+	}
+	// A symbol's declared range is the truth about its input, whatever
+	// its readers suggest.
+	for _, s := range g.Symbols {
+		out[s.Name] = s.Range()
 	}
 	return out
 }

@@ -168,7 +168,15 @@ func (mp *mover) source(idx []int64, get func(k int, j int64) int64) (int, int64
 		return k, j, nil
 	case OpSliceUpdate:
 		up := mp.ins[1].Shape
-		p := idx[mp.ax] - n.Offset
+		off := n.Offset
+		if len(mp.ins) > 2 {
+			at := get(2, 0)
+			off += at
+			if off < 0 || off > int64(mp.ins[0].Shape[mp.ax])-int64(up[mp.ax]) {
+				return 0, 0, fmt.Errorf("runtime position %d writes %d rows at %d, past extent %d on axis %d", at, up[mp.ax], off, mp.ins[0].Shape[mp.ax], mp.ax)
+			}
+		}
+		p := idx[mp.ax] - off
 		if p >= 0 && p < int64(up[mp.ax]) {
 			var j int64
 			for d, x := range idx {

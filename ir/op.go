@@ -75,14 +75,14 @@ const (
 	OpConcat      // attr Axis; any number of inputs
 	OpCast        // attr DType
 	OpGather      // attr Axis; (data, indices): out = data.shape[:axis] + indices.shape + data.shape[axis+1:]
-	OpSliceUpdate // attrs Axis, Offset; (base, update): base with update written at Offset along Axis
+	OpSliceUpdate // attrs Axis, Offset; (base, update[, at]): base with update written at Offset (+ at) along Axis
 
 	// Composite ops.
 	OpMatMul    // (a [..., M, K], b [..., K, N]) -> [..., M, N]; batch dims equal; dtype=f32 widens f16/bf16 operands
 	OpSoftmax   // attr Axis
 	OpLayerNorm // (x, scale, bias) over the last axis; attr Eps
 	OpRMSNorm   // (x, scale) over the last axis; attr Eps
-	OpAttention // (q [B,Hq,S,D], k [B,Hkv,T,D], v [B,Hkv,T,D]) -> [B,Hq,S,D]; attrs Scale, Causal, Offset (position of the first query)
+	OpAttention // (q [B,Hq,S,D], k [B,Hkv,T,D], v [B,Hkv,T,D][, pos]) -> [B,Hq,S,D]; attrs Scale, Causal, Offset (position of the first query, plus pos)
 
 	numOps
 )
@@ -126,71 +126,75 @@ type opInfo struct {
 	class Class
 	arity int // -1: any number (at least one)
 	attrs attrSet
+	// optional is the number of operands that may follow the arity's:
+	// a runtime position (an integer scalar added to Offset), for the
+	// ops whose offset can be a symbol's value.
+	optional int
 }
 
 var ops = [numOps]opInfo{
-	OpInput:  {"input", ClassLeaf, 0, aName},
-	OpWeight: {"weight", ClassLeaf, 0, aName},
-	OpState:  {"state", ClassLeaf, 0, aName},
-	OpConst:  {"const", ClassLeaf, 0, aData},
-	OpIota:   {"iota", ClassLeaf, 0, aAxis},
+	OpInput:  {"input", ClassLeaf, 0, aName, 0},
+	OpWeight: {"weight", ClassLeaf, 0, aName, 0},
+	OpState:  {"state", ClassLeaf, 0, aName, 0},
+	OpConst:  {"const", ClassLeaf, 0, aData, 0},
+	OpIota:   {"iota", ClassLeaf, 0, aAxis, 0},
 
-	OpNeg:     {"neg", ClassUnary, 1, 0},
-	OpAbs:     {"abs", ClassUnary, 1, 0},
-	OpExp:     {"exp", ClassUnary, 1, 0},
-	OpLog:     {"log", ClassUnary, 1, 0},
-	OpSqrt:    {"sqrt", ClassUnary, 1, 0},
-	OpRsqrt:   {"rsqrt", ClassUnary, 1, 0},
-	OpRecip:   {"recip", ClassUnary, 1, 0},
-	OpSin:     {"sin", ClassUnary, 1, 0},
-	OpCos:     {"cos", ClassUnary, 1, 0},
-	OpTanh:    {"tanh", ClassUnary, 1, 0},
-	OpSigmoid: {"sigmoid", ClassUnary, 1, 0},
-	OpErf:     {"erf", ClassUnary, 1, 0},
-	OpRelu:    {"relu", ClassUnary, 1, 0},
-	OpFloor:   {"floor", ClassUnary, 1, 0},
-	OpCeil:    {"ceil", ClassUnary, 1, 0},
-	OpNot:     {"not", ClassUnary, 1, 0},
+	OpNeg:     {"neg", ClassUnary, 1, 0, 0},
+	OpAbs:     {"abs", ClassUnary, 1, 0, 0},
+	OpExp:     {"exp", ClassUnary, 1, 0, 0},
+	OpLog:     {"log", ClassUnary, 1, 0, 0},
+	OpSqrt:    {"sqrt", ClassUnary, 1, 0, 0},
+	OpRsqrt:   {"rsqrt", ClassUnary, 1, 0, 0},
+	OpRecip:   {"recip", ClassUnary, 1, 0, 0},
+	OpSin:     {"sin", ClassUnary, 1, 0, 0},
+	OpCos:     {"cos", ClassUnary, 1, 0, 0},
+	OpTanh:    {"tanh", ClassUnary, 1, 0, 0},
+	OpSigmoid: {"sigmoid", ClassUnary, 1, 0, 0},
+	OpErf:     {"erf", ClassUnary, 1, 0, 0},
+	OpRelu:    {"relu", ClassUnary, 1, 0, 0},
+	OpFloor:   {"floor", ClassUnary, 1, 0, 0},
+	OpCeil:    {"ceil", ClassUnary, 1, 0, 0},
+	OpNot:     {"not", ClassUnary, 1, 0, 0},
 
-	OpAdd: {"add", ClassBinary, 2, 0},
-	OpSub: {"sub", ClassBinary, 2, 0},
-	OpMul: {"mul", ClassBinary, 2, 0},
-	OpDiv: {"div", ClassBinary, 2, 0},
-	OpPow: {"pow", ClassBinary, 2, 0},
-	OpMax: {"max", ClassBinary, 2, 0},
-	OpMin: {"min", ClassBinary, 2, 0},
-	OpMod: {"mod", ClassBinary, 2, 0},
-	OpAnd: {"and", ClassBinary, 2, 0},
-	OpOr:  {"or", ClassBinary, 2, 0},
+	OpAdd: {"add", ClassBinary, 2, 0, 0},
+	OpSub: {"sub", ClassBinary, 2, 0, 0},
+	OpMul: {"mul", ClassBinary, 2, 0, 0},
+	OpDiv: {"div", ClassBinary, 2, 0, 0},
+	OpPow: {"pow", ClassBinary, 2, 0, 0},
+	OpMax: {"max", ClassBinary, 2, 0, 0},
+	OpMin: {"min", ClassBinary, 2, 0, 0},
+	OpMod: {"mod", ClassBinary, 2, 0, 0},
+	OpAnd: {"and", ClassBinary, 2, 0, 0},
+	OpOr:  {"or", ClassBinary, 2, 0, 0},
 
-	OpEq: {"eq", ClassCompare, 2, 0},
-	OpNe: {"ne", ClassCompare, 2, 0},
-	OpLt: {"lt", ClassCompare, 2, 0},
-	OpLe: {"le", ClassCompare, 2, 0},
-	OpGt: {"gt", ClassCompare, 2, 0},
-	OpGe: {"ge", ClassCompare, 2, 0},
+	OpEq: {"eq", ClassCompare, 2, 0, 0},
+	OpNe: {"ne", ClassCompare, 2, 0, 0},
+	OpLt: {"lt", ClassCompare, 2, 0, 0},
+	OpLe: {"le", ClassCompare, 2, 0, 0},
+	OpGt: {"gt", ClassCompare, 2, 0, 0},
+	OpGe: {"ge", ClassCompare, 2, 0, 0},
 
-	OpWhere: {"where", ClassSelect, 3, 0},
+	OpWhere: {"where", ClassSelect, 3, 0, 0},
 
-	OpSum:       {"sum", ClassReduce, 1, aAxis},
-	OpMaxReduce: {"reduce_max", ClassReduce, 1, aAxis},
+	OpSum:       {"sum", ClassReduce, 1, aAxis, 0},
+	OpMaxReduce: {"reduce_max", ClassReduce, 1, aAxis, 0},
 
-	OpPermute: {"permute", ClassView, 1, aPerm},
-	OpReshape: {"reshape", ClassView, 1, aShape},
-	OpExpand:  {"expand", ClassView, 1, aShape},
-	OpSlice:   {"slice", ClassView, 1, aSlice},
-	OpPad:     {"pad", ClassView, 1, aPad},
+	OpPermute: {"permute", ClassView, 1, aPerm, 0},
+	OpReshape: {"reshape", ClassView, 1, aShape, 0},
+	OpExpand:  {"expand", ClassView, 1, aShape, 0},
+	OpSlice:   {"slice", ClassView, 1, aSlice, 0},
+	OpPad:     {"pad", ClassView, 1, aPad, 0},
 
-	OpConcat:      {"concat", ClassMove, -1, aAxis},
-	OpCast:        {"cast", ClassMove, 1, aDType},
-	OpGather:      {"gather", ClassMove, 2, aAxis},
-	OpSliceUpdate: {"slice_update", ClassMove, 2, aAxis | aOffset},
+	OpConcat:      {"concat", ClassMove, -1, aAxis, 0},
+	OpCast:        {"cast", ClassMove, 1, aDType, 0},
+	OpGather:      {"gather", ClassMove, 2, aAxis, 0},
+	OpSliceUpdate: {"slice_update", ClassMove, 2, aAxis | aOffset, 1},
 
-	OpMatMul:    {"matmul", ClassComposite, 2, aDType},
-	OpSoftmax:   {"softmax", ClassComposite, 1, aAxis},
-	OpLayerNorm: {"layer_norm", ClassComposite, 3, aEps},
-	OpRMSNorm:   {"rms_norm", ClassComposite, 2, aEps},
-	OpAttention: {"attention", ClassComposite, 3, aAttn},
+	OpMatMul:    {"matmul", ClassComposite, 2, aDType, 0},
+	OpSoftmax:   {"softmax", ClassComposite, 1, aAxis, 0},
+	OpLayerNorm: {"layer_norm", ClassComposite, 3, aEps, 0},
+	OpRMSNorm:   {"rms_norm", ClassComposite, 2, aEps, 0},
+	OpAttention: {"attention", ClassComposite, 3, aAttn, 1},
 }
 
 // String is the op's name in the text format.
@@ -204,8 +208,28 @@ func (o Op) String() string {
 // Class says how the op computes.
 func (o Op) Class() Class { return ops[o].class }
 
-// Arity is the number of inputs, or -1 for any number (concat).
+// Arity is the number of inputs, or -1 for any number (concat). An op
+// with optional operands (MaxArity above Arity) takes Arity at least.
 func (o Op) Arity() int { return ops[o].arity }
+
+// MaxArity is the most inputs the op takes: Arity plus its optional
+// runtime position operand (slice_update, attention), -1 for concat.
+func (o Op) MaxArity() int {
+	if ops[o].arity < 0 {
+		return -1
+	}
+	return ops[o].arity + ops[o].optional
+}
+
+// DynamicOffset returns the operand that holds a node's runtime position,
+// the integer scalar added to its static Offset (slice_update's write
+// position, attention's first query position), if the node has one.
+func (n *Node) DynamicOffset() (Value, bool) {
+	if n.Op.Valid() && ops[n.Op].optional > 0 && len(n.Inputs) > ops[n.Op].arity {
+		return n.Inputs[ops[n.Op].arity], true
+	}
+	return NoValue, false
+}
 
 // Valid reports whether o is an op of the language.
 func (o Op) Valid() bool { return o > InvalidOp && o < numOps }

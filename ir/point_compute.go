@@ -251,7 +251,13 @@ func (pe *pointEval) computeNorm(n *Node, idx []int64, out *pointStore) error {
 // weights from its query and the keys it sees, then, for each needed
 // element of the row, the weighted sum of one column of the values.
 func (pe *pointEval) computeAttention(n *Node, idx []int64, out *pointStore) error {
-	ag := newAttentionGeometry(pe, n)
+	ag, err := newAttentionGeometry(pe, n, func(v Value) (int64, error) {
+		at, _ := pe.store[v].at(0)
+		return I64.IntOf(at), nil
+	})
+	if err != nil {
+		return err
+	}
 	D := int(ag.D)
 	qs, ks, vs := pe.store[n.Inputs[0]], pe.store[n.Inputs[1]], pe.store[n.Inputs[2]]
 	q := newRowBuffers(D, pe.magnitude)

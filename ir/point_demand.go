@@ -99,6 +99,13 @@ func (pe *pointEval) demandMove(n *Node, idx []int64) error {
 	ins := pe.inputTypes(n)
 	mp := newMover(n, ins)
 	get := func(int, int64) int64 { return 0 }
+	if p, ok := n.DynamicOffset(); ok {
+		at, err := pe.demandPosition(p)
+		if err != nil {
+			return err
+		}
+		get = func(int, int64) int64 { return at }
+	}
 	if n.Op == OpGather {
 		// Which data elements a gather reads depends on its indices'
 		// values: compute the indices it reads first, by a nested
@@ -218,11 +225,36 @@ func matmulRowsCols(mg matmulGeometry, idx []int64) (rows, cols []int64) {
 // attentionGeometry names attention's extents.
 type attentionGeometry struct {
 	Hq, S, D, Hkv, T int64
+	First            int64 // position of the first query, runtime part included
 }
 
-func newAttentionGeometry(pe *pointEval, n *Node) attentionGeometry {
+// newAttentionGeometry reads n's extents; position gives the value of its
+// runtime position operand, if it has one.
+func newAttentionGeometry(pe *pointEval, n *Node, position func(Value) (int64, error)) (attentionGeometry, error) {
 	qs, ks := pe.g.Nodes[n.Inputs[0]].Shape, pe.g.Nodes[n.Inputs[1]].Shape
-	return attentionGeometry{Hq: int64(qs[1]), S: int64(qs[2]), D: int64(qs[3]), Hkv: int64(ks[1]), T: int64(ks[2])}
+	ag := attentionGeometry{Hq: int64(qs[1]), S: int64(qs[2]), D: int64(qs[3]), Hkv: int64(ks[1]), T: int64(ks[2])}
+	var bad error
+	first, err := attentionFirst(n, int(ag.S), int(ag.T), func(v Value) int64 {
+		at, err := position(v)
+		bad = err
+		return at
+	})
+	if bad != nil {
+		return ag, bad
+	}
+	ag.First = first
+	return ag, err
+}
+
+// demandPosition reads element 0 of a runtime position operand ahead of
+// the backward pass, and records that it is read.
+func (pe *pointEval) demandPosition(v Value) (int64, error) {
+	vals, err := pe.valuesAt(v, []int64{0})
+	if err != nil {
+		return 0, err
+	}
+	pe.add(v, []int64{0})
+	return I64.IntOf(vals[0]), nil
 }
 
 // query splits query row r (b*Hq*S + h*S + i) into the key-value head it
@@ -234,13 +266,16 @@ func (ag attentionGeometry) query(n *Node, r int64) (kvHead, limit int64) {
 	kvHead = b*ag.Hkv + h/(ag.Hq/ag.Hkv)
 	limit = ag.T
 	if n.Causal {
-		limit = n.Offset + i + 1
+		limit = ag.First + i + 1
 	}
 	return kvHead, limit
 }
 
 func (pe *pointEval) demandAttention(n *Node, idx []int64) error {
-	ag := newAttentionGeometry(pe, n)
+	ag, err := newAttentionGeometry(pe, n, pe.demandPosition)
+	if err != nil {
+		return err
+	}
 	keys := map[int64]int64{}   // key-value head: keys read
 	values := map[int64]int64{} // key-value head * D + d: values read
 	for _, r := range distinctDiv(idx, ag.D) {

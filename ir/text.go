@@ -16,6 +16,7 @@ package ir
 //	%9 = slice %8 starts=[0,0] ends=[2,4] steps=[1,2] : f32[2,2]
 //	output "y" = %9
 //	update %2 = %12                    ; after a run, state %2 holds %12
+//	symbol "past" 0..127               ; runtime extent, carried by input "past" (an integer scalar)
 //
 // A node statement is `%name = op [operands] [attributes] [: type]`, where
 // the operands are comma-separated values and each attribute is key=value:
@@ -101,6 +102,9 @@ func writeText(b *strings.Builder, g *Graph) {
 	}
 	for _, u := range g.Updates {
 		fmt.Fprintf(b, "update %%%d = %%%d\n", u.State, u.Value)
+	}
+	for _, s := range g.Symbols {
+		fmt.Fprintf(b, "symbol %s %d..%d\n", strconv.Quote(s.Name), s.Lo, s.Hi)
 	}
 }
 

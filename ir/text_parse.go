@@ -212,8 +212,10 @@ func (p *textParser) statement() error {
 		return p.outputStatement()
 	case t.kind == tWord && t.text == "update":
 		return p.updateStatement()
+	case t.kind == tWord && t.text == "symbol":
+		return p.symbolStatement()
 	}
-	return textErrorf(t.textPos, "want a statement (%%value = ..., output, update), got %s", t.describe())
+	return textErrorf(t.textPos, "want a statement (%%value = ..., output, update, symbol), got %s", t.describe())
 }
 
 func (p *textParser) graphStatement() error {
@@ -285,6 +287,32 @@ func (p *textParser) updateStatement() error {
 	}
 	p.g.Updates = append(p.g.Updates, StateUpdate{State: s, Value: v})
 	return p.expectEOL("the update")
+}
+
+// symbolStatement reads `symbol "NAME" LO..HI`; Graph.Check, run on the
+// parsed graph, checks the input that carries it.
+func (p *textParser) symbolStatement() error {
+	p.next()
+	name := p.next()
+	if name.kind != tString {
+		return textErrorf(name.textPos, "want the symbol's quoted name, got %s", name.describe())
+	}
+	if _, dup := p.g.Symbol(name.text); dup {
+		return textErrorf(name.textPos, "two symbols named %s", strconv.Quote(name.text))
+	}
+	r := p.next()
+	lo, hi, ok := strings.Cut(r.text, "..")
+	var a, b int64
+	var err1, err2 error
+	if ok {
+		a, err1 = strconv.ParseInt(lo, 10, 64)
+		b, err2 = strconv.ParseInt(hi, 10, 64)
+	}
+	if r.kind != tWord || !ok || err1 != nil || err2 != nil {
+		return textErrorf(r.textPos, "want the symbol's range LO..HI (integers), got %s", r.describe())
+	}
+	p.g.Symbols = append(p.g.Symbols, Symbol{Name: name.text, Lo: a, Hi: b})
+	return p.expectEOL("the symbol")
 }
 
 // textAttrKey describes one key=value attribute: the op-table bit that allows
@@ -406,7 +434,9 @@ func (p *textParser) nodeStatement() error {
 	switch ar := op.Arity(); {
 	case ar < 0 && len(inputs) == 0:
 		return textErrorf(opTok.textPos, "%s takes at least 1 operand, got none", op)
-	case ar >= 0 && len(inputs) != ar:
+	case ar >= 0 && op.MaxArity() > ar && (len(inputs) < ar || len(inputs) > op.MaxArity()):
+		return textErrorf(opTok.textPos, "%s takes %d or %d operands, got %d", op, ar, op.MaxArity(), len(inputs))
+	case ar >= 0 && op.MaxArity() == ar && len(inputs) != ar:
 		return textErrorf(opTok.textPos, "%s takes %d operands, got %d", op, ar, len(inputs))
 	}
 
