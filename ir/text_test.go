@@ -334,7 +334,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad character", head + "%1 = neg %0 # no\n", "3:13: unexpected character '#'"},
 		{"bare percent", head + "%1 = neg % 0\n", "3:10: want a value name after %"},
 		{"trailing junk", head + "output \"y\" = %0 %0\n", "3:17: unexpected %0 after the output"},
-		{"statement junk", head + "print %0\n", `3:1: want a statement (%value = ..., output, update), got "print"`},
+		{"statement junk", head + "print %0\n", `3:1: want a statement (%value = ..., output, update, symbol), got "print"`},
 		{"missing equals", head + "%1 neg %0\n", `3:4: want "=" after the value, got "neg"`},
 		{"op is not a word", head + "%1 = %0\n", "3:6: want an op, got %0"},
 	}
