@@ -17,6 +17,11 @@ type pass struct {
 	decode  bool // keys and values go through the KV caches
 	// cacheLen is the KV caches' capacity (decode only).
 	cacheLen int
+	// at is the runtime position input of a decode step whose past is a
+	// symbol (past is then 0 and unused), NoValue when past is static.
+	// Such a step attends over the whole cache with the attention op,
+	// which reads only keys 0..at.
+	at ir.Value
 
 	// windowCuts says that the sliding window hides some attended keys
 	// from some query; composite says that attention is the composite op.
@@ -27,22 +32,44 @@ type pass struct {
 }
 
 // keys is the number of key positions each layer attends over.
-func (p *pass) keys() int { return p.past + p.seq - p.kvStart }
+func (p *pass) keys() int {
+	if p.runtime() {
+		return p.cacheLen
+	}
+	return p.past + p.seq - p.kvStart
+}
+
+// runtime says that the pass's position is a symbol's value.
+func (p *pass) runtime() bool { return p.at != ir.NoValue }
 
 // newPass prepares a forward pass over queries at positions
 // past..past+seq-1.
 func (e *emitter) newPass(past, seq int, decode bool) *pass {
-	p := &pass{past: past, seq: seq, decode: decode, cacheLen: e.opt.Seq, cos: ir.NoValue, sin: ir.NoValue, mask: ir.NoValue}
+	return e.newPassAt(past, seq, decode, ir.NoValue)
+}
+
+// newPassAt is newPass for a position that is either static (at is
+// NoValue) or the runtime position at, the input of symbol "past".
+func (e *emitter) newPassAt(past, seq int, decode bool, at ir.Value) *pass {
+	p := &pass{past: past, seq: seq, decode: decode, cacheLen: e.opt.Seq, at: at, cos: ir.NoValue, sin: ir.NoValue, mask: ir.NoValue}
 	w := e.cfg.SlidingWindow
-	if decode && w > 0 {
+	if decode && w > 0 && !p.runtime() {
 		// The first query sees keys from past-w+1 on; older cache entries
 		// are sliced away rather than masked.
 		p.kvStart = max(0, past-w+1)
 	}
-	p.windowCuts = w > 0 && p.kvStart <= past+seq-1-w
-	p.composite = e.opt.Composite && !p.windowCuts
+	if p.runtime() {
+		// Whether the window cuts depends on the position: it can when
+		// the cache is longer than the window. The attention op has no
+		// window, so such a step keeps the masked, decomposed form.
+		p.windowCuts = w > 0 && p.cacheLen > w
+		p.composite = !p.windowCuts
+	} else {
+		p.windowCuts = w > 0 && p.kvStart <= past+seq-1-w
+		p.composite = e.opt.Composite && !p.windowCuts
+	}
 	if e.cfg.Family() == Llama {
-		p.cos, p.sin = e.rotaryTables(past, seq)
+		p.cos, p.sin = e.rotaryTables(p)
 	}
 	if !p.composite && (seq > 1 || p.windowCuts) {
 		p.mask = e.causalMask(p)
@@ -59,7 +86,9 @@ func (e *emitter) newPass(past, seq int, decode bool) *pass {
 func (e *emitter) causalMask(p *pass) ir.Value {
 	shape := ir.Shape{ir.Dim(p.seq), ir.Dim(p.keys())}
 	d := e.Sub(e.Iota(ir.I64, shape, 0), e.Iota(ir.I64, shape, 1)) // i - j
-	if off := p.past - p.kvStart; off != 0 {
+	if p.runtime() {
+		d = e.Add(d, e.Cast(p.at, ir.I64)) // qpos - kpos
+	} else if off := p.past - p.kvStart; off != 0 {
 		d = e.Add(d, e.scalar(ir.I64, float64(off))) // qpos - kpos
 	}
 	see := e.Binary(ir.OpGe, d, e.scalar(ir.I64, 0))
@@ -127,10 +156,12 @@ func llama3InvFreq(theta float64, d int, s *RopeScaling) []float64 {
 // past..past+seq-1, [seq, head size] in the model's dtype: the angles
 // position * inv_freq, computed in f32 and concatenated with themselves,
 // as LlamaRotaryEmbedding does.
-func (e *emitter) rotaryTables(past, seq int) (cos, sin ir.Value) {
-	pos := e.Iota(ir.F32, ir.Shape{ir.Dim(seq), 1}, 0)
-	if past > 0 {
-		pos = e.Add(pos, e.scalar(ir.F32, float64(past)))
+func (e *emitter) rotaryTables(p *pass) (cos, sin ir.Value) {
+	pos := e.Iota(ir.F32, ir.Shape{ir.Dim(p.seq), 1}, 0)
+	if p.runtime() {
+		pos = e.Add(pos, e.Cast(p.at, ir.F32))
+	} else if p.past > 0 {
+		pos = e.Add(pos, e.scalar(ir.F32, float64(p.past)))
 	}
 	freqs := e.Mul(pos, e.invFreq()) // [seq, head/2]
 	emb := e.Concat(1, freqs, freqs)
@@ -191,6 +222,11 @@ func (e *emitter) cache(x ir.Value, layer int, which string, p *pass) ir.Value {
 	}
 	s := e.Shape(x)
 	st := e.State(fmt.Sprintf("past_key_values.%d.%s", layer, which), e.dt, s[0], s[1], ir.Dim(p.cacheLen), s[3])
+	if p.runtime() {
+		full := e.SliceUpdateAt(st, x, 2, 0, p.at)
+		e.UpdateState(st, full)
+		return full
+	}
 	full := e.SliceUpdate(st, x, 2, int64(p.past))
 	e.UpdateState(st, full)
 	return e.Slice(full, 2, int64(p.kvStart), int64(p.past+p.seq), 1)
@@ -205,6 +241,9 @@ func (e *emitter) attend(q, k, v ir.Value, p *pass) ir.Value {
 		return ir.NoValue
 	}
 	scale := 1 / math.Sqrt(float64(e.cfg.HeadDim))
+	if p.composite && p.runtime() {
+		return e.CausalAttentionAt(q, k, v, scale, 0, p.at)
+	}
 	if p.composite {
 		return e.Attention(q, k, v, scale, true, int64(p.past-p.kvStart))
 	}

@@ -45,16 +45,43 @@ func (e *emitter) layer(h ir.Value, i int, p *pass) ir.Value {
 // head, with logits f32[batch, seq, vocab] as output "logits". In a decode
 // step every layer reads and updates its KV caches.
 func (e *emitter) causalLM(past, seq int, decode bool) {
-	c := e.cfg
 	ids := e.Input("input_ids", ir.I64, ir.Dim(e.opt.Batch), ir.Dim(seq))
-	p := e.newPass(past, seq, decode)
+	e.causalLMPass(ids, e.newPass(past, seq, decode))
+}
+
+// PastSymbol names the runtime position of a decode step: the symbol,
+// and the i32 scalar input that carries it.
+const PastSymbol = "past"
+
+// decodeAtRuntime is one decode step whose position is the runtime
+// symbol past over Options.PastMin..PastMax: input "past" (i32 scalar);
+// the new token's keys and values are written into the caches at past,
+// its rotary angles (or GPT-2 position embedding) are taken at past, and
+// attention reads the cache's keys 0..past. Batch is 1: the position is
+// one scalar.
+func (e *emitter) decodeAtRuntime() error {
+	if e.opt.Batch != 1 {
+		return fmt.Errorf("batch %d: a decode step with a runtime position serves batch 1 (one position); pin the position (--past or --dim past=P) for a batch", e.opt.Batch)
+	}
+	ids := e.Input("input_ids", ir.I64, 1, 1)
+	at := e.Symbol(PastSymbol, int64(e.opt.PastMin), int64(e.opt.PastMax))
+	e.causalLMPass(ids, e.newPassAt(0, 1, true, at))
+	return nil
+}
+
+// causalLMPass is causalLM's body over input ids for pass p.
+func (e *emitter) causalLMPass(ids ir.Value, p *pass) {
+	c := e.cfg
+	past, seq := p.past, p.seq
 	var h, embed ir.Value
 	if c.Family() == GPT2 {
 		// GPT2Model: wte[ids] + wpe[positions].
 		embed = e.weight("transformer.wte.weight", c.VocabSize, c.HiddenSize)
 		wpe := e.weight("transformer.wpe.weight", c.MaxPositionEmbeddings, c.HiddenSize)
 		pos := e.Iota(ir.I64, ir.Shape{ir.Dim(seq)}, 0)
-		if past > 0 {
+		if p.runtime() {
+			pos = e.Add(pos, e.Cast(p.at, ir.I64))
+		} else if past > 0 {
 			pos = e.Add(pos, e.scalar(ir.I64, float64(past)))
 		}
 		h = e.Add(e.Gather(embed, ids, 0), e.Gather(wpe, pos, 0))

@@ -61,7 +61,9 @@ func TestDecodeMatchesPrefill(t *testing.T) {
 		}), 5},
 	}
 	for _, tt := range tests {
-		for _, composite := range []bool{false, true} {
+		// runtime: one decode graph whose position is the input "past".
+		for _, mode := range []struct{ composite, runtime bool }{{false, false}, {true, false}, {false, true}} {
+			composite := mode.composite
 			pre, err := BuildConfig("prefill", tt.cfg, "model", Options{Seq: tt.seq, Composite: composite})
 			require.NoError(t, err)
 			feeds, err := RandomWeights(pre, 7)
@@ -77,9 +79,21 @@ func TestDecodeMatchesPrefill(t *testing.T) {
 			capacity := tt.seq + 3
 			caches := map[string]*ir.Tensor{}
 			worst := 0.0
-			for p := range tt.seq {
-				g, err := BuildConfig("decode", tt.cfg, "decode", Options{Seq: capacity, Past: p, Composite: composite})
+			var once *ir.Graph
+			if mode.runtime {
+				once, err = BuildConfig("decode", tt.cfg, "decode", Options{Seq: capacity, Past: -1})
 				require.NoError(t, err)
+				require.Len(t, once.Symbols, 1)
+			}
+			for p := range tt.seq {
+				g := once
+				if g == nil {
+					g, err = BuildConfig("decode", tt.cfg, "decode", Options{Seq: capacity, Past: p, Composite: composite})
+					require.NoError(t, err)
+				} else {
+					feeds["past"], err = ir.TensorOfInts(ir.I32, ir.Shape{}, int64(p))
+					require.NoError(t, err)
+				}
 				feeds["input_ids"], err = ir.TensorOf(ir.I64, ir.Shape{1, 1}, ids[p])
 				require.NoError(t, err)
 				for _, v := range g.States() {
@@ -95,7 +109,7 @@ func TestDecodeMatchesPrefill(t *testing.T) {
 				caches = r.States
 				worst = math.Max(worst, maxAbsDiff(want, r.Outputs["logits"], int64(p*tt.cfg.VocabSize)))
 			}
-			assert.Less(t, worst, 1e-9, "%s composite=%v", tt.name, composite)
+			assert.Less(t, worst, 1e-9, "%s %+v", tt.name, mode)
 		}
 	}
 }

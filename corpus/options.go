@@ -18,11 +18,16 @@ type Options struct {
 	Seq int
 	// Past is, for a decode step, the number of tokens already in the
 	// cache: the new token is written at position Past and attends over
-	// positions 0..Past, so Past must be below Seq. A negative Past means
-	// Seq-1 (the step that fills the cache's last slot), which is what
-	// DefaultOptions asks for; the zero Options decode the first token.
-	// Other kinds ignore it.
+	// positions 0..Past, so Past must be below Seq. Past >= 0 pins the
+	// position at compile time (the zero Options decode the first token).
+	// A negative Past, which DefaultOptions asks for, makes the position
+	// a runtime symbol: input "past" (i32 scalar) over
+	// PastMin..PastMax, one program for every position. Other kinds
+	// ignore it.
 	Past int
+	// PastMin and PastMax bound a runtime position; PastMax 0 means
+	// Seq-1, the cache's last slot.
+	PastMin, PastMax int
 	// DType is the dtype of weights and activations (default f32; f16 and
 	// bf16 allowed). As in Hugging Face's models, norms, softmax and the
 	// rotary tables are computed in f32 with casts around them when DType
@@ -70,7 +75,12 @@ func (o Options) resolve() (Options, error) {
 		return o, fmt.Errorf("dtype %s; want f32, f16 or bf16", o.DType)
 	}
 	if o.Past < 0 {
-		o.Past = o.Seq - 1
+		if o.PastMax == 0 {
+			o.PastMax = o.Seq - 1
+		}
+		if o.PastMin < 0 || o.PastMin > o.PastMax || o.PastMax >= o.Seq {
+			return o, fmt.Errorf("past %d..%d: want 0 <= LO <= HI below seq %d, the KV cache's capacity", o.PastMin, o.PastMax, o.Seq)
+		}
 	}
 	return o, nil
 }

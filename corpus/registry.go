@@ -31,6 +31,9 @@ var kinds = []kind{
 		if e.opt.Past >= e.opt.Seq {
 			return fmt.Errorf("past %d: want it below seq %d, the KV cache's capacity", e.opt.Past, e.opt.Seq)
 		}
+		if e.opt.Past < 0 {
+			return e.decodeAtRuntime()
+		}
 		e.causalLM(e.opt.Past, 1, true)
 		return nil
 	}},
@@ -72,7 +75,7 @@ var kinds = []kind{
 		b, s, hd := ir.Dim(e.opt.Batch), ir.Dim(e.opt.Seq), ir.Dim(c.HeadDim)
 		q := e.Input("q", e.dt, b, ir.Dim(c.NumAttentionHeads), s, hd)
 		k := e.Input("k", e.dt, b, ir.Dim(c.NumKeyValueHeads), s, hd)
-		cos, sin := e.rotaryTables(0, e.opt.Seq)
+		cos, sin := e.rotaryTables(&pass{seq: e.opt.Seq, at: ir.NoValue})
 		e.Output("q_embed", e.applyRotary(q, cos, sin))
 		e.Output("k_embed", e.applyRotary(k, cos, sin))
 		return nil

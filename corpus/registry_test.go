@@ -84,7 +84,7 @@ func TestTinyShapes(t *testing.T) {
 	tests := []struct {
 		batch, seq, past int
 	}{
-		{1, 1, 0}, {1, 7, 0}, {2, 5, 3}, {3, 16, 15}, {1, 33, 20}, {2, 64, -1},
+		{1, 1, 0}, {1, 7, 0}, {2, 5, 3}, {3, 16, 15}, {1, 33, 20}, {2, 64, 63}, {1, 64, -1}, {1, 1, -1},
 	}
 	for _, model := range []string{"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"} {
 		c, err := EmbeddedConfig(model)
@@ -234,7 +234,11 @@ func TestDefaultOptions(t *testing.T) {
 	require.NoError(t, err)
 	st := g.Node(g.States()[0])
 	assert.Equal(t, ir.Shape{1, 2, DefaultSeq, 16}, st.Shape)
-	assert.Equal(t, int64(DefaultSeq-1), sliceUpdates(g)[0].Offset, "default past is seq-1")
+	su := sliceUpdates(g)[0]
+	at, ok := su.DynamicOffset()
+	require.True(t, ok, "the default decode writes the cache at the runtime position")
+	assert.Equal(t, "past", g.Node(at).Name)
+	assert.Equal(t, []ir.Symbol{{Name: "past", Lo: 0, Hi: DefaultSeq - 1}}, g.Symbols)
 
 	// The zero Options take the same batch, seq and dtype, and decode the
 	// first token.
@@ -242,6 +246,13 @@ func TestDefaultOptions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ir.Shape{1, 2, DefaultSeq, 16}, g.Node(g.States()[0]).Shape)
 	assert.Equal(t, int64(0), sliceUpdates(g)[0].Offset)
+	assert.Empty(t, g.Symbols)
+
+	// A runtime decode takes batch 1 only, and its range must fit the cache.
+	_, err = Build("tiny-llama:decode", Options{Batch: 2, Past: -1})
+	assert.ErrorContains(t, err, "serves batch 1")
+	_, err = Build("tiny-llama:decode", Options{Seq: 8, Past: -1, PastMax: 8})
+	assert.ErrorContains(t, err, "below seq 8")
 }
 
 func sliceUpdates(g *ir.Graph) []*ir.Node {
