@@ -61,7 +61,11 @@ func Decompose(body *ir.Graph) (*ir.Graph, error) {
 			}
 			vals[i] = down(b, y, n.DType)
 		case ir.OpAttention:
-			vals[i] = attentionOf(b, ins[0], ins[1], ins[2], n.Attrs, n.DType)
+			pos := ir.NoValue
+			if len(ins) > 3 {
+				pos = ins[3]
+			}
+			vals[i] = attentionOf(b, ins[0], ins[1], ins[2], pos, n.Attrs, n.DType)
 		default:
 			vals[i] = b.Apply(n.Op, n.Attrs, ins...)
 		}
@@ -104,11 +108,17 @@ func down(b *ir.Builder, v ir.Value, dt ir.DType) ir.Value {
 // repeated by a reshape, an expand and a reshape (repeat_kv), the scores
 // q k^T widened to f32 and scaled, the causal mask added from iotas, a
 // softmax in f32 along the keys, its probabilities rounded to the
-// operands' dtype and multiplied by v.
-func attentionOf(b *ir.Builder, q, k, v ir.Value, a ir.Attrs, dt ir.DType) ir.Value {
+// operands' dtype and multiplied by v. A runtime position pos (NoValue
+// when there is none) is added to the mask's offset, broadcast from its
+// scalar: the keys past the last query's position are masked, and the
+// attention form bounds its key loop by the same mask.
+func attentionOf(b *ir.Builder, q, k, v, pos ir.Value, a ir.Attrs, dt ir.DType) ir.Value {
 	qs, ks := b.Shape(q), b.Shape(k)
 	if len(qs) != 4 || len(ks) != 4 || ks[1] == 0 {
 		// Shape inference of the op itself says what is wrong.
+		if pos != ir.NoValue {
+			return b.Apply(ir.OpAttention, a, q, k, v, pos)
+		}
 		return b.Apply(ir.OpAttention, a, q, k, v)
 	}
 	if n := qs[1] / ks[1]; n > 1 {
@@ -121,6 +131,9 @@ func attentionOf(b *ir.Builder, q, k, v ir.Value, a ir.Attrs, dt ir.DType) ir.Va
 		d := b.Sub(b.Iota(ir.I64, mask, 0), b.Iota(ir.I64, mask, 1)) // query minus key position, less the offset
 		if a.Offset != 0 {
 			d = b.Add(d, b.Scalar(ir.I64, float64(a.Offset)))
+		}
+		if pos != ir.NoValue {
+			d = b.Add(d, b.Cast(pos, ir.I64))
 		}
 		see := b.Binary(ir.OpGe, d, b.Scalar(ir.I64, 0))
 		s = b.Add(s, b.Where(see, b.Scalar(ir.F32, 0), b.Scalar(ir.F32, -math.MaxFloat32)))

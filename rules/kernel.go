@@ -162,6 +162,9 @@ func opRewrites(prefix string, apply func(op ir.Op, name string) egraph.ApplyFun
 		if op.Arity() < 0 {
 			arities = []int{2, 3, 4}
 		}
+		if op.MaxArity() > op.Arity() {
+			arities = append(arities, op.MaxArity()) // with the runtime position
+		}
 		for _, n := range arities {
 			kids := make([]egraph.PatternTerm, n)
 			for i := range kids {
