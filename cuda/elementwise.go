@@ -411,10 +411,18 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 		kix := append(append(slices.Clone(ix[:ax]), at), ix[ax+len(idx):]...)
 		return e.value(n.Inputs[0], kix, true)
 	case ir.OpSliceUpdate:
-		ax, off := n.Attrs.Axis, n.Attrs.Offset
+		ax := n.Attrs.Axis
 		size := int64(in(1)[ax])
+		off := fmt.Sprintf("%dLL", n.Attrs.Offset)
+		if p, ok := n.DynamicOffset(); ok {
+			at, err := e.value(p, index{}, true)
+			if err != nil {
+				return "", err
+			}
+			off = fmt.Sprintf("(%dLL + (long long)%s)", n.Attrs.Offset, at)
+		}
 		uix := slices.Clone(ix)
-		uix[ax] = fmt.Sprintf("(%s - %dLL)", ix[ax], off)
+		uix[ax] = fmt.Sprintf("(%s - %s)", ix[ax], off)
 		u, err := e.value(n.Inputs[1], uix, true)
 		if err != nil {
 			return "", err
@@ -423,7 +431,7 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("(%s >= %dLL && %s < %dLL) ? %s : %s", ix[ax], off, ix[ax], off+size, u, b), nil
+		return fmt.Sprintf("(%s >= %s && %s < %s + %dLL) ? %s : %s", ix[ax], off, ix[ax], off, size, u, b), nil
 	}
 	return "", fmt.Errorf("%s has no elementwise form", n.Op)
 }
@@ -667,12 +675,16 @@ func outputWindows(body *ir.Graph) ([]*lower.Window, error) {
 // element at ix (an index of the output's shape, out): ix moved by the
 // window's offset along its axis. A nil w is the output's own linear
 // index.
-func storeIndex(out ir.Shape, ix index, w *lower.Window) string {
+func storeIndex(body *ir.Graph, out ir.Shape, ix index, w *lower.Window) string {
 	if w == nil {
 		return linear(out, ix)
 	}
 	at := slices.Clone(ix)
 	switch {
+	case w.Runtime:
+		// The position is read from its input; the host checked it
+		// against the symbol's range before the launch.
+		at[w.Axis] = fmt.Sprintf("(%s + %dLL + (long long)%s[0])", ix[w.Axis], w.Offset, paramName(body, body.Inputs()[w.Pos]))
 	case w.Offset == 0:
 	case ix[w.Axis] == "0":
 		at[w.Axis] = fmt.Sprintf("%dLL", w.Offset)
@@ -698,7 +710,8 @@ func windowVectorizable(out ir.Shape, w *lower.Window) bool {
 		inner *= int64(d)
 	}
 	run, start, stride := int64(out[w.Axis])*inner, w.Offset*inner, int64(w.Shape[w.Axis])*inner
-	return run%4 == 0 && start%4 == 0 && stride%4 == 0
+	// A runtime position moves the start by whole rows of inner elements.
+	return run%4 == 0 && start%4 == 0 && stride%4 == 0 && (!w.Runtime || inner%4 == 0)
 }
 
 // storeVectorAt moves the 16-byte store that vector emits last from the

@@ -148,7 +148,7 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 			return "", err
 		}
 		if windows[0] != nil {
-			if err := e.storeVectorAt(storeIndex(outShape, split(outShape, "4 * q"), windows[0])); err != nil {
+			if err := e.storeVectorAt(storeIndex(body, outShape, split(outShape, "4 * q"), windows[0])); err != nil {
 				return "", err
 			}
 		}
@@ -171,7 +171,7 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 			}
 			at := "i"
 			if windows[j] != nil {
-				at = storeIndex(outShape, ix, windows[j])
+				at = storeIndex(body, outShape, ix, windows[j])
 			}
 			e.emit("out%d[%s] = %s;", j, at, store(body.Node(o.Value).DType, v))
 		}

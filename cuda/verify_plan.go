@@ -90,6 +90,24 @@ func (p *verifyPlan) draw(pool *floatPool) error {
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 	}
+	// A window's runtime position is read by the kernel alone, so no op
+	// of the body says its range: draw it where the rows fit.
+	rng := rand.New(rand.NewPCG(p.seed, 0x90517))
+	for j, w := range p.windows {
+		if w == nil || !w.Runtime {
+			continue
+		}
+		n := p.body.Node(p.body.Inputs()[w.Pos])
+		room := int64(w.Shape[w.Axis]) - int64(p.outs[j].Shape[w.Axis]) - w.Offset
+		if room < 0 {
+			return fmt.Errorf("verify kernel %s: output %d does not fit its window %s", p.k.Name, j, w.OutputName(j))
+		}
+		at, err := ir.TensorOfInts(n.DType, ir.Shape{}, rng.Int64N(room+1))
+		if err != nil {
+			return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
+		}
+		feeds[n.Name] = at
+	}
 	p.feeds = feeds
 	return nil
 }
@@ -197,7 +215,11 @@ func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
 		return buf, nil
 	}
 	size := p.outs[j].DType.Size()
-	offsets := w.Offsets(p.outs[j].Shape)
+	var pos int64
+	if w.Runtime {
+		pos = p.feeds[p.body.Node(p.body.Inputs()[w.Pos]).Name].Int(0)
+	}
+	offsets := w.Offsets(p.outs[j].Shape, pos)
 	inside := make([]bool, w.Shape.NumElements())
 	out := make([]byte, len(offsets)*size)
 	for e, at := range offsets {
@@ -207,7 +229,7 @@ func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
 	for at, in := range inside {
 		if !in && !emu.Unwritten(buf, at*size, size) {
 			return nil, fmt.Errorf("verify kernel %s: output %d writes element %d of its buffer %s, outside its window (%d along axis %d from %d)",
-				p.k.Name, j, at, w.Shape, p.outs[j].Shape[w.Axis], w.Axis, w.Offset)
+				p.k.Name, j, at, w.Shape, p.outs[j].Shape[w.Axis], w.Axis, w.Start(pos))
 		}
 	}
 	return out, nil

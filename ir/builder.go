@@ -416,3 +416,6 @@ func (b *Builder) Inline(body *Graph, args []Value) []Value {
 	}
 	return outs
 }
+
+// Inputs returns the inputs declared so far, in order.
+func (b *Builder) Inputs() []Value { return b.g.Inputs() }

@@ -163,6 +163,15 @@ func (w *useWalk) visit(v int, slack int64, flipped bool) {
 		c, pos := w.g.Nodes[uk[0]], uk[1]
 		other := func() *Node { return w.g.Nodes[c.Inputs[1-pos]] }
 		switch {
+		case pos == c.Op.Arity() && c.Op.MaxArity() > pos:
+			// A runtime position: the update must fit, the causal queries
+			// must have their keys.
+			if flipped {
+				break
+			}
+			if n := positionLimit(w.g, c); n > 0 {
+				w.use.position = minPositive(w.use.position, max(1, n-slack))
+			}
 		case c.Op == OpGather && pos == 1:
 			if flipped {
 				break
@@ -209,6 +218,25 @@ func (w *useWalk) visit(v int, slack int64, flipped bool) {
 			}
 		}
 	}
+}
+
+// positionLimit is one more than the largest runtime position node c
+// (a slice_update or attention) accepts: the update's rows must fit the
+// base, the last causal query must have its key.
+func positionLimit(g *Graph, c *Node) int64 {
+	switch c.Op {
+	case OpSliceUpdate:
+		base, up := g.Nodes[c.Inputs[0]].Shape, g.Nodes[c.Inputs[1]].Shape
+		if ax, err := normAxis(c.Axis, len(base)); err == nil && len(up) == len(base) {
+			return int64(base[ax]) - int64(up[ax]) - c.Offset + 1
+		}
+	case OpAttention:
+		q, k := g.Nodes[c.Inputs[0]].Shape, g.Nodes[c.Inputs[1]].Shape
+		if len(q) == 4 && len(k) == 4 {
+			return int64(k[2]) - int64(q[2]) - c.Offset + 1
+		}
+	}
+	return 0
 }
 
 // iotaLength is the length of the iota n holds through views and casts

@@ -68,7 +68,11 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 				if vals[o] == nil {
 					return fmt.Errorf("launch %s writes into %s before anything wrote it", l.Name, buf.Name)
 				}
-				if vals[o], err = writeWindow(ctx, vals[o], outs[i], w); err != nil {
+				var pos int64
+				if w.Runtime {
+					pos = args[w.Pos].Int(0)
+				}
+				if vals[o], err = writeWindow(ctx, vals[o], outs[i], w, pos); err != nil {
 					return fmt.Errorf("launch %s writes into %s: %w", l.Name, buf.Name, err)
 				}
 				continue // the buffer keeps its place in the arena
@@ -113,15 +117,16 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 	return outputs, states, nil
 }
 
-// writeWindow returns a copy of buf with part written into its slice w.
-func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window) (*ir.Tensor, error) {
+// writeWindow returns a copy of buf with part written into its slice w,
+// which starts at w.Start(pos).
+func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window, pos int64) (*ir.Tensor, error) {
 	if !buf.Shape.Equal(w.Shape) || buf.DType != part.DType {
 		return nil, fmt.Errorf("a %s window into %v holds a %s%v buffer", part.DType, w.Shape, buf.DType, buf.Shape)
 	}
 	nb := ir.NewBuilder("window")
 	x := nb.Input("buf", buf.DType, buf.Shape...)
 	y := nb.Input("part", part.DType, part.Shape...)
-	nb.Output("out", nb.Apply(ir.OpSliceUpdate, ir.Attrs{Axis: w.Axis, Offset: w.Offset}, x, y))
+	nb.Output("out", nb.Apply(ir.OpSliceUpdate, ir.Attrs{Axis: w.Axis, Offset: w.Start(pos)}, x, y))
 	g, err := nb.Build()
 	if err != nil {
 		return nil, err

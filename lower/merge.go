@@ -133,6 +133,10 @@ func mergeRowWrites(a, c *Launch) (*Launch, bool) {
 			vals[k] = ab.input(l.Args[k], l.Body.Node(in))
 		}
 		w, _, _ := OutputWindow(l.Body, 0)
+		if w.Runtime {
+			// The position's input has its own number in the merged body.
+			w.Pos = slices.Index(ab.nb.Inputs(), vals[w.Pos])
+		}
 		ab.nb.Output(w.OutputName(j), ab.nb.Inline(l.Body, vals)[0])
 	}
 	body, err := ab.nb.Build()

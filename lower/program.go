@@ -83,27 +83,48 @@ type Launch struct {
 // output is the slice of a buffer of shape Shape that starts at Offset
 // along Axis (0 <= Axis < len(Shape)) and runs for the output's own extent
 // there; on every other axis the output has the buffer's extent.
+//
+// With Runtime set the window starts at Offset plus a runtime position:
+// the value of the body's input Pos, an integer scalar (a decode step's
+// cache row at past), read by the kernel when it runs.
 type Window struct {
-	Axis   int
-	Offset int64
-	Shape  ir.Shape
+	Axis    int
+	Offset  int64
+	Shape   ir.Shape
+	Runtime bool
+	Pos     int
 }
 
 // OutputName is the name a body gives its output j when the output is
-// written through w: "out0 into [1,8,4096,128] at 4095 along axis 2".
+// written through w: "out0 into [1,8,4096,128] at 4095 along axis 2", or
+// with a runtime position "out0 into [1,8,4096,128] at 0 plus $3 along
+// axis 2".
 func (w Window) OutputName(j int) string {
+	if w.Runtime {
+		return fmt.Sprintf("out%d into %s at %d plus $%d along axis %d", j, w.Shape, w.Offset, w.Pos, w.Axis)
+	}
 	return fmt.Sprintf("out%d into %s at %d along axis %d", j, w.Shape, w.Offset, w.Axis)
 }
 
+// Start is where the window begins along its axis when the runtime
+// position (ignored by a static window) is pos.
+func (w Window) Start(pos int64) int64 {
+	if w.Runtime {
+		return w.Offset + pos
+	}
+	return w.Offset
+}
+
 // Offsets lists where the elements of an output of shape rows written
-// through w land: for each element, in row-major order, its row-major
-// index in the buffer. (A check that runs a kernel alone gives it a buffer
-// of w.Shape and reads the output's elements back from there.)
-func (w Window) Offsets(rows ir.Shape) []int64 {
+// through w land, for runtime position pos (ignored by a static window):
+// for each element, in row-major order, its row-major index in the
+// buffer. (A check that runs a kernel alone gives it a buffer of w.Shape
+// and reads the output's elements back from there.)
+func (w Window) Offsets(rows ir.Shape, pos int64) []int64 {
 	out := make([]int64, rows.NumElements())
 	st, ix := w.Shape.Strides(), make([]int64, len(rows))
 	for e := range out {
-		at := w.Offset * st[w.Axis]
+		at := w.Start(pos) * st[w.Axis]
 		for d := range ix {
 			at += ix[d] * st[d]
 		}
@@ -142,7 +163,19 @@ func OutputWindow(body *ir.Graph, j int) (w Window, ok bool, err error) {
 	}
 	var at int
 	var shape string
-	if _, err := fmt.Sscanf(o.Name, "out%d into %s at %d along axis %d", &at, &shape, &w.Offset, &w.Axis); err != nil {
+	if strings.Contains(o.Name, " plus $") {
+		w.Runtime = true
+		if _, err := fmt.Sscanf(o.Name, "out%d into %s at %d plus $%d along axis %d", &at, &shape, &w.Offset, &w.Pos, &w.Axis); err != nil {
+			return fail("not a window: %v", err)
+		}
+		ins := body.Inputs()
+		if w.Pos < 0 || w.Pos >= len(ins) {
+			return fail("the runtime position is input %d of %d", w.Pos, len(ins))
+		}
+		if n := body.Node(ins[w.Pos]); !n.DType.IsInt() || len(n.Shape) != 0 {
+			return fail("the runtime position, input %d, is %s%v, not an integer scalar", w.Pos, n.DType, n.Shape)
+		}
+	} else if _, err := fmt.Sscanf(o.Name, "out%d into %s at %d along axis %d", &at, &shape, &w.Offset, &w.Axis); err != nil {
 		return fail("not a window: %v", err)
 	}
 	dims, open := strings.CutPrefix(shape, "[")

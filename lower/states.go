@@ -120,7 +120,17 @@ func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
 	rows := su.Inputs[1]
 	need := make([]bool, len(body.Nodes))
 	need[rows] = true
-	for i := rows; i >= 0; i-- {
+	pos, runtime := su.DynamicOffset()
+	if runtime {
+		// The position is read by the kernel, not computed by it: it must
+		// be one of the body's inputs.
+		if body.Node(pos).Op != ir.OpInput {
+			return nil, nil, false
+		}
+		need[pos] = true
+	}
+	last := max(rows, pos)
+	for i := last; i >= 0; i-- {
 		if need[i] {
 			for _, in := range body.Node(i).Inputs {
 				need[in] = true
@@ -133,9 +143,13 @@ func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
 	nb := ir.NewBuilder(body.Name)
 	vals := make([]ir.Value, len(body.Nodes))
 	var args []int
-	for i, n := range body.Nodes[:rows+1] {
+	at := -1 // the runtime position's input in the new body
+	for i, n := range body.Nodes[:last+1] {
 		if !need[i] {
 			continue
+		}
+		if runtime && ir.Value(i) == pos {
+			at = len(args)
 		}
 		if !rowsOp(body, n) {
 			return nil, nil, false
@@ -155,7 +169,7 @@ func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
 	if ax < 0 {
 		ax += len(su.Shape)
 	}
-	w := Window{Axis: ax, Offset: su.Offset, Shape: su.Shape.Clone()}
+	w := Window{Axis: ax, Offset: su.Offset, Shape: su.Shape.Clone(), Runtime: runtime, Pos: at}
 	nb.Output(w.OutputName(0), vals[rows])
 	g, err := nb.Build()
 	if err != nil {
