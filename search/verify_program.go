@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"os/exec"
 	"strings"
 	"time"
@@ -90,7 +92,13 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 		return err
 	}
 	small := opt
-	small.Seq, small.Past = min(opt.Seq, 8), min(opt.Seq, 8)-1
+	small.Seq = min(opt.Seq, 8)
+	if opt.Past >= 0 {
+		small.Past = small.Seq - 1
+	} else {
+		// A runtime position keeps its symbol, over the reduced cache.
+		small.PastMin, small.PastMax = 0, 0
+	}
 	g, err := corpus.BuildConfig(model+" (reduced)", corpus.Reduced(cfg), model[i+1:], small)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", model, err)
@@ -103,13 +111,44 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 	if err != nil {
 		return err
 	}
-	rel, err := emulateAgainstReference(ctx, model, g, c, in, nil)
-	if err != nil {
-		return err
+	worst := 0.0
+	var at []string
+	for point := range symbolPointCount(g, maxVerifyPoints) {
+		bound, err := bindSymbols(g, in, point, maxVerifyPoints)
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", model, err)
+		}
+		rel, err := emulateAgainstReference(ctx, model, g, c, in, nil)
+		if err != nil {
+			if len(bound) > 0 {
+				return fmt.Errorf("%w (at %s)", err, symbolText(bound))
+			}
+			return err
+		}
+		worst = max(worst, rel)
+		if len(bound) > 0 {
+			at = append(at, symbolText(bound))
+		}
 	}
-	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation (relative error %.2g)\n",
-		len(c.kernels), rel)
+	where := ""
+	if len(at) > 0 {
+		where = " at " + strings.Join(at, ", ")
+	}
+	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation%s (relative error %.2g)\n",
+		len(c.kernels), where, worst)
 	return nil
+}
+
+// maxVerifyPoints bounds the values of a symbol a program is verified at.
+const maxVerifyPoints = 5
+
+// symbolText prints bound symbols as NAME=V, sorted by name.
+func symbolText(bound map[string]int64) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(bound)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", name, bound[name]))
+	}
+	return strings.Join(parts, " ")
 }
 
 // emulateAgainstReference runs c's CUDA under the CPU emulation with feeds
