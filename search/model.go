@@ -3,6 +3,7 @@ package search
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,8 +44,12 @@ type ModelOptions struct {
 	// Kind is what to build from a Hugging Face folder or a config file
 	// named without a kind: model, layer, decode, ... ("" means model).
 	Kind string
-	// Dims bind an ONNX model's symbolic dimensions.
+	// Dims bind an ONNX model's symbolic dimensions, or pin a corpus
+	// decode step's position (past).
 	Dims Dims
+	// Ranges make symbols runtime extents over a range: a decode step's
+	// position, past (see DimFlag).
+	Ranges map[string]ir.Symbol
 }
 
 // Close releases what the model maps (an ONNX file's weights). It is safe
@@ -79,8 +84,15 @@ func loadModel(name string, o ModelOptions) (*Model, error) {
 	if o.Kind == "" {
 		o.Kind = "model"
 	}
-	if len(o.Dims) > 0 && !strings.HasSuffix(name, ".onnx") {
-		return nil, optionErrorf("--dim applies to ONNX models, not %s", name)
+	if !strings.HasSuffix(name, ".onnx") {
+		var err error
+		if o, err = corpusSymbols(name, o); err != nil {
+			return nil, err
+		}
+	} else if len(o.Ranges) > 0 {
+		for _, r := range o.Ranges {
+			return nil, optionErrorf("--dim %s=%d..%d: an ONNX model's dimensions are pinned (NAME=VALUE) for now; runtime ranges apply to a decode step's %s", r.Name, r.Lo, r.Hi, corpus.PastSymbol)
+		}
 	}
 	if st, err := os.Stat(name); err == nil && st.IsDir() {
 		return loadFolder(name, filepath.Join(name, "config.json"), o)
@@ -200,6 +212,91 @@ func matchesModel(g *ir.Graph, lp *lower.Program) error {
 	return nil
 }
 
+// corpusSymbols applies --dim to a corpus or config model: past, the
+// position of a decode step, pinned (past=P) or over a range
+// (past=LO..HI, within the cache's Seq positions). Other names, and past
+// for a kind other than decode, are option errors.
+func corpusSymbols(name string, o ModelOptions) (ModelOptions, error) {
+	kind := o.Kind
+	if i := strings.LastIndexByte(name, ':'); i >= 0 {
+		kind = name[i+1:]
+	}
+	for n, v := range o.Dims {
+		if n != corpus.PastSymbol {
+			return o, optionErrorf("--dim %s=%d: %s has no dimension %s (a decode step has %s; an ONNX model's own dimensions are named in the file)", n, v, name, n, corpus.PastSymbol)
+		}
+	}
+	for n, r := range o.Ranges {
+		if n != corpus.PastSymbol {
+			return o, optionErrorf("--dim %s=%d..%d: %s has no dimension %s (a decode step has %s)", n, r.Lo, r.Hi, name, n, corpus.PastSymbol)
+		}
+	}
+	p, pinned := o.Dims[corpus.PastSymbol]
+	r, ranged := o.Ranges[corpus.PastSymbol]
+	if !pinned && !ranged {
+		return o, nil
+	}
+	if kind != "decode" {
+		return o, optionErrorf("--dim %s: only a decode step has a position; %s is %s", corpus.PastSymbol, name, kind)
+	}
+	seq := o.Build.Seq
+	if seq == 0 {
+		seq = corpus.DefaultSeq
+	}
+	if pinned {
+		if p >= int64(seq) {
+			return o, optionErrorf("--dim %s=%d: the KV cache holds %d positions (--seq/--max-seq), so %s is at most %d", corpus.PastSymbol, p, seq, corpus.PastSymbol, seq-1)
+		}
+		o.Build.Past = int(p)
+	} else {
+		if r.Hi >= int64(seq) {
+			return o, optionErrorf("--dim %s=%d..%d: the KV cache holds %d positions (--seq/--max-seq), so %s is at most %d", corpus.PastSymbol, r.Lo, r.Hi, seq, corpus.PastSymbol, seq-1)
+		}
+		o.Build.Past, o.Build.PastMin, o.Build.PastMax = -1, int(r.Lo), int(r.Hi)
+	}
+	o.Dims, o.Ranges = nil, nil // applied to Build, which plan.json records
+	return o, nil
+}
+
+// DimFlag is the --dim flag: each Set takes NAME=VALUE, which pins a
+// dimension (into Pins), or NAME=LO..HI, which makes it a runtime extent
+// over that range (into Ranges).
+type DimFlag struct {
+	Pins   Dims
+	Ranges map[string]ir.Symbol
+}
+
+// String is the pins and ranges in name order.
+func (d DimFlag) String() string {
+	parts := []string{}
+	if len(d.Pins) > 0 {
+		parts = append(parts, d.Pins.String())
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.Ranges)) {
+		r := d.Ranges[name]
+		parts = append(parts, fmt.Sprintf("%s=%d..%d", name, r.Lo, r.Hi))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set adds one pin or range; a name given twice keeps the last.
+func (d DimFlag) Set(s string) error {
+	name, val, ok := strings.Cut(s, "=")
+	lo, hi, isRange := strings.Cut(val, "..")
+	if !ok || name == "" || !isRange {
+		delete(d.Ranges, name)
+		return d.Pins.Set(s)
+	}
+	a, err1 := strconv.ParseInt(lo, 10, 64)
+	b, err2 := strconv.ParseInt(hi, 10, 64)
+	if err1 != nil || err2 != nil || a < 0 || a > b {
+		return fmt.Errorf("want NAME=VALUE or NAME=LO..HI with integers 0 <= LO <= HI, got %q", s)
+	}
+	delete(d.Pins, name)
+	d.Ranges[name] = ir.Symbol{Name: name, Lo: a, Hi: b}
+	return nil
+}
+
 // Dims bind an ONNX model's symbolic dimensions by name. It is a
 // flag.Value: each Set takes one NAME=VALUE.
 type Dims map[string]int64
@@ -218,7 +315,7 @@ func (d Dims) String() string {
 func (d Dims) Set(s string) error {
 	name, val, ok := strings.Cut(s, "=")
 	n, err := strconv.ParseInt(val, 10, 64)
-	if !ok || name == "" || err != nil || n <= 0 {
+	if !ok || name == "" || err != nil || n < 0 || n == 0 && name != corpus.PastSymbol {
 		return fmt.Errorf("want NAME=VALUE with a positive integer VALUE, got %q", s)
 	}
 	d[name] = n

@@ -87,8 +87,8 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		dtype := fs.String("dtype", "f32", "MODEL only: dtype of weights and activations: f32, f16 or bf16")
 		target := fs.String("target", "h100-sxm", "MODEL only: the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "MODEL only: the architecture schedules are priced for with NVRTC: sm_80 or sm_90")
-		dims := search.Dims{}
-		fs.Var(dims, "dim", "MODEL only: an ONNX model's symbolic dimension `NAME=VALUE` (repeatable)")
+		dims := dimFlag(fs, "MODEL only: "+dimUsage)
+		maxSeq := maxSeqFlag(fs)
 		minRuns := fs.Int("min-runs", timing.DefaultMin, "the fewest timed runs of each measurement")
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
@@ -129,7 +129,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 				if dtErr != nil || !dt.IsFloat() {
 					return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 				}
-				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, Past: -1, DType: dt}, Dims: dims})
+				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: capacity(*seq, *maxSeq), Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
 				if loadErr != nil {
 					return loadErr
 				}

@@ -64,8 +64,8 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 		target := fs.String("target", "h100-sxm", "the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "the architecture NVRTC compiles for: sm_80 or sm_90")
 		verify := fs.Bool("verify", true, "verify under the CPU emulation (needs g++)")
-		dims := search.Dims{}
-		fs.Var(dims, "dim", "an ONNX model's symbolic dimension `NAME=VALUE` (repeatable)")
+		dims := dimFlag(fs, ""+dimUsage)
+		maxSeq := maxSeqFlag(fs)
 		ranges := search.InputRanges{}
 		fs.Var(ranges, "input-range", inputRangeUsage)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
@@ -82,7 +82,7 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 			if err != nil || !dt.IsFloat() {
 				return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, Past: -1, DType: dt}, Dims: dims})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: capacity(*seq, *maxSeq), Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

@@ -72,7 +72,8 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		var out, dtype, kind string
 		var seq int
 		var asJSON, verify bool
-		dims := search.Dims{}
+		dims := dimFlag(fs, dimUsage)
+		maxSeq := maxSeqFlag(fs)
 		fs.StringVar(&out, "o", "", "the output `DIR`")
 		fs.DurationVar(&o.Budget, "budget", 10*time.Minute, "the run's time budget, output included (0: none, the work limits end it)")
 		fs.StringVar(&o.Target, "target", "h100-sxm", "the device the cost model prices for (h100, a100, ...; auto: the GPU here)")
@@ -80,7 +81,6 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		fs.IntVar(&seq, "seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
 		fs.StringVar(&dtype, "dtype", "f32", "dtype of weights and activations for corpus and config models: f32, f16 or bf16")
 		fs.StringVar(&kind, "kind", "model", "what to build from a Hugging Face folder: model, layer, decode, ...")
-		fs.Var(dims, "dim", "an ONNX model's symbolic dimension `NAME=VALUE` (repeatable)")
 		fs.Uint64Var(&o.Seed, "seed", 1, "seeds random weights, inputs and samples")
 		fs.StringVar((*string)(&o.Measure), "measure", "auto", "where to measure kernels: auto (the GPU when there is one), gpu, emulated or none")
 		fs.IntVar(&o.Candidates, "candidates", 8, "kernels measured (each in its best schedules)")
@@ -115,7 +115,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 			if err := search.CheckOutputDir(out); err != nil {
 				return exitCodes(err)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: seq, Past: -1, DType: dt}, Kind: kind, Dims: dims})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: capacity(seq, *maxSeq), Past: -1, DType: dt}, Kind: kind, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

@@ -2,6 +2,9 @@ package main
 
 import (
 	"flag"
+
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/search"
 )
 
 // sizeFlags are the flags that size a built graph, with what they count.
@@ -12,11 +15,22 @@ var sizeFlags = []struct{ name, what string }{
 	{"batch", "sequences per batch"},
 }
 
+// maxSeqChecked refuses a negative --max-seq (0 means absent).
+func maxSeqChecked(fs *flag.FlagSet) error {
+	if v, ok := intFlag(fs, "max-seq"); ok && v < 0 {
+		return usagef("--max-seq %d: must be positive (the KV cache's capacity)", v)
+	}
+	return nil
+}
+
 // checkSizeFlags refuses the size flags fs defines when their values
 // cannot be honoured: a --seq or --batch that is not positive, and a
 // --past outside the KV cache that --seq sizes (-1 is the default, the
 // cache's last slot). Flags fs does not define are not checked.
 func checkSizeFlags(fs *flag.FlagSet) error {
+	if err := maxSeqChecked(fs); err != nil {
+		return err
+	}
 	for _, f := range sizeFlags {
 		if v, ok := intFlag(fs, f.name); ok && v <= 0 {
 			return usagef("--%s %d: must be positive (%s)", f.name, v, f.what)
@@ -48,4 +62,28 @@ func intFlag(fs *flag.FlagSet, name string) (int, bool) {
 	}
 	v, ok := g.Get().(int)
 	return v, ok
+}
+
+// dimUsage is the --dim flag's help.
+const dimUsage = "an ONNX model's symbolic dimension `NAME=VALUE`, or a decode step's position: past=P pins it, past=LO..HI makes it a runtime extent over that range (default 0..seq-1) (repeatable)"
+
+// dimFlag defines --dim on fs: pins and runtime ranges.
+func dimFlag(fs *flag.FlagSet, usage string) search.DimFlag {
+	d := search.DimFlag{Pins: search.Dims{}, Ranges: map[string]ir.Symbol{}}
+	fs.Var(d, "dim", usage)
+	return d
+}
+
+// maxSeqFlag defines --max-seq on fs, the KV cache's capacity of a decode
+// step: another name for --seq, whose value it replaces when given.
+func maxSeqFlag(fs *flag.FlagSet) *int {
+	return fs.Int("max-seq", 0, "decode: the KV cache's capacity N, positions 0..N-1 (the same as --seq; wins over it)")
+}
+
+// capacity is --seq unless --max-seq was given.
+func capacity(seq, maxSeq int) int {
+	if maxSeq > 0 {
+		return maxSeq
+	}
+	return seq
 }
