@@ -39,9 +39,11 @@ const FileName = "plan.json"
 // FormatVersion is the version of plan.json's format that this lumsearch
 // writes and reads. Format 2 added the format itself, the digests of the
 // output folder's files, the NVRTC that compiled the kernels, the model's
-// source file and the plan's own digest; a plan of another format is
-// refused with the advice to compile the model again.
-const FormatVersion = 2
+// source file and the plan's own digest. Format 3 added the runtime
+// symbols (Symbols) and a decode step's position range in Options. A plan
+// of another format is refused with the advice to compile the model
+// again.
+const FormatVersion = 3
 
 // Plan is plan.json.
 type Plan struct {
@@ -74,6 +76,11 @@ type Plan struct {
 	// Prep are the launches run once at load, Run those of every run.
 	Prep []Launch `json:"prep"`
 	Run  []Launch `json:"run"`
+	// Symbols are the program's runtime extents: each is fed as the
+	// integer scalar input of its name, which must lie in [Lo, Hi]
+	// (lum_run and the Go package refuse other values); Buckets are the
+	// values the cost model priced the program at.
+	Symbols []Symbol `json:"symbols,omitempty"`
 	// Outputs maps each output's name to its buffer, Updates each state
 	// to the buffer holding its new value after a run.
 	Outputs map[string]int `json:"outputs"`
@@ -116,6 +123,15 @@ type Source struct {
 	Files map[string]string `json:"files"`
 }
 
+// Symbol is a runtime extent of a compiled program (ir.Symbol) with the
+// buckets it was priced at.
+type Symbol struct {
+	Name    string  `json:"name"`
+	Lo      int64   `json:"lo"`
+	Hi      int64   `json:"hi"`
+	Buckets []int64 `json:"buckets,omitempty"`
+}
+
 // Compiler is the NVRTC that compiled a folder's kernels.
 type Compiler struct {
 	// Version is NVRTC's "major.minor", Options every option it got.
@@ -126,10 +142,13 @@ type Compiler struct {
 // Options are the build options of a model, as "lumsearch compile" takes
 // them.
 type Options struct {
-	Seq   int              `json:"seq,omitempty"`
-	Past  int              `json:"past,omitempty"`
-	DType string           `json:"dtype,omitempty"`
-	Dims  map[string]int64 `json:"dims,omitempty"`
+	Seq  int `json:"seq,omitempty"`
+	Past int `json:"past,omitempty"`
+	// PastMin and PastMax bound a runtime position (Past -1).
+	PastMin int              `json:"past_min,omitempty"`
+	PastMax int              `json:"past_max,omitempty"`
+	DType   string           `json:"dtype,omitempty"`
+	Dims    map[string]int64 `json:"dims,omitempty"`
 }
 
 // Buffer is one tensor in device memory; see lower.Buffer.
@@ -301,6 +320,9 @@ func (p *Plan) Validate() error {
 		} else if b.Offset != 0 {
 			return fmt.Errorf("buffer %d (%s): a %s buffer has no arena offset", i, b.Name, b.Kind)
 		}
+	}
+	if err := p.validateSymbols(); err != nil {
+		return err
 	}
 	readOnly := map[string]bool{lower.Input.String(): true, lower.Weight.String(): true, lower.Constant.String(): true}
 	for _, group := range []struct {
@@ -553,4 +575,28 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 		}
 	}
 	return lp, nil
+}
+
+// validateSymbols checks that each symbol is named once, has a range, and
+// is fed through an integer scalar input buffer of its name.
+func (p *Plan) validateSymbols() error {
+	seen := map[string]bool{}
+	for _, s := range p.Symbols {
+		if seen[s.Name] {
+			return fmt.Errorf("two symbols named %q", s.Name)
+		}
+		seen[s.Name] = true
+		if s.Lo < 0 || s.Lo > s.Hi {
+			return fmt.Errorf("symbol %s: range %d..%d", s.Name, s.Lo, s.Hi)
+		}
+		i := slices.IndexFunc(p.Buffers, func(b Buffer) bool { return b.Kind == lower.Input.String() && b.Name == s.Name })
+		if i < 0 {
+			return fmt.Errorf("symbol %s has no input buffer", s.Name)
+		}
+		vt, err := p.Buffers[i].Type()
+		if err != nil || !vt.DType.IsInt() || len(vt.Shape) != 0 || s.Hi > vt.DType.MaxInt() {
+			return fmt.Errorf("symbol %s: its input is %s%v, not an integer scalar that holds %d", s.Name, p.Buffers[i].DType, p.Buffers[i].Shape, s.Hi)
+		}
+	}
+	return nil
 }

@@ -90,6 +90,28 @@ type Feeds struct {
 	// for every output by its name, and optionally the value after the
 	// run of states the graph updates, by the state's name.
 	Outputs string
+	// At binds runtime extents (the program's symbols, a decode step's
+	// past) to the values to run at; unset, a program is run at several
+	// values across each symbol's range.
+	At SymbolValues
+}
+
+// SymbolValues bind runtime extents by name to values to run at. It is a
+// flag.Value: each Set takes one NAME=VALUE with VALUE >= 0.
+type SymbolValues map[string]int64
+
+// String is the bindings in name order, NAME=VALUE joined by spaces.
+func (s SymbolValues) String() string { return symbolText(s) }
+
+// Set adds one binding.
+func (s SymbolValues) Set(v string) error {
+	name, val, ok := strings.Cut(v, "=")
+	n, err := strconv.ParseInt(val, 10, 64)
+	if !ok || name == "" || err != nil || n < 0 {
+		return fmt.Errorf("want NAME=VALUE with an integer VALUE >= 0 (a runtime extent of the program, such as past), got %q", v)
+	}
+	s[name] = n
+	return nil
 }
 
 // checkFiles says whether the inputs and outputs files can be read, so

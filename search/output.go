@@ -91,6 +91,12 @@ func buildPlan(src *source, f *final) (*plan.Plan, error) {
 	pl.NVRTC = f.compiler
 	b := md.Options.Build
 	pl.Options = plan.Options{Seq: b.Seq, Past: b.Past, DType: b.DType.String(), Dims: maps.Clone(md.Options.Dims)}
+	if b.Past < 0 {
+		pl.Options.PastMin, pl.Options.PastMax = b.PastMin, b.PastMax
+	}
+	for _, s := range md.Graph.Symbols {
+		pl.Symbols = append(pl.Symbols, plan.Symbol{Name: s.Name, Lo: s.Lo, Hi: s.Hi, Buckets: Buckets(s)})
+	}
 	return pl, nil
 }
 

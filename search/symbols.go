@@ -2,7 +2,9 @@ package search
 
 import (
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -36,7 +38,8 @@ func verifyPoints(s ir.Symbol, limit int) []int64 {
 		}
 		pts = append(pts, odd)
 	}
-	for _, b := range Buckets(s) {
+	// The large buckets first: they cross the most tiles of a kernel.
+	for _, b := range slices.Backward(Buckets(s)) {
 		if len(pts) >= limit {
 			break
 		}
@@ -48,33 +51,118 @@ func verifyPoints(s ir.Symbol, limit int) []int64 {
 	return slices.Compact(pts)
 }
 
-// bindSymbols sets each of g's symbols' inputs in feeds to the point'th
-// of its verification points (the last one once a symbol has no more).
-func bindSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, point, limit int) (map[string]int64, error) {
-	bound := map[string]int64{}
-	for _, s := range g.Symbols {
-		pts := verifyPoints(s, limit)
-		v := pts[min(point, len(pts)-1)]
-		in, ok := g.SymbolInput(s.Name)
-		if !ok {
-			return nil, fmt.Errorf("internal error: symbol %s has no input", s)
+// symbolBindings lists the values of g's symbols a program is run at:
+// the values at names (each within its symbol's range) when at is given,
+// else the verification points, symbol by symbol in step (a symbol with
+// fewer points stays at its last). A graph without symbols runs once,
+// with no binding.
+func symbolBindings(g *ir.Graph, at map[string]int64, limit int) ([]map[string]int64, error) {
+	if len(g.Symbols) == 0 {
+		for name := range at {
+			return nil, withKind(KindOption, fmt.Errorf("--dim %s=%d: the program has no runtime extent %s", name, at[name], name))
 		}
-		t, err := ir.TensorOfInts(g.Node(in).DType, ir.Shape{}, v)
-		if err != nil {
-			return nil, fmt.Errorf("symbol %s=%d: %w", s.Name, v, err)
-		}
-		feeds[s.Name] = t
-		bound[s.Name] = v
+		return []map[string]int64{nil}, nil
 	}
-	return bound, nil
-}
-
-// symbolPointCount is how many verification runs cover every symbol's
-// points.
-func symbolPointCount(g *ir.Graph, limit int) int {
+	if len(at) > 0 {
+		one := map[string]int64{}
+		for name, v := range at {
+			s, ok := g.Symbol(name)
+			if !ok {
+				return nil, withKind(KindOption, fmt.Errorf("--dim %s=%d: the program has no runtime extent %s (it has %s)", name, v, name, symbolNames(g)))
+			}
+			if v < s.Lo || v > s.Hi {
+				return nil, withKind(KindOption, fmt.Errorf("--dim %s=%d: outside the range the program was compiled for, %d..%d", name, v, s.Lo, s.Hi))
+			}
+			one[name] = v
+		}
+		for _, s := range g.Symbols {
+			if _, ok := one[s.Name]; !ok {
+				one[s.Name] = s.Lo
+			}
+		}
+		return []map[string]int64{one}, nil
+	}
 	n := 1
 	for _, s := range g.Symbols {
 		n = max(n, len(verifyPoints(s, limit)))
 	}
-	return n
+	out := make([]map[string]int64, n)
+	for k := range out {
+		out[k] = map[string]int64{}
+		for _, s := range g.Symbols {
+			pts := verifyPoints(s, limit)
+			out[k][s.Name] = pts[min(k, len(pts)-1)]
+		}
+	}
+	return out, nil
 }
+
+// symbolNames lists g's symbols as "NAME in [LO, HI]", joined by commas.
+func symbolNames(g *ir.Graph) string {
+	var parts []string
+	for _, s := range g.Symbols {
+		parts = append(parts, s.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// bindSymbols sets the inputs of g's symbols in feeds to their values in
+// binding.
+func bindSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, binding map[string]int64) error {
+	for name, v := range binding {
+		in, ok := g.SymbolInput(name)
+		if !ok {
+			return fmt.Errorf("internal error: symbol %s has no input", name)
+		}
+		t, err := ir.TensorOfInts(g.Node(in).DType, ir.Shape{}, v)
+		if err != nil {
+			return fmt.Errorf("symbol %s=%d: %w", name, v, err)
+		}
+		feeds[name] = t
+	}
+	return nil
+}
+
+// symbolText prints bound symbols as NAME=V, sorted by name.
+func symbolText(bound map[string]int64) string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(bound)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", name, bound[name]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// runAtSymbols runs check once per binding of symbolBindings, with the
+// symbols' inputs in feeds set, and returns the worst of its results and
+// the bindings it ran at as text ("" for a graph without symbols).
+func runAtSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, at map[string]int64, check func() (float64, error)) (float64, string, error) {
+	bindings, err := symbolBindings(g, at, maxVerifyPoints)
+	if err != nil {
+		return 0, "", err
+	}
+	worst := 0.0
+	var texts []string
+	for _, b := range bindings {
+		if err := bindSymbols(g, feeds, b); err != nil {
+			return 0, "", err
+		}
+		rel, err := check()
+		if err != nil {
+			if len(b) > 0 {
+				return 0, "", fmt.Errorf("%w (at %s)", err, symbolText(b))
+			}
+			return 0, "", err
+		}
+		worst = max(worst, rel)
+		if len(b) > 0 {
+			texts = append(texts, symbolText(b))
+		}
+	}
+	if len(texts) == 0 {
+		return worst, "", nil
+	}
+	return worst, " at " + strings.Join(texts, ", "), nil
+}
+
+// maxVerifyPoints bounds the values of a symbol a program is verified at.
+const maxVerifyPoints = 5

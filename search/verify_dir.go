@@ -89,7 +89,7 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 	if err != nil {
 		dt = ir.F32
 	}
-	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, DType: dt}
+	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, DType: dt}
 	md, err := LoadModel(modelName, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
 	if err != nil {
 		return withKind(KindInput, fmt.Errorf("verify %s: rebuild %s from plan.json: %w", dir, pl.Model, err))
@@ -114,7 +114,19 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 		if err != nil {
 			return err
 		}
-		rel, err := emulateAgainstReference(ctx, pl.Model, g, c, in, expect)
+		at := feeds.At
+		if feeds.Inputs != "" && at == nil {
+			at = map[string]int64{} // the file's own values
+		}
+		var rel float64
+		var where string
+		if len(at) == 0 && feeds.Inputs != "" {
+			rel, err = emulateAgainstReference(ctx, pl.Model, g, c, in, expect)
+		} else {
+			rel, where, err = runAtSymbols(g, in, at, func() (float64, error) {
+				return emulateAgainstReference(ctx, pl.Model, g, c, in, expect)
+			})
+		}
 		if err != nil {
 			return err
 		}
@@ -122,7 +134,7 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 		if feeds.Inputs != "" {
 			what = "the inputs of " + feeds.Inputs
 		}
-		fmt.Fprintf(stdout, "  verify: the whole program, as the folder holds it, matches the reference interpreter under the CPU emulation on %s (relative error %.2g)\n", what, rel)
+		fmt.Fprintf(stdout, "  verify: the whole program, as the folder holds it, matches the reference interpreter under the CPU emulation on %s%s (relative error %.2g)\n", what, where, rel)
 		if expect != nil {
 			fmt.Fprintf(stdout, "  verify: %v\n", expect.found)
 		}

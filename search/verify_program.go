@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"math"
-	"slices"
 	"os/exec"
 	"strings"
 	"time"
@@ -111,44 +109,15 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 	if err != nil {
 		return err
 	}
-	worst := 0.0
-	var at []string
-	for point := range symbolPointCount(g, maxVerifyPoints) {
-		bound, err := bindSymbols(g, in, point, maxVerifyPoints)
-		if err != nil {
-			return fmt.Errorf("verify %s: %w", model, err)
-		}
-		rel, err := emulateAgainstReference(ctx, model, g, c, in, nil)
-		if err != nil {
-			if len(bound) > 0 {
-				return fmt.Errorf("%w (at %s)", err, symbolText(bound))
-			}
-			return err
-		}
-		worst = max(worst, rel)
-		if len(bound) > 0 {
-			at = append(at, symbolText(bound))
-		}
-	}
-	where := ""
-	if len(at) > 0 {
-		where = " at " + strings.Join(at, ", ")
+	worst, where, err := runAtSymbols(g, in, nil, func() (float64, error) {
+		return emulateAgainstReference(ctx, model, g, c, in, nil)
+	})
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "  verify: the reduced configuration (%d launches, hidden 64, 2 layers at most) matches the reference interpreter under the CPU emulation%s (relative error %.2g)\n",
 		len(c.kernels), where, worst)
 	return nil
-}
-
-// maxVerifyPoints bounds the values of a symbol a program is verified at.
-const maxVerifyPoints = 5
-
-// symbolText prints bound symbols as NAME=V, sorted by name.
-func symbolText(bound map[string]int64) string {
-	var parts []string
-	for _, name := range slices.Sorted(maps.Keys(bound)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", name, bound[name]))
-	}
-	return strings.Join(parts, " ")
 }
 
 // emulateAgainstReference runs c's CUDA under the CPU emulation with feeds

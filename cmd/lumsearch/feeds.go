@@ -17,6 +17,13 @@ func feedFlags(fs *flag.FlagSet, prefix string) *search.Feeds {
 	return feeds
 }
 
+// atFlag defines --dim on fs as the values of a compiled program's
+// runtime extents to run at (Feeds.At).
+func atFlag(fs *flag.FlagSet, feeds *search.Feeds, prefix string) {
+	feeds.At = search.SymbolValues{}
+	fs.Var(feeds.At, "dim", prefix+"run at runtime extent `NAME=VALUE` (a decode step's past), within the range it was compiled for; default: several values across the range (repeatable)")
+}
+
 // The usage of the flags that say how a command feeds a model, shared by
 // the commands that run one.
 const (

@@ -12,7 +12,7 @@ import (
 var verifyCommand = &command{
 	name:     "verify",
 	summary:  "re-run the verification of a compiled output folder",
-	synopsis: "verify DIR [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
+	synopsis: "verify DIR [--dim NAME=VALUE ...] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
 	doc: `
 "verify DIR" checks a folder that "optimize" or "compile" wrote, from the
 folder itself: plan.json (each launch's body, the reference it must
@@ -40,7 +40,9 @@ on a seeded sample of its thread blocks). Then the whole program, rebuilt
 from the plan, runs under the emulation against the model, rebuilt from the
 plan's provenance, when its intermediates are small enough (at most 16M
 elements); a corpus model too large for that is checked at the reduced size
-of its architecture, as compile does. Needs g++.
+of its architecture, as compile does. A program with runtime extents (a
+decode step's past) runs at several values across each range (its ends, an
+odd value, bucket edges); --dim past=P runs it at P alone. Needs g++.
 ` + feedsDoc + `
 
 --inputs FILE runs the whole program on the tensors of a safetensors file
@@ -54,6 +56,7 @@ allowance. Both need the whole program under the emulation.`,
 	example: `lumsearch verify _out/`,
 	setup: func(fs *flag.FlagSet) action {
 		feeds := feedFlags(fs, "")
+		atFlag(fs, feeds, "")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
 				return usagef("want: verify DIR")
