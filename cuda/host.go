@@ -272,6 +272,15 @@ func (h *host) source() string {
 	}
 	b.WriteString("    {kTemp, nullptr, nullptr, 0ULL, -1LL, nullptr},\n};\n\n")
 
+	b.WriteString("// The runtime extents, checked by lum_set_input against their ranges.\n")
+	fmt.Fprintf(&b, "constexpr int kNumSymbols = %d;\n", len(p.Symbols))
+	b.WriteString("const SymbolDesc kSymbols[kNumSymbols + 1] = {\n")
+	for _, s := range p.Symbols {
+		i := slices.IndexFunc(p.Buffers, func(buf *lower.Buffer) bool { return buf.Kind == lower.Input && buf.Name == s.Name })
+		fmt.Fprintf(&b, "    {%d, %dLL, %dLL},  // %s\n", i, s.Lo, s.Hi, commentText(s.String()))
+	}
+	b.WriteString("    {-1, 0LL, 0LL},\n};\n\n")
+
 	b.WriteString("// The tensors lum_tensor lists: inputs, weights, states, outputs.\n")
 	fmt.Fprintf(&b, "constexpr size_t kNumTensors = %d;\n", len(pub))
 	b.WriteString("const lum_tensor_info kTensors[kNumTensors + 1] = {\n")

@@ -78,6 +78,30 @@ int lum_load_prepared(lum_model* m, const char* path, char* err, size_t errlen) 
 }
 
 int lum_set_input(lum_model* m, const char* name, const void* data, size_t bytes, char* err, size_t errlen) {
+    if (name != nullptr && data != nullptr) {
+        // A runtime extent outside its range would have kernels write
+        // outside their buffers (a KV cache row past the cache).
+        int i = find(kInput, name);
+        for (int s = 0; i >= 0 && s < kNumSymbols; s++) {
+            if (kSymbols[s].buffer != i || bytes != kBuffers[i].bytes) {
+                continue;
+            }
+            long long v = 0;
+            if (bytes == 4) {
+                int32_t x;
+                memcpy(&x, data, 4);
+                v = x;
+            } else if (bytes == 8) {
+                int64_t x;
+                memcpy(&x, data, 8);
+                v = x;
+            }
+            if (v < kSymbols[s].lo || v > kSymbols[s].hi) {
+                return fail(err, errlen, LUM_ERR_ARGUMENT, "lum_set_input: %s=%lld is outside the range the model was compiled for, %lld..%lld",
+                            name, v, kSymbols[s].lo, kSymbols[s].hi);
+            }
+        }
+    }
     return transfer(m, "lum_set_input", kInput, name, data, nullptr, bytes, err, errlen);
 }
 

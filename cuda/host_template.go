@@ -154,6 +154,7 @@ const hostSourcePrefix = `//
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,13 @@ struct BufferDesc {
     unsigned long long bytes;
     long long offset;             // in the arena (temps); -1 for the others
     const unsigned char* data;    // a constant's bytes
+};
+
+// A runtime extent (a decode step's past): the integer scalar input
+// buffer that carries it and the range the program was compiled for.
+struct SymbolDesc {
+    int buffer;                   // in kBuffers
+    long long lo, hi;
 };
 
 struct LaunchDesc {

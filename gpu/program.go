@@ -211,6 +211,14 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 	if !p.prepared {
 		return nil, fmt.Errorf("run %s: not prepared", p.name)
 	}
+	for _, s := range p.plan.Symbols {
+		// A position past the range would write a KV cache out of bounds.
+		if t := inputs[s.Name]; t != nil && t.Len() == 1 {
+			if err := p.plan.CheckSymbol(s.Name, t.Int(0)); err != nil {
+				return nil, fmt.Errorf("run %s: %w", p.name, err)
+			}
+		}
+	}
 	if err := p.uploadKinds(inputs, input); err != nil {
 		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}

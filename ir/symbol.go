@@ -27,6 +27,23 @@ func (s Symbol) Range() Range {
 	return Range{Lo: float64(s.Lo), Hi: float64(s.Hi), Meaning: MeaningSymbol}
 }
 
+// Buckets are the geometric buckets of the symbol's range, the extents
+// the cost model prices a program at and reports show: powers of two
+// between the range's ends, the ends included. A range of one value is
+// one bucket.
+func (s Symbol) Buckets() []int64 {
+	out := []int64{s.Lo}
+	for b := int64(1); b < s.Hi; b *= 2 {
+		if b > s.Lo {
+			out = append(out, b)
+		}
+	}
+	if s.Hi > s.Lo {
+		out = append(out, s.Hi)
+	}
+	return out
+}
+
 // Symbol returns the symbol named name.
 func (g *Graph) Symbol(name string) (Symbol, bool) {
 	for _, s := range g.Symbols {

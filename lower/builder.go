@@ -50,7 +50,7 @@ func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 	if err != nil {
 		return nil, fmt.Errorf("lower %s: %w", g.Name, err)
 	}
-	b := &builder{eg: eg, prog: &Program{Name: g.Name, Outputs: map[string]int{}, Updates: map[string]int{}},
+	b := &builder{eg: eg, prog: &Program{Name: g.Name, Outputs: map[string]int{}, Updates: map[string]int{}, Symbols: slices.Clone(g.Symbols)},
 		vals: map[egraph.ClassID]value{}, tuple: map[egraph.ClassID][]int{}, named: map[string]int{}}
 	for _, pc := range order {
 		c := p.ClassIDs[pc]

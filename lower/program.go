@@ -227,6 +227,9 @@ type Program struct {
 	// launches copy back.
 	Outputs map[string]int
 	Updates map[string]int
+	// Symbols are the runtime extents of the graph the program computes,
+	// each fed through the input buffer of its name.
+	Symbols []ir.Symbol
 	// ArenaBytes is the arena the memory plan needs for the Temp
 	// buffers; TempBytes what they would take without reuse.
 	ArenaBytes, TempBytes int64

@@ -224,6 +224,9 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 		return nil, fmt.Errorf("plan of %s: %w", lp.Name, err)
 	}
 	p := &Plan{Format: FormatVersion, ArenaBytes: lp.ArenaBytes, TempBytes: lp.TempBytes, Outputs: maps.Clone(lp.Outputs), Updates: maps.Clone(lp.Updates), WeightsDigest: digest}
+	for _, s := range lp.Symbols {
+		p.Symbols = append(p.Symbols, Symbol{Name: s.Name, Lo: s.Lo, Hi: s.Hi, Buckets: s.Buckets()})
+	}
 	for _, b := range lp.Buffers {
 		shape := make([]int64, len(b.Shape))
 		for i, d := range b.Shape {
@@ -509,6 +512,9 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 		kindOf[k.String()] = k
 	}
 	lp := &lower.Program{Name: name, ArenaBytes: p.ArenaBytes, TempBytes: p.TempBytes, Outputs: maps.Clone(p.Outputs), Updates: maps.Clone(p.Updates)}
+	for _, s := range p.Symbols {
+		lp.Symbols = append(lp.Symbols, ir.Symbol{Name: s.Name, Lo: s.Lo, Hi: s.Hi})
+	}
 	for _, b := range p.Buffers {
 		vt, err := b.Type()
 		if err != nil {
@@ -596,6 +602,18 @@ func (p *Plan) validateSymbols() error {
 		vt, err := p.Buffers[i].Type()
 		if err != nil || !vt.DType.IsInt() || len(vt.Shape) != 0 || s.Hi > vt.DType.MaxInt() {
 			return fmt.Errorf("symbol %s: its input is %s%v, not an integer scalar that holds %d", s.Name, p.Buffers[i].DType, p.Buffers[i].Shape, s.Hi)
+		}
+	}
+	return nil
+}
+
+// CheckSymbol says whether v is a value symbol name may take when the
+// program runs: within the range it was compiled for. A name that is not
+// a symbol of the plan passes.
+func (p *Plan) CheckSymbol(name string, v int64) error {
+	for _, s := range p.Symbols {
+		if s.Name == name && (v < s.Lo || v > s.Hi) {
+			return fmt.Errorf("%s=%d is outside the range %s was compiled for, %d..%d", name, v, p.Model, s.Lo, s.Hi)
 		}
 	}
 	return nil

@@ -94,9 +94,7 @@ func buildPlan(src *source, f *final) (*plan.Plan, error) {
 	if b.Past < 0 {
 		pl.Options.PastMin, pl.Options.PastMax = b.PastMin, b.PastMax
 	}
-	for _, s := range md.Graph.Symbols {
-		pl.Symbols = append(pl.Symbols, plan.Symbol{Name: s.Name, Lo: s.Lo, Hi: s.Hi, Buckets: Buckets(s)})
-	}
+
 	return pl, nil
 }
 

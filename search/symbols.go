@@ -9,23 +9,6 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// Buckets are the geometric buckets of a symbol's range, the extents the
-// cost model prices a program at and the report shows: powers of two
-// between the range's ends, the ends included. A range of one value is
-// one bucket.
-func Buckets(s ir.Symbol) []int64 {
-	out := []int64{s.Lo}
-	for b := int64(1); b < s.Hi; b *= 2 {
-		if b > s.Lo {
-			out = append(out, b)
-		}
-	}
-	if s.Hi > s.Lo {
-		out = append(out, s.Hi)
-	}
-	return out
-}
-
 // verifyPoints are the values of a symbol a program is verified at: the
 // range's ends, the bucket edges, and an odd value inside the range (one
 // that no power of two or tile size divides), at most limit of them,
@@ -39,7 +22,7 @@ func verifyPoints(s ir.Symbol, limit int) []int64 {
 		pts = append(pts, odd)
 	}
 	// The large buckets first: they cross the most tiles of a kernel.
-	for _, b := range slices.Backward(Buckets(s)) {
+	for _, b := range slices.Backward(s.Buckets()) {
 		if len(pts) >= limit {
 			break
 		}
