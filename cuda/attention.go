@@ -149,10 +149,11 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 	b.WriteString("    float m = -INFINITY, l = 0.0f;\n")
 	fmt.Fprintf(&b, "    float o[%d];\n    for (int j = 0; j < %d; j++) o[j] = 0.0f;\n", (Dv+threads-1)/threads, (Dv+threads-1)/threads)
 	b.WriteString("    __syncthreads();\n")
-	fmt.Fprintf(&b, "    for (long long t0 = 0; t0 < %dLL; t0 += %d) {\n", T, attnTile)
+	keys := printKeyLoop(&b, body, p, T, "s", "s", "    ")
+	fmt.Fprintf(&b, "    for (long long t0 = %s; t0 < %s; t0 += %d) {\n", keys.beg, keys.end, attnTile)
 	fmt.Fprintf(&b, "      if (threadIdx.x < %d) {\n", attnTile)
 	b.WriteString("        long long t = t0 + threadIdx.x;\n        float sc = -INFINITY;\n")
-	fmt.Fprintf(&b, "        if (t < %dLL) {\n          float dot = 0.0f;\n", T)
+	fmt.Fprintf(&b, "        if (t < %s) {\n          float dot = 0.0f;\n", keys.end)
 	ek := emitter(nil)
 	kv, err := ek.value(p.KT, opIndex(kt, "dd", "t"), false)
 	if err != nil {
@@ -187,7 +188,7 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j++) {\n", (Dv+threads-1)/threads)
 	fmt.Fprintf(&b, "        long long d = threadIdx.x + j * %d;\n        if (d >= %dLL) break;\n", threads, Dv)
 	b.WriteString("        float acc = o[j] * alpha;\n")
-	fmt.Fprintf(&b, "        for (int tt = 0; tt < %d && t0 + tt < %dLL; tt++) {\n          long long t = t0 + tt;\n", attnTile, T)
+	fmt.Fprintf(&b, "        for (int tt = 0; tt < %d && t0 + tt < %s; tt++) {\n          long long t = t0 + tt;\n", attnTile, keys.end)
 	ev := emitter(nil)
 	vv, err := ev.value(p.V, opIndex(body.Node(p.V).Shape, "t", "d"), false)
 	if err != nil {
@@ -373,12 +374,13 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost
 	fmt.Fprintf(&b, "    float m[%d], l[%d], o[%d][%d];\n", rpw, rpw, rpw, cols)
 	fmt.Fprintf(&b, "    for (int i = 0; i < %d; i++) {\n      m[i] = -INFINITY; l[i] = 0.0f;\n", rpw)
 	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j++) o[i][j] = 0.0f;\n    }\n", cols)
-	fmt.Fprintf(&b, "    for (long long t0 = 0; t0 < %dLL; t0 += %d) {\n", T, BN)
+	keys := printKeyLoop(&b, body, p, T, "s0", lastRow(BM, S), "    ")
+	fmt.Fprintf(&b, "    for (long long t0 = %s; t0 < %s; t0 += %d) {\n", keys.beg, keys.end, BN)
 	b.WriteString("      // The previous tile's keys and values (the first time, the query\n")
 	b.WriteString("      // rows' writes) are done with.\n")
 	b.WriteString("      __syncthreads();\n")
-	// The key and value tiles, their prologues computed; keys past T are
-	// zeros (their probabilities are zero, and 0 * 0 stays 0 where
+	// The key and value tiles, their prologues computed; keys past the
+	// block's last (T, or the mask's bound) are zeros (their probabilities are zero, and 0 * 0 stays 0 where
 	// uninitialized memory could hold a NaN).
 	tileLoad := func(v ir.Value, ix index, dst string, width int64, col string) error {
 		e := emitter(nil)
@@ -388,7 +390,7 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost
 		}
 		fmt.Fprintf(&b, "      for (int i = threadIdx.x; i < %d; i += %d) {\n", BN*width, s.Threads)
 		fmt.Fprintf(&b, "        const int c = i / %d;\n        const long long %s = i %% %d, t = t0 + c;\n        float x = 0.0f;\n", width, col, width)
-		fmt.Fprintf(&b, "        if (t < %dLL) {\n", T)
+		fmt.Fprintf(&b, "        if (t < %s) {\n", keys.end)
 		printLines(&b, e.lines, "          ")
 		fmt.Fprintf(&b, "          x = %s;\n        }\n        %s[c][%s] = x;\n      }\n", x, dst, col)
 		return nil
@@ -411,7 +413,7 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost
 	if err != nil {
 		return "", err
 	}
-	fmt.Fprintf(&b, "        if (s < %dLL && t < %dLL) {\n", S, T)
+	fmt.Fprintf(&b, "        if (s < %dLL && t < %s) {\n", S, keys.end)
 	printLines(&b, es.lines, "          ")
 	fmt.Fprintf(&b, "          sc = %s;\n        }\n", sv)
 	b.WriteString(`        float mx = sc;
@@ -429,7 +431,7 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost
 `)
 	fmt.Fprintf(&b, "        for (int j = 0; j < %d; j++) o[i][j] *= alpha;\n      }\n", cols)
 	b.WriteString("      // Each warp reads only its own rows' probabilities.\n      __syncwarp();\n")
-	fmt.Fprintf(&b, "      for (int c = 0; c < %d && t0 + c < %dLL; c++) {\n", BN, T)
+	fmt.Fprintf(&b, "      for (int c = 0; c < %d && t0 + c < %s; c++) {\n", BN, keys.end)
 	fmt.Fprintf(&b, "        float vc[%d];\n", cols)
 	fmt.Fprintf(&b, "        for (int j = 0; j < %d; j++) vc[j] = lane + 32 * j < %d ? Vs[c][lane + 32 * j] : 0.0f;\n", cols, Dv)
 	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) {\n", rpw)

@@ -84,3 +84,9 @@ func affineText(c cost.KeyConstraint, names map[ir.Value]string) string {
 	}
 	return strings.ReplaceAll(strings.Join(parts, " + "), "+ -", "- ")
 }
+
+// lastRow is the C expression of the last query row of a block of bm rows
+// from s0, of s rows in all.
+func lastRow(bm, s int64) string {
+	return fmt.Sprintf("(s0 + %d < %dLL ? s0 + %d : %dLL)", bm-1, s, bm-1, s-1)
+}

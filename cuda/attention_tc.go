@@ -148,7 +148,7 @@ type attnOperandTile struct {
 	rows     int    // rows in the tile
 	rowVar   string // the row's index variable (a query row, a key)
 	rowBase  string // the tile's first row
-	rowLimit int64  // rows past it are zeros
+	rowLimit string // rows from it on are zeros (a C expression)
 	colVar   string // the column's index variable (a head dim)
 	cols     int64  // columns; past them, up to the padded width, zeros
 	words    int64  // the row stride in words
@@ -173,7 +173,7 @@ func printTileLoad(b *strings.Builder, body *ir.Graph, tl attnOperandTile, dt ir
 			fmt.Fprintf(b, "%sfor (int i = threadIdx.x; i < %d; i += %d) {\n", indent, chunks, threads)
 			fmt.Fprintf(b, "%s  const int rr = i / %d, cc = i %% %d * 8;\n", indent, padded/8, padded/8)
 			fmt.Fprintf(b, "%s  const long long %s = %s + rr, %s = cc;\n", indent, tl.rowVar, tl.rowBase, tl.colVar)
-			fmt.Fprintf(b, "%s  if (%s < %dLL && %s < %dLL) lum_cp_async16(&%s[rr * %d + cc / 2], %s + %s);\n",
+			fmt.Fprintf(b, "%s  if (%s < %s && %s < %dLL) lum_cp_async16(&%s[rr * %d + cc / 2], %s + %s);\n",
 				indent, tl.rowVar, tl.rowLimit, tl.colVar, tl.cols, tl.dst, tl.words, paramName(body, in), linear(body.Node(in).Shape, six))
 			fmt.Fprintf(b, "%s  else for (int w = 0; w < 4; w++) %s[rr * %d + cc / 2 + w] = 0u;\n", indent, tl.dst, tl.words)
 			fmt.Fprintf(b, "%s}\n", indent)
@@ -185,7 +185,7 @@ func printTileLoad(b *strings.Builder, body *ir.Graph, tl attnOperandTile, dt ir
 	fmt.Fprintf(b, "%s  const int rr = i / %d, cp = i %% %d;\n", indent, padded/2, padded/2)
 	fmt.Fprintf(b, "%s  const long long %s = %s + rr;\n", indent, tl.rowVar, tl.rowBase)
 	b.WriteString(indent + "  float lo = 0.0f, hi = 0.0f;\n")
-	fmt.Fprintf(b, "%s  if (%s < %dLL) {\n", indent, tl.rowVar, tl.rowLimit)
+	fmt.Fprintf(b, "%s  if (%s < %s) {\n", indent, tl.rowVar, tl.rowLimit)
 	for h, name := range []string{"lo", "hi"} {
 		e := &elementwise{body: body, temps: map[string]string{}}
 		x, err := e.value(tl.operand, tl.at(tl.rowVar, tl.colVar), false)
@@ -240,21 +240,22 @@ func printAttentionTC(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost.S
 	fmt.Fprintf(&b, "  for (long long tile = blockIdx.x; tile < %dLL; tile += gridDim.x) {\n", g.batch*tilesS)
 	fmt.Fprintf(&b, "    const long long s0 = tile %% %dLL * %d;\n    long long bz = tile / %dLL;\n", tilesS, BM, tilesS)
 	g.printBatch(&b, "    ")
+	keys := printKeyLoop(&b, body, p, T, "s0", lastRow(BM, S), "    ")
 
 	qShape, ktShape, vShape := body.Node(p.Q).Shape, body.Node(p.KT).Shape, body.Node(p.V).Shape
-	qTile := attnOperandTile{dst: "Qs", rows: s.BM, rowVar: "s", rowBase: "s0", rowLimit: S, colVar: "dd", cols: D, words: kw, operand: p.Q,
+	qTile := attnOperandTile{dst: "Qs", rows: s.BM, rowVar: "s", rowBase: "s0", rowLimit: fmt.Sprintf("%dLL", S), colVar: "dd", cols: D, words: kw, operand: p.Q,
 		at: func(row, col string) index { return g.opIndex(qShape, row, col) }, srcV: p.Q}
 	qTile.src = qTile.at
 	// The keys: kt is k transposed; its source before the permute holds a
 	// key's head dims contiguously.
-	kTile := attnOperandTile{dst: "Ks", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: T, colVar: "dd", cols: D, words: kw, operand: p.KT,
+	kTile := attnOperandTile{dst: "Ks", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: keys.end, colVar: "dd", cols: D, words: kw, operand: p.KT,
 		at: func(row, col string) index { return g.opIndex(ktShape, col, row) }, srcV: -1}
 	if n := body.Node(p.KT); n.Op == ir.OpPermute && swapsLastTwo(n.Attrs.Perm) {
 		src := body.Node(n.Inputs[0]).Shape
 		kTile.srcV = n.Inputs[0]
 		kTile.src = func(row, col string) index { return g.opIndex(src, row, col) }
 	}
-	vTile := attnOperandTile{dst: "Vs", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: T, colVar: "d", cols: Dv, words: vw, operand: p.V,
+	vTile := attnOperandTile{dst: "Vs", rows: s.BN, rowVar: "tk", rowBase: "t0", rowLimit: keys.end, colVar: "d", cols: Dv, words: vw, operand: p.V,
 		at: func(row, col string) index { return g.opIndex(vShape, row, col) }, srcV: p.V}
 	vTile.src = vTile.at
 
@@ -271,12 +272,12 @@ func printAttentionTC(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost.S
 	fmt.Fprintf(&b, "    float oacc[%d][4];\n    for (int dn = 0; dn < %d; dn++) for (int q = 0; q < 4; q++) oacc[dn][q] = 0.0f;\n", dn, dn)
 	b.WriteString("    // Running max and sum of rows g and g + 8 of the warp's 16.\n")
 	b.WriteString("    float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};\n")
-	b.WriteString("    {\n      const long long t0 = 0;\n")
+	fmt.Fprintf(&b, "    {\n      const long long t0 = %s;\n", keys.beg)
 	if err := printTileLoad(&b, body, kTile, dt, s.Threads, "      "); err != nil {
 		return "", err
 	}
 	b.WriteString("    }\n    lum_cp_async_wait();\n    __syncthreads();\n")
-	fmt.Fprintf(&b, "    for (long long t0 = 0; t0 < %dLL; t0 += %d) {\n", T, BN)
+	fmt.Fprintf(&b, "    for (long long t0 = %s; t0 < %s; t0 += %d) {\n", keys.beg, keys.end, BN)
 	b.WriteString("      // The value tile loads while the scores are computed.\n")
 	if err := printTileLoad(&b, body, vTile, dt, s.Threads, "      "); err != nil {
 		return "", err
@@ -296,7 +297,7 @@ func printAttentionTC(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost.S
 	fmt.Fprintf(&b, "      for (int nt = 0; nt < %d; nt++) for (int q = 0; q < 4; q++) {\n", nb)
 	b.WriteString("        const long long s = s0 + warp * 16 + g + q / 2 * 8, tk = t0 + nt * 8 + tg * 2 + q % 2;\n")
 	b.WriteString("        float sc = -INFINITY;\n")
-	fmt.Fprintf(&b, "        if (s < %dLL && tk < %dLL) {\n", S, T)
+	fmt.Fprintf(&b, "        if (s < %dLL && tk < %s) {\n", S, keys.end)
 	printLines(&b, es.lines, "          ")
 	fmt.Fprintf(&b, "          sc = %s;\n        }\n        sacc[nt][q] = sc;\n      }\n", sv)
 	// The online softmax of rows g (h = 0) and g + 8 (h = 1).
@@ -324,7 +325,7 @@ func printAttentionTC(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost.S
 	b.WriteString("      }\n")
 	b.WriteString("      // The value tile is in; every warp is done with the key tile.\n")
 	b.WriteString("      lum_cp_async_wait();\n      __syncthreads();\n")
-	fmt.Fprintf(&b, "      if (t0 + %d < %dLL) {\n", BN, T)
+	fmt.Fprintf(&b, "      if (t0 + %d < %s) {\n", BN, keys.end)
 	b.WriteString("        // The next key tile loads while P V runs.\n")
 	fmt.Fprintf(&b, "        const long long t1 = t0 + %d;\n", BN)
 	kNext := kTile

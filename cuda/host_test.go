@@ -31,7 +31,12 @@ import (
 // hostProgram lowers and prints the naive program of a tiny corpus graph.
 func hostProgram(t *testing.T, name string) (*lower.Program, []*Kernel) {
 	t.Helper()
-	g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
+	opt := corpus.Options{Seq: 4, Past: 2}
+	if base, ok := strings.CutSuffix(name, "@runtime"); ok {
+		// The decode step's position is the runtime symbol past.
+		name, opt.Past = base, -1
+	}
+	g, err := corpus.Build(name, opt)
 	require.NoError(t, err)
 	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
 	require.NoError(t, err)
@@ -150,6 +155,12 @@ int main(void) {
         const lum_tensor_info* t = lum_tensor(i);
         if (t->kind != LUM_INPUT) continue;
         unsigned char* data = calloc(1, t->bytes);
+        if (t->rank == 0 && t->bytes == 4) {
+            /* A runtime extent is refused outside its range. */
+            int far = 1000000;
+            printf("far %s: ", t->name);
+            report("set", lum_set_input(m, t->name, &far, 4, err, sizeof err));
+        }
         report(t->name, lum_set_input(m, t->name, data, t->bytes, err, sizeof err));
         free(data);
     }
@@ -446,7 +457,7 @@ func TestHostLibrary(t *testing.T) {
 	t.Parallel()
 	needCompilers(t)
 	fake := fakeDriverDir(t)
-	for _, name := range []string{"tiny-llama:layer", "tiny-gpt2:decode"} {
+	for _, name := range []string{"tiny-llama:layer", "tiny-gpt2:decode", "tiny-llama:decode@runtime"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			lp, ks := hostProgram(t, name)
@@ -476,6 +487,13 @@ func TestHostLibrary(t *testing.T) {
 			assert.Contains(t, out, "lum_prepare: 0: ok\n")
 			assert.Regexp(t, `run before inputs: 5: lum_run: input \S+ was not set`, out)
 			assert.Contains(t, out, "lum_run: 0: ok\n")
+			for _, s := range lp.Symbols {
+				// The harness sets each 4-byte scalar input to 1000000 first.
+				assert.Contains(t, out, fmt.Sprintf("far %s: set: 4: lum_set_input: %s=1000000 is outside the range the model was compiled for, %d..%d", s.Name, s.Name, s.Lo, s.Hi))
+			}
+			if strings.HasSuffix(name, "@runtime") {
+				assert.NotEmpty(t, lp.Symbols, "a runtime decode step has its position as a symbol")
+			}
 			for oname := range lp.Outputs {
 				assert.Contains(t, out, oname+": 0: ok\n")
 			}
