@@ -266,3 +266,53 @@ func BenchmarkLlama3LayerEval(b *testing.B) {
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/eval")
 }
+
+// TestPrefillThenDecode hands the prefill's caches to the decode step with
+// a runtime position, which goes on from the prompt's end: each step's
+// logits equal the whole model's at that position.
+func TestPrefillThenDecode(t *testing.T) {
+	for _, name := range []string{"tiny-llama", "tiny-qwen2", "tiny-gpt2", "tiny-mistral"} {
+		cfg, err := EmbeddedConfig(name)
+		require.NoError(t, err)
+		const prompt, total = 3, 20 // past tiny-mistral's sliding window of 16
+		whole, err := BuildConfig(name, cfg, "model", Options{Seq: total})
+		require.NoError(t, err)
+		feeds, err := RandomWeights(whole, 11)
+		require.NoError(t, err)
+		ids := make([]float64, total)
+		for i := range ids {
+			ids[i] = float64((i*53 + 7) % cfg.VocabSize)
+		}
+		feeds["input_ids"], err = ir.TensorOf(ir.I64, ir.Shape{1, total}, ids...)
+		require.NoError(t, err)
+		want := eval(t, whole, feeds).Outputs["logits"]
+
+		pre, err := BuildConfig(name, cfg, "prefill", Options{Seq: prompt, Cache: total})
+		require.NoError(t, err)
+		dec, err := BuildConfig(name, cfg, "decode", Options{Seq: total, Past: -1})
+		require.NoError(t, err)
+		require.Equal(t, len(pre.States()), len(dec.States()))
+		for i, v := range pre.States() {
+			assert.Equal(t, pre.Node(v).Shape, dec.Node(dec.States()[i]).Shape, "the prefill's cache is the decode step's")
+		}
+		feeds["input_ids"], err = ir.TensorOf(ir.I64, ir.Shape{1, prompt}, ids[:prompt]...)
+		require.NoError(t, err)
+		for _, v := range pre.States() {
+			n := pre.Node(v)
+			feeds[n.Name], err = ir.TensorOf(n.DType, n.Shape, 1000) // never attended
+			require.NoError(t, err)
+		}
+		r := eval(t, pre, feeds)
+		assert.Less(t, maxAbsDiff(want, r.Outputs["logits"], 0), 1e-9, "%s prefill", name)
+		maps.Copy(feeds, r.States)
+		for p := prompt; p < total; p++ {
+			feeds["input_ids"], err = ir.TensorOf(ir.I64, ir.Shape{1, 1}, ids[p])
+			require.NoError(t, err)
+			feeds["past"], err = ir.TensorOfInts(ir.I32, ir.Shape{}, int64(p))
+			require.NoError(t, err)
+			r := eval(t, dec, feeds)
+			maps.Copy(feeds, r.States)
+			assert.Less(t, maxAbsDiff(want, r.Outputs["logits"], int64(p*cfg.VocabSize)), 1e-9, "%s decode at %d", name, p)
+		}
+	}
+}

@@ -28,6 +28,11 @@ type Options struct {
 	// PastMin and PastMax bound a runtime position; PastMax 0 means
 	// Seq-1, the cache's last slot.
 	PastMin, PastMax int
+	// Cache is, for a prefill, the KV caches' capacity (default Seq):
+	// the prefill writes positions 0..Seq-1 of caches laid out as a
+	// decode step with Seq = Cache reads them, so that its state is the
+	// decode program's starting state. Other kinds ignore it.
+	Cache int
 	// DType is the dtype of weights and activations (default f32; f16 and
 	// bf16 allowed). As in Hugging Face's models, norms, softmax and the
 	// rotary tables are computed in f32 with casts around them when DType
@@ -73,6 +78,12 @@ func (o Options) resolve() (Options, error) {
 	}
 	if !o.DType.IsFloat() {
 		return o, fmt.Errorf("dtype %s; want f32, f16 or bf16", o.DType)
+	}
+	if o.Cache == 0 {
+		o.Cache = o.Seq
+	}
+	if o.Cache < o.Seq {
+		return o, fmt.Errorf("cache %d: want at least seq %d, the positions a prefill writes", o.Cache, o.Seq)
 	}
 	if o.Past < 0 {
 		if o.PastMax == 0 {

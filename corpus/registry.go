@@ -37,6 +37,16 @@ var kinds = []kind{
 		e.causalLM(e.opt.Past, 1, true)
 		return nil
 	}},
+	{name: "prefill", build: func(e *emitter) error {
+		// The prompt's keys and values go into the caches, laid out as
+		// the decode step's (capacity Options.Cache), which goes on
+		// from position Seq.
+		ids := e.Input("input_ids", ir.I64, ir.Dim(e.opt.Batch), ir.Dim(e.opt.Seq))
+		p := e.newPass(0, e.opt.Seq, true)
+		p.cacheLen = e.opt.Cache
+		e.causalLMPass(ids, p)
+		return nil
+	}},
 	{name: "attention", build: func(e *emitter) error {
 		x := e.hiddenInput()
 		p := e.newPass(0, e.opt.Seq, false)

@@ -27,7 +27,7 @@ func TestNames(t *testing.T) {
 	for _, absent := range []string{"gpt2:layer", "gpt2:rotary", "gpt2:rmsnorm", "llama-3-8b:block", "llama-3-8b:layernorm"} {
 		assert.NotContains(t, names, absent)
 	}
-	assert.Len(t, names, 7*9+2*8) // 7 llama-family configs with 9 kinds, 2 gpt2 configs with 8
+	assert.Len(t, names, 7*10+2*9) // 7 llama-family configs with 10 kinds, 2 gpt2 configs with 9
 	seen := map[string]bool{}
 	for _, n := range names {
 		assert.False(t, seen[n], "duplicate %s", n)
@@ -110,6 +110,11 @@ func TestTinyShapes(t *testing.T) {
 						st := g.Node(g.States()[0])
 						assert.Equal(t, ir.Shape{b, ir.Dim(c.NumKeyValueHeads), s, ir.Dim(c.HeadDim)}, st.Shape)
 						assert.Equal(t, dt, st.DType)
+					case "prefill":
+						assertLeaf(t, g, "input_ids", ir.I64, ir.Shape{b, s})
+						assertOutput(t, g, "logits", ir.F32, ir.Shape{b, s, 97})
+						st := g.Node(g.States()[0])
+						assert.Equal(t, ir.Shape{b, ir.Dim(c.NumKeyValueHeads), s, ir.Dim(c.HeadDim)}, st.Shape, "the cache holds Cache (default Seq) positions")
 					case "layer", "block":
 						assertLeaf(t, g, "hidden_states", dt, ir.Shape{b, s, 64})
 						assertOutput(t, g, "hidden_states", dt, ir.Shape{b, s, 64})

@@ -560,3 +560,82 @@ func (m maskReader) additiveMask(v ir.Value, ix []affine, scale float64) ([]KeyC
 		}
 	}
 }
+
+// expectedKeys prices an attention whose keys follow a runtime position:
+// its key bound, with each input it reads at the value the price takes.
+type expectedKeys struct {
+	bound  KeyBound
+	values map[ir.Value]int64
+}
+
+// runtimeKeys reads the key bound of an attention body (body, the eager
+// form of raw) when it depends on a runtime position, which it prices at
+// the middle of the position's range: the range ir.InputRanges gives the
+// input in raw (the attention op's runtime position runs over the keys
+// its queries can have; a declared symbol's range where the body carries
+// one), else the positions over which the last query row's bound runs
+// through the keys. A bound that is static, or an input with no range,
+// gives nil: every key is priced.
+func runtimeKeys(raw, body *ir.Graph) *expectedKeys {
+	p, err := Attention(body)
+	if err != nil {
+		return nil
+	}
+	kb, ok := AttentionKeyBound(body, p)
+	if !ok || !kb.Runtime() {
+		return nil
+	}
+	scores := body.Node(p.Scores).Shape
+	S, T := int64(scores[len(scores)-2]), int64(scores[len(scores)-1])
+	ranges := ir.InputRanges(raw)
+	e := &expectedKeys{bound: kb, values: map[ir.Value]int64{}}
+	for _, v := range kb.Inputs() {
+		var lo, hi int64
+		if r, ok := ranges[body.Node(v).Name]; ok {
+			lo, hi = int64(math.Ceil(r.Lo)), int64(math.Floor(r.Hi))
+		} else if lo, hi, ok = kb.naturalRange(v, S, T); !ok {
+			return nil
+		}
+		if lo > hi {
+			return nil
+		}
+		e.values[v] = lo + (hi-lo)/2
+	}
+	return e
+}
+
+// naturalRange is the values of input v over which the first upper bound
+// on the keys that reads it (with coefficient 1 or -1, other inputs at
+// zero) runs, at the last query row, over keys 0..T-1.
+func (kb KeyBound) naturalRange(v ir.Value, S, T int64) (lo, hi int64, ok bool) {
+	for _, c := range kb.Constraints {
+		if c.Key != -1 {
+			continue
+		}
+		for _, t := range c.Terms {
+			if t.Input != v || (t.Coef != 1 && t.Coef != -1) {
+				continue
+			}
+			base := c.Row*(S-1) + c.Const
+			lo, hi = -base*t.Coef, (T-1-base)*t.Coef
+			return min(lo, hi), max(lo, hi), true
+		}
+	}
+	return 0, 0, false
+}
+
+// perBlock is the keys a block of bm query rows (of S) loops over, on
+// average over the blocks: exactly (the keys it loads) and in whole tiles
+// of bn from its first (the keys it computes).
+func (e *expectedKeys) perBlock(S, T int64, bm, bn int) (keys, keysPad float64) {
+	value := func(v ir.Value) int64 { return e.values[v] }
+	blocks := (S + int64(bm) - 1) / int64(bm)
+	var sum, sumPad int64
+	for b := range blocks {
+		first := b * int64(bm)
+		lo, hi := e.bound.Block(first, min(first+int64(bm), S)-1, T, value)
+		sum += hi - lo
+		sumPad += (hi - lo + int64(bn) - 1) / int64(bn) * int64(bn)
+	}
+	return float64(sum) / float64(blocks), float64(sumPad) / float64(blocks)
+}

@@ -3,6 +3,7 @@ package cost
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -189,6 +190,10 @@ type kernelForm struct {
 	rowLen int
 	// valueLen is attention's value row length (its output columns).
 	valueLen int
+	// keys is what an attention's mask says about the keys each block
+	// sees, when the keys depend on a runtime position (nil otherwise:
+	// every key is priced).
+	keys *expectedKeys
 	// res, when set, is the compiler's report for the schedule priced,
 	// used in place of the model's register and shared-memory guesses.
 	res *Resources
@@ -245,6 +250,7 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cost: kernel body %s: no kernel form computes it: %w", body.Name, err)
 	}
+	raw := body
 	for _, n := range body.Nodes {
 		if n.Op == ir.OpAttention {
 			if body, err = Decompose(body); err != nil {
@@ -268,6 +274,9 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 	if len(k.matmuls) == 2 {
 		v := body.Node(body.Node(k.matmuls[1]).Inputs[1]).Shape
 		k.valueLen = int(v[len(v)-1])
+	}
+	if form == FormAttention {
+		k.keys = runtimeKeys(raw, body)
 	}
 	for i := len(body.Nodes) - 1; i >= 0; i-- {
 		n := body.Nodes[i]
@@ -600,6 +609,14 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 //     fragments live in registers), keys to BN and rows to BM; the
 //     softmax on FMA.
 //
+// A mask that bounds the keys by a runtime position (a decode step over a
+// KV cache) makes each block loop over the keys its rows see, not all T
+// (cuda's keyLoop): such a body is priced at the keys its blocks see with
+// the position at the middle of its range (runtimeKeys), in the reads of
+// keys and values, their prologues and the arithmetic on them. A static
+// mask's bound is not priced (the price of every static program stays
+// what it was).
+//
 // Shared memory is what the printer declares, which a block declares
 // statically (48 KiB at most: larger tiles are refused); registers are a
 // guess from the accumulators and fragments a thread keeps. Tiles of
@@ -618,6 +635,12 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	}
 	tiles := ceilDiv(S, s.BM)
 	rows := tiles * s.BM // the query rows computed, the last block's padding included
+	// The keys a block loops over, on average over the blocks: exact
+	// (what it loads) and in whole tiles (what it computes).
+	keys, keysPad := float64(T), float64(pad(T, s.BN))
+	if k.keys != nil {
+		keys, keysPad = k.keys.perBlock(int64(S), int64(T), s.BM, s.BN)
+	}
 	var shared, regs int
 	var work []Work
 	switch {
@@ -634,14 +657,14 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 		// the probabilities' fragments, and addressing.
 		regs = 40 + Dvp/2 + Dp/4 + s.BN/2 + s.BN/8
 		class, cdt := tensorDType(dt, true)
-		work = []Work{{class, cdt, 2 * float64(batch) * float64(rows) * float64(pad(T, s.BN)) * float64(Dp+Dvp)}}
+		work = []Work{{class, cdt, 2 * float64(batch) * float64(rows) * keysPad * float64(Dp+Dvp)}}
 	case s.BM == 1:
 		if Dv > 4*s.Threads {
 			return Features{}, false
 		}
 		shared, regs = (D+s.BN+3)*4, 40
 		idle := float64(s.Threads) / float64(s.BN)
-		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(S) * float64(T) * (float64(D)*idle + float64(Dv))}}
+		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(S) * keys * (float64(D)*idle + float64(Dv))}}
 	default:
 		warps := s.Threads / 32
 		if s.BN != 32 || warps == 0 || s.BM%warps != 0 || s.BM/2 >= S {
@@ -653,7 +676,7 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 		}
 		shared = 4 * (s.BM*D + s.BN*(D+1) + s.BN*Dv + s.BM*s.BN)
 		regs = 36 + perWarp*(cols+5) // the output accumulators, scores, max and sum of each row, a value row
-		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(rows) * (float64(pad(T, s.BN))*float64(D) + float64(T)*float64(32*cols))}}
+		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(rows) * (keysPad*float64(D) + keys*float64(32*cols))}}
 	}
 	if shared > staticShared {
 		return Features{}, false
@@ -665,17 +688,23 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	const kSide, vSide = 2, 8 // slots: the first matmul's right operand, the second's
 	var bytes float64
 	for _, in := range body.Inputs() {
-		times := 1
+		times, b := 1, k.bytesOf(in)
 		if k.slots[in]&(kSide|vSide) != 0 {
 			times = tiles
+			if slices.Contains(body.Node(in).Shape, ir.Dim(T)) {
+				b *= keys / float64(T) // the keys (or their rotary tables) read
+			}
 		}
-		bytes += rereads(k.bytesOf(in), times, d.SMs, d)
+		bytes += rereads(b, times, d.SMs, d)
 	}
 	var flops float64
 	for i, n := range body.Nodes {
 		f := opFLOPs(body, n)
 		if k.slots[i]&(kSide|vSide) != 0 {
 			f *= float64(tiles) // key and value prologues (rotary) run per block of query rows
+			if slices.Contains(n.Shape, ir.Dim(T)) {
+				f *= keys / float64(T) // on the keys the block sees
+			}
 		}
 		flops += f
 	}
@@ -684,7 +713,8 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	} else {
 		work = append([]Work{{FMA, "f32", flops}}, work...)
 	}
-	// Every block streams all keys and values through shared memory.
-	tileBytes := float64(batch*tiles) * float64(T) * float64(D+Dv) * float64(body.Node(qk.Inputs[1]).DType.Size())
+	// Every block streams the keys and values it sees through shared
+	// memory.
+	tileBytes := float64(batch*tiles) * keys * float64(D+Dv) * float64(body.Node(qk.Inputs[1]).DType.Size())
 	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tileBytes}, true
 }

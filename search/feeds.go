@@ -234,6 +234,11 @@ func (f Feeds) reduced(g *ir.Graph) Feeds {
 // convert to the leaf's exactly (ir.Tensor.ConvertExact) is a KindInput
 // error naming the file and the tensor.
 func ReadInputs(path string, g *ir.Graph) (map[string]*ir.Tensor, error) {
+	return readLeaves(path, g, append(g.Inputs(), g.States()...))
+}
+
+// readLeaves is ReadInputs with the leaves that must be present given.
+func readLeaves(path string, g *ir.Graph, required []ir.Value) (map[string]*ir.Tensor, error) {
 	file, _, err := safetensors.ReadFile(path)
 	if err != nil {
 		return nil, withKind(KindInput, fmt.Errorf("--inputs: %w", err))
@@ -256,7 +261,7 @@ func ReadInputs(path string, g *ir.Graph) (map[string]*ir.Tensor, error) {
 		}
 		out[name] = t
 	}
-	for _, v := range append(g.Inputs(), g.States()...) {
+	for _, v := range required {
 		n := g.Node(v)
 		if _, ok := out[n.Name]; !ok {
 			return nil, withKind(KindInput, fmt.Errorf("--inputs %s: no tensor for %s %q of %s", path, n.Op, n.Name, g.Name))

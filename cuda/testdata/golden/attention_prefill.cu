@@ -27,11 +27,30 @@ extern "C" __global__ void attention_prefill(const float* __restrict__ in0, cons
     float o[1];
     for (int j = 0; j < 1; j++) o[j] = 0.0f;
     __syncthreads();
-    for (long long t0 = 0; t0 < 5LL; t0 += 32) {
+    // The keys the block's rows see, by the mask: [kbeg, kend), or all of
+    // them when a row sees none (its softmax spreads over the masked keys).
+    long long kbeg = 0, kend = 5LL;
+    {
+      long long lo = 5LL, hi = 0;
+      bool seen = true;
+      for (long long i = s; i <= s; i++) {
+        long long a = 0, z = 4LL, x;
+        x = i;
+        if (x < z) z = x;
+        if (a > z) seen = false;
+        if (a < lo) lo = a;
+        if (z + 1 > hi) hi = z + 1;
+      }
+      if (seen) {
+        kbeg = lo;
+        kend = hi;
+      }
+    }
+    for (long long t0 = kbeg; t0 < kend; t0 += 32) {
       if (threadIdx.x < 32) {
         long long t = t0 + threadIdx.x;
         float sc = -INFINITY;
-        if (t < 5LL) {
+        if (t < kend) {
           float dot = 0.0f;
           for (long long dd = 0; dd < 8LL; dd++) {
             float v0 = in1[((((((b1 * 40LL + t * 8LL + dd) / 80LL) % 2LL) * 40LL + (((b1 * 40LL + t * 8LL + dd) / 8LL) % 5LL) * 8LL + ((b1 * 40LL + t * 8LL + dd) % 8LL)) / 40LL) % 2LL) * 40LL + ((((((b1 * 40LL + t * 8LL + dd) / 80LL) % 2LL) * 40LL + (((b1 * 40LL + t * 8LL + dd) / 8LL) % 5LL) * 8LL + ((b1 * 40LL + t * 8LL + dd) % 8LL)) / 8LL) % 5LL) * 8LL + (((((b1 * 40LL + t * 8LL + dd) / 80LL) % 2LL) * 40LL + (((b1 * 40LL + t * 8LL + dd) / 8LL) % 5LL) * 8LL + ((b1 * 40LL + t * 8LL + dd) % 8LL)) % 8LL)];
@@ -95,7 +114,7 @@ extern "C" __global__ void attention_prefill(const float* __restrict__ in0, cons
         long long d = threadIdx.x + j * 128;
         if (d >= 8LL) break;
         float acc = o[j] * alpha;
-        for (int tt = 0; tt < 32 && t0 + tt < 5LL; tt++) {
+        for (int tt = 0; tt < 32 && t0 + tt < kend; tt++) {
           long long t = t0 + tt;
           float v0 = in2[((((((b1 * 40LL + t * 8LL + d) / 80LL) % 2LL) * 40LL + (((b1 * 40LL + t * 8LL + d) / 8LL) % 5LL) * 8LL + ((b1 * 40LL + t * 8LL + d) % 8LL)) / 40LL) % 2LL) * 40LL + ((((((b1 * 40LL + t * 8LL + d) / 80LL) % 2LL) * 40LL + (((b1 * 40LL + t * 8LL + d) / 8LL) % 5LL) * 8LL + ((b1 * 40LL + t * 8LL + d) % 8LL)) / 8LL) % 5LL) * 8LL + (((((b1 * 40LL + t * 8LL + d) / 80LL) % 2LL) * 40LL + (((b1 * 40LL + t * 8LL + d) / 8LL) % 5LL) * 8LL + ((b1 * 40LL + t * 8LL + d) % 8LL)) % 8LL)];
           float v1 = v0;
