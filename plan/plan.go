@@ -145,10 +145,12 @@ type Options struct {
 	Seq  int `json:"seq,omitempty"`
 	Past int `json:"past,omitempty"`
 	// PastMin and PastMax bound a runtime position (Past -1).
-	PastMin int              `json:"past_min,omitempty"`
-	PastMax int              `json:"past_max,omitempty"`
-	DType   string           `json:"dtype,omitempty"`
-	Dims    map[string]int64 `json:"dims,omitempty"`
+	PastMin int `json:"past_min,omitempty"`
+	PastMax int `json:"past_max,omitempty"`
+	// Cache is a prefill's KV cache capacity when it is not Seq.
+	Cache int              `json:"cache,omitempty"`
+	DType string           `json:"dtype,omitempty"`
+	Dims  map[string]int64 `json:"dims,omitempty"`
 }
 
 // Buffer is one tensor in device memory; see lower.Buffer.

@@ -94,6 +94,9 @@ func buildPlan(src *source, f *final) (*plan.Plan, error) {
 	if b.Past < 0 {
 		pl.Options.PastMin, pl.Options.PastMax = b.PastMin, b.PastMax
 	}
+	if b.Cache != b.Seq {
+		pl.Options.Cache = b.Cache
+	}
 
 	return pl, nil
 }
