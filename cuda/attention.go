@@ -31,6 +31,12 @@ import (
 //     attention_tc.go), FlashAttention-2 style: a warp owns 16 query rows,
 //     S = Q K^T and O += P V run as mma.sync m16n8k16 with f32
 //     accumulators, the softmax on the accumulator fragments.
+//
+// In every layout a block loops over the keys its query rows can see
+// (keyLoop, attention_bound.go): all of them, or where the mask bounds
+// them (causal, at a static offset or a runtime position read from the
+// kernel's input) those up to its last row's position, so a decode step
+// over a KV cache does the work of its position, not of the capacity.
 const (
 	attnThreads = 128
 	attnTile    = 32
@@ -379,8 +385,9 @@ func printAttentionRows(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost
 	b.WriteString("      // The previous tile's keys and values (the first time, the query\n")
 	b.WriteString("      // rows' writes) are done with.\n")
 	b.WriteString("      __syncthreads();\n")
-	// The key and value tiles, their prologues computed; keys past the
-	// block's last (T, or the mask's bound) are zeros (their probabilities are zero, and 0 * 0 stays 0 where
+	// The key and value tiles, their prologues computed; keys from the
+	// loop's end on (T, or the mask's bound: keyLoop) are zeros, never
+	// read (their probabilities are zero, and 0 * 0 stays 0 where
 	// uninitialized memory could hold a NaN).
 	tileLoad := func(v ir.Value, ix index, dst string, width int64, col string) error {
 		e := emitter(nil)

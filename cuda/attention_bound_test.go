@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -272,4 +274,39 @@ func poisonedRows(t *testing.T, x *ir.Tensor, rows, nan int64) *ir.Tensor {
 		out.Set(i, v)
 	}
 	return out
+}
+
+// TestNVRTCCompilesAttentionBound compiles the bounded key loops of the
+// runtime-position bodies in every layout for sm_90: no spills and no
+// stack frame (the bound is a few scalars a thread).
+func TestNVRTCCompilesAttentionBound(t *testing.T) {
+	t.Parallel()
+	lib, err := nvrtc.Load()
+	if err != nil {
+		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	var kernels []*Kernel
+	for _, c := range []boundCase{
+		{name: "decode_f32", dt: ir.F32, mask: boundOp, heads: 32, kvHeads: 8, s: 1, tk: 4096, d: 128},
+		{name: "decode_bf16", dt: ir.BF16, mask: boundOp, heads: 32, kvHeads: 8, s: 1, tk: 4096, d: 128},
+		{name: "window_bf16", dt: ir.BF16, mask: boundWindow, heads: 8, kvHeads: 8, s: 64, tk: 1024, d: 64, window: 256},
+	} {
+		body := c.body(t)
+		for si, s := range c.schedules() {
+			k, err := PrintKernelWith(fmt.Sprintf("%s_%d", c.name, si), "", body, s)
+			require.NoError(t, err, "%s %s", c.name, s)
+			kernels = append(kernels, k)
+		}
+	}
+	res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(kernels), "attention_bound.cu", nvrtc.Options{Arch: "sm_90"})
+	require.NoError(t, err)
+	for _, k := range kernels {
+		r, ok := res.Kernels[k.Name]
+		require.True(t, ok, "no resources for %s", k.Name)
+		assert.Zero(t, r.SpillStores, "%s (%s) spills", k.Name, k.Schedule)
+		assert.Zero(t, r.StackBytes, "%s (%s) keeps a stack frame", k.Name, k.Schedule)
+	}
 }

@@ -36,8 +36,9 @@ import (
 // where the operand is a plain buffer (through views keeping its head dim
 // contiguous: the GQA reshape-expand of k and v), else computed in f32
 // through the operand's prologue (rotary) and rounded once, when packed.
-// Head dims are padded to multiples of 16 with zeros, key tiles past T are
-// zeros and their scores -inf, query rows past S zeros and not stored.
+// Head dims are padded to multiples of 16 with zeros, keys from the key
+// loop's end on (T, or the mask's bound: keyLoop) zeros, never read, and
+// their scores -inf, query rows past S zeros and not stored.
 //
 // Numerics: the probabilities enter P V rounded to the operand dtype, as
 // the graph's own cast of the softmax to that dtype does (though here
