@@ -336,6 +336,16 @@ func benchFeeds(s *benchSetup, seed uint64, f Feeds) (map[string]*ir.Tensor, err
 	if err != nil {
 		return nil, err
 	}
+	if len(f.At) > 0 {
+		// The runtime extents to time the program at.
+		bindings, err := symbolBindings(s.g, f.At, maxVerifyPoints)
+		if err != nil {
+			return nil, err
+		}
+		if err := bindSymbols(s.g, feeds, bindings[0]); err != nil {
+			return nil, err
+		}
+	}
 	// A folder's program has its constants by name; a program that
 	// computes its own takes those (gpu.Program and the emulation both
 	// prefer them).

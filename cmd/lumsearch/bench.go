@@ -87,7 +87,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		dtype := fs.String("dtype", "f32", "MODEL only: dtype of weights and activations: f32, f16 or bf16")
 		target := fs.String("target", "h100-sxm", "MODEL only: the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "MODEL only: the architecture schedules are priced for with NVRTC: sm_80 or sm_90")
-		dims := dimFlag(fs, "MODEL only: "+dimUsage)
+		dims := dimFlag(fs, dimUsage+"; for DIR, NAME=VALUE runs the program at that runtime extent (past=P)")
 		maxSeq := maxSeqFlag(fs)
 		minRuns := fs.Int("min-runs", timing.DefaultMin, "the fewest timed runs of each measurement")
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
@@ -120,6 +120,10 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 				if len(modelFlags) > 0 {
 					return usagef("%s applies to a MODEL; DIR's plan.json says how it was compiled", strings.Join(modelFlags, ", "))
 				}
+				if len(dims.Ranges) > 0 {
+					return usagef("--dim NAME=LO..HI applies to a MODEL; for DIR, --dim NAME=VALUE times the program at one value of a runtime extent")
+				}
+				o.Feeds.At = search.SymbolValues(dims.Pins)
 				rep, err = search.BenchDir(ctx, pos[0], o)
 			} else {
 				if *arch != "sm_80" && *arch != "sm_90" {
