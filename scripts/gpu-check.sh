@@ -22,7 +22,11 @@
 #      outputs with lumsearch's (each graph capped in time); where the
 #      tensors are missing or do not map onto PyTorch's graph, PyTorch runs
 #      on its own random inputs and the table says so;
-#   6. prints one table and writes OUT/results.json, OUT/summary.txt and
+#   6. compiles one decode program whose position is a runtime extent
+#      (DECODE, default llama-3.2-1b:decode, --max-seq DECODE_MAX_SEQ,
+#      default 8192) and times it with bench --dim past=P at three
+#      positions (DECODE_POSITIONS, default 128 1024 and the last);
+#   7. prints one table and writes OUT/results.json, OUT/summary.txt and
 #      the tuning records produced (OUT/tunedb.jsonl).
 # The whole run is capped by --budget-seconds (default 480: 8 minutes).
 set -euo pipefail
@@ -358,6 +362,41 @@ for g in "${graphs[@]}"; do
 		"$torch_inputs_json" "${ls_err:-null}" "${ls_match:-null}" "$(json_str "$notes")")")
 done
 
+# --- one decode program at three positions ---------------------------------
+# A decode step compiled once with its position a runtime extent (past over
+# 0..DECODE_MAX_SEQ-1) is timed at three positions with bench --dim: its
+# work follows past, not the cache's capacity.
+decode_graph=${DECODE:-llama-3.2-1b:decode}
+decode_max=${DECODE_MAX_SEQ:-8192}
+read -r -a decode_positions <<<"${DECODE_POSITIONS:-128 1024 $((decode_max - 1))}"
+decode_dir="$out/compile-decode"
+decode_status="skipped"
+decode_json=()
+decode_line=""
+if (($(remaining) > 30)); then
+	verify=false
+	((dry_run)) || verify=true
+	say "compile $decode_graph --max-seq $decode_max (--verify=$verify) -> $decode_dir"
+	if capped 240 "$lumsearch" compile "$decode_graph" --max-seq "$decode_max" --dtype "$dtype" --verify="$verify" -o "$decode_dir" >"$decode_dir.log" 2>&1; then
+		decode_status="ok"
+	else
+		decode_status="failed (exit $?; see $(basename "$decode_dir").log)"
+	fi
+	cat "$decode_dir.log" >>"$log"
+	say "  compile: $decode_status"
+	for p in "${decode_positions[@]}"; do
+		ms=""
+		if ((have_bench && !dry_run)) && [[ $decode_status == ok ]] && (($(remaining) > 10)); then
+			if b=$(capped 120 "$lumsearch" bench "$decode_dir" --json --dim past="$p" 2>>"$log"); then
+				ms=$(json_num ms "$b")
+				echo "$b" >"$out/bench-decode-past$p.json"
+			fi
+		fi
+		decode_json+=("$(printf '{"past": %s, "lumsearch_ms": %s}' "$p" "${ms:-null}")")
+		decode_line+=" past=$p: ${ms:-?} ms;"
+	done
+fi
+
 # --- the table ----------------------------------------------------------
 # Ratios are lumsearch's time over the other's (below 1: lumsearch faster).
 # Achieved GB/s and TFLOP/s use lumsearch's time, else eager's, and are set
@@ -396,6 +435,7 @@ elapsed=$((SECONDS - start_s))
 	echo "times in ms; ratios are lumsearch/eager and lumsearch/torch.compile"
 	echo "torch=ls?: whether PyTorch eager and torch.compile, run on the inputs and weights lumsearch bench fed, gave lumsearch's outputs (worst relative L2 error); own inputs: PyTorch drew its own"
 	echo "$table"
+	echo "decode $decode_graph --max-seq $decode_max (one program, compile $decode_status):${decode_line:- not run}"
 } >"$out/summary.txt"
 echo
 cat "$out/summary.txt"
@@ -411,7 +451,14 @@ cat "$out/summary.txt"
 		((i == ${#graph_json[@]} - 1)) && sep=""
 		printf '    %s%s\n' "${graph_json[$i]}" "$sep"
 	done
-	printf '  ]\n}\n'
+	printf '  ],\n  "decode": {"graph": %s, "max_seq": %s, "compile": %s, "compile_dir": %s, "positions": [' \
+		"$(json_str "$decode_graph")" "$decode_max" "$(json_str "$decode_status")" "$(json_str "$decode_dir")"
+	for i in "${!decode_json[@]}"; do
+		sep=", "
+		((i == ${#decode_json[@]} - 1)) && sep=""
+		printf '%s%s' "${decode_json[$i]}" "$sep"
+	done
+	printf ']}\n}\n'
 } >"$out/results.json"
 echo
 echo "wrote $out/results.json, $out/summary.txt and $out/log.txt (tuning records, if any: $LUMSEARCH_TUNEDB)"

@@ -112,6 +112,16 @@ func TestDryRun(t *testing.T) {
 			SavedDir    *string  `json:"saved_dir"`
 			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
+		Decode struct {
+			Graph      string `json:"graph"`
+			MaxSeq     int    `json:"max_seq"`
+			Compile    string `json:"compile"`
+			CompileDir string `json:"compile_dir"`
+			Positions  []struct {
+				Past        int      `json:"past"`
+				LumsearchMS *float64 `json:"lumsearch_ms"`
+			} `json:"positions"`
+		} `json:"decode"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
 	assert.Equal(t, "dry", res.Mode)
@@ -135,6 +145,19 @@ func TestDryRun(t *testing.T) {
 	}
 	assert.Contains(t, names, "tiny-llama:layer")
 	assert.Contains(t, names, "llama-3-8b:layer")
+
+	// One decode program with a runtime position, compiled once; timed
+	// at three positions on a GPU, at none in dry mode.
+	d := res.Decode
+	assert.Equal(t, "llama-3.2-1b:decode", d.Graph)
+	assert.Equal(t, "ok", d.Compile)
+	assert.FileExists(t, filepath.Join(d.CompileDir, "plan.json"))
+	require.Len(t, d.Positions, 3)
+	assert.Equal(t, []int{128, 1024, d.MaxSeq - 1}, []int{d.Positions[0].Past, d.Positions[1].Past, d.Positions[2].Past})
+	for _, p := range d.Positions {
+		assert.Nil(t, p.LumsearchMS, "nothing is timed in dry mode")
+	}
+	assert.Contains(t, string(summary), "decode llama-3.2-1b:decode --max-seq 8192 (one program, compile ok): past=128: ? ms;")
 }
 
 func TestUnknownOption(t *testing.T) {
@@ -245,6 +268,16 @@ esac
 			RelErr      *float64 `json:"max_rel_err_vs_lumsearch"`
 			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
+		Decode struct {
+			Graph      string `json:"graph"`
+			MaxSeq     int    `json:"max_seq"`
+			Compile    string `json:"compile"`
+			CompileDir string `json:"compile_dir"`
+			Positions  []struct {
+				Past        int      `json:"past"`
+				LumsearchMS *float64 `json:"lumsearch_ms"`
+			} `json:"positions"`
+		} `json:"decode"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
 	assert.Equal(t, "gpu", res.Mode)
