@@ -566,6 +566,15 @@ func (m maskReader) additiveMask(v ir.Value, ix []affine, scale float64) ([]KeyC
 type expectedKeys struct {
 	bound  KeyBound
 	values map[ir.Value]int64
+	// ranges are each input's [lo, hi].
+	ranges map[ir.Value][2]int64
+}
+
+// pin prices every position input at p, held to its range.
+func (e *expectedKeys) pin(p int64) {
+	for v, r := range e.ranges {
+		e.values[v] = min(max(p, r[0]), r[1])
+	}
 }
 
 // runtimeKeys reads the key bound of an attention body (body, the eager
@@ -588,7 +597,7 @@ func runtimeKeys(raw, body *ir.Graph) *expectedKeys {
 	scores := body.Node(p.Scores).Shape
 	S, T := int64(scores[len(scores)-2]), int64(scores[len(scores)-1])
 	ranges := ir.InputRanges(raw)
-	e := &expectedKeys{bound: kb, values: map[ir.Value]int64{}}
+	e := &expectedKeys{bound: kb, values: map[ir.Value]int64{}, ranges: map[ir.Value][2]int64{}}
 	for _, v := range kb.Inputs() {
 		var lo, hi int64
 		if r, ok := ranges[body.Node(v).Name]; ok {
@@ -600,6 +609,7 @@ func runtimeKeys(raw, body *ir.Graph) *expectedKeys {
 			return nil
 		}
 		e.values[v] = lo + (hi-lo)/2
+		e.ranges[v] = [2]int64{lo, hi}
 	}
 	return e
 }

@@ -92,8 +92,31 @@ type Model struct {
 	// they have a time for.
 	Measurements Measurements
 
+	// at, when set, is the value every runtime position (a kernel's
+	// position input: a decode step's past) is priced at, in place of the
+	// middle of its range (AtPosition).
+	at *int64
+
 	mu    sync.RWMutex
 	cache map[*ir.Graph][]Estimate
+}
+
+// AtPosition returns a model like m that prices kernels whose work
+// follows a runtime position (attention over a decode step's cache) at
+// position p: the time of a program at one bucket of its symbol's range.
+// It has its own cache; m is unchanged. A position outside the range a
+// kernel's position can take is held to the range's ends.
+func (m *Model) AtPosition(p int64) *Model {
+	return &Model{Device: m.Device, Factors: m.Factors, Measurements: m.Measurements, at: &p, cache: map[*ir.Graph][]Estimate{}}
+}
+
+// analyze is the package's analyze with the model's position applied.
+func (m *Model) analyze(body *ir.Graph) (*kernelForm, error) {
+	k, err := analyze(body)
+	if err == nil && m.at != nil && k.keys != nil {
+		k.keys.pin(*m.at)
+	}
+	return k, err
 }
 
 // NewModel is the model of device d with factors f.
@@ -134,7 +157,7 @@ func (m *Model) Ranked(body *ir.Graph) ([]Estimate, error) {
 }
 
 func (m *Model) rank(body *ir.Graph) ([]Estimate, error) {
-	k, err := analyze(body)
+	k, err := m.analyze(body)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +233,7 @@ type Resources struct {
 // and shared memory it really uses rather than the model's guesses. A
 // measured time still overrides the prediction.
 func (m *Model) Resourced(body *ir.Graph, s Schedule, r Resources) (Estimate, error) {
-	k, err := analyze(body)
+	k, err := m.analyze(body)
 	if err != nil {
 		return Estimate{}, err
 	}

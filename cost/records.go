@@ -51,7 +51,7 @@ func ParseSchedule(text string) (Schedule, error) {
 // Features returns the features of a kernel body under one schedule on the
 // model's device, for calibrating on measured records.
 func (m *Model) Features(body *ir.Graph, s Schedule) (Features, error) {
-	k, err := analyze(body)
+	k, err := m.analyze(body)
 	if err != nil {
 		return Features{}, err
 	}

@@ -54,6 +54,13 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 		c.prog.Kernels, c.prog.Prep, Seconds(c.prog.Cost), costName, nv.Launches, Seconds(nv.Seconds))
 	fmt.Fprintf(log, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
+	if len(lp.Symbols) > 0 {
+		bs, err := bucketTimes(c, cm)
+		if err != nil {
+			return nil, fmt.Errorf("compile %s: %w", model, err)
+		}
+		fmt.Fprintf(log, "  per bucket (the cost model, by runtime extent): %s\n", bucketText(bs))
+	}
 	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}
 	f, err := finalize(ctx, src, c, !o.NoVerify, false, log)
 	if err != nil {

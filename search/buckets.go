@@ -1,0 +1,60 @@
+package search
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/cost"
+)
+
+// BucketTime is a program's predicted time per run with one runtime
+// extent at one bucket of its range (ir.Symbol.Buckets): a decode step's
+// time per token at a position.
+type BucketTime struct {
+	Symbol string
+	Value  int64
+	// Predicted is the cost model's seconds per run, each kernel in the
+	// schedule the program runs it in.
+	Predicted float64
+}
+
+// bucketTimes prices the program's run at each bucket of each of its
+// symbols (the others at the middle of their ranges, as the search
+// priced them): the work of attention over a KV cache follows the
+// position, the rest does not.
+func bucketTimes(c *compiled, m *cost.Model) ([]BucketTime, error) {
+	lp := c.lowered
+	var out []BucketTime
+	for _, s := range lp.Symbols {
+		for _, b := range s.Buckets() {
+			mb := m.AtPosition(b)
+			total := 0.0
+			for i, l := range lp.Run {
+				k := c.kernels[len(lp.Prep)+i]
+				r, err := mb.Ranked(l.Body)
+				if err != nil {
+					return nil, fmt.Errorf("price %s at %s=%d: %w", l.Name, s.Name, b, err)
+				}
+				est := r[0]
+				for _, e := range r {
+					if e.Schedule.String() == k.Schedule.String() {
+						est = e
+						break
+					}
+				}
+				total += est.Seconds
+			}
+			out = append(out, BucketTime{Symbol: s.Name, Value: b, Predicted: total})
+		}
+	}
+	return out, nil
+}
+
+// bucketText prints bucket times as "past=0: 41.2 µs, past=1: ...".
+func bucketText(bs []BucketTime) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = fmt.Sprintf("%s=%d: %s", b.Symbol, b.Value, Seconds(b.Predicted))
+	}
+	return strings.Join(parts, ", ")
+}
