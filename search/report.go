@@ -32,6 +32,10 @@ type Report struct {
 	Categories []Category
 	// Kernels are the optimized program's launches.
 	Kernels []Kernel
+	// Buckets are the program's predicted time per run at each bucket of
+	// each runtime extent (a decode step's past); none for a program
+	// without one.
+	Buckets []BucketTime
 	// RuleSets are the rule sets and what each contributed.
 	RuleSets []RuleSet
 	// Summary figures.

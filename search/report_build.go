@@ -53,6 +53,13 @@ func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *
 		c.Launches++
 		c.Predicted += pred
 	}
+	if len(lp.Symbols) > 0 {
+		if bs, err := bucketTimes(best.compiled, m); err == nil {
+			rep.Buckets = bs
+		} else {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("the program could not be priced per bucket: %v", err))
+		}
+	}
 	// The naive program's figures are the extraction's (as rules stats
 	// and compile print them); its categories are those of the launches
 	// it lowers to, priced as they would run.

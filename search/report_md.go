@@ -248,6 +248,16 @@ func (r *Report) Markdown() []byte {
 		b.WriteString("\n\n")
 	}
 
+	if len(r.Buckets) > 0 {
+		b.WriteString("## Predicted time per bucket\n\n")
+		b.WriteString("One program serves every value of its runtime extents; the cost model prices it at each bucket of their ranges.\n\n")
+		b.WriteString("| Extent | Predicted per run |\n|---|---|\n")
+		for _, bt := range r.Buckets {
+			fmt.Fprintf(&b, "| %s=%d | %s |\n", mdText(bt.Symbol), bt.Value, fmtSeconds(bt.Predicted))
+		}
+		b.WriteString("\n")
+	}
+
 	b.WriteString("## Kernels\n\n")
 	r.mdKernels(&b)
 	b.WriteString("## Rule sets\n\n")
