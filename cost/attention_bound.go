@@ -562,24 +562,37 @@ func (m maskReader) additiveMask(v ir.Value, ix []affine, scale float64) ([]KeyC
 }
 
 // expectedKeys prices an attention whose keys follow a runtime position:
-// its key bound, with each input it reads at the value the price takes.
+// its key bound, with each input it reads at the values the price
+// averages over.
 type expectedKeys struct {
-	bound  KeyBound
-	values map[ir.Value]int64
+	bound KeyBound
+	// values are each input's values the price averages over: the
+	// geometric buckets of its range (ir.Symbol.Buckets), so that a short
+	// cache counts as much as a long one, or the one value pin gave.
+	values map[ir.Value][]int64
 	// ranges are each input's [lo, hi].
 	ranges map[ir.Value][2]int64
 }
 
-// pin prices every position input at p, held to its range.
+// pin prices every position input at p alone, held to its range.
 func (e *expectedKeys) pin(p int64) {
 	for v, r := range e.ranges {
-		e.values[v] = min(max(p, r[0]), r[1])
+		e.values[v] = []int64{min(max(p, r[0]), r[1])}
 	}
 }
 
+// samples is the most values any input is averaged over.
+func (e *expectedKeys) samples() int {
+	n := 1
+	for _, vs := range e.values {
+		n = max(n, len(vs))
+	}
+	return n
+}
+
 // runtimeKeys reads the key bound of an attention body (body, the eager
-// form of raw) when it depends on a runtime position, which it prices at
-// the middle of the position's range: the range ir.InputRanges gives the
+// form of raw) when it depends on a runtime position, which it prices on
+// average over the geometric buckets of the position's range: the range ir.InputRanges gives the
 // input in raw (the attention op's runtime position runs over the keys
 // its queries can have; a declared symbol's range where the body carries
 // one), else the positions over which the last query row's bound runs
@@ -597,7 +610,7 @@ func runtimeKeys(raw, body *ir.Graph) *expectedKeys {
 	scores := body.Node(p.Scores).Shape
 	S, T := int64(scores[len(scores)-2]), int64(scores[len(scores)-1])
 	ranges := ir.InputRanges(raw)
-	e := &expectedKeys{bound: kb, values: map[ir.Value]int64{}, ranges: map[ir.Value][2]int64{}}
+	e := &expectedKeys{bound: kb, values: map[ir.Value][]int64{}, ranges: map[ir.Value][2]int64{}}
 	for _, v := range kb.Inputs() {
 		var lo, hi int64
 		if r, ok := ranges[body.Node(v).Name]; ok {
@@ -608,7 +621,11 @@ func runtimeKeys(raw, body *ir.Graph) *expectedKeys {
 		if lo > hi {
 			return nil
 		}
-		e.values[v] = lo + (hi-lo)/2
+		if lo >= 0 {
+			e.values[v] = ir.Symbol{Lo: lo, Hi: hi}.Buckets()
+		} else {
+			e.values[v] = []int64{lo + (hi-lo)/2} // a range below zero has no geometric buckets
+		}
 		e.ranges[v] = [2]int64{lo, hi}
 	}
 	return e
@@ -638,14 +655,20 @@ func (kb KeyBound) naturalRange(v ir.Value, S, T int64) (lo, hi int64, ok bool) 
 // average over the blocks: exactly (the keys it loads) and in whole tiles
 // of bn from its first (the keys it computes).
 func (e *expectedKeys) perBlock(S, T int64, bm, bn int) (keys, keysPad float64) {
-	value := func(v ir.Value) int64 { return e.values[v] }
 	blocks := (S + int64(bm) - 1) / int64(bm)
+	n := e.samples()
 	var sum, sumPad int64
-	for b := range blocks {
-		first := b * int64(bm)
-		lo, hi := e.bound.Block(first, min(first+int64(bm), S)-1, T, value)
-		sum += hi - lo
-		sumPad += (hi - lo + int64(bn) - 1) / int64(bn) * int64(bn)
+	for k := range n {
+		value := func(v ir.Value) int64 {
+			vs := e.values[v]
+			return vs[min(k, len(vs)-1)]
+		}
+		for b := range blocks {
+			first := b * int64(bm)
+			lo, hi := e.bound.Block(first, min(first+int64(bm), S)-1, T, value)
+			sum += hi - lo
+			sumPad += (hi - lo + int64(bn) - 1) / int64(bn) * int64(bn)
+		}
 	}
-	return float64(sum) / float64(blocks), float64(sumPad) / float64(blocks)
+	return float64(sum) / float64(blocks*int64(n)), float64(sumPad) / float64(blocks*int64(n))
 }

@@ -173,9 +173,10 @@ func TestKeyBoundBlock(t *testing.T) {
 }
 
 // TestAttentionPricedAtExpectedKeys: a decode step's attention over a KV
-// cache of T keys at a runtime position in [0, T-1] is priced at the
-// middle of the range, T/2 keys read and streamed, where the same
-// attention at a static position sees every key.
+// cache of T keys at a runtime position in [0, T-1] is priced on average
+// over the geometric buckets of the range (keys read: the position plus
+// one), where the same attention at a static position sees every key; a
+// model AtPosition prices it at that position alone.
 func TestAttentionPricedAtExpectedKeys(t *testing.T) {
 	const heads, T, D = 8, 4096, 64
 	build := func(runtime bool) *ir.Graph {
@@ -210,8 +211,28 @@ func TestAttentionPricedAtExpectedKeys(t *testing.T) {
 	static, dynamic := se.Features, de.Features
 	qo := 2.0 * heads * D * 4 // the query row and the output
 	kv := 2.0 * heads * T * D * 4
+	buckets := ir.Symbol{Lo: 0, Hi: T - 1}.Buckets()
+	mean := 0.0
+	for _, b := range buckets {
+		mean += float64(b+1) / float64(len(buckets))
+	}
 	assert.InDelta(t, qo+kv, static.Bytes, 1)
-	assert.InDelta(t, qo+4+kv/2, dynamic.Bytes, 1, "half the cache at the middle of [0, %d]", T-1)
-	assert.InDelta(t, static.TileBytes/2, dynamic.TileBytes, 1)
-	assert.Less(t, dynamic.Work[0].FLOPs, 0.6*static.Work[0].FLOPs)
+	assert.InDelta(t, qo+4+kv*mean/T, dynamic.Bytes, 1, "the keys of the buckets of [0, %d] on average", T-1)
+	assert.Less(t, dynamic.Work[0].FLOPs, 0.2*static.Work[0].FLOPs)
+
+	at := func(p int64) Features {
+		r, err := m.AtPosition(p).Ranked(build(true))
+		require.NoError(t, err)
+		for _, e := range r {
+			if e.Schedule == oneRow {
+				return e.Features
+			}
+		}
+		require.FailNow(t, "no one-row schedule listed")
+		return Features{}
+	}
+	assert.InDelta(t, qo+4+kv, at(T-1).Bytes, 1, "the last position reads every key")
+	assert.InDelta(t, qo+4+kv/T, at(0).Bytes, 1, "the first reads one")
+	assert.InDelta(t, qo+4+kv, at(1<<40).Bytes, 1, "held to the range")
+	assert.Equal(t, static.TileBytes, at(T-1).TileBytes)
 }

@@ -94,7 +94,7 @@ type Model struct {
 
 	// at, when set, is the value every runtime position (a kernel's
 	// position input: a decode step's past) is priced at, in place of the
-	// middle of its range (AtPosition).
+	// average over the buckets of its range (AtPosition).
 	at *int64
 
 	mu    sync.RWMutex
@@ -634,8 +634,9 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 //
 // A mask that bounds the keys by a runtime position (a decode step over a
 // KV cache) makes each block loop over the keys its rows see, not all T
-// (cuda's keyLoop): such a body is priced at the keys its blocks see with
-// the position at the middle of its range (runtimeKeys), in the reads of
+// (cuda's keyLoop): such a body is priced at the keys its blocks see on
+// average over the geometric buckets of the position's range (runtimeKeys;
+// at one position with Model.AtPosition), in the reads of
 // keys and values, their prologues and the arithmetic on them. A static
 // mask's bound is not priced (the price of every static program stays
 // what it was).
