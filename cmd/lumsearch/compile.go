@@ -18,7 +18,7 @@ import (
 var compileCommand = &command{
 	name:     "compile",
 	summary:  "search, lower and print a model's CUDA program, compile it with NVRTC and verify it",
-	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--input-range NAME=LO..HI ...]",
+	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--max-seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE|NAME=LO..HI ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--input-range NAME=LO..HI ...]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is
@@ -39,6 +39,14 @@ emulation against the reference interpreter; an ONNX model (its symbolic
 dimensions bound with --dim) is run whole under the emulation with its own
 weights when it is small enough (at most 16M elements of intermediates),
 else that check says it was skipped.
+
+A decode step (MODEL:decode) takes its position at run time: input past,
+an i32 scalar over 0..N-1 for a KV cache of --max-seq N (the same as
+--seq), or over --dim past=LO..HI; --dim past=P pins it instead. One
+program then serves every position: the cache row is written at past and
+attention reads keys 0..past only. It prints the program's predicted time
+at each bucket of the range (powers of two and the ends), and verification
+runs the reduced program at several positions.
 ` + feedsDoc + `
 
 It writes DIR/kernels.cu (the NVRTC prelude and every kernel), the host
@@ -56,6 +64,7 @@ lum_prepare.`,
 	example: `
 lumsearch compile llama-3-8b:layer --seq 16 -o out/
 lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/
+lumsearch compile llama-3-8b:decode --max-seq 8192 --dtype bf16 -o out/
 lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 	setup: func(fs *flag.FlagSet) action {
 		out := fs.String("o", "", "the output `DIR`")

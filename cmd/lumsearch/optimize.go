@@ -26,7 +26,10 @@ var optimizeCommand = &command{
 --budget, and writes it to DIR. The model is an ONNX file (its symbolic
 dimensions bound with --dim), a corpus name (see "lumsearch corpus list"),
 or a folder holding a Hugging Face config.json (and optionally its
-safetensors weights), built as --kind.
+safetensors weights), built as --kind. A decode step takes its position
+at run time (past over 0..N-1 for --max-seq N, or --dim past=LO..HI;
+--dim past=P pins it), and report.md shows its predicted time per bucket
+of that range.
 
 The search runs in phases under the one budget: the naive program (one
 kernel per op, the reference for every speed-up), then saturation stages
