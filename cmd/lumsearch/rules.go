@@ -21,7 +21,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 var rulesCommand = &command{
 	name:     "rules",
 	summary:  "check rewrite rules for soundness, or measure them on a model",
-	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N] | rules stats MODEL [--rules FILE] [--disable SET] [--enable SET] [--seq N] [--target NAME] [--cost model|simple] [--profile FILE] [--ablate=false]",
+	synopsis: "rules check [FILE.rules ...] [--instances N] [--seed N] | rules stats MODEL [--rules FILE] [--disable SET] [--enable SET] [--seq N] [--past N] [--target NAME] [--cost model|simple] [--profile FILE] [--ablate=false]",
 	doc: `
 "rules check" verifies rules: for every rule, random legal instances (shapes
 for its variables, attributes for its payload variables, random and stress
@@ -62,7 +62,8 @@ lumsearch rules stats gpt2:block --disable algebra`,
 		fs.Var(&files, "rules", "stats: a rule file to add (repeatable)")
 		fs.Var(&disable, "disable", "stats: a rule set to leave out (repeatable)")
 		fs.Var(&enable, "enable", "stats: an opt-in rule set to add (repeatable)")
-		seq := fs.Int("seq", corpus.DefaultSeq, "stats: tokens per sequence")
+		seq := fs.Int("seq", corpus.DefaultSeq, "stats: tokens per sequence (a decode step's cache capacity)")
+		past := fs.Int("past", -1, "stats: a decode step's position pinned at compile time (-1: the runtime extent past over the cache)")
 		target := fs.String("target", "h100-sxm", "stats: the device the cost model prices for (a built-in name, one from --target-file, or auto)")
 		fs.Var(&targetFiles, "target-file", "stats: a device description file to add (repeatable)")
 		profile := fs.String("profile", "", "stats: a calibrated profile of the target's efficiency factors (tunedb calibrate -o)")
@@ -74,7 +75,7 @@ lumsearch rules stats gpt2:block --disable algebra`,
 				if *estimate != "model" && *estimate != "simple" {
 					return usagef("--cost %s: want model or simple", *estimate)
 				}
-				return search.RuleStats(ctx, pos[1], corpus.Options{Seq: *seq}, search.RuleStatsOptions{Disable: disable, Enable: enable, Files: files, Ablate: *ablate,
+				return search.RuleStats(ctx, pos[1], corpus.Options{Seq: *seq, Past: *past}, search.RuleStatsOptions{Disable: disable, Enable: enable, Files: files, Ablate: *ablate,
 					Pricing: search.Pricing{Simple: *estimate == "simple", Target: *target, Files: targetFiles, TuneDB: *db, Profile: *profile}}, stdout)
 			}
 			if len(pos) == 0 || pos[0] != "check" {
