@@ -89,8 +89,8 @@ func TestLoadModelErrors(t *testing.T) {
 		kind        Kind
 		want        string
 	}{
-		{"dims for a corpus model", "tiny-llama:mlp", ModelOptions{Dims: Dims{"batch": 1}}, KindOption, "--dim applies to ONNX models"},
-		{"dims for a folder", t.TempDir(), ModelOptions{Dims: Dims{"batch": 1}}, KindOption, "--dim applies to ONNX models"},
+		{"dims for a corpus model", "tiny-llama:mlp", ModelOptions{Dims: Dims{"batch": 1}}, KindOption, "--dim batch=1: tiny-llama:mlp has no dimension batch"},
+		{"dims for a folder", t.TempDir(), ModelOptions{Dims: Dims{"batch": 1}}, KindOption, "has no dimension batch (a decode step has past"},
 		{"unknown corpus model", "no-such-model:layer", ModelOptions{}, KindOther, "no-such-model"},
 		{"missing onnx file", filepath.Join(t.TempDir(), "gone.onnx"), ModelOptions{}, KindOther, "gone.onnx"},
 		{"folder without config", t.TempDir(), ModelOptions{}, KindOther, "config.json"},
