@@ -33,6 +33,10 @@ type Options struct {
 	// decode step with Seq = Cache reads them, so that its state is the
 	// decode program's starting state. Other kinds ignore it.
 	Cache int
+	// MaxSeq, when positive, is the KV caches' capacity whatever the
+	// kind: a decode step's Seq, a prefill's Cache (--max-seq). Other
+	// kinds ignore it.
+	MaxSeq int
 	// DType is the dtype of weights and activations (default f32; f16 and
 	// bf16 allowed). As in Hugging Face's models, norms, softmax and the
 	// rotary tables are computed in f32 with casts around them when DType

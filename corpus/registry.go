@@ -197,6 +197,14 @@ func BuildConfig(name string, c *Config, kindName string, opt Options) (*ir.Grap
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	switch {
+	case opt.MaxSeq < 0:
+		return nil, fmt.Errorf("%s: max-seq %d; want a positive capacity", name, opt.MaxSeq)
+	case opt.MaxSeq > 0 && kindName == "decode":
+		opt.Seq = opt.MaxSeq
+	case opt.MaxSeq > 0 && kindName == "prefill":
+		opt.Cache = opt.MaxSeq
+	}
 	opt, err := opt.resolve()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

@@ -147,10 +147,12 @@ type Options struct {
 	// PastMin and PastMax bound a runtime position (Past -1).
 	PastMin int `json:"past_min,omitempty"`
 	PastMax int `json:"past_max,omitempty"`
-	// Cache is a prefill's KV cache capacity when it is not Seq.
-	Cache int              `json:"cache,omitempty"`
-	DType string           `json:"dtype,omitempty"`
-	Dims  map[string]int64 `json:"dims,omitempty"`
+	// Cache is a prefill's KV cache capacity when it is not Seq; MaxSeq
+	// the --max-seq it was compiled with (0: none).
+	Cache  int              `json:"cache,omitempty"`
+	MaxSeq int              `json:"max_seq,omitempty"`
+	DType  string           `json:"dtype,omitempty"`
+	Dims   map[string]int64 `json:"dims,omitempty"`
 }
 
 // Buffer is one tensor in device memory; see lower.Buffer.

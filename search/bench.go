@@ -224,7 +224,7 @@ func (b bench) dir(ctx context.Context, dir string) (*BenchReport, error) {
 			return nil, fmt.Errorf("bench %s: plan.json's dtype: %w", dir, err)
 		}
 	}
-	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, DType: dt}
+	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
 	if opt.Seq == 0 {
 		opt.Seq = corpus.DefaultSeq
 	}

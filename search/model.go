@@ -240,6 +240,9 @@ func corpusSymbols(name string, o ModelOptions) (ModelOptions, error) {
 		return o, optionErrorf("--dim %s: only a decode step has a position; %s is %s", corpus.PastSymbol, name, kind)
 	}
 	seq := o.Build.Seq
+	if o.Build.MaxSeq > 0 {
+		seq = o.Build.MaxSeq
+	}
 	if seq == 0 {
 		seq = corpus.DefaultSeq
 	}

@@ -97,6 +97,7 @@ func buildPlan(src *source, f *final) (*plan.Plan, error) {
 	if b.Cache != b.Seq {
 		pl.Options.Cache = b.Cache
 	}
+	pl.Options.MaxSeq = b.MaxSeq
 
 	return pl, nil
 }

@@ -162,5 +162,5 @@ func planBuild(pl *plan.Plan) corpus.Options {
 	if err != nil {
 		dt = ir.F32
 	}
-	return corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, DType: dt}
+	return corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
 }

@@ -89,7 +89,7 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 	if err != nil {
 		dt = ir.F32
 	}
-	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, DType: dt}
+	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
 	md, err := LoadModel(modelName, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
 	if err != nil {
 		return withKind(KindInput, fmt.Errorf("verify %s: rebuild %s from plan.json: %w", dir, pl.Model, err))

@@ -133,7 +133,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 				if dtErr != nil || !dt.IsFloat() {
 					return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 				}
-				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: capacity(*seq, *maxSeq), Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
+				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
 				if loadErr != nil {
 					return loadErr
 				}

@@ -91,7 +91,7 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 			if err != nil || !dt.IsFloat() {
 				return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: capacity(*seq, *maxSeq), Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

@@ -118,7 +118,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 			if err := search.CheckOutputDir(out); err != nil {
 				return exitCodes(err)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: capacity(seq, *maxSeq), Past: -1, DType: dt}, Kind: kind, Dims: dims.Pins, Ranges: dims.Ranges})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: seq, MaxSeq: *maxSeq, Past: -1, DType: dt}, Kind: kind, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

@@ -77,13 +77,5 @@ func dimFlag(fs *flag.FlagSet, usage string) search.DimFlag {
 // maxSeqFlag defines --max-seq on fs, the KV cache's capacity of a decode
 // step: another name for --seq, whose value it replaces when given.
 func maxSeqFlag(fs *flag.FlagSet) *int {
-	return fs.Int("max-seq", 0, "decode: the KV cache's capacity N, positions 0..N-1 (the same as --seq; wins over it)")
-}
-
-// capacity is --seq unless --max-seq was given.
-func capacity(seq, maxSeq int) int {
-	if maxSeq > 0 {
-		return maxSeq
-	}
-	return seq
+	return fs.Int("max-seq", 0, "the KV cache's capacity N, positions 0..N-1: a decode step's (the same as --seq; wins over it) or a prefill's (default --seq)")
 }
