@@ -191,6 +191,10 @@ func (m *Model) reducible() bool {
 // matchesModel checks that the program's inputs, weights and states are
 // the model's, by name, dtype and shape.
 func matchesModel(g *ir.Graph, lp *lower.Program) error {
+	// A runtime extent's range is part of what a program serves.
+	if !slices.Equal(g.Symbols, lp.Symbols) {
+		return fmt.Errorf("its runtime extents are %s, the program's %s", symbolsText(g.Symbols), symbolsText(lp.Symbols))
+	}
 	leaves := map[string]*ir.Node{}
 	for _, n := range g.Nodes {
 		if n.Op == ir.OpInput || n.Op == ir.OpWeight || n.Op == ir.OpState {
@@ -323,4 +327,16 @@ func (d Dims) Set(s string) error {
 	}
 	d[name] = n
 	return nil
+}
+
+// symbolsText lists symbols as "NAME in [LO, HI]", "none" for none.
+func symbolsText(ss []ir.Symbol) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, ", ")
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -102,4 +103,15 @@ func TestCorpusSymbols(t *testing.T) {
 		assert.ErrorContains(t, err, tt.want)
 		assert.Equal(t, KindOption, KindOf(err), tt.want)
 	}
+}
+
+// TestMatchesModelSymbols: a program compiled for one range of a runtime
+// extent does not serve a model with another (a kept plan, a folder).
+func TestMatchesModelSymbols(t *testing.T) {
+	g, err := corpus.Build("tiny-llama:decode", corpus.Options{Seq: 8, Past: -1, PastMax: 5})
+	require.NoError(t, err)
+	lp := &lower.Program{Symbols: []ir.Symbol{{Name: "past", Lo: 0, Hi: 7}}}
+	assert.ErrorContains(t, matchesModel(g, lp), "its runtime extents are past in [0, 5], the program's past in [0, 7]")
+	lp.Symbols = nil
+	assert.ErrorContains(t, matchesModel(g, lp), "the program's none")
 }
