@@ -321,6 +321,12 @@ func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 	}
 	rep := report(s, t, dbPath, recorded)
 	rep.TuneDBWarning = warning
+	if len(s.g.Symbols) > 0 {
+		rep.At = map[string]int64{}
+		for _, sym := range s.g.Symbols {
+			rep.At[sym.Name] = feeds[sym.Name].Int(0)
+		}
+	}
 	if expect != nil {
 		rep.Outputs = expect.found
 	}

@@ -31,24 +31,27 @@ type BenchKernel struct {
 // BenchReport is what a bench measured; its JSON form is what
 // "lumsearch bench --json" prints. Times are in milliseconds.
 type BenchReport struct {
-	Model     string        `json:"model"`
-	Where     string        `json:"where"`
-	Device    string        `json:"device"`
-	MS        float64       `json:"ms"`
-	IQR       float64       `json:"iqr_ms"`
-	Runs      int           `json:"runs"`
-	Graph     bool          `json:"graph"`
-	NaiveMS   float64       `json:"naive_ms"`
-	NaiveIQR  float64       `json:"naive_iqr_ms"`
-	NaiveRuns int           `json:"naive_runs"`
-	Speedup   float64       `json:"speedup"`
-	Predicted float64       `json:"predicted_ms"`
-	RelError  float64       `json:"relative_error"`
-	RelLimit  float64       `json:"relative_limit"`
-	Checked   int           `json:"checked_elements"`
-	Kernels   []BenchKernel `json:"kernels"`
-	TuneDB    string        `json:"tunedb"`
-	Recorded  int           `json:"recorded"`
+	Model string `json:"model"`
+	// At holds the values of the program's runtime extents the runs
+	// took (a decode step's past), by name; nil without any.
+	At        map[string]int64 `json:"at,omitempty"`
+	Where     string           `json:"where"`
+	Device    string           `json:"device"`
+	MS        float64          `json:"ms"`
+	IQR       float64          `json:"iqr_ms"`
+	Runs      int              `json:"runs"`
+	Graph     bool             `json:"graph"`
+	NaiveMS   float64          `json:"naive_ms"`
+	NaiveIQR  float64          `json:"naive_iqr_ms"`
+	NaiveRuns int              `json:"naive_runs"`
+	Speedup   float64          `json:"speedup"`
+	Predicted float64          `json:"predicted_ms"`
+	RelError  float64          `json:"relative_error"`
+	RelLimit  float64          `json:"relative_limit"`
+	Checked   int              `json:"checked_elements"`
+	Kernels   []BenchKernel    `json:"kernels"`
+	TuneDB    string           `json:"tunedb"`
+	Recorded  int              `json:"recorded"`
 	// TuneDBWarning says which bad lines of the tuning database were
 	// skipped and how to remove them ("" when none).
 	TuneDBWarning string `json:"tunedb_warning,omitempty"`
@@ -202,6 +205,9 @@ func (r *BenchReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "bench %s under the CPU emulation: times are the emulation's wall times, not GPU times\n", r.Model)
 	} else {
 		fmt.Fprintf(w, "bench %s on %s (driver %s, %s)\n", r.Model, r.Device, r.Driver, r.Compiler)
+	}
+	if len(r.At) > 0 {
+		fmt.Fprintf(w, "at %s (runtime extents)\n", symbolText(r.At))
 	}
 	fmt.Fprintf(w, "check: the compiled program's outputs match the naive program's (%d elements; relative L2 error %.2g, at most %.2g)\n",
 		r.Checked, r.RelError, r.RelLimit)

@@ -91,3 +91,21 @@ func writeEmpty(t *testing.T) string {
 	require.NoError(t, safetensors.WriteFile(p, map[string]*ir.Tensor{}, nil))
 	return p
 }
+
+// TestBenchAtPosition: bench DIR --dim past=P times the program at P and
+// says so; a range is a MODEL's option.
+func TestBenchAtPosition(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("bench --measure emulated needs g++")
+	}
+	dir, _ := compiledDecode(t)
+	r := runArgs(t, "bench", dir, "--measure", "emulated", "--min-runs", "1", "--max-time", "1ms", "--dim", "past=4")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "at past=4 (runtime extents)\n")
+	r = runArgs(t, "bench", dir, "--measure", "emulated", "--dim", "past=1..3")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "--dim NAME=LO..HI applies to a MODEL")
+	r = runArgs(t, "bench", dir, "--measure", "emulated", "--dim", "past=6")
+	assert.Equal(t, exitUsage, r.code)
+	assert.Contains(t, r.stderr, "outside the range the program was compiled for, 0..5")
+}
