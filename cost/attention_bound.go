@@ -581,6 +581,19 @@ func (e *expectedKeys) pin(p int64) {
 	}
 }
 
+// expectIn prices every position input on average over the geometric
+// buckets of [lo, hi], held to its own range.
+func (e *expectedKeys) expectIn(lo, hi int64) {
+	for v, r := range e.ranges {
+		a, b := min(max(lo, r[0]), r[1]), min(max(hi, r[0]), r[1])
+		if a < 0 {
+			e.values[v] = []int64{a + (b-a)/2}
+			continue
+		}
+		e.values[v] = ir.Symbol{Lo: a, Hi: b}.Buckets()
+	}
+}
+
 // samples is the most values any input is averaged over.
 func (e *expectedKeys) samples() int {
 	n := 1

@@ -236,3 +236,27 @@ func TestAttentionPricedAtExpectedKeys(t *testing.T) {
 	assert.InDelta(t, qo+4+kv, at(1<<40).Bytes, 1, "held to the range")
 	assert.Equal(t, static.TileBytes, at(T-1).TileBytes)
 }
+
+// TestAttentionPricedAtExpectedRange: --expect narrows the positions an
+// attention is priced over: a deployment expected at long contexts prices
+// the same kernel higher than one expected at short ones.
+func TestAttentionPricedAtExpectedRange(t *testing.T) {
+	const T = 4096
+	b := ir.NewBuilder("kernel")
+	q, k, v := b.Input("$0", ir.F32, 1, 8, 1, 64), b.Input("$1", ir.F32, 1, 8, T, 64), b.Input("$2", ir.F32, 1, 8, T, 64)
+	b.Output("out0", b.CausalAttentionAt(q, k, v, 0.125, 0, b.Input("$3", ir.I32)))
+	g, err := b.Build()
+	require.NoError(t, err)
+	dev, err := LookupDevice("h100")
+	require.NoError(t, err)
+	m := NewModel(dev, Defaults(dev))
+	price := func(m *Model) float64 {
+		e, err := m.Kernel(g)
+		require.NoError(t, err)
+		return e.Seconds
+	}
+	short, long, whole := price(m.Expecting(0, 255)), price(m.Expecting(2048, 4095)), price(m)
+	assert.Less(t, short, whole)
+	assert.Less(t, whole, long)
+	assert.InDelta(t, price(m.AtPosition(4095)), price(m.Expecting(4095, 1<<20)), 1e-12, "held to the position's range")
+}

@@ -96,6 +96,10 @@ type Model struct {
 	// position input: a decode step's past) is priced at, in place of the
 	// average over the buckets of its range (AtPosition).
 	at *int64
+	// expect, when set, is the range the runtime positions are expected
+	// in: they are priced on average over its geometric buckets (held to
+	// each position's own range) rather than over their whole range.
+	expect *[2]int64
 
 	mu    sync.RWMutex
 	cache map[*ir.Graph][]Estimate
@@ -107,16 +111,30 @@ type Model struct {
 // It has its own cache; m is unchanged. A position outside the range a
 // kernel's position can take is held to the range's ends.
 func (m *Model) AtPosition(p int64) *Model {
-	return &Model{Device: m.Device, Factors: m.Factors, Measurements: m.Measurements, at: &p, cache: map[*ir.Graph][]Estimate{}}
+	return &Model{Device: m.Device, Factors: m.Factors, Measurements: m.Measurements, at: &p, expect: m.expect, cache: map[*ir.Graph][]Estimate{}}
+}
+
+// Expecting returns a model like m that prices kernels whose work follows
+// a runtime position as if the position ran over [lo, hi] (the user's
+// expectation of a deployment, --expect past=LO..HI): on average over
+// that range's geometric buckets. It has its own cache; m is unchanged.
+func (m *Model) Expecting(lo, hi int64) *Model {
+	return &Model{Device: m.Device, Factors: m.Factors, Measurements: m.Measurements, expect: &[2]int64{lo, hi}, cache: map[*ir.Graph][]Estimate{}}
 }
 
 // analyze is the package's analyze with the model's position applied.
 func (m *Model) analyze(body *ir.Graph) (*kernelForm, error) {
 	k, err := analyze(body)
-	if err == nil && m.at != nil && k.keys != nil {
-		k.keys.pin(*m.at)
+	if err != nil || k.keys == nil {
+		return k, err
 	}
-	return k, err
+	switch {
+	case m.at != nil:
+		k.keys.pin(*m.at)
+	case m.expect != nil:
+		k.keys.expectIn(m.expect[0], m.expect[1])
+	}
+	return k, nil
 }
 
 // NewModel is the model of device d with factors f.

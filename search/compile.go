@@ -30,6 +30,9 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err := (Feeds{Ranges: o.InputRanges}).checkRanges(g); err != nil {
 		return nil, err
 	}
+	if err := checkExpect(g, o.Expect); err != nil {
+		return nil, err
+	}
 	sat, costName, cm, err := o.price(ctx)
 	if err != nil {
 		return nil, err

@@ -75,6 +75,9 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err := (Feeds{Ranges: o.InputRanges}).checkRanges(g); err != nil {
 		return nil, err
 	}
+	if err := checkExpect(g, o.Expect); err != nil {
+		return nil, err
+	}
 	sat, _, cm, err := o.price(ctx)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -48,6 +49,11 @@ type Options struct {
 	// verification draws random values from (ir.InputRanges infers them
 	// from use: indices, positions, masks).
 	InputRanges InputRanges
+	// Expect is where a runtime extent is expected to run (--expect
+	// past=LO..HI), within the range it was compiled for: the cost model
+	// prices the work that follows it over that range's buckets instead
+	// of the whole range's. Only past, a decode step's position, for now.
+	Expect map[string]ir.Symbol
 	// Events receives progress, one event at a time (nil: none). A
 	// Printer shows them as the command line does.
 	Events func(Event)
@@ -96,15 +102,22 @@ func (o Options) withDefaults() Options {
 // canonical is the options that make a model's program what it is, as
 // text in a fixed order, for plan.json and the report.
 func (o Options) canonical(mo ModelOptions) string {
-	return fmt.Sprintf("seq=%d dtype=%s kind=%s dims=%s target=%s arch=%s budget=%v measure=%s candidates=%d iter-limit=%d node-limit=%d verify=%v",
+	text := fmt.Sprintf("seq=%d dtype=%s kind=%s dims=%s target=%s arch=%s budget=%v measure=%s candidates=%d iter-limit=%d node-limit=%d verify=%v",
 		mo.Build.Seq, mo.Build.DType, mo.Kind, mo.Dims, o.Target, o.Arch, o.Budget, o.Measure, o.Candidates, o.IterLimit, o.NodeLimit, !o.NoVerify)
+	if mo.Build.MaxSeq > 0 {
+		text += fmt.Sprintf(" max-seq=%d", mo.Build.MaxSeq)
+	}
+	if len(o.Expect) > 0 {
+		text += " expect=" + DimFlag{Ranges: o.Expect}.String()
+	}
+	return text
 }
 
 // price resolves o's target (the saturation options that price by its
 // cost model, the pricing's name and the model) and its architecture,
 // the target's when o names none.
 func (o *Options) price(ctx context.Context) (rules.SaturateOptions, string, *cost.Model, error) {
-	sat, name, cm, err := Pricing{Target: o.Target, TuneDB: o.TuneDB}.Options(ctx)
+	sat, name, cm, err := Pricing{Target: o.Target, TuneDB: o.TuneDB, Expect: o.Expect}.Options(ctx)
 	if err != nil {
 		return sat, "", nil, err
 	}

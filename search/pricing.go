@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/extract"
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
@@ -32,6 +34,9 @@ type Pricing struct {
 	// Profile is a calibrated profile of the target's efficiency factors
 	// (tunedb calibrate -o; "" means the description's).
 	Profile string
+	// Expect narrows the runtime positions the cost model prices over
+	// (Options.Expect).
+	Expect map[string]ir.Symbol
 }
 
 // Options returns the saturation options that price as p says, a name of
@@ -68,6 +73,12 @@ func (p Pricing) Options(ctx context.Context) (rules.SaturateOptions, string, *c
 		return sat, "", nil, err
 	}
 	m.Measurements = cost.NewDBMeasurements(db)
+	for name, e := range p.Expect {
+		if name != corpus.PastSymbol {
+			return sat, "", nil, optionErrorf("--expect %s=%d..%d: only a decode step's position, %s, has an expected range", name, e.Lo, e.Hi, corpus.PastSymbol)
+		}
+		m = m.Expecting(e.Lo, e.Hi)
+	}
 	sat.Cost = func(eg *egraph.EGraph[rules.Data]) extract.CostFunc { return rules.ModelCost(eg, m) }
 	return sat, "the cost model on " + dev.Name, m, nil
 }

@@ -149,3 +149,19 @@ func runAtSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, at map[string]int64,
 
 // maxVerifyPoints bounds the values of a symbol a program is verified at.
 const maxVerifyPoints = 5
+
+// checkExpect checks --expect against g: each range names a runtime
+// extent of g and lies within the range it is compiled for.
+func checkExpect(g *ir.Graph, expect map[string]ir.Symbol) error {
+	for _, name := range slices.Sorted(maps.Keys(expect)) {
+		e := expect[name]
+		s, ok := g.Symbol(name)
+		if !ok {
+			return withKind(KindOption, fmt.Errorf("--expect %s=%d..%d: %s has no runtime extent %s", name, e.Lo, e.Hi, g.Name, name))
+		}
+		if e.Lo < s.Lo || e.Hi > s.Hi || e.Lo > e.Hi {
+			return withKind(KindOption, fmt.Errorf("--expect %s=%d..%d: outside the range %s is compiled for, %d..%d", name, e.Lo, e.Hi, name, s.Lo, s.Hi))
+		}
+	}
+	return nil
+}

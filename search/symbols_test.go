@@ -115,3 +115,20 @@ func TestMatchesModelSymbols(t *testing.T) {
 	lp.Symbols = nil
 	assert.ErrorContains(t, matchesModel(g, lp), "the program's none")
 }
+
+func TestCheckExpect(t *testing.T) {
+	g, err := corpus.Build("tiny-llama:decode", corpus.Options{Seq: 64, Past: -1})
+	require.NoError(t, err)
+	require.NoError(t, checkExpect(g, map[string]ir.Symbol{"past": {Name: "past", Lo: 10, Hi: 63}}))
+	for _, tt := range []struct {
+		e    ir.Symbol
+		want string
+	}{
+		{ir.Symbol{Name: "past", Lo: 10, Hi: 64}, "outside the range past is compiled for, 0..63"},
+		{ir.Symbol{Name: "seq", Lo: 1, Hi: 4}, "has no runtime extent seq"},
+	} {
+		err := checkExpect(g, map[string]ir.Symbol{tt.e.Name: tt.e})
+		assert.ErrorContains(t, err, tt.want)
+		assert.Equal(t, KindOption, KindOf(err))
+	}
+}

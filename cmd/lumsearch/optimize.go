@@ -20,7 +20,7 @@ import (
 var optimizeCommand = &command{
 	name:     "optimize",
 	summary:  "search a model's fastest verified program within a time budget and write it with a report",
-	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--seed N] [--json] [--dump DIR] [--input-range NAME=LO..HI ...] [...]",
+	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [...]",
 	doc: `
 "optimize" searches the fastest program it can verify for a model within
 --budget, and writes it to DIR. The model is an ONNX file (its symbolic
@@ -95,6 +95,8 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		fs.BoolVar(&verify, "verify", true, "verify under the CPU emulation (needs g++)")
 		o.InputRanges = search.InputRanges{}
 		fs.Var(o.InputRanges, "input-range", inputRangeUsage)
+		o.Expect = map[string]ir.Symbol{}
+		fs.Var(expectFlag(o.Expect), "expect", expectUsage)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			start := time.Now()
 			if len(pos) != 1 {

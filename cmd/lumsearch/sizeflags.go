@@ -79,3 +79,23 @@ func dimFlag(fs *flag.FlagSet, usage string) search.DimFlag {
 func maxSeqFlag(fs *flag.FlagSet) *int {
 	return fs.Int("max-seq", 0, "the KV cache's capacity N, positions 0..N-1: a decode step's (the same as --seq; wins over it) or a prefill's (default --seq)")
 }
+
+// expectUsage is the --expect flag's help.
+const expectUsage = "where runtime extent NAME is expected to run, `NAME=LO..HI` (a decode step's past): the cost model prices over that range's buckets, not the whole compiled range (repeatable)"
+
+// expectFlag is --expect: runtime ranges only (a pin is a range of one).
+type expectFlag map[string]ir.Symbol
+
+func (e expectFlag) String() string { return search.DimFlag{Ranges: e}.String() }
+
+// Set takes NAME=LO..HI or NAME=VALUE.
+func (e expectFlag) Set(s string) error {
+	d := search.DimFlag{Pins: search.Dims{}, Ranges: map[string]ir.Symbol(e)}
+	if err := d.Set(s); err != nil {
+		return err
+	}
+	for name, v := range d.Pins {
+		e[name] = ir.Symbol{Name: name, Lo: v, Hi: v}
+	}
+	return nil
+}
