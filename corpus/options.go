@@ -87,7 +87,7 @@ func (o Options) resolve() (Options, error) {
 		o.Cache = o.Seq
 	}
 	if o.Cache < o.Seq {
-		return o, fmt.Errorf("cache %d: want at least seq %d, the positions a prefill writes", o.Cache, o.Seq)
+		return o, fmt.Errorf("cache %d (--max-seq): want at least seq %d, the positions a prefill writes", o.Cache, o.Seq)
 	}
 	if o.Past < 0 {
 		if o.PastMax == 0 {

@@ -159,10 +159,10 @@ func checkPositions(c *Config, k *kind, seq int) error {
 }
 
 // Kinds lists the kinds of graph a config gives, in a fixed order:
-// llama-family configs give layer, model, decode, attention, mlp, rmsnorm,
-// softmax, rotary and their activation (silu); gpt2 configs give block,
-// model, decode, attention, mlp, layernorm, softmax and their activation
-// (gelu-tanh for gelu_new).
+// llama-family configs give layer, model, decode, prefill, attention, mlp,
+// rmsnorm, softmax, rotary and their activation (silu); gpt2 configs give
+// block, model, decode, prefill, attention, mlp, layernorm, softmax and
+// their activation (gelu-tanh for gelu_new).
 //
 //   - layer, block: decoder layer 0 over input hidden_states
 //     [batch, seq, hidden], a prefill, output hidden_states.
@@ -172,7 +172,12 @@ func checkPositions(c *Config, k *kind, seq int) error {
 //     to logits f32[batch, 1, vocab]; layer i's KV caches are the state
 //     buffers past_key_values.i.key and past_key_values.i.value
 //     [batch, kv heads, seq, head], updated in place, and the step attends
-//     over the cache sliced to positions 0..past.
+//     over positions 0..past. past is the runtime symbol of that name (an
+//     i32 input; batch 1) unless Options.Past pins it, when the cache is
+//     sliced to 0..past.
+//   - prefill: the whole model over input_ids i64[batch, seq], writing
+//     the KV caches at positions 0..seq-1 of caches laid out as a decode
+//     step of capacity Options.Cache reads them.
 //   - attention, mlp, rmsnorm, layernorm: layer 0's blocks over input
 //     hidden_states, output output.
 //   - softmax: input scores [batch, heads, seq, seq], output output.
@@ -204,6 +209,8 @@ func BuildConfig(name string, c *Config, kindName string, opt Options) (*ir.Grap
 		opt.Seq = opt.MaxSeq
 	case opt.MaxSeq > 0 && kindName == "prefill":
 		opt.Cache = opt.MaxSeq
+	case opt.MaxSeq > 0:
+		return nil, fmt.Errorf("%s: max-seq %d sizes a KV cache, which only decode and prefill have", name, opt.MaxSeq)
 	}
 	opt, err := opt.resolve()
 	if err != nil {

@@ -39,6 +39,15 @@ func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 	if len(launches) != len(kernels) {
 		return nil, fmt.Errorf("emulate %s: %d kernels for %d launches", prog.Name, len(kernels), len(launches))
 	}
+	for _, s := range prog.Symbols {
+		// As lum_set_input refuses it: past its range a kernel would
+		// write a cache row outside the cache.
+		if t, ok := feeds[s.Name]; ok && t.Len() == 1 {
+			if v := t.Int(0); v < s.Lo || v > s.Hi {
+				return nil, fmt.Errorf("emulate %s: %s=%d is outside the range the program was compiled for, %d..%d", prog.Name, s.Name, v, s.Lo, s.Hi)
+			}
+		}
+	}
 	e := &Emulation{Source: Source(kernels), Prep: len(prog.Prep), prog: prog, where: make([]emu.Arg, len(prog.Buffers))}
 	e.Buffers = []emu.Buffer{{Bytes: int(max(prog.ArenaBytes, 16))}}
 	for _, b := range prog.Buffers {

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os/exec"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -85,4 +87,17 @@ func TestEmulateCorpusPrograms(t *testing.T) {
 			require.Less(t, math.Sqrt(diff2/norm2), 1e-4, "relative L2 error of the outputs")
 		})
 	}
+}
+
+// TestEmulationRefusesPositionOutOfRange: as lum_set_input does, the
+// emulation refuses a runtime position outside the program's range before
+// any kernel could write a cache row outside the cache.
+func TestEmulationRefusesPositionOutOfRange(t *testing.T) {
+	lp, ks := hostProgram(t, "tiny-llama:decode@runtime")
+	require.Len(t, lp.Symbols, 1)
+	s := lp.Symbols[0]
+	at, err := ir.TensorOfInts(ir.I32, ir.Shape{}, s.Hi+1)
+	require.NoError(t, err)
+	_, err = NewEmulation(context.Background(), lp, ks, map[string]*ir.Tensor{s.Name: at})
+	assert.ErrorContains(t, err, fmt.Sprintf("%s=%d is outside the range the program was compiled for, %d..%d", s.Name, s.Hi+1, s.Lo, s.Hi))
 }

@@ -33,7 +33,7 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err := checkExpect(g, o.Expect); err != nil {
 		return nil, err
 	}
-	sat, costName, cm, err := o.price(ctx)
+	sat, costName, cm, err := o.price(ctx, g)
 	if err != nil {
 		return nil, err
 	}

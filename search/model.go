@@ -89,6 +89,8 @@ func loadModel(name string, o ModelOptions) (*Model, error) {
 		if o, err = corpusSymbols(name, o); err != nil {
 			return nil, err
 		}
+	} else if o.Build.MaxSeq > 0 {
+		return nil, optionErrorf("--max-seq %d sizes a corpus model's KV cache; an ONNX model's sizes are its dimensions (--dim)", o.Build.MaxSeq)
 	} else if len(o.Ranges) > 0 {
 		for _, r := range o.Ranges {
 			return nil, optionErrorf("--dim %s=%d..%d: an ONNX model's dimensions are pinned (NAME=VALUE) for now; runtime ranges apply to a decode step's %s", r.Name, r.Lo, r.Hi, corpus.PastSymbol)
@@ -237,6 +239,10 @@ func corpusSymbols(name string, o ModelOptions) (ModelOptions, error) {
 	}
 	p, pinned := o.Dims[corpus.PastSymbol]
 	r, ranged := o.Ranges[corpus.PastSymbol]
+	if ranged && r.Lo == r.Hi {
+		// One value is a pin: a static program serves it.
+		p, pinned, ranged = r.Lo, true, false
+	}
 	if !pinned && !ranged {
 		return o, nil
 	}

@@ -78,7 +78,7 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err := checkExpect(g, o.Expect); err != nil {
 		return nil, err
 	}
-	sat, _, cm, err := o.price(ctx)
+	sat, _, cm, err := o.price(ctx, g)
 	if err != nil {
 		return nil, err
 	}

@@ -116,8 +116,8 @@ func (o Options) canonical(mo ModelOptions) string {
 // price resolves o's target (the saturation options that price by its
 // cost model, the pricing's name and the model) and its architecture,
 // the target's when o names none.
-func (o *Options) price(ctx context.Context) (rules.SaturateOptions, string, *cost.Model, error) {
-	sat, name, cm, err := Pricing{Target: o.Target, TuneDB: o.TuneDB, Expect: o.Expect}.Options(ctx)
+func (o *Options) price(ctx context.Context, g *ir.Graph) (rules.SaturateOptions, string, *cost.Model, error) {
+	sat, name, cm, err := Pricing{Target: o.Target, TuneDB: o.TuneDB, Expect: expectedRanges(g, o.Expect)}.Options(ctx)
 	if err != nil {
 		return sat, "", nil, err
 	}

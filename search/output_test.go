@@ -355,7 +355,7 @@ func TestFinalizeCanceledIsNotABug(t *testing.T) {
 	m, err := LoadModel("tiny-llama:rmsnorm", ModelOptions{Build: corpus.Options{Seq: 4, Past: -1}})
 	require.NoError(t, err)
 	o := Options{TuneDB: filepath.Join(t.TempDir(), "db.jsonl")}.withDefaults()
-	sat, _, cm, err := o.price(context.Background())
+	sat, _, cm, err := o.price(context.Background(), m.Graph)
 	require.NoError(t, err)
 	c, err := pipeline(context.Background(), m.Graph, sat, cm)
 	require.NoError(t, err)

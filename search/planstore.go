@@ -26,8 +26,8 @@ import (
 func planStoreKey(md *Model, o Options) string {
 	rulesHash, _ := rules.SetsHash()
 	h := sha256.New()
-	fmt.Fprintf(h, "lumsearch plan store 2\nmodel %s\nbuild %+v\nkind %s\ndims %s\nsymbols %v\ntarget %s\narch %s\nrules %s\n",
-		md.Name, md.Options.Build, md.Options.Kind, md.Options.Dims, md.Graph.Symbols, o.Target, o.Arch, rulesHash)
+	fmt.Fprintf(h, "lumsearch plan store 2\nmodel %s\nbuild %+v\nkind %s\ndims %s\nsymbols %v\nexpect %s\ntarget %s\narch %s\nrules %s\n",
+		md.Name, md.Options.Build, md.Options.Kind, md.Options.Dims, md.Graph.Symbols, DimFlag{Ranges: o.Expect}, o.Target, o.Arch, rulesHash)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -164,4 +165,21 @@ func checkExpect(g *ir.Graph, expect map[string]ir.Symbol) error {
 		}
 	}
 	return nil
+}
+
+// expectedRanges is where the cost model expects g's runtime positions:
+// the ranges --expect gives, else each position's compiled range (a
+// kernel body only knows the cache's capacity, so without this a decode
+// step compiled for past in 512..8191 would be priced over 0..8191).
+func expectedRanges(g *ir.Graph, expect map[string]ir.Symbol) map[string]ir.Symbol {
+	if len(expect) > 0 {
+		return expect
+	}
+	out := map[string]ir.Symbol{}
+	for _, s := range g.Symbols {
+		if s.Name == corpus.PastSymbol {
+			out[s.Name] = s
+		}
+	}
+	return out
 }

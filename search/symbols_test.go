@@ -132,3 +132,21 @@ func TestCheckExpect(t *testing.T) {
 		assert.Equal(t, KindOption, KindOf(err))
 	}
 }
+
+func TestExpectedRanges(t *testing.T) {
+	g, err := corpus.Build("tiny-llama:decode", corpus.Options{Seq: 64, Past: -1, PastMin: 9, PastMax: 40})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]ir.Symbol{"past": {Name: "past", Lo: 9, Hi: 40}}, expectedRanges(g, nil), "the compiled range by default")
+	user := map[string]ir.Symbol{"past": {Name: "past", Lo: 20, Hi: 30}}
+	assert.Equal(t, user, expectedRanges(g, user))
+	static, err := corpus.Build("tiny-llama:decode", corpus.Options{Seq: 64, Past: 3})
+	require.NoError(t, err)
+	assert.Empty(t, expectedRanges(static, nil))
+
+	// A range of one value is a pin; --max-seq is a KV cache's.
+	m, err := LoadModel("tiny-llama:decode", ModelOptions{Build: corpus.Options{Seq: 32, Past: -1}, Ranges: map[string]ir.Symbol{"past": {Name: "past", Lo: 0, Hi: 0}}})
+	require.NoError(t, err)
+	assert.Empty(t, m.Graph.Symbols)
+	_, err = LoadModel("tiny-llama:mlp", ModelOptions{Build: corpus.Options{Seq: 4, MaxSeq: 64}})
+	assert.ErrorContains(t, err, "only decode and prefill have")
+}

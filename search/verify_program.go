@@ -90,7 +90,9 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 		return err
 	}
 	small := opt
-	small.Seq = min(opt.Seq, 8)
+	// The reduced cache is the reduced Seq's: --max-seq and a prefill's
+	// capacity name the full size.
+	small.Seq, small.MaxSeq, small.Cache = min(max(opt.Seq, opt.MaxSeq), 8), 0, 0
 	if opt.Past >= 0 {
 		small.Past = small.Seq - 1
 	} else {

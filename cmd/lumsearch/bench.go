@@ -88,7 +88,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		target := fs.String("target", "h100-sxm", "MODEL only: the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "MODEL only: the architecture schedules are priced for with NVRTC: sm_80 or sm_90")
 		dims := dimFlag(fs, dimUsage+"; for DIR, NAME=VALUE runs the program at that runtime extent (past=P)")
-		maxSeq := maxSeqFlag(fs)
+		maxSeq := fs.Int("max-seq", 0, "MODEL only: the KV cache's capacity N of a decode step or a prefill")
 		minRuns := fs.Int("min-runs", timing.DefaultMin, "the fewest timed runs of each measurement")
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
