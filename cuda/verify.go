@@ -219,9 +219,20 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 		at[i] = len(plans)
 		plans = append(plans, p)
 	}
+	// A kernel whose work follows a runtime position (a decode step's
+	// past) runs also with the position at each end of its range: the
+	// cache's first row and its last, where a tile is cut.
+	for _, p := range plans[:len(plans):len(plans)] {
+		if len(positionInputs(p.body)) > 0 {
+			plans = append(plans, p.atEdge(positionLow), p.atEdge(positionHigh))
+		}
+	}
 	var eks []emu.Kernel
 	var distinct []*Kernel
 	for _, p := range plans {
+		if p.edge != 0 {
+			continue // the same kernel, run again
+		}
 		ek := emu.Kernel{Name: p.k.Name}
 		for _, prm := range p.k.Params {
 			ek.Params = append(ek.Params, emu.Param{Name: prm.Name, Type: prm.Type})
@@ -254,6 +265,10 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 				errs[start+i] = p.err
 			} else {
 				checks[start+i], errs[start+i] = p.check(ctx)
+			}
+			if errs[start+i] != nil && p.edge != 0 {
+				end := map[int]string{positionLow: "lowest", positionHigh: "highest"}[p.edge]
+				errs[start+i] = fmt.Errorf("%w (its runtime position at the %s of its range)", errs[start+i], end)
 			}
 			for _, t := range p.feeds {
 				pool.give(t.F32)

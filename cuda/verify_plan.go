@@ -33,6 +33,48 @@ type verifyPlan struct {
 	bytes      int64 // of its inputs and outputs
 	got        [][]byte
 	err        error
+	// edge, for a kernel that reads a runtime position, says where the
+	// plan puts it: 0 random within its range, positionLow its lowest,
+	// positionHigh its highest. The edges run as plans of their own.
+	edge int
+}
+
+// The edges of a runtime position's range a kernel is also verified at.
+const (
+	positionLow = iota + 1
+	positionHigh
+)
+
+// positionInputs are a body's runtime positions: the inputs an op reads
+// as its runtime position operand (ir.Node.DynamicOffset), and those a
+// windowed output starts at.
+func positionInputs(body *ir.Graph) []ir.Value {
+	var out []ir.Value
+	add := func(v ir.Value) {
+		if body.Node(v).Op == ir.OpInput && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	for _, n := range body.Nodes {
+		if v, ok := n.DynamicOffset(); ok {
+			add(v)
+		}
+	}
+	for j := range body.Outputs {
+		if w, ok, err := lower.OutputWindow(body, j); err == nil && ok && w.Runtime {
+			add(body.Inputs()[w.Pos])
+		}
+	}
+	return out
+}
+
+// atEdge is a copy of plan p that verifies its kernel with every runtime
+// position at one edge of its range.
+func (p *verifyPlan) atEdge(edge int) *verifyPlan {
+	q := *p
+	q.edge = edge
+	q.seed = p.seed ^ uint64(edge)*0x9e3779b97f4a7c15
+	return &q
 }
 
 func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, error) {
@@ -91,22 +133,51 @@ func (p *verifyPlan) draw(pool *floatPool) error {
 		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 	}
 	// A window's runtime position is read by the kernel alone, so no op
-	// of the body says its range: draw it where the rows fit.
-	rng := rand.New(rand.NewPCG(p.seed, 0x90517))
+	// of the body says its range: it is where the rows fit (the tightest
+	// of the windows that start at it).
+	ranges := ir.InputRanges(p.body)
+	room := map[ir.Value]int64{}
 	for j, w := range p.windows {
 		if w == nil || !w.Runtime {
 			continue
 		}
-		n := p.body.Node(p.body.Inputs()[w.Pos])
-		room := int64(w.Shape[w.Axis]) - int64(p.outs[j].Shape[w.Axis]) - w.Offset
-		if room < 0 {
+		v := p.body.Inputs()[w.Pos]
+		r := int64(w.Shape[w.Axis]) - int64(p.outs[j].Shape[w.Axis]) - w.Offset
+		if r < 0 {
 			return fmt.Errorf("verify kernel %s: output %d does not fit its window %s", p.k.Name, j, w.OutputName(j))
 		}
-		at, err := ir.TensorOfInts(n.DType, ir.Shape{}, rng.Int64N(room+1))
+		if old, ok := room[v]; !ok || r < old {
+			room[v] = r
+		}
+	}
+	rng := rand.New(rand.NewPCG(p.seed, 0x90517))
+	for _, v := range positionInputs(p.body) {
+		n := p.body.Node(v)
+		lo, hi := int64(0), int64(-1)
+		if r, ok := ranges[n.Name]; ok {
+			lo, hi = int64(r.Lo), int64(r.Hi)
+		}
+		if r, ok := room[v]; ok {
+			if hi < lo {
+				hi = r
+			}
+			hi = min(hi, r)
+		}
+		if hi < lo {
+			continue // no range known: the drawn value stands
+		}
+		at := lo + rng.Int64N(hi-lo+1)
+		switch p.edge {
+		case positionLow:
+			at = lo
+		case positionHigh:
+			at = hi
+		}
+		t, err := ir.TensorOfInts(n.DType, ir.Shape{}, at)
 		if err != nil {
 			return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 		}
-		feeds[n.Name] = at
+		feeds[n.Name] = t
 	}
 	p.feeds = feeds
 	return nil
