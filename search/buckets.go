@@ -14,8 +14,9 @@ type BucketTime struct {
 	Symbol string
 	Value  int64
 	// Predicted is the cost model's seconds per run, each kernel in the
-	// schedule the program runs it in.
+	// schedule the program runs it in; Floor the hardware floor there.
 	Predicted float64
+	Floor     float64
 }
 
 // bucketTimes prices the program's run at each bucket of each of its
@@ -50,11 +51,15 @@ func bucketTimes(c *compiled, m *cost.Model) ([]BucketTime, error) {
 	return out, nil
 }
 
-// bucketText prints bucket times as "past=0: 41.2 µs, past=1: ...".
+// bucketText prints bucket times as "past=0: 41.2 µs (1.9x the floor),
+// past=1: ...".
 func bucketText(bs []BucketTime) string {
 	parts := make([]string, len(bs))
 	for i, b := range bs {
 		parts[i] = fmt.Sprintf("%s=%d: %s", b.Symbol, b.Value, Seconds(b.Predicted))
+		if b.Floor > 0 {
+			parts[i] += fmt.Sprintf(" (%.2fx the floor)", b.Predicted/b.Floor)
+		}
 	}
 	return strings.Join(parts, ", ")
 }

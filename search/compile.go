@@ -62,6 +62,9 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("compile %s: %w", model, err)
 		}
+		for i, b := range bs {
+			bs[i].Floor = programFloor(g, cm.Device, map[string]int64{b.Symbol: b.Value}).Hardware
+		}
 		fmt.Fprintf(log, "  per bucket (the cost model, by runtime extent): %s\n", bucketText(bs))
 	}
 	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}

@@ -109,8 +109,8 @@ func (p *Printer) Done(rep *Report, dir string, elapsed time.Duration) {
 	if s.Predicted > 0 {
 		speedup = s.Naive / s.Predicted
 	}
-	msg := fmt.Sprintf("optimized %s: %d launches per run%s, %s per run predicted against %s for the naive program (%.2fx; floor %s); ended by %s after %v; wrote %s",
-		rep.Model, s.Launches, perLayer, Seconds(s.Predicted), Seconds(s.Naive), speedup, Seconds(s.Floor), rep.EndedBy, elapsed.Round(time.Millisecond), dir)
+	msg := fmt.Sprintf("optimized %s: %d launches per run%s, %s per run predicted against %s for the naive program (%.2fx; hardware floor %s, achievable %s); ended by %s after %v; wrote %s",
+		rep.Model, s.Launches, perLayer, Seconds(s.Predicted), Seconds(s.Naive), speedup, Seconds(s.Floor), Seconds(s.Achievable), rep.EndedBy, elapsed.Round(time.Millisecond), dir)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.json {

@@ -114,12 +114,17 @@ type Summary struct {
 	// Layers is the model's repeated blocks (0: none), so launches per
 	// layer are Launches/Layers.
 	Layers int
-	// Predicted seconds per run: optimized, naive, and the floor (the
-	// model's unavoidable DRAM bytes over bandwidth or its arithmetic
-	// over peak, whichever is larger).
-	Predicted float64
-	Naive     float64
-	Floor     float64
+	// Predicted seconds per run: optimized, naive, and the floor: the
+	// model's unavoidable DRAM bytes at the device's peak bandwidth or
+	// its arithmetic at peak throughput, whichever is larger, with no
+	// derating (no program beats it; Floor). Achievable is the same
+	// derated by the fractions a streaming kernel and a library matmul
+	// reach. For a program with runtime extents, averages over their
+	// buckets (Buckets has each).
+	Predicted  float64
+	Naive      float64
+	Floor      float64
+	Achievable float64
 	// FloorBytes and FloorFLOPs are what the floor counts.
 	FloorBytes float64
 	FloorFLOPs float64

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 
 	"github.com/lumsearch/lumsearch/cost"
-	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -112,7 +110,11 @@ func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *
 	if res.Best.Program == nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the program is the previous run's (stage %q): this run found none predicted faster", res.Best.Stage))
 	}
-	rep.Summary.FloorBytes, rep.Summary.FloorFLOPs, rep.Summary.Floor = floor(g, m)
+	f := expectedFloor(g, m.Device)
+	rep.Summary.FloorBytes, rep.Summary.FloorFLOPs, rep.Summary.Floor, rep.Summary.Achievable = f.Bytes, f.FLOPs, f.Hardware, f.Achievable
+	for i, b := range rep.Buckets {
+		rep.Buckets[i].Floor = programFloor(g, m.Device, map[string]int64{b.Symbol: b.Value}).Hardware
+	}
 	return rep
 }
 
@@ -121,49 +123,6 @@ func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *
 func category(form string) string {
 	c, _, _ := strings.Cut(form, ",")
 	return strings.TrimSpace(c)
-}
-
-// floor is a graph's unavoidable time on m's device: every input, weight,
-// state and output read or written once from DRAM, against its matmuls'
-// arithmetic at the achievable peak of their dtype, whichever is larger.
-func floor(g *ir.Graph, m *cost.Model) (bytes, flops, seconds float64) {
-	if g == nil {
-		return 0, 0, 0
-	}
-	for _, n := range g.Nodes {
-		switch n.Op {
-		case ir.OpInput, ir.OpWeight:
-			bytes += float64(n.Shape.NumElements()) * float64(n.DType.Size())
-		case ir.OpState:
-			bytes += 2 * float64(n.Shape.NumElements()) * float64(n.DType.Size())
-		case ir.OpMatMul:
-			a := g.Node(n.Inputs[0])
-			k := float64(a.Shape[len(a.Shape)-1])
-			flops += 2 * float64(n.Shape.NumElements()) * k
-		}
-	}
-	for _, o := range g.Outputs {
-		n := g.Node(o.Value)
-		bytes += float64(n.Shape.NumElements()) * float64(n.DType.Size())
-	}
-	d := m.Device
-	bw := d.MemoryBandwidth * math.Max(d.MemoryAchievable, 1e-9)
-	seconds = bytes / bw
-	dt := "f32"
-	for _, n := range g.Nodes {
-		if n.Op == ir.OpMatMul {
-			dt = n.DType.String()
-			break
-		}
-	}
-	class := cost.FMA
-	if dt == "f16" || dt == "bf16" {
-		class = cost.MMA
-	}
-	if p, ok := d.Peak(class, dt); ok && p.FLOPS > 0 {
-		seconds = math.Max(seconds, flops/(p.FLOPS*math.Max(p.Achievable, 1e-9)))
-	}
-	return bytes, flops, seconds
 }
 
 // ruleSets says what each rule set did in the final program's

@@ -251,9 +251,13 @@ func (r *Report) Markdown() []byte {
 	if len(r.Buckets) > 0 {
 		b.WriteString("## Predicted time per bucket\n\n")
 		b.WriteString("One program serves every value of its runtime extents; the cost model prices it at each bucket of their ranges.\n\n")
-		b.WriteString("| Extent | Predicted per run |\n|---|---|\n")
+		b.WriteString("| Extent | Predicted per run | Hardware floor | Predicted / floor |\n|---|---|---|---|\n")
 		for _, bt := range r.Buckets {
-			fmt.Fprintf(&b, "| %s=%d | %s |\n", mdText(bt.Symbol), bt.Value, fmtSeconds(bt.Predicted))
+			ratio := "—"
+			if bt.Floor > 0 {
+				ratio = fmtRatio(bt.Predicted / bt.Floor)
+			}
+			fmt.Fprintf(&b, "| %s=%d | %s | %s | %s |\n", mdText(bt.Symbol), bt.Value, fmtSeconds(bt.Predicted), fmtSeconds(bt.Floor), ratio)
 		}
 		b.WriteString("\n")
 	}
@@ -320,7 +324,14 @@ func (r *Report) mdSummary(b *bytes.Buffer) {
 		if s.Naive > 0 {
 			floor += ", naive " + fmtRatio(s.Naive/s.Floor)
 		}
-		row("Floor", floor)
+		row("Floor (hardware)", floor+" (the bytes at peak bandwidth or the arithmetic at peak throughput, not derated)")
+		if s.Achievable > 0 {
+			achievable := fmtSeconds(s.Achievable)
+			if s.Predicted > 0 {
+				achievable += "; optimized is " + fmtRatio(s.Predicted/s.Achievable) + " of it"
+			}
+			row("Achievable floor", achievable+" (derated by the device's achievable bandwidth and matmul fractions)")
+		}
 		row("Floor counts", formatSig(s.FloorBytes, byteUnits, false)+" of DRAM traffic, "+
 			formatSig(s.FloorFLOPs, flopUnits, false))
 	} else {

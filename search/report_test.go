@@ -366,10 +366,10 @@ func TestLinearAxisTicks(t *testing.T) {
 // TestReportBuckets: a program with a runtime extent shows its predicted
 // time at each bucket; one without shows no such section.
 func TestReportBuckets(t *testing.T) {
-	r := &Report{Model: "tiny-llama:decode", Buckets: []BucketTime{{"past", 0, 41e-6}, {"past", 127, 52.5e-6}}}
+	r := &Report{Model: "tiny-llama:decode", Buckets: []BucketTime{{"past", 0, 41e-6, 20.5e-6}, {"past", 127, 52.5e-6, 0}}}
 	md := string(r.Markdown())
 	assert.Contains(t, md, "## Predicted time per bucket")
-	assert.Contains(t, md, "| past=0 | 41.0 µs |")
-	assert.Contains(t, md, "| past=127 | 52.5 µs |")
+	assert.Contains(t, md, "| past=0 | 41.0 µs | 20.5 µs | 2.00× |")
+	assert.Contains(t, md, "| past=127 | 52.5 µs | 0 s | — |")
 	assert.NotContains(t, string((&Report{Model: "m"}).Markdown()), "per bucket")
 }

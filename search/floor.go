@@ -1,0 +1,202 @@
+package search
+
+import (
+	"math"
+
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// Floor is what any program of a model must do per run, and the least
+// time that takes on a device.
+type Floor struct {
+	// Bytes is the DRAM traffic a run cannot avoid: the inputs, the
+	// weights (of a table read only through gathers, the rows gathered),
+	// each state's rows the run reads and writes (a decode step's KV
+	// cache: the rows up to its position, and the new row), and the
+	// outputs. FLOPs is the matmuls' and attention's arithmetic.
+	Bytes, FLOPs float64
+	// Hardware is the larger of Bytes at the device's peak bandwidth and
+	// FLOPs at its peak tensor (or FMA) throughput, with no derating: no
+	// program can beat it. Achievable derates both by the fractions the
+	// device description says a streaming kernel and a library matmul
+	// reach.
+	Hardware, Achievable float64
+}
+
+// programFloor is g's floor on device d with its runtime extents at the
+// values of at (a symbol missing there at the top of its range).
+func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
+	var f Floor
+	if g == nil {
+		return f
+	}
+	pos := func(v ir.Value) int64 {
+		name := g.Node(v).Name
+		if x, ok := at[name]; ok {
+			return x
+		}
+		if s, ok := g.Symbol(name); ok {
+			return s.Hi
+		}
+		return 0
+	}
+	users := make([][]*ir.Node, len(g.Nodes))
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			users[in] = append(users[in], n)
+		}
+	}
+	size := func(n *ir.Node) float64 { return float64(n.Shape.NumElements()) * float64(n.DType.Size()) }
+	for i, n := range g.Nodes {
+		switch n.Op {
+		case ir.OpInput:
+			f.Bytes += size(n)
+		case ir.OpWeight:
+			f.Bytes += weightBytes(g, n, users[i])
+		case ir.OpState:
+			f.Bytes += stateBytes(g, ir.Value(i), users, pos)
+		case ir.OpMatMul:
+			a := g.Node(n.Inputs[0])
+			f.FLOPs += 2 * float64(n.Shape.NumElements()) * float64(a.Shape[len(a.Shape)-1])
+		case ir.OpAttention:
+			f.FLOPs += attentionFLOPs(g, n, pos)
+		}
+	}
+	for _, o := range g.Outputs {
+		f.Bytes += size(g.Node(o.Value))
+	}
+	f.Hardware, f.Achievable = floorSeconds(g, d, f.Bytes, f.FLOPs)
+	return f
+}
+
+// weightBytes is what a run must read of weight n: the rows its gathers
+// along axis 0 pick (an embedding table) when that is all that reads it,
+// else the whole weight.
+func weightBytes(g *ir.Graph, n *ir.Node, users []*ir.Node) float64 {
+	whole := float64(n.Shape.NumElements()) * float64(n.DType.Size())
+	if len(users) == 0 || len(n.Shape) == 0 || n.Shape[0] == 0 {
+		return whole
+	}
+	rowBytes := whole / float64(n.Shape[0])
+	rows := 0.0
+	for _, u := range users {
+		if u.Op != ir.OpGather || u.Axis != 0 || u.Inputs[0] == u.Inputs[1] {
+			return whole
+		}
+		rows += float64(g.Node(u.Inputs[1]).Shape.NumElements())
+	}
+	return math.Min(whole, rows*rowBytes)
+}
+
+// stateBytes is what a run must move of state v (a KV cache): the rows
+// written into it (the updates of the slice_updates that write it) and
+// the rows read of it: a slice of it (a static decode step's positions
+// 0..past), or for causal attention at a runtime position the keys up to
+// the last query's. A state read in any other way is read whole.
+func stateBytes(g *ir.Graph, v ir.Value, users [][]*ir.Node, pos func(ir.Value) int64) float64 {
+	n := g.Node(v)
+	whole := float64(n.Shape.NumElements()) * float64(n.DType.Size())
+	var written, read float64
+	var reads func(x ir.Value) bool // adds what readers of x read; false: x is read whole
+	reads = func(x ir.Value) bool {
+		for _, u := range users[x] {
+			switch {
+			case u.Op == ir.OpSliceUpdate && u.Inputs[0] == x:
+				up := g.Node(u.Inputs[1])
+				written += float64(up.Shape.NumElements()) * float64(up.DType.Size())
+				if !reads(valueOf(g, u)) {
+					return false
+				}
+			case u.Op == ir.OpSlice:
+				read += float64(u.Shape.NumElements()) * float64(u.DType.Size())
+			case u.Op == ir.OpAttention && u.Inputs[0] != x:
+				q, k := g.Node(u.Inputs[0]).Shape, g.Node(x).Shape
+				keys := float64(k[2])
+				if p, ok := u.DynamicOffset(); ok && u.Causal {
+					keys = math.Min(keys, float64(u.Offset+pos(p))+float64(q[2]))
+				}
+				read += whole * keys / float64(k[2])
+			default:
+				return false
+			}
+		}
+		return true
+	}
+	if !reads(v) {
+		return 2 * whole
+	}
+	return math.Min(read, whole) + written
+}
+
+// valueOf is node u's value in g.
+func valueOf(g *ir.Graph, u *ir.Node) ir.Value {
+	for i, n := range g.Nodes {
+		if n == u {
+			return ir.Value(i)
+		}
+	}
+	return ir.NoValue
+}
+
+// attentionFLOPs is an attention's arithmetic: q k^T and p v over the keys
+// each query row sees (all of them, or up to its causal position).
+func attentionFLOPs(g *ir.Graph, n *ir.Node, pos func(ir.Value) int64) float64 {
+	q, k := g.Node(n.Inputs[0]).Shape, g.Node(n.Inputs[1]).Shape
+	B, H, S, D, T := float64(q[0]), float64(q[1]), q[2], float64(q[3]), float64(k[2])
+	keys := T * float64(S)
+	if n.Causal {
+		first := n.Offset
+		if p, ok := n.DynamicOffset(); ok {
+			first += pos(p)
+		}
+		keys = 0
+		for i := range int64(S) {
+			keys += math.Min(T, float64(first+i+1))
+		}
+	}
+	return 4 * B * H * D * keys
+}
+
+// floorSeconds is bytes at d's peak bandwidth or flops at its peak
+// throughput for g's matmul dtype, whichever is longer: not derated
+// (hardware) and derated by the device's achievable fractions.
+func floorSeconds(g *ir.Graph, d *cost.Device, bytes, flops float64) (hardware, achievable float64) {
+	hardware = bytes / d.MemoryBandwidth
+	achievable = bytes / (d.MemoryBandwidth * math.Max(d.MemoryAchievable, 1e-9))
+	dt := "f32"
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpMatMul || n.Op == ir.OpAttention {
+			dt = g.Node(n.Inputs[0]).DType.String()
+			break
+		}
+	}
+	class := cost.FMA
+	if dt == "f16" || dt == "bf16" {
+		class = cost.MMA
+	}
+	if p, ok := d.Peak(class, dt); ok && p.FLOPS > 0 {
+		hardware = math.Max(hardware, flops/p.FLOPS)
+		achievable = math.Max(achievable, flops/(p.FLOPS*math.Max(p.Achievable, 1e-9)))
+	}
+	return hardware, achievable
+}
+
+// expectedFloor is g's floor averaged, for a program with runtime
+// extents, over the buckets of their ranges, as the cost model prices
+// the program (each symbol in turn, the others at their tops).
+func expectedFloor(g *ir.Graph, d *cost.Device) Floor {
+	if g == nil || len(g.Symbols) == 0 {
+		return programFloor(g, d, nil)
+	}
+	var sum Floor
+	n := 0.0
+	for _, s := range g.Symbols {
+		for _, b := range s.Buckets() {
+			f := programFloor(g, d, map[string]int64{s.Name: b})
+			sum.Bytes, sum.FLOPs, sum.Hardware, sum.Achievable = sum.Bytes+f.Bytes, sum.FLOPs+f.FLOPs, sum.Hardware+f.Hardware, sum.Achievable+f.Achievable
+			n++
+		}
+	}
+	return Floor{Bytes: sum.Bytes / n, FLOPs: sum.FLOPs / n, Hardware: sum.Hardware / n, Achievable: sum.Achievable / n}
+}

@@ -1,0 +1,83 @@
+package search
+
+import (
+	"testing"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestDecodeFloorByHand checks llama-3-8b decode's floor bytes at past
+// 1024 against a hand count: every weight once except the embedding
+// table, of which the step reads one row; per layer and per K and V
+// cache the 1025 rows attended and the one row written; the input ids,
+// the position and the logits. The static step at the same position
+// moves the same bytes.
+func TestDecodeFloorByHand(t *testing.T) {
+	const past = 1024
+	c, err := corpus.EmbeddedConfig("llama-3-8b")
+	require.NoError(t, err)
+	h, inter, layers, vocab := float64(c.HiddenSize), float64(c.IntermediateSize), float64(c.NumHiddenLayers), float64(c.VocabSize)
+	kv := float64(c.NumKeyValueHeads * c.HeadDim)
+	const bf16 = 2
+	perLayer := 2*h*h + 2*h*kv + 3*h*inter + 2*h // q, o; k, v; gate, up, down; two norms
+	weights := bf16 * (layers*perLayer + h + vocab*h + h)
+	caches := layers * 2 * (past + 1 + 1) * kv * bf16
+	want := weights + caches + 8 + 4 + 4*vocab // input_ids i64, past i32, logits f32
+
+	dev, err := cost.LookupDevice("h200")
+	require.NoError(t, err)
+	g, err := corpus.Build("llama-3-8b:decode", corpus.Options{Seq: 8192, Past: -1, DType: ir.BF16})
+	require.NoError(t, err)
+	f := programFloor(g, dev, map[string]int64{"past": past})
+	assert.InDelta(t, want, f.Bytes, 0.5, "runtime decode at past %d", past)
+	assert.InDelta(t, f.Bytes/dev.MemoryBandwidth, f.Hardware, 1e-12, "a decode step is bound by its bytes at peak bandwidth")
+	assert.Greater(t, f.Achievable, f.Hardware)
+
+	static, err := corpus.Build("llama-3-8b:decode", corpus.Options{Seq: 8192, Past: past, DType: ir.BF16})
+	require.NoError(t, err)
+	assert.InDelta(t, want-4, programFloor(static, dev, nil).Bytes, 0.5, "the static step has no position input")
+
+	// The first position reads one row of each cache, the last all.
+	first := programFloor(g, dev, map[string]int64{"past": 0}).Bytes
+	last := programFloor(g, dev, map[string]int64{"past": 8191}).Bytes
+	assert.InDelta(t, want-layers*2*past*kv*bf16, first, 0.5)
+	assert.InDelta(t, want+layers*2*(8191-past)*kv*bf16, last, 0.5)
+}
+
+// TestFloorTiedEmbedding: a table that is also the LM head is read whole.
+func TestFloorTiedEmbedding(t *testing.T) {
+	g, err := corpus.Build("tiny-gpt2:decode", corpus.Options{Seq: 16, Past: 3})
+	require.NoError(t, err)
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	f := programFloor(g, dev, nil)
+	c, err := corpus.EmbeddedConfig("tiny-gpt2")
+	require.NoError(t, err)
+	wte := float64(c.VocabSize * c.HiddenSize * 4)
+	wpeRow := float64(c.HiddenSize * 4)
+	assert.Greater(t, f.Bytes, wte, "the tied table is read whole")
+	// Without the tie the position table is read one row at a time.
+	var wpe float64
+	for _, v := range g.Weights() {
+		if n := g.Node(v); n.Name == "transformer.wpe.weight" {
+			wpe = weightBytes(g, n, usersOf(g, v))
+		}
+	}
+	assert.Equal(t, wpeRow, wpe)
+}
+
+func usersOf(g *ir.Graph, v ir.Value) []*ir.Node {
+	var out []*ir.Node
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			if in == v {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
