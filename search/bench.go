@@ -211,6 +211,9 @@ func (b bench) dir(ctx context.Context, dir string) (*BenchReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}
+	if err := checkPlanExtents(pl, b.feeds.At); err != nil {
+		return nil, err
+	}
 	if err := checkFiles(dir, pl); err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}

@@ -48,6 +48,9 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", dir, err)
 	}
+	if err := checkPlanExtents(pl, o.At); err != nil {
+		return fmt.Errorf("run %s: %w", dir, err)
+	}
 	if err := checkFiles(dir, pl); err != nil {
 		return fmt.Errorf("run %s: %w", dir, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/plan"
 )
 
 // verifyPoints are the values of a symbol a program is verified at: the
@@ -182,4 +183,21 @@ func expectedRanges(g *ir.Graph, expect map[string]ir.Symbol) map[string]ir.Symb
 		}
 	}
 	return out
+}
+
+// checkPlanExtents checks values given for runtime extents (--dim) against
+// a compiled folder's plan before any work: each names a symbol of the
+// plan and lies within its range.
+func checkPlanExtents(pl *plan.Plan, at map[string]int64) error {
+	for _, name := range slices.Sorted(maps.Keys(at)) {
+		v := at[name]
+		i := slices.IndexFunc(pl.Symbols, func(s plan.Symbol) bool { return s.Name == name })
+		if i < 0 {
+			return withKind(KindOption, fmt.Errorf("--dim %s=%d: the program has no runtime extent %s", name, v, name))
+		}
+		if s := pl.Symbols[i]; v < s.Lo || v > s.Hi {
+			return withKind(KindOption, fmt.Errorf("--dim %s=%d: outside the range the program was compiled for, %d..%d", name, v, s.Lo, s.Hi))
+		}
+	}
+	return nil
 }

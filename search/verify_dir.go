@@ -50,6 +50,9 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", dir, err)
 	}
+	if err := checkPlanExtents(pl, feeds.At); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "verify %s: %s, %d launches per run and %d at load\n", dir, pl.Model, len(pl.Run), len(pl.Prep))
 	if err := checkFiles(dir, pl); err != nil {
 		return fmt.Errorf("verify %s: %w", dir, err)

@@ -51,13 +51,20 @@ func TestRunFolder(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "at past=1 ")
 
+	far, err := ir.TensorOfInts(ir.I32, ir.Shape{}, 7)
+	require.NoError(t, err)
+	next["past"] = far
+	inFar := filepath.Join(tmp, "far.safetensors")
+	require.NoError(t, safetensors.WriteFile(inFar, next, nil))
+
 	tests := []struct {
 		name string
 		args []string
 		code int
 		want string
 	}{
-		{"past the range", []string{"--inputs", in, "--dim", "past=6"}, exitUsage, "past=6 is outside the range tiny-llama:decode was compiled for, 0..5"},
+		{"file's position past the range", []string{"--inputs", inFar}, exitUsage, "past=7 is outside the range tiny-llama:decode was compiled for, 0..5"},
+		{"past the range", []string{"--inputs", in, "--dim", "past=6"}, exitUsage, "--dim past=6: outside the range the program was compiled for, 0..5"},
 		{"no position", []string{"--inputs", in}, exitUsage, "the runtime extent past (in 0..5) has no value: give --dim past=VALUE"},
 		{"unknown extent", []string{"--inputs", in, "--dim", "seq=3"}, exitUsage, "the program has no runtime extent seq"},
 		{"no inputs flag", []string{"--dim", "past=1"}, exitUsage, "run needs --inputs FILE and -o FILE"},
