@@ -51,7 +51,8 @@ input dimension must be given with --dim NAME=VALUE.
 
 Graphs are built with batch 1 and 128 tokens in f32 unless the flags say
 otherwise; for decode, --seq is the KV cache's capacity and --past the
-position of the new token (default: seq-1, the cache's last slot).`,
+position of the new token (default -1: a runtime position, input past over
+0..seq-1).`,
 	example: `
 lumsearch corpus list
 lumsearch corpus show tiny-llama:layer --seq 4
@@ -68,7 +69,7 @@ lumsearch corpus list --json --seq 1024`,
 		summary := fs.Bool("summary", false, "show: print the graph's size and ops by count instead of the graph")
 		batch := fs.Int("batch", corpus.DefaultBatch, "sequences per batch")
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence; for decode, the KV cache's capacity")
-		past := fs.Int("past", -1, "decode: tokens already in the cache, the new token's position (-1: seq-1)")
+		past := fs.Int("past", -1, "decode: tokens already in the cache, the new token's position (-1: the runtime input past over 0..seq-1)")
 		dtype := fs.String("dtype", "f32", "dtype of weights and activations: f32, f16 or bf16")
 		feeds := feedFlags(fs, "eval: ")
 		saveOutputs := fs.String("save-outputs", "", "eval: write the outputs and updated states to the safetensors `FILE` (the layout --outputs reads)")

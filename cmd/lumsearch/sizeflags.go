@@ -26,7 +26,7 @@ func maxSeqChecked(fs *flag.FlagSet) error {
 // checkSizeFlags refuses the size flags fs defines when their values
 // cannot be honoured: a --seq or --batch that is not positive, and a
 // --past outside the KV cache that --seq sizes (-1 is the default, the
-// cache's last slot). Flags fs does not define are not checked.
+// runtime position). Flags fs does not define are not checked.
 func checkSizeFlags(fs *flag.FlagSet) error {
 	if err := maxSeqChecked(fs); err != nil {
 		return err
@@ -43,7 +43,7 @@ func checkSizeFlags(fs *flag.FlagSet) error {
 	seq, hasSeq := intFlag(fs, "seq")
 	switch {
 	case past < -1:
-		return usagef("--past %d: want a position in the KV cache, or -1 for its last slot", past)
+		return usagef("--past %d: want a position in the KV cache, or -1 for a runtime position", past)
 	case hasSeq && past >= seq:
 		return usagef("--past %d is beyond the KV cache: --seq %d holds positions 0 to %d", past, seq, seq-1)
 	}
