@@ -112,16 +112,7 @@ func TestDryRun(t *testing.T) {
 			SavedDir    *string  `json:"saved_dir"`
 			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
-		Decode struct {
-			Graph      string `json:"graph"`
-			MaxSeq     int    `json:"max_seq"`
-			Compile    string `json:"compile"`
-			CompileDir string `json:"compile_dir"`
-			Positions  []struct {
-				Past        int      `json:"past"`
-				LumsearchMS *float64 `json:"lumsearch_ms"`
-			} `json:"positions"`
-		} `json:"decode"`
+		Decode decodeResult `json:"decode"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
 	assert.Equal(t, "dry", res.Mode)
@@ -158,6 +149,19 @@ func TestDryRun(t *testing.T) {
 		assert.Nil(t, p.LumsearchMS, "nothing is timed in dry mode")
 	}
 	assert.Contains(t, string(summary), "decode llama-3.2-1b:decode --max-seq 8192 (one program, compile ok): past=128: ? ms;")
+}
+
+// decodeResult is results.json's decode section: one decode program with
+// a runtime position, compiled once and timed at three positions.
+type decodeResult struct {
+	Graph      string `json:"graph"`
+	MaxSeq     int    `json:"max_seq"`
+	Compile    string `json:"compile"`
+	CompileDir string `json:"compile_dir"`
+	Positions  []struct {
+		Past        int      `json:"past"`
+		LumsearchMS *float64 `json:"lumsearch_ms"`
+	} `json:"positions"`
 }
 
 func TestUnknownOption(t *testing.T) {
@@ -268,19 +272,19 @@ esac
 			RelErr      *float64 `json:"max_rel_err_vs_lumsearch"`
 			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
-		Decode struct {
-			Graph      string `json:"graph"`
-			MaxSeq     int    `json:"max_seq"`
-			Compile    string `json:"compile"`
-			CompileDir string `json:"compile_dir"`
-			Positions  []struct {
-				Past        int      `json:"past"`
-				LumsearchMS *float64 `json:"lumsearch_ms"`
-			} `json:"positions"`
-		} `json:"decode"`
+		Decode decodeResult `json:"decode"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
 	assert.Equal(t, "gpu", res.Mode)
+	// The decode program is timed by bench --dim past=P at each position.
+	assert.Equal(t, "ok", res.Decode.Compile)
+	require.Len(t, res.Decode.Positions, 3)
+	for _, p := range res.Decode.Positions {
+		if assert.NotNil(t, p.LumsearchMS, "past=%d is timed", p.Past) {
+			assert.InDelta(t, 0.5, *p.LumsearchMS, 1e-9)
+		}
+	}
+	assert.Contains(t, stdout, "(one program, compile ok): past=128: 0.5 ms; past=1024: 0.5 ms; past=8191: 0.5 ms;")
 	require.Len(t, res.Graphs, 3)
 	mlp, norm, layer := res.Graphs[0], res.Graphs[1], res.Graphs[2]
 	assert.Equal(t, "llama-3-8b:mlp", mlp.Graph)
