@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -281,13 +280,7 @@ func poisonedRows(t *testing.T, x *ir.Tensor, rows, nan int64) *ir.Tensor {
 // stack frame (the bound is a few scalars a thread).
 func TestNVRTCCompilesAttentionBound(t *testing.T) {
 	t.Parallel()
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	var kernels []*Kernel
 	for _, c := range []boundCase{
 		{name: "decode_f32", dt: ir.F32, mask: boundOp, heads: 32, kvHeads: 8, s: 1, tk: 4096, d: 128},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -255,13 +254,7 @@ func TestNVRTCCompilesAttention(t *testing.T) {
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
 	t.Parallel()
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	cases := map[string]attnCase{}
 	for _, c := range attnCases() {
 		cases[c.name] = c

@@ -17,13 +17,7 @@ import (
 // NVRTCPrelude: the prelude has the emulation's names for commit_group and
 // wait_group, and the wait counts reach the PTX as immediates.
 func TestNVRTCCompilesCpAsyncGroups(t *testing.T) {
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	src, err := os.ReadFile("emu/testdata/async.cu")
 	require.NoError(t, err)
 	res, err := lib.Compile(context.Background(), NVRTCPrelude+string(src), "async.cu", nvrtc.Options{Arch: "sm_80"})

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 
@@ -220,13 +219,7 @@ func TestPrintElementwise(t *testing.T) {
 // sm_80 and sm_90 and reads the PTX: the vector kernel loads and stores 16
 // bytes at a time.
 func TestNVRTCCompilesElementwise(t *testing.T) {
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	var kernels []*Kernel
 	bodies := elementwiseBodies(t)
 	for name, body := range matmulBodies(t) {

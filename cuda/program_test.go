@@ -56,13 +56,7 @@ func TestCompileEveryTinyCorpusGraph(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
 	t.Parallel()
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	families := tinyCorpusNames(t)
 	names := slices.Concat(families...)
 	if raceEnabled {

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"context"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -99,13 +98,7 @@ func TestRerankWithNVRTC(t *testing.T) {
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
 	t.Parallel()
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	lp, ks, m := scheduledProgram(t)
 	compile := func(src string) (map[string]cost.Resources, error) {
 		res, err := lib.Compile(context.Background(), NVRTCPrelude+src, "rerank.cu", nvrtc.Options{Arch: "sm_90"})

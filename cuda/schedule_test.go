@@ -3,7 +3,6 @@ package cuda
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"testing"
 
@@ -122,13 +121,7 @@ func TestNVRTCCompilesEverySchedule(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
 	t.Parallel()
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	kernels, _ := scheduledKernels(t)
 	res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(kernels), "kernels.cu", nvrtc.Options{Arch: "sm_90"})
 	require.NoError(t, err)

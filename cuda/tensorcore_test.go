@@ -3,7 +3,6 @@ package cuda
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"sort"
 	"strings"
@@ -143,13 +142,7 @@ func TestNVRTCCompilesTensorCore(t *testing.T) {
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
 	t.Parallel()
-	lib, err := nvrtc.Load()
-	if err != nil {
-		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	lib := nvrtcOrSkip(t)
 	bodies := tensorCoreBodies(t)
 	names := sortedNames(bodies)
 	var kernels []*Kernel
