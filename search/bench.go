@@ -4,12 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
@@ -18,9 +15,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/measure"
-	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/rules"
-	"github.com/lumsearch/lumsearch/safetensors"
 )
 
 // BenchOptions say how Bench and BenchDir measure.
@@ -217,46 +212,20 @@ func (b bench) dir(ctx context.Context, dir string) (*BenchReport, error) {
 	if err := checkFiles(dir, pl); err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}
-	modelName, err := resolveModel(dir, pl)
+	src, srcPath, err := readKernelsFile(dir)
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}
-	dt := ir.F32
-	if pl.Options.DType != "" {
-		if dt, err = ir.ParseDType(pl.Options.DType); err != nil {
-			return nil, fmt.Errorf("bench %s: plan.json's dtype: %w", dir, err)
-		}
-	}
-	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
-	if opt.Seq == 0 {
-		opt.Seq = corpus.DefaultSeq
-	}
-	lp, err := pl.Lowered(pl.Model)
+	fp, err := loadFolderProgram(dir, pl, src, srcPath)
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
 	}
-	srcPath := filepath.Join(dir, "kernels.cu")
-	src, err := os.ReadFile(srcPath)
+	lp, ks, consts := fp.lp, fp.ks, fp.consts
+	md, err := fp.rebuild()
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", dir, err)
-	}
-	ks, err := reprint(pl, lp, string(src), srcPath)
-	if err != nil {
-		return nil, fmt.Errorf("bench %s: %w", dir, err)
-	}
-	consts, _, err := safetensors.ReadFile(filepath.Join(dir, plan.ConstantsFile))
-	if err != nil {
-		return nil, fmt.Errorf("bench %s: %w", dir, err)
-	}
-	md, err := LoadModel(modelName, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
-	if err != nil {
-		return nil, fmt.Errorf("bench %s: rebuild %s from plan.json: %w", dir, pl.Model, err)
 	}
 	g, weights, closeModel := md.Graph, md.Weights, md.Close
-	if err := matchesModel(g, lp); err != nil {
-		closeModel()
-		return nil, fmt.Errorf("bench %s: the model %s as rebuilt from plan.json: %w", dir, pl.Model, err)
-	}
 	sat, _, m, err := Pricing{Target: pl.Target}.Options(ctx)
 	if err != nil {
 		closeModel()

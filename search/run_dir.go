@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
-	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/safetensors"
 )
 
@@ -54,36 +51,21 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 	if err := checkFiles(dir, pl); err != nil {
 		return fmt.Errorf("run %s: %w", dir, err)
 	}
-	srcPath := filepath.Join(dir, KernelsFile)
-	src, err := os.ReadFile(srcPath)
-	if err != nil {
-		return withKind(KindInput, fmt.Errorf("run %s: %w", dir, err))
-	}
-	modelName, err := resolveModel(dir, pl)
+	src, srcPath, err := readKernelsFile(dir)
 	if err != nil {
 		return fmt.Errorf("run %s: %w", dir, err)
 	}
-	consts, _, err := safetensors.ReadFile(filepath.Join(dir, plan.ConstantsFile))
+	fp, err := loadFolderProgram(dir, pl, src, srcPath)
 	if err != nil {
 		return withKind(KindInput, fmt.Errorf("run %s: %w", dir, err))
 	}
-	lp, err := pl.Lowered(pl.Model)
+	lp, ks, consts := fp.lp, fp.ks, fp.consts
+	md, err := fp.rebuild()
 	if err != nil {
-		return withKind(KindInput, fmt.Errorf("run %s: %w", dir, err))
-	}
-	ks, err := reprint(pl, lp, string(src), srcPath)
-	if err != nil {
-		return withKind(KindInput, fmt.Errorf("run %s: %w", dir, err))
-	}
-	md, err := LoadModel(modelName, ModelOptions{Build: planBuild(pl), Dims: Dims(pl.Options.Dims)})
-	if err != nil {
-		return withKind(KindInput, fmt.Errorf("run %s: rebuild %s from plan.json: %w", dir, pl.Model, err))
+		return fmt.Errorf("run %s: %w", dir, err)
 	}
 	defer md.Close()
 	g := md.Graph
-	if err := matchesModel(g, lp); err != nil {
-		return fmt.Errorf("run %s: the model %s as rebuilt from plan.json: %w", dir, pl.Model, err)
-	}
 	// The symbols may come from --dim and the states start zeroed.
 	var required []ir.Value
 	for _, v := range g.Inputs() {
@@ -157,13 +139,4 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 	}
 	fmt.Fprintf(stdout, "ran %s%s under the CPU emulation: wrote %d outputs and %d states to %s\n", dir, at, len(outs), len(states), o.Output)
 	return nil
-}
-
-// planBuild is the corpus build options a plan records.
-func planBuild(pl *plan.Plan) corpus.Options {
-	dt, err := ir.ParseDType(pl.Options.DType)
-	if err != nil {
-		dt = ir.F32
-	}
-	return corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
 }

@@ -4,17 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/plan"
-	"github.com/lumsearch/lumsearch/safetensors"
 )
 
 // Verify checks an output folder that Optimize or Compile wrote, from the
@@ -58,50 +54,30 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 		return fmt.Errorf("verify %s: %w", dir, err)
 	}
 	fmt.Fprintf(stdout, "  files: the folder holds the %d files plan.json lists, each with its digest, and plan.json its own\n", len(pl.Files))
-	srcPath := filepath.Join(dir, KernelsFile)
-	src, err := os.ReadFile(srcPath)
+	src, srcPath, err := readKernelsFile(dir)
 	if err != nil {
-		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
+		return fmt.Errorf("verify %s: %w", dir, err)
 	}
 	if err := checkCompiled(ctx, dir, pl, src, stdout); err != nil {
 		return fmt.Errorf("verify %s: %w", dir, err)
 	}
-	modelName, err := resolveModel(dir, pl)
+	fp, err := loadFolderProgram(dir, pl, src, srcPath)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", dir, err)
 	}
-	consts, _, err := safetensors.ReadFile(filepath.Join(dir, plan.ConstantsFile))
-	if err != nil {
-		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
-	}
-	lp, err := pl.Lowered(pl.Model)
-	if err != nil {
-		return withKind(KindInput, fmt.Errorf("verify %s: %w", dir, err))
-	}
-	ks, err := reprint(pl, lp, string(src), srcPath)
-	if err != nil {
-		return fmt.Errorf("verify %s: %w", dir, err)
-	}
+	lp, ks, consts := fp.lp, fp.ks, fp.consts
 	fmt.Fprintf(stdout, "  kernels.cu: each of its %d distinct kernels is what its body and schedule print\n", len(cuda.Distinct(ks)))
 	if err := verifyKernels(ctx, pl.Model, lp, ks, stdout); err != nil {
 		return err
 	}
 
 	// The whole program against the model rebuilt from the provenance.
-	dt, err := ir.ParseDType(pl.Options.DType)
+	md, err := fp.rebuild()
 	if err != nil {
-		dt = ir.F32
-	}
-	opt := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
-	md, err := LoadModel(modelName, ModelOptions{Build: opt, Dims: Dims(pl.Options.Dims)})
-	if err != nil {
-		return withKind(KindInput, fmt.Errorf("verify %s: rebuild %s from plan.json: %w", dir, pl.Model, err))
+		return fmt.Errorf("verify %s: %w", dir, err)
 	}
 	defer md.Close()
 	g, weights := md.Graph, md.Weights
-	if err := matchesModel(g, lp); err != nil {
-		return fmt.Errorf("verify %s: the model %s as rebuilt from plan.json: %w", dir, pl.Model, err)
-	}
 	c := &compiled{lowered: lp, kernels: ks}
 	if err := feeds.checkRanges(g); err != nil {
 		return err
