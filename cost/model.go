@@ -111,7 +111,15 @@ type Model struct {
 // It has its own cache; m is unchanged. A position outside the range a
 // kernel's position can take is held to the range's ends.
 func (m *Model) AtPosition(p int64) *Model {
-	return &Model{Device: m.Device, Factors: m.Factors, Measurements: m.Measurements, at: &p, expect: m.expect, cache: map[*ir.Graph][]Estimate{}}
+	v := m.variant()
+	v.at = &p
+	return v
+}
+
+// variant is a model like m with a cache of its own, for a model that
+// prices the same kernels differently.
+func (m *Model) variant() *Model {
+	return &Model{Device: m.Device, Factors: m.Factors, Measurements: m.Measurements, at: m.at, expect: m.expect, cache: map[*ir.Graph][]Estimate{}}
 }
 
 // Expecting returns a model like m that prices kernels whose work follows
@@ -119,7 +127,9 @@ func (m *Model) AtPosition(p int64) *Model {
 // expectation of a deployment, --expect past=LO..HI): on average over
 // that range's geometric buckets. It has its own cache; m is unchanged.
 func (m *Model) Expecting(lo, hi int64) *Model {
-	return &Model{Device: m.Device, Factors: m.Factors, Measurements: m.Measurements, expect: &[2]int64{lo, hi}, cache: map[*ir.Graph][]Estimate{}}
+	v := m.variant()
+	v.expect = &[2]int64{lo, hi}
+	return v
 }
 
 // analyze is the package's analyze with the model's position applied.

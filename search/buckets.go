@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
 )
 
 // BucketTime is a program's predicted time per run with one runtime
@@ -20,10 +21,10 @@ type BucketTime struct {
 }
 
 // bucketTimes prices the program's run at each bucket of each of its
-// symbols (the others at the middle of their ranges, as the search
-// priced them): the work of attention over a KV cache follows the
+// symbols (the others as the search priced them) and gives g's hardware
+// floor there: the work of attention over a KV cache follows the
 // position, the rest does not.
-func bucketTimes(c *compiled, m *cost.Model) ([]BucketTime, error) {
+func bucketTimes(g *ir.Graph, c *compiled, m *cost.Model) ([]BucketTime, error) {
 	lp := c.lowered
 	var out []BucketTime
 	for _, s := range lp.Symbols {
@@ -45,7 +46,8 @@ func bucketTimes(c *compiled, m *cost.Model) ([]BucketTime, error) {
 				}
 				total += est.Seconds
 			}
-			out = append(out, BucketTime{Symbol: s.Name, Value: b, Predicted: total})
+			floor := programFloor(g, m.Device, map[string]int64{s.Name: b}).Hardware
+			out = append(out, BucketTime{Symbol: s.Name, Value: b, Predicted: total, Floor: floor})
 		}
 	}
 	return out, nil

@@ -58,12 +58,9 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	fmt.Fprintf(log, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
 	if len(lp.Symbols) > 0 {
-		bs, err := bucketTimes(c, cm)
+		bs, err := bucketTimes(g, c, cm)
 		if err != nil {
 			return nil, fmt.Errorf("compile %s: %w", model, err)
-		}
-		for i, b := range bs {
-			bs[i].Floor = programFloor(g, cm.Device, map[string]int64{b.Symbol: b.Value}).Hardware
 		}
 		fmt.Fprintf(log, "  per bucket (the cost model, by runtime extent): %s\n", bucketText(bs))
 	}

@@ -41,12 +41,7 @@ func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
 		}
 		return 0
 	}
-	users := make([][]*ir.Node, len(g.Nodes))
-	for _, n := range g.Nodes {
-		for _, in := range n.Inputs {
-			users[in] = append(users[in], n)
-		}
-	}
+	users := readers(g)
 	size := func(n *ir.Node) float64 { return float64(n.Shape.NumElements()) * float64(n.DType.Size()) }
 	for i, n := range g.Nodes {
 		switch n.Op {
@@ -70,17 +65,29 @@ func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
 	return f
 }
 
+// readers lists, for each value of g, the values that read it.
+func readers(g *ir.Graph) [][]ir.Value {
+	users := make([][]ir.Value, len(g.Nodes))
+	for i, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			users[in] = append(users[in], ir.Value(i))
+		}
+	}
+	return users
+}
+
 // weightBytes is what a run must read of weight n: the rows its gathers
 // along axis 0 pick (an embedding table) when that is all that reads it,
 // else the whole weight.
-func weightBytes(g *ir.Graph, n *ir.Node, users []*ir.Node) float64 {
+func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value) float64 {
 	whole := float64(n.Shape.NumElements()) * float64(n.DType.Size())
 	if len(users) == 0 || len(n.Shape) == 0 || n.Shape[0] == 0 {
 		return whole
 	}
 	rowBytes := whole / float64(n.Shape[0])
 	rows := 0.0
-	for _, u := range users {
+	for _, uv := range users {
+		u := g.Node(uv)
 		if u.Op != ir.OpGather || u.Axis != 0 || u.Inputs[0] == u.Inputs[1] {
 			return whole
 		}
@@ -94,18 +101,19 @@ func weightBytes(g *ir.Graph, n *ir.Node, users []*ir.Node) float64 {
 // the rows read of it: a slice of it (a static decode step's positions
 // 0..past), or for causal attention at a runtime position the keys up to
 // the last query's. A state read in any other way is read whole.
-func stateBytes(g *ir.Graph, v ir.Value, users [][]*ir.Node, pos func(ir.Value) int64) float64 {
+func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) int64) float64 {
 	n := g.Node(v)
 	whole := float64(n.Shape.NumElements()) * float64(n.DType.Size())
 	var written, read float64
 	var reads func(x ir.Value) bool // adds what readers of x read; false: x is read whole
 	reads = func(x ir.Value) bool {
-		for _, u := range users[x] {
+		for _, uv := range users[x] {
+			u := g.Node(uv)
 			switch {
 			case u.Op == ir.OpSliceUpdate && u.Inputs[0] == x:
 				up := g.Node(u.Inputs[1])
 				written += float64(up.Shape.NumElements()) * float64(up.DType.Size())
-				if !reads(valueOf(g, u)) {
+				if !reads(uv) {
 					return false
 				}
 			case u.Op == ir.OpSlice:
@@ -127,16 +135,6 @@ func stateBytes(g *ir.Graph, v ir.Value, users [][]*ir.Node, pos func(ir.Value) 
 		return 2 * whole
 	}
 	return math.Min(read, whole) + written
-}
-
-// valueOf is node u's value in g.
-func valueOf(g *ir.Graph, u *ir.Node) ir.Value {
-	for i, n := range g.Nodes {
-		if n == u {
-			return ir.Value(i)
-		}
-	}
-	return ir.NoValue
 }
 
 // attentionFLOPs is an attention's arithmetic: q k^T and p v over the keys

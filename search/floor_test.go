@@ -64,20 +64,8 @@ func TestFloorTiedEmbedding(t *testing.T) {
 	var wpe float64
 	for _, v := range g.Weights() {
 		if n := g.Node(v); n.Name == "transformer.wpe.weight" {
-			wpe = weightBytes(g, n, usersOf(g, v))
+			wpe = weightBytes(g, n, readers(g)[v])
 		}
 	}
 	assert.Equal(t, wpeRow, wpe)
-}
-
-func usersOf(g *ir.Graph, v ir.Value) []*ir.Node {
-	var out []*ir.Node
-	for _, n := range g.Nodes {
-		for _, in := range n.Inputs {
-			if in == v {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
 }

@@ -334,15 +334,3 @@ func (d Dims) Set(s string) error {
 	d[name] = n
 	return nil
 }
-
-// symbolsText lists symbols as "NAME in [LO, HI]", "none" for none.
-func symbolsText(ss []ir.Symbol) string {
-	if len(ss) == 0 {
-		return "none"
-	}
-	parts := make([]string, len(ss))
-	for i, s := range ss {
-		parts[i] = s.String()
-	}
-	return strings.Join(parts, ", ")
-}

@@ -52,7 +52,7 @@ func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *
 		c.Predicted += pred
 	}
 	if len(lp.Symbols) > 0 {
-		if bs, err := bucketTimes(best.compiled, m); err == nil {
+		if bs, err := bucketTimes(g, best.compiled, m); err == nil {
 			rep.Buckets = bs
 		} else {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("the program could not be priced per bucket: %v", err))
@@ -112,9 +112,6 @@ func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *
 	}
 	f := expectedFloor(g, m.Device)
 	rep.Summary.FloorBytes, rep.Summary.FloorFLOPs, rep.Summary.Floor, rep.Summary.Achievable = f.Bytes, f.FLOPs, f.Hardware, f.Achievable
-	for i, b := range rep.Buckets {
-		rep.Buckets[i].Floor = programFloor(g, m.Device, map[string]int64{b.Symbol: b.Value}).Hardware
-	}
 	return rep
 }
 

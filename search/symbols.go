@@ -53,7 +53,7 @@ func symbolBindings(g *ir.Graph, at map[string]int64, limit int) ([]map[string]i
 		for name, v := range at {
 			s, ok := g.Symbol(name)
 			if !ok {
-				return nil, withKind(KindOption, fmt.Errorf("--dim %s=%d: the program has no runtime extent %s (it has %s)", name, v, name, symbolNames(g)))
+				return nil, withKind(KindOption, fmt.Errorf("--dim %s=%d: the program has no runtime extent %s (it has %s)", name, v, name, symbolsText(g.Symbols)))
 			}
 			if v < s.Lo || v > s.Hi {
 				return nil, withKind(KindOption, fmt.Errorf("--dim %s=%d: outside the range the program was compiled for, %d..%d", name, v, s.Lo, s.Hi))
@@ -82,11 +82,14 @@ func symbolBindings(g *ir.Graph, at map[string]int64, limit int) ([]map[string]i
 	return out, nil
 }
 
-// symbolNames lists g's symbols as "NAME in [LO, HI]", joined by commas.
-func symbolNames(g *ir.Graph) string {
-	var parts []string
-	for _, s := range g.Symbols {
-		parts = append(parts, s.String())
+// symbolsText lists symbols as "NAME in [LO, HI]", "none" for none.
+func symbolsText(ss []ir.Symbol) string {
+	if len(ss) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = s.String()
 	}
 	return strings.Join(parts, ", ")
 }
