@@ -310,6 +310,25 @@ func (d DimFlag) Set(s string) error {
 	return nil
 }
 
+// RangeFlag is the --expect flag: runtime extents by name, each over a
+// range NAME=LO..HI (NAME=VALUE is a range of one value).
+type RangeFlag map[string]ir.Symbol
+
+// String is the ranges in name order.
+func (r RangeFlag) String() string { return DimFlag{Ranges: r}.String() }
+
+// Set adds one range; a name given twice keeps the last.
+func (r RangeFlag) Set(s string) error {
+	d := DimFlag{Pins: Dims{}, Ranges: r}
+	if err := d.Set(s); err != nil {
+		return err
+	}
+	for name, v := range d.Pins {
+		r[name] = ir.Symbol{Name: name, Lo: v, Hi: v}
+	}
+	return nil
+}
+
 // Dims bind an ONNX model's symbolic dimensions by name. It is a
 // flag.Value: each Set takes one NAME=VALUE.
 type Dims map[string]int64

@@ -150,3 +150,13 @@ func TestExpectedRanges(t *testing.T) {
 	_, err = LoadModel("tiny-llama:mlp", ModelOptions{Build: corpus.Options{Seq: 4, MaxSeq: 64}})
 	assert.ErrorContains(t, err, "only decode and prefill have")
 }
+
+func TestRangeFlag(t *testing.T) {
+	r := RangeFlag{}
+	require.NoError(t, r.Set("past=512..4096"))
+	require.NoError(t, r.Set("seq=7"))
+	assert.Equal(t, ir.Symbol{Name: "past", Lo: 512, Hi: 4096}, r["past"])
+	assert.Equal(t, ir.Symbol{Name: "seq", Lo: 7, Hi: 7}, r["seq"], "a value is a range of one")
+	assert.Equal(t, "past=512..4096,seq=7..7", r.String())
+	assert.Error(t, r.Set("past=9..3"))
+}

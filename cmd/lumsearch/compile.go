@@ -77,7 +77,7 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 		maxSeq := maxSeqFlag(fs)
 		ranges := search.InputRanges{}
 		fs.Var(ranges, "input-range", inputRangeUsage)
-		expect := expectFlag{}
+		expect := search.RangeFlag{}
 		fs.Var(expect, "expect", expectUsage)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {

@@ -96,7 +96,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		o.InputRanges = search.InputRanges{}
 		fs.Var(o.InputRanges, "input-range", inputRangeUsage)
 		o.Expect = map[string]ir.Symbol{}
-		fs.Var(expectFlag(o.Expect), "expect", expectUsage)
+		fs.Var(search.RangeFlag(o.Expect), "expect", expectUsage)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			start := time.Now()
 			if len(pos) != 1 {

@@ -82,20 +82,3 @@ func maxSeqFlag(fs *flag.FlagSet) *int {
 
 // expectUsage is the --expect flag's help.
 const expectUsage = "where runtime extent NAME is expected to run, `NAME=LO..HI` (a decode step's past): the cost model prices over that range's buckets, not the whole compiled range (repeatable)"
-
-// expectFlag is --expect: runtime ranges only (a pin is a range of one).
-type expectFlag map[string]ir.Symbol
-
-func (e expectFlag) String() string { return search.DimFlag{Ranges: e}.String() }
-
-// Set takes NAME=LO..HI or NAME=VALUE.
-func (e expectFlag) Set(s string) error {
-	d := search.DimFlag{Pins: search.Dims{}, Ranges: map[string]ir.Symbol(e)}
-	if err := d.Set(s); err != nil {
-		return err
-	}
-	for name, v := range d.Pins {
-		e[name] = ir.Symbol{Name: name, Lo: v, Hi: v}
-	}
-	return nil
-}
