@@ -135,6 +135,11 @@ func (p *verifyPlan) draw(pool *floatPool) error {
 	// A window's runtime position is read by the kernel alone, so no op
 	// of the body says its range: it is where the rows fit (the tightest
 	// of the windows that start at it).
+	positions := positionInputs(p.body)
+	if len(positions) == 0 {
+		p.feeds = feeds
+		return nil
+	}
 	ranges := ir.InputRanges(p.body)
 	room := map[ir.Value]int64{}
 	for j, w := range p.windows {
@@ -151,7 +156,7 @@ func (p *verifyPlan) draw(pool *floatPool) error {
 		}
 	}
 	rng := rand.New(rand.NewPCG(p.seed, 0x90517))
-	for _, v := range positionInputs(p.body) {
+	for _, v := range positions {
 		n := p.body.Node(v)
 		lo, hi := int64(0), int64(-1)
 		if r, ok := ranges[n.Name]; ok {
