@@ -37,6 +37,11 @@ type Schedule struct {
 	// columns each); 0 means 4. With 1, a small tile has four times the
 	// threads streaming its operands.
 	TM int
+	// GEMV says a matmul of few rows (a decode step's) runs as a
+	// matrix-vector kernel: BM is all of its rows, BN the columns a block
+	// owns, each warp streaming weight rows with 16-byte loads, Stages of
+	// them in flight per lane and column (gemv.go).
+	GEMV bool
 }
 
 // String is the schedule's canonical text, the tuning database's key.
@@ -60,6 +65,9 @@ func (s Schedule) String() string {
 	}
 	if s.Tensor {
 		b.WriteString(",mma")
+	}
+	if s.GEMV {
+		b.WriteString(",gemv")
 	}
 	return b.String()
 }
@@ -423,6 +431,9 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     1x4, K steps of 16, single or double buffered;
 //   - matmul, f16 and bf16: tensor-core tiles, a warp per 32x32
 //     (or 16x32) patch, 1 to 16 warps, K steps of 32, two stages;
+//   - matmul of at most GEMVRows rows against a plain weight: the
+//     matrix-vector kernel (gemv.go), 16-byte weight loads, 1 to 8 in
+//     flight a thread;
 //   - attention: a block per query row, keys 32 at a time, 64 to 256
 //     threads sharing the value columns; or 4 to 16 query rows a block
 //     in f32, a warp per 1 to 4 of them; or for f16 and bf16 tensor cores,
@@ -466,6 +477,7 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 				}
 			}
 		}
+		out = append(out, k.gemvSchedules()...)
 	case FormAttention:
 		// A block per query row (the default, and decode's layout).
 		for _, t := range []int{64, 128, 256} {
@@ -580,9 +592,29 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 		}
 		return Features{Bytes: in + out, Work: []Work{{FMA, "f32", flops}}, Blocks: blocks, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 	case FormMatMul:
+		if s.GEMV {
+			return k.gemvFeatures(s, d, out)
+		}
 		return k.matmulFeatures(s, d, out)
 	}
 	return k.attentionFeatures(s, d, out)
+}
+
+// scalarLoadOps is the instructions the scalar operand path issues per
+// element it loads into a tile: 64-bit index arithmetic (a division and a
+// remainder per axis of each view), the load, the prologue's conversions
+// and the shared store, priced as FMA-class operations. An assumption,
+// uncalibrated: the printed index code of a two-view operand compiles to
+// about this many SASS instructions; measurements are to calibrate it.
+const scalarLoadOps = 16
+
+// directOperand reports whether operand side (0 left, 1 right) of matmul
+// mm is a plain buffer the tensor-core path copies with cp.async
+// (DirectOperand).
+func (k *kernelForm) directOperand(mm *ir.Node, side int, right bool) bool {
+	a := k.body.Node(mm.Inputs[0]).Shape
+	_, ok := DirectOperand(k.body, mm.Inputs[side], k.body.Node(mm.Inputs[side]).DType, int64(a[len(a)-1]), right)
+	return ok
 }
 
 // maxRowBlocks is the grid of a block-per-row kernel: more rows loop.
@@ -632,12 +664,25 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 		}
 		flops += f
 	}
-	class, cdt := tensorDType(dt, s.Tensor)
-	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
 	// Every block loads a BMxK strip of A and a KxBN strip of B into
 	// shared memory, in the operand dtype (f32 for the f32 path).
 	steps := ceilDiv(K, s.BK) * s.BK
 	tileBytes := float64(batch*tilesM*tilesN) * float64(steps) * float64(s.BM+s.BN) * float64(size)
+	// An operand the kernel cannot copy with 16-byte cp.async (every f32
+	// operand; a computed or viewed half one) goes element by element
+	// through the scalar path: index arithmetic and a synchronous load
+	// per element of every tile that reads it.
+	for side, right := range []bool{false, true} {
+		if !s.Tensor || !k.directOperand(mm, side, right) {
+			rows := s.BM
+			if right {
+				rows = s.BN
+			}
+			flops += float64(batch*tilesM*tilesN) * float64(steps) * float64(rows) * scalarLoadOps
+		}
+	}
+	class, cdt := tensorDType(dt, s.Tensor)
+	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
 
 	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: s.Stages, TileBytes: tileBytes}, true
 }

@@ -38,6 +38,12 @@ type Features struct {
 	// by resident warps times stages. An assumption the measurements are
 	// to calibrate, like the factors.
 	Stages int
+	// SharedBytes is what the kernel's warps read from shared memory
+	// beyond the tile loads TileBytes counts, where that can bound it (a
+	// matrix-vector kernel multiplying every weight by all of A's rows);
+	// served at the banks' peak. 0 for kernels whose shared reads hide
+	// under their other bounds.
+	SharedBytes float64
 }
 
 // Waves is the number of rounds of blocks each multiprocessor works
@@ -125,6 +131,7 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 	// measurements calibrate it (the device tables give no L2 rate).
 	l2 := x.TileBytes / (l2Bandwidth * d.MemoryBandwidth * f.Memory)
 	mem = math.Max(mem, l2)
+	mem = math.Max(mem, sharedTime(d, x.SharedBytes))
 	fill := 1.0
 	if x.Blocks > 0 {
 		fill = float64(x.Blocks) / float64(x.Waves(d)*d.SMs)

@@ -18,10 +18,14 @@ func ParseSchedule(text string) (Schedule, error) {
 			s.Tensor = true
 			continue
 		}
+		if part == "gemv" {
+			s.GEMV = true
+			continue
+		}
 		k, v, ok := strings.Cut(part, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n <= 0 {
-			return Schedule{}, fmt.Errorf("schedule %q: %q is not name=positive integer or mma", text, part)
+			return Schedule{}, fmt.Errorf("schedule %q: %q is not name=positive integer, mma or gemv", text, part)
 		}
 		switch k {
 		case "bm":

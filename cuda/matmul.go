@@ -34,6 +34,9 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	if len(a.Shape) < 2 || len(bb.Shape) < 2 {
 		return "", fmt.Errorf("matmul of a vector: lowering handles matrices")
 	}
+	if s.GEMV {
+		return printGEMV(k, body, mm, s)
+	}
 	if a.DType != ir.F32 || bb.DType != ir.F32 {
 		return printTensorCore(k, body, mm, s)
 	}

@@ -43,6 +43,12 @@ __device__ __forceinline__ float4 lum_ld4(const float* p) {
 __device__ __forceinline__ void lum_st4(float* p, float4 v) {
   *reinterpret_cast<float4*>(p) = v;
 }
+// 16 bytes of global memory (16-byte aligned) as four 32-bit words: one
+// vector load of a streamed weight row. Not through the read-only path:
+// an in-place kernel may write the buffer it reads.
+__device__ __forceinline__ uint4 lum_ld16(const void* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
 // Tensor cores (sm_80 and later). Fragment registers hold two f16 or bf16
 // values, the lower-indexed one in the low 16 bits; cvt.rn.{f16x2,bf16x2}.f32
 // d, a, b puts a in the upper half.

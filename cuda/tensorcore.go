@@ -38,58 +38,6 @@ const (
 	tcPad            = 4          // words of padding per shared row
 )
 
-// tcOperand says how one operand's tile is loaded.
-type tcOperand struct {
-	// direct: the operand's element (row, k) is buf[off] with k
-	// contiguous; copied with cp.async.
-	direct bool
-	buf    ir.Value // the input read when direct
-	// bufShape is the shape whose linear offset of the index (with k
-	// last) addresses buf: the operand's own shape for A, the transposed
-	// source's for B.
-	bufShape ir.Shape
-}
-
-// tcDirect reports whether operand v (of dtype dt, K its reduced length)
-// is a plain buffer read with K contiguous: an input of dtype dt seen
-// through reshapes (which keep the linear order), or, for the right
-// operand (transposed), the permutation swapping the last two axes of
-// such a value.
-func tcDirect(body *ir.Graph, v ir.Value, dt ir.DType, K int64, right bool) tcOperand {
-	if K%8 != 0 {
-		return tcOperand{}
-	}
-	if right {
-		n := body.Node(v)
-		if n.Op != ir.OpPermute {
-			return tcOperand{}
-		}
-		r := len(n.Attrs.Perm)
-		for d, p := range n.Attrs.Perm {
-			want := d
-			switch d {
-			case r - 2:
-				want = r - 1
-			case r - 1:
-				want = r - 2
-			}
-			if p != want {
-				return tcOperand{}
-			}
-		}
-		v = n.Inputs[0]
-	}
-	shape := body.Node(v).Shape
-	for body.Node(v).Op == ir.OpReshape {
-		v = body.Node(v).Inputs[0]
-	}
-	n := body.Node(v)
-	if n.Op != ir.OpInput || n.DType != dt {
-		return tcOperand{}
-	}
-	return tcOperand{direct: true, buf: v, bufShape: shape}
-}
-
 // printTensorCore prints the body of a matmul kernel whose operands are
 // both f16 or both bf16.
 func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string, error) {
@@ -155,8 +103,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		if right {
 			dst, rows, rowVar, rowLimit, tileRows = "Bs", "n0", "n", N, BN
 		}
-		op := tcDirect(body, operand, dt, K, right)
-		if op.direct {
+		if op, ok := cost.DirectOperand(body, operand, dt, K, right); ok {
 			// 16-byte chunks: the tile's rows x 4 chunks of 8 values.
 			chunks := tileRows * tcBK / 8
 			fmt.Fprintf(&b, "      for (int c = threadIdx.x; c < %d; c += %d) {\n", chunks, threads)
@@ -165,12 +112,12 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 			var pix index
 			if right {
 				// the transposed source: B(k, n) = src(n, k)
-				pix = opIndex(op.bufShape, "n", "k")
+				pix = opIndex(op.BufShape, "n", "k")
 			} else {
-				pix = opIndex(op.bufShape, "m", "k")
+				pix = opIndex(op.BufShape, "m", "k")
 			}
 			fmt.Fprintf(&b, "        if (%s < %dLL && k < %dLL) lum_cp_async16(&%s[s][rr][kc / 2], %s + %s);\n",
-				rowVar, rowLimit, K, dst, paramName(body, op.buf), linear(op.bufShape, pix))
+				rowVar, rowLimit, K, dst, paramName(body, op.Buf), linear(op.BufShape, pix))
 			fmt.Fprintf(&b, "        else for (int w = 0; w < 4; w++) %s[s][rr][kc / 2 + w] = 0u;\n", dst)
 			b.WriteString("      }\n")
 			return nil

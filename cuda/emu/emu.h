@@ -72,6 +72,7 @@ struct __align__(16) int4 { int x, y, z, w; };
 struct __align__(8) int2 { int x, y; };
 struct __align__(16) uint4 { unsigned x, y, z, w; };
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return uint3{x, y, z}; }
@@ -1042,6 +1043,12 @@ inline float4 lum_ld4(const float* p) {
 inline void lum_st4(float* p, float4 v) {
   if (uintptr_t(p) & 15) lum_emu::misaligned("lum_st4", p);
   memcpy(p, &v, 16);
+}
+inline uint4 lum_ld16(const void* p) {
+  if (uintptr_t(p) & 15) lum_emu::misaligned("lum_ld16", p);
+  uint4 v;
+  memcpy(&v, p, 16);
+  return v;
 }
 
 // ---------------------------------------------------------------- tensor cores

@@ -1,0 +1,272 @@
+package cost
+
+import (
+	"math"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// The matrix-vector form of a matmul (package cuda, gemv.go): a decode
+// step multiplies a few rows of activations by a weight matrix that is
+// read once and dwarfs everything else, so the kernel is built to stream
+// the weight at the memory's rate rather than to reuse tiles. A block owns
+// BN output columns, a warp cols of them (or, with fewer columns than
+// warps, a split of the reduction of one); every lane loads 16 bytes of a
+// weight row at a time, Stages loads per column in flight, and multiplies
+// them with all of A's rows, which the block computes once per chunk of K
+// into shared memory in f32 (the prologue: a norm, a gate) from its row
+// statistics. Lanes and the warps of a split reduce in f32 through
+// shuffles and shared memory, and the epilogue is applied as C is written.
+// The weight must be a direct right operand (DirectOperand): a weight the
+// kernel would compute element by element is not streamed.
+
+// GEMVRows is the most rows of A the matrix-vector kernel takes.
+const GEMVRows = 8
+
+// gemvChunkBytes is the shared memory holding a chunk of A in f32.
+const gemvChunkBytes = 32 << 10
+
+// GEMVSharedLimit is the most shared memory a matrix-vector kernel's
+// chunk of A and partial sums take: static shared memory stops at 48 KiB,
+// and a norm's row statistics take the rest.
+const GEMVSharedLimit = 46 << 10
+
+// GEMVShared is the shared memory of a matrix-vector kernel's chunk of A
+// (M rows of K) and its partial sums (partials sets of M x bn).
+func GEMVShared(M, K int64, bn, partials int) int64 {
+	return 4 * (M*GEMVChunk(M, K) + int64(partials)*M*int64(bn))
+}
+
+// GEMVChunk is the length of the chunks of K the matrix-vector kernel
+// computes A in: as much as gemvChunkBytes holds for M rows, a multiple of
+// 8 (whole 16-byte weight loads), no longer than K rounded up to 8.
+func GEMVChunk(M, K int64) int64 {
+	c := int64(gemvChunkBytes/4) / max(M, 1) / 8 * 8
+	return max(8, min(c, (K+7)/8*8))
+}
+
+// GEMVLayout is how a matrix-vector schedule's warps share its BN columns:
+// cols columns a warp, or split warps a column (each a part of K); false
+// when the warps and the columns do not divide.
+func GEMVLayout(s Schedule) (cols, split int, ok bool) {
+	w := s.Threads / 32
+	if w == 0 || s.Threads%32 != 0 || s.BN <= 0 {
+		return 0, 0, false
+	}
+	if s.BN >= w {
+		return s.BN / w, 1, s.BN%w == 0
+	}
+	return 1, w / s.BN, w%s.BN == 0
+}
+
+// GEMVWeight is the weight of a matmul the matrix-vector kernel can run:
+// at most GEMVRows rows of A, and a right operand of f32, f16 or bf16 that
+// is a plain buffer, either read transposed with K contiguous (an
+// nn.Linear weight [N, K]: kContiguous) or row-major with N contiguous
+// (a weight stored [K, N], or a split-K batch of one), the contiguous
+// length a multiple of 8 so that 16-byte loads are aligned and whole.
+func GEMVWeight(body *ir.Graph, mm ir.Value) (w DirectLoad, kContiguous, ok bool) {
+	n := body.Node(mm)
+	a, b := body.Node(n.Inputs[0]), body.Node(n.Inputs[1])
+	if n.Op != ir.OpMatMul || len(a.Shape) < 2 || len(b.Shape) < 2 {
+		return DirectLoad{}, false, false
+	}
+	M, K, N := int64(a.Shape[len(a.Shape)-2]), int64(a.Shape[len(a.Shape)-1]), int64(b.Shape[len(b.Shape)-1])
+	if M > GEMVRows || M < 1 || N < 1 || K < 1 {
+		return DirectLoad{}, false, false
+	}
+	switch b.DType {
+	case ir.F32, ir.F16, ir.BF16:
+	default:
+		return DirectLoad{}, false, false
+	}
+	if w, ok := DirectFoldedOperand(body, n.Inputs[1], b.DType, K); ok {
+		return w, true, true
+	}
+	if w, ok := DirectOperand(body, n.Inputs[1], b.DType, N, false); ok {
+		return w, false, true
+	}
+	return DirectLoad{}, false, false
+}
+
+// gemvShape is the matmul a matrix-vector schedule would run: its rows,
+// columns, reduced length, batch, the weight's element size and layout;
+// false when GEMVWeight refuses it.
+func (k *kernelForm) gemvShape() (M, N, K, batch, size int, kContiguous, ok bool) {
+	if k.form != FormMatMul || len(k.matmuls) != 1 {
+		return 0, 0, 0, 0, 0, false, false
+	}
+	_, kContiguous, ok = GEMVWeight(k.body, k.matmuls[0])
+	if !ok {
+		return 0, 0, 0, 0, 0, false, false
+	}
+	mm := k.body.Node(k.matmuls[0])
+	a, b := k.body.Node(mm.Inputs[0]), k.body.Node(mm.Inputs[1])
+	M, K, N = int(a.Shape[len(a.Shape)-2]), int(a.Shape[len(a.Shape)-1]), int(b.Shape[len(b.Shape)-1])
+	batch = max(1, int(numel(mm.Shape))/(M*N))
+	return M, N, K, batch, b.DType.Size(), kContiguous, true
+}
+
+// GEMVRowLayout is how a matrix-vector schedule over a row-major weight
+// (N contiguous) spreads its threads: lanes threads side by side cover
+// the block's BN columns, vec (16 bytes) each, and rows groups of them
+// take every rows-th k; false unless lanes is 8, 16 or 32 (a warp's loads
+// stay whole 128-byte lines) and divides the threads.
+func GEMVRowLayout(s Schedule, size int) (lanes, rows int, ok bool) {
+	vec := 16 / size
+	if size <= 0 || s.BN%vec != 0 || s.Threads%32 != 0 || s.Threads == 0 {
+		return 0, 0, false
+	}
+	lanes = s.BN / vec
+	if lanes != 8 && lanes != 16 && lanes != 32 {
+		return 0, 0, false
+	}
+	return lanes, s.Threads / lanes, true
+}
+
+// gemvSchedules lists the matrix-vector schedules of a kernel that is one:
+// 1 to 32 columns a block, 2 to 8 warps, 1 to 4 loads in flight per lane
+// and column (at most 8 in all, and 32 accumulators a lane).
+func (k *kernelForm) gemvSchedules() []Schedule {
+	M, _, _, _, size, kContiguous, ok := k.gemvShape()
+	if !ok {
+		return nil
+	}
+	var out []Schedule
+	if !kContiguous {
+		// Row-major weight: 8 to 32 lanes across the columns, 1 to 8
+		// loads in flight a thread.
+		for _, lanes := range []int{8, 16, 32} {
+			for _, threads := range []int{64, 128, 256} {
+				for _, stages := range []int{1, 2, 4, 8} {
+					s := Schedule{BM: M, BN: lanes * 16 / size, Threads: threads, Stages: stages, GEMV: true}
+					if M*16/size+4*stages <= 96 {
+						out = append(out, s)
+					}
+				}
+			}
+		}
+		return out
+	}
+	for _, bn := range []int{1, 2, 4, 8, 16, 32} {
+		for _, threads := range []int{64, 128, 256} {
+			for _, stages := range []int{1, 2, 4} {
+				s := Schedule{BM: M, BN: bn, Threads: threads, Stages: stages, GEMV: true}
+				cols, _, ok := GEMVLayout(s)
+				if ok && cols*stages <= 8 && cols*M <= 32 {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// sharedBandwidthPerSM is what one multiprocessor's shared memory serves
+// a clock (32 banks of 4 bytes), on every architecture the model knows.
+const sharedBandwidthPerSM = 128
+
+// gemvFeatures prices a matrix-vector schedule. The weight is read once
+// (each of its elements by one thread); A's inputs by every block, from
+// L2 past the first; the prologue runs once per block. The loads a thread
+// keeps in flight (cols x Stages over a K-contiguous weight, Stages over a
+// row-major one) are the Stages feature, which with the resident warps is
+// what hides memory latency. Every weight element costs M multiply-adds,
+// and A comes from shared memory: over a K-contiguous weight each 16-byte
+// load reads vec values of each of A's M rows, once for the warp's cols
+// columns; over a row-major one a warp reads one value of each row per
+// load, broadcast to the lanes that share it. With many rows that, not
+// DRAM, can be the bound.
+func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	M, N, K, batch, size, kContiguous, ok := k.gemvShape()
+	if !ok || !s.GEMV || s.BM != M || s.Stages < 1 || s.Stages > 8 || s.Tensor || s.Threads > 1024 {
+		return Features{}, false
+	}
+	vec := 16 / size
+	warps := s.Threads / 32
+	var inFlight, regs, partials int
+	var padK, padN, sharedBytes float64
+	if kContiguous {
+		cols, split, ok := GEMVLayout(s)
+		if !ok {
+			return Features{}, false
+		}
+		inFlight, regs, partials = cols*s.Stages, 24+M*cols+4*cols*s.Stages+vec, split
+		pass := 32 * vec * split
+		padK, padN = float64(ceilDiv(K, pass)*pass), float64(ceilDiv(N, s.BN)*s.BN)
+		sharedBytes = float64(batch) * padN * padK * float64(M) * 4 / float64(cols)
+	} else {
+		_, rows, ok := GEMVRowLayout(s, size)
+		if !ok {
+			return Features{}, false
+		}
+		inFlight, regs, partials = s.Stages, 24+M*vec+4*s.Stages+vec, warps
+		padK, padN = float64(ceilDiv(K, rows)*rows), float64(ceilDiv(N, s.BN)*s.BN)
+		// Each warp-wide step (a 16-byte load a lane) reads one value
+		// of each of A's rows per lane, distinct words in distinct
+		// banks or broadcasts: one 128-byte wavefront a row.
+		steps := float64(batch) * padN * padK / float64(vec*32)
+		sharedBytes = steps * float64(M) * 128
+	}
+	reductions := 0
+	for _, n := range k.body.Nodes {
+		if n.Op.Class() == ir.ClassReduce {
+			reductions++
+		}
+	}
+	base := GEMVShared(int64(M), int64(K), s.BN, partials)
+	if base > GEMVSharedLimit {
+		return Features{}, false
+	}
+	shared := int(base) + 4*reductions*M
+	per := k.occupancy(d, s.Threads, shared, regs)
+	if per == 0 {
+		return Features{}, false
+	}
+	tilesN := ceilDiv(N, s.BN)
+	var bytes, aBytes float64
+	for _, v := range k.body.Inputs() {
+		b := k.bytesOf(v)
+		if k.slots[v]&1 != 0 {
+			aBytes += b
+			b = rereads(b, tilesN, d.SMs, d)
+		}
+		bytes += b
+	}
+	var flops float64
+	for i, n := range k.body.Nodes {
+		f := opFLOPs(k.body, n)
+		if k.slots[i]&1 != 0 {
+			f *= float64(tilesN)
+		}
+		flops += f
+	}
+	// Threads past the end of K or N in their last pass still issue; the
+	// arithmetic pays for them.
+	flops += 2 * float64(batch) * float64(M) * padN * padK
+	weight := float64(batch) * float64(N) * float64(K) * float64(size)
+	return Features{
+		Bytes:         bytes + out,
+		Work:          []Work{{FMA, "f32", flops}},
+		Blocks:        batch * tilesN,
+		PerSM:         per,
+		WarpsPerBlock: warps,
+		Launches:      1,
+		Stages:        inFlight,
+		TileBytes:     weight + float64(tilesN)*aBytes,
+		SharedBytes:   sharedBytes,
+	}, true
+}
+
+// sharedTime is how long the device's shared memory takes to serve b
+// bytes at its peak (every multiprocessor's banks busy every clock).
+func sharedTime(d *Device, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	rate := float64(d.SMs) * sharedBandwidthPerSM * d.BoostClockMHz * 1e6
+	if rate <= 0 {
+		return math.Inf(1)
+	}
+	return b / rate
+}

@@ -1,0 +1,216 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// The matmul kernel form, matrix-vector path (cost's gemv.go says when the
+// model picks it): C[b] = A[b] x B[b] for A of at most cost.GEMVRows rows
+// and B a weight that is a plain buffer (cost.GEMVWeight), a decode step's
+// projections. The weight is streamed once, 16 bytes a load, Stages loads
+// a thread issued before any is used so that enough bytes are in flight
+// to cover memory latency. Over a K-contiguous weight (an nn.Linear
+// weight [N, K] read transposed) a block owns BN columns of C, each warp
+// cols of them (or a part of K of one, with fewer columns than warps),
+// the lanes side by side along a weight row. Over a row-major weight
+// ([K, N], N contiguous: a weight stored transposed, or a split-K batch)
+// lanes side by side cover the block's BN columns, vec each, and the
+// block's rows groups of them take every rows-th k. A is computed
+// by the whole block, chunk by chunk of K, into shared memory in f32
+// (through the prologue: casts, a gate, a norm from its row statistics,
+// which normPrologue computes once per block), so each weight value meets
+// every row of A without a global load. The lanes' f32 partial sums are
+// reduced by shuffles, a split's warps' through shared memory in a fixed
+// order, and the epilogue is applied as C is written. Nothing is rounded
+// to a narrower type before C's own store.
+func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string, error) {
+	mn := body.Node(mm)
+	a, bb := body.Node(mn.Inputs[0]), body.Node(mn.Inputs[1])
+	g, err := matmulGeometry(body, mm)
+	if err != nil {
+		return "", err
+	}
+	M, N, K := g.M, g.N, g.K
+	if !s.GEMV || s.Tensor || int64(s.BM) != M || M > cost.GEMVRows || s.Stages < 1 || s.Stages > 8 || s.Threads > 1024 || s.Threads%32 != 0 {
+		return "", fmt.Errorf("matrix-vector matmul: schedule %s: it takes BM = M (at most %d rows), whole warps and 1 to 8 stages", s, cost.GEMVRows)
+	}
+	op, kContiguous, direct := cost.GEMVWeight(body, mm)
+	if !direct {
+		return "", fmt.Errorf("matrix-vector matmul: the weight (right operand) is not a plain f32, f16 or bf16 buffer with K or N contiguous and a multiple of 8 long, or A has more than %d rows", cost.GEMVRows)
+	}
+	var unpack func(w string) []string
+	switch bb.DType {
+	case ir.BF16:
+		unpack = func(w string) []string {
+			return []string{fmt.Sprintf("__uint_as_float(%s << 16)", w), fmt.Sprintf("__uint_as_float(%s & 0xffff0000u)", w)}
+		}
+	case ir.F16:
+		unpack = func(w string) []string {
+			return []string{fmt.Sprintf("lum_f16_to_f32((lum_f16)(%s & 0xffffu))", w), fmt.Sprintf("lum_f16_to_f32((lum_f16)(%s >> 16))", w)}
+		}
+	case ir.F32:
+		unpack = func(w string) []string { return []string{fmt.Sprintf("__uint_as_float(%s)", w)} }
+	default:
+		return "", fmt.Errorf("matrix-vector matmul: a %s weight (it takes f32, f16 and bf16)", bb.DType)
+	}
+	vec := 16 / bb.DType.Size() // weight values a 16-byte load brings
+	// The main loop's threads: over a K-contiguous weight warp w owns
+	// columns col0.. (cols of them) and the part-th split of K; over a
+	// row-major one thread t owns the vec columns at (t % lanes) vec and
+	// every rows-th k from t / lanes.
+	var cols, split, lanes, rows, partials int
+	if kContiguous {
+		var ok bool
+		if cols, split, ok = cost.GEMVLayout(s); !ok {
+			return "", fmt.Errorf("matrix-vector matmul: schedule %s: warps and BN columns must divide one another", s)
+		}
+		partials = split
+	} else {
+		var ok bool
+		if lanes, rows, ok = cost.GEMVRowLayout(s, bb.DType.Size()); !ok {
+			return "", fmt.Errorf("matrix-vector matmul: schedule %s: a row-major weight takes BN of 8, 16 or 32 16-byte loads", s)
+		}
+		partials = s.Threads / 32
+	}
+	chunk := cost.GEMVChunk(M, K)
+	if bytes := cost.GEMVShared(M, K, s.BN, partials); bytes > cost.GEMVSharedLimit {
+		return "", fmt.Errorf("matrix-vector matmul: schedule %s: A's chunk and the partials take %d bytes of shared memory, past the %d a block declares for them", s, bytes, cost.GEMVSharedLimit)
+	}
+	k.Schedule = s
+	BN, threads, U := s.BN, s.Threads, s.Stages
+	k.Block = [3]int{threads, 1, 1}
+	k.Grid = [3]int{int((N + int64(BN) - 1) / int64(BN)), 1, int(g.batch)}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "  __shared__ __align__(16) float As[%d][%d];\n", M, chunk)
+	fmt.Fprintf(&b, "  __shared__ float Part[%d][%d][%d];\n", partials, M, BN)
+	b.WriteString("  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;\n")
+	fmt.Fprintf(&b, "  const long long m0 = 0, n0 = (long long)blockIdx.x * %d;\n", BN)
+	if g.r > 2 {
+		b.WriteString("  long long bz = blockIdx.z;\n")
+	}
+	for d := g.r - 3; d >= 0; d-- {
+		fmt.Fprintf(&b, "  long long b%d = bz %% %dLL; bz /= %dLL;\n", d, g.out[d], g.out[d])
+	}
+	reducedAt, err := normPrologue(&b, body, a.Shape, M, K, int(M), threads/32)
+	if err != nil {
+		return "", err
+	}
+	accCols := cols
+	if !kContiguous {
+		accCols = vec
+		fmt.Fprintf(&b, "  const int cg = threadIdx.x %% %d, kr = threadIdx.x / %d;\n", lanes, lanes)
+	} else {
+		fmt.Fprintf(&b, "  const int part = warp %% %d, col0 = warp / %d * %d;\n", split, split, cols)
+	}
+	fmt.Fprintf(&b, "  float acc[%d][%d];\n", M, accCols)
+	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int c = 0; c < %d; c++) acc[i][c] = 0.0f;\n", M, accCols)
+	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, chunk)
+	fmt.Fprintf(&b, "    const int kc = (int)(%dLL - k0 < %dLL ? %dLL - k0 : %dLL);\n", K, chunk, K, chunk)
+	b.WriteString("    __syncthreads(); // the last chunk's readers are done with As\n")
+	// A's chunk, computed once for the block.
+	e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt}
+	av, err := e.value(mn.Inputs[0], g.opIndex(a.Shape, "m", "k"), true)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "    for (int t = threadIdx.x; t < %d; t += %d) {\n", M*chunk, threads)
+	fmt.Fprintf(&b, "      const int mm = t / %d, kk = t %% %d;\n", chunk, chunk)
+	b.WriteString("      const long long m = mm, k = k0 + kk;\n")
+	b.WriteString("      if (kk >= kc) { As[mm][kk] = 0.0f; continue; }\n")
+	for _, l := range e.lines {
+		b.WriteString("    " + l + "\n")
+	}
+	fmt.Fprintf(&b, "      As[mm][kk] = %s;\n    }\n", av)
+	b.WriteString("    __syncthreads();\n")
+	src := paramName(body, op.Buf)
+	at := linear(op.BufShape, g.opIndex(op.BufShape, "n", "k"))
+	if op.FoldK != 0 {
+		// A split-K batch of a transposed weight: the batch is a
+		// block of K'.
+		bs := bb.Shape[:len(bb.Shape)-2]
+		bix := g.opIndex(bb.Shape, "k", "n")[:len(bs)]
+		at = fmt.Sprintf("n * %dLL + (%s) * %dLL + k", op.FoldK, linear(bs, bix), K)
+	}
+	if !kContiguous {
+		at = linear(op.BufShape, g.opIndex(op.BufShape, "k", "n"))
+	}
+	unpackAll := func(w, f string) {
+		per := len(unpack(""))
+		for wi, word := range []string{"x", "y", "z", "w"} {
+			for h, x := range unpack(w + "." + word) {
+				fmt.Fprintf(&b, "          %s[%d] = %s;\n", f, wi*per+h, x)
+			}
+		}
+	}
+	if kContiguous {
+		pass := 32 * vec * split // K covered by one load of every lane of a column's warps
+		fmt.Fprintf(&b, "    for (int kk = (part * 32 + lane) * %d; kk < kc; kk += %d) {\n", vec, pass*U)
+		fmt.Fprintf(&b, "      uint4 w[%d][%d];\n", U, cols)
+		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) for (int c = 0; c < %d; c++) {\n", U, cols)
+		fmt.Fprintf(&b, "        const long long n = n0 + col0 + c, k = k0 + kk + u * %d;\n", pass)
+		fmt.Fprintf(&b, "        if (n < %dLL && kk + u * %d < kc) w[u][c] = lum_ld16(%s + %s);\n", N, pass, src, at)
+		b.WriteString("        else w[u][c] = make_uint4(0u, 0u, 0u, 0u);\n      }\n")
+		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) {\n", U)
+		fmt.Fprintf(&b, "        const int kx = kk + u * %d;\n", pass)
+		b.WriteString("        if (kx >= kc) break;\n")
+		fmt.Fprintf(&b, "        for (int c = 0; c < %d; c++) {\n", cols)
+		fmt.Fprintf(&b, "          float f[%d];\n", vec)
+		unpackAll("w[u][c]", "f")
+		fmt.Fprintf(&b, "          for (int i = 0; i < %d; i++) {\n", M)
+		b.WriteString("            const float* ar = &As[i][kx];\n")
+		fmt.Fprintf(&b, "            for (int j = 0; j < %d; j += 4) {\n", vec)
+		b.WriteString("              const float4 a4 = lum_ld4(ar + j);\n")
+		b.WriteString("              acc[i][c] += a4.x * f[j] + a4.y * f[j + 1] + a4.z * f[j + 2] + a4.w * f[j + 3];\n")
+		b.WriteString("            }\n          }\n        }\n      }\n    }\n  }\n")
+		// Reduce: lanes by shuffles, into the split's partials.
+		fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int c = 0; c < %d; c++) {\n", M, cols)
+		b.WriteString("    float v = acc[i][c];\n")
+		b.WriteString("    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n")
+		b.WriteString("    if (lane == 0) Part[part][i][col0 + c] = v;\n  }\n")
+	} else {
+		fmt.Fprintf(&b, "    for (int kk = kr; kk < kc; kk += %d) {\n", rows*U)
+		fmt.Fprintf(&b, "      uint4 w[%d];\n", U)
+		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) {\n", U)
+		fmt.Fprintf(&b, "        const long long n = n0 + cg * %d, k = k0 + kk + u * %d;\n", vec, rows)
+		fmt.Fprintf(&b, "        if (n < %dLL && kk + u * %d < kc) w[u] = lum_ld16(%s + %s);\n", N, rows, src, at)
+		b.WriteString("        else w[u] = make_uint4(0u, 0u, 0u, 0u);\n      }\n")
+		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) {\n", U)
+		fmt.Fprintf(&b, "        const int kx = kk + u * %d;\n", rows)
+		b.WriteString("        if (kx >= kc) break;\n")
+		b.WriteString("        {\n")
+		fmt.Fprintf(&b, "          float f[%d];\n", vec)
+		unpackAll("w[u]", "f")
+		fmt.Fprintf(&b, "          for (int i = 0; i < %d; i++) {\n", M)
+		b.WriteString("            const float av = As[i][kx];\n")
+		fmt.Fprintf(&b, "            for (int j = 0; j < %d; j++) acc[i][j] += av * f[j];\n", vec)
+		b.WriteString("          }\n        }\n      }\n    }\n  }\n")
+		// Reduce: the lanes of a warp that share columns by shuffles,
+		// then a partial per warp.
+		fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) {\n", M, vec)
+		b.WriteString("    float v = acc[i][j];\n")
+		if lanes < 32 {
+			fmt.Fprintf(&b, "    for (int o = 16; o >= %d; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n", lanes)
+		}
+		fmt.Fprintf(&b, "    if (lane < %d) Part[warp][i][cg * %d + j] = v;\n  }\n", lanes, vec)
+	}
+	b.WriteString("  __syncthreads();\n")
+	// The partials in a fixed order, and the epilogue.
+	fmt.Fprintf(&b, "  for (int t = threadIdx.x; t < %d; t += %d) {\n", int(M)*BN, threads)
+	fmt.Fprintf(&b, "    const int i = t / %d, cc = t %% %d;\n", BN, BN)
+	b.WriteString("    const long long m = m0 + i, n = n0 + cc;\n")
+	fmt.Fprintf(&b, "    if (n >= %dLL) continue;\n", N)
+	b.WriteString("    float sum = Part[0][i][cc];\n")
+	if partials > 1 {
+		fmt.Fprintf(&b, "    for (int p = 1; p < %d; p++) sum += Part[p][i][cc];\n", partials)
+	}
+	if err := g.printEpilogue(&b, body, mm, "sum"); err != nil {
+		return "", err
+	}
+	b.WriteString("  }\n")
+	return b.String(), nil
+}
