@@ -430,7 +430,8 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     threads) of 4x4 outputs a thread, or for tiles of 16 or 32 rows
 //     1x4, K steps of 16, single or double buffered;
 //   - matmul, f16 and bf16: tensor-core tiles, a warp per 32x32
-//     (or 16x32) patch, 1 to 16 warps, K steps of 32, two stages;
+//     (or 16x32) patch, 1 to 16 warps, K steps of 32, two or three
+//     stages (as many as static shared memory holds);
 //   - matmul of at most GEMVRows rows against a plain weight: the
 //     matrix-vector kernel (gemv.go), 16-byte weight loads, 1 to 8 in
 //     flight a thread;
@@ -473,7 +474,12 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 			for _, bm := range []int{16, 32, 64, 128} {
 				for _, bn := range []int{32, 64, 128} {
 					warps := max(bm/32, 1) * bn / 32
-					out = append(out, Schedule{BM: bm, BN: bn, BK: 32, Threads: 32 * warps, Stages: 2, Tensor: true})
+					for _, stages := range []int{2, 3} {
+						s := Schedule{BM: bm, BN: bn, BK: 32, Threads: 32 * warps, Stages: stages, Tensor: true}
+						if TensorTileShared(s) <= StaticShared {
+							out = append(out, s)
+						}
+					}
 				}
 			}
 		}
@@ -617,6 +623,17 @@ func (k *kernelForm) directOperand(mm *ir.Node, side int, right bool) bool {
 	return ok
 }
 
+// StaticShared is the most shared memory a kernel declares statically
+// (48 KiB); the printers declare no dynamic shared memory.
+const StaticShared = 48 << 10
+
+// TensorTileShared is the shared memory of a tensor-core matmul's tiles:
+// Stages buffers of BM rows of A and BN columns of B, BK values of 2 bytes
+// a row plus 4 words of padding (package cuda, tensorcore.go).
+func TensorTileShared(s Schedule) int {
+	return (s.BM + s.BN) * (s.BK/2 + 4) * 4 * max(s.Stages, 1)
+}
+
 // maxRowBlocks is the grid of a block-per-row kernel: more rows loop.
 const maxRowBlocks = 4096
 
@@ -633,6 +650,11 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	dt := body.Node(mm.Inputs[0]).DType
 	size := dt.Size()
 	shared := (s.BM*s.BK + s.BK*s.BN) * size * max(s.Stages, 1)
+	if s.Tensor {
+		if shared = TensorTileShared(s); shared > StaticShared {
+			return Features{}, false
+		}
+	}
 	per := k.occupancy(d, s.Threads, shared, s.BM*s.BN/s.Threads+32)
 	if per == 0 {
 		return Features{}, false
@@ -672,6 +694,9 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	// operand; a computed or viewed half one) goes element by element
 	// through the scalar path: index arithmetic and a synchronous load
 	// per element of every tile that reads it.
+	// Its loads are waited for before the tile's barrier, so the
+	// pipeline keeps none of them in flight past it: one stage.
+	stages := s.Stages
 	for side, right := range []bool{false, true} {
 		if !s.Tensor || !k.directOperand(mm, side, right) {
 			rows := s.BM
@@ -679,12 +704,13 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 				rows = s.BN
 			}
 			flops += float64(batch*tilesM*tilesN) * float64(steps) * float64(rows) * scalarLoadOps
+			stages = 1
 		}
 	}
 	class, cdt := tensorDType(dt, s.Tensor)
 	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
 
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: s.Stages, TileBytes: tileBytes}, true
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: stages, TileBytes: tileBytes}, true
 }
 
 // attentionFeatures prices the printed flash forms (package cuda,
@@ -725,7 +751,6 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	v := body.Node(pv.Inputs[1]).Shape
 	S, D, T, Dv := int(q[len(q)-2]), int(q[len(q)-1]), int(kt[len(kt)-1]), int(v[len(v)-1])
 	batch := max(1, int(numel(pv.Shape))/(S*Dv))
-	const staticShared = 48 << 10
 	pad := func(n, m int) int { return ceilDiv(n, m) * m }
 	if s.BM < 1 || s.BN < 1 {
 		return Features{}, false
@@ -775,7 +800,7 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 		regs = 36 + perWarp*(cols+5) // the output accumulators, scores, max and sum of each row, a value row
 		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(rows) * (keysPad*float64(D) + keys*float64(32*cols))}}
 	}
-	if shared > staticShared {
+	if shared > StaticShared {
 		return Features{}, false
 	}
 	per := k.occupancy(d, s.Threads, shared, regs)

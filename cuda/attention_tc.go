@@ -14,7 +14,7 @@ import (
 // 16 w .. 16 w + 15, the rows of one m16n8k16 tile. Per tile of BN keys:
 //
 //   - S = Q K^T: the query rows' A fragments stay in registers for the
-//     whole kernel (loaded once, through shared memory); the keys' B
+//     whole kernel (loaded once, through shared memory and ldmatrix); the keys' B
 //     fragments come from the key tile with ldmatrix (a key's head dims
 //     are contiguous, the "col" layout mma takes); f32 accumulators.
 //   - The elementwise scores (scale, mask) are computed on the
@@ -266,9 +266,12 @@ func printAttentionTC(k *Kernel, body *ir.Graph, p cost.AttentionParts, s cost.S
 	}
 	b.WriteString("    lum_cp_async_wait();\n    __syncthreads();\n")
 	fmt.Fprintf(&b, "    unsigned qa[%d][4];\n", dk)
-	fmt.Fprintf(&b, "    for (int kq = 0; kq < %d; kq++) {\n", dk)
-	fmt.Fprintf(&b, "      const unsigned* q0 = Qs + (warp * 16 + g) * %d + kq * 8 + tg;\n", kw)
-	fmt.Fprintf(&b, "      qa[kq][0] = q0[0];\n      qa[kq][1] = q0[%d];\n      qa[kq][2] = q0[4];\n      qa[kq][3] = q0[%d];\n    }\n", 8*kw, 8*kw+4)
+	// ldmatrix: lane l addresses row l %% 8 of matrix l / 8, the matrices
+	// (rows 0-7, dims 0-7), (rows 8-15, dims 0-7), (rows 0-7, dims 8-15),
+	// (rows 8-15, dims 8-15) of the warp's 16 rows: a0..a3 of the A
+	// fragment.
+	fmt.Fprintf(&b, "    for (int kq = 0; kq < %d; kq++)\n", dk)
+	fmt.Fprintf(&b, "      lum_ldmatrix_x4(qa[kq], Qs + (warp * 16 + lane / 8 %% 2 * 8 + lane %% 8) * %d + kq * 8 + lane / 16 * 4);\n", kw)
 	b.WriteString("    __syncthreads();\n")
 	fmt.Fprintf(&b, "    float oacc[%d][4];\n    for (int dn = 0; dn < %d; dn++) for (int q = 0; q < 4; q++) oacc[dn][q] = 0.0f;\n", dn, dn)
 	b.WriteString("    // Running max and sum of rows g and g + 8 of the warp's 16.\n")

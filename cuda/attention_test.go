@@ -300,6 +300,13 @@ func TestNVRTCCompilesAttention(t *testing.T) {
 				assert.Contains(t, entry, "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "%s %s", arch, k.Name)
 				assert.Contains(t, entry, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "%s %s", arch, k.Name)
 				assert.Contains(t, entry, "cp.async.cg.shared.global", "%s %s: the value tile by cp.async", arch, k.Name)
+				// The key loop's fragments come through ldmatrix (the
+				// queries' stay in registers, loaded before it).
+				loops := mmaLoops(entry)
+				require.NotEmpty(t, loops, "%s %s: no key loop around mma.sync", arch, k.Name)
+				for _, loop := range loops {
+					assert.Zero(t, len(fragmentLoad.FindAllString(loop, -1)), "%s %s: 32-bit ld.shared in the key loop", arch, k.Name)
+				}
 			} else {
 				assert.NotContains(t, entry, "mma.sync", "%s %s", arch, k.Name)
 			}

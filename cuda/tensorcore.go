@@ -62,8 +62,11 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		mi = 1
 	}
 	wM, wN := s.BM/(16*mi), s.BN/32
-	if !s.Tensor || s.BK != tcBK || s.Stages != 2 || s.Rows != 0 || s.BM%16 != 0 || (s.BM > 16 && s.BM%32 != 0) || s.BN%32 != 0 || s.BN == 0 || s.Threads != 32*wM*wN || s.Threads > 1024 {
-		return "", fmt.Errorf("tensor-core matmul: schedule %s: the tensor-core path takes BM 16 or a multiple of 32, BN a multiple of 32, BK 32, two stages, mma and a warp per 32x32 (16x32) patch", s)
+	if !s.Tensor || s.BK != tcBK || (s.Stages != 2 && s.Stages != 3) || s.Rows != 0 || s.BM%16 != 0 || (s.BM > 16 && s.BM%32 != 0) || s.BN%32 != 0 || s.BN == 0 || s.Threads != 32*wM*wN || s.Threads > 1024 {
+		return "", fmt.Errorf("tensor-core matmul: schedule %s: the tensor-core path takes BM 16 or a multiple of 32, BN a multiple of 32, BK 32, two or three stages, mma and a warp per 32x32 (16x32) patch", s)
+	}
+	if bytes := cost.TensorTileShared(s); bytes > cost.StaticShared {
+		return "", fmt.Errorf("tensor-core matmul: schedule %s: its %d stages of tiles take %d bytes of shared memory, past the %d a block declares", s, s.Stages, bytes, cost.StaticShared)
 	}
 	k.Schedule = s
 	BM, BN, threads := s.BM, s.BN, s.Threads
@@ -73,8 +76,9 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	opIndex := g.opIndex
 	var b strings.Builder
 	words := tcBK/2 + tcPad
-	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[2][%d][%d];\n", BM, words)
-	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned Bs[2][%d][%d];\n", BN, words)
+	S := s.Stages
+	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[%d][%d][%d];\n", S, BM, words)
+	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned Bs[%d][%d][%d];\n", S, BN, words)
 	b.WriteString("  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;\n")
 	fmt.Fprintf(&b, "  const int wm = threadIdx.x / %d * %d, wn = threadIdx.x / 32 %% %d * 32;\n", 32*wN, 16*mi, wN)
 	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", BM, BN)
@@ -92,12 +96,9 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	fmt.Fprintf(&b, "  float acc[%d][4][4];\n", mi)
 	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n", mi)
 	steps := (K + tcBK - 1) / tcBK
-	fmt.Fprintf(&b, "  // Step kt fills buffer kt %% 2 with K tile kt while the warps multiply\n")
-	fmt.Fprintf(&b, "  // tile kt - 1; the barrier ends both.\n")
-	fmt.Fprintf(&b, "  for (long long kt = 0; kt <= %dLL; kt++) {\n", steps)
-	fmt.Fprintf(&b, "    if (kt < %dLL) {\n", steps)
-	fmt.Fprintf(&b, "      const int s = (int)(kt %% 2);\n      const long long k0 = kt * %d;\n", tcBK)
-	// loadTile fills one operand's buffer s for K tile k0.
+	// loadTile prints the loads of one operand's tile k0 into buffer s.
+	var load strings.Builder
+	w := &load
 	loadTile := func(operand ir.Value, shape ir.Shape, right bool) error {
 		dst, rows, rowVar, rowLimit, tileRows := "As", "m0", "m", M, BM
 		if right {
@@ -106,9 +107,9 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		if op, ok := cost.DirectOperand(body, operand, dt, K, right); ok {
 			// 16-byte chunks: the tile's rows x 4 chunks of 8 values.
 			chunks := tileRows * tcBK / 8
-			fmt.Fprintf(&b, "      for (int c = threadIdx.x; c < %d; c += %d) {\n", chunks, threads)
-			fmt.Fprintf(&b, "        const int rr = c / %d, kc = c %% %d * 8;\n", tcBK/8, tcBK/8)
-			fmt.Fprintf(&b, "        const long long %s = %s + rr, k = k0 + kc;\n", rowVar, rows)
+			fmt.Fprintf(w, "      for (int c = threadIdx.x; c < %d; c += %d) {\n", chunks, threads)
+			fmt.Fprintf(w, "        const int rr = c / %d, kc = c %% %d * 8;\n", tcBK/8, tcBK/8)
+			fmt.Fprintf(w, "        const long long %s = %s + rr, k = k0 + kc;\n", rowVar, rows)
 			var pix index
 			if right {
 				// the transposed source: B(k, n) = src(n, k)
@@ -116,23 +117,23 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 			} else {
 				pix = opIndex(op.BufShape, "m", "k")
 			}
-			fmt.Fprintf(&b, "        if (%s < %dLL && k < %dLL) lum_cp_async16(&%s[s][rr][kc / 2], %s + %s);\n",
+			fmt.Fprintf(w, "        if (%s < %dLL && k < %dLL) lum_cp_async16(&%s[s][rr][kc / 2], %s + %s);\n",
 				rowVar, rowLimit, K, dst, paramName(body, op.Buf), linear(op.BufShape, pix))
-			fmt.Fprintf(&b, "        else for (int w = 0; w < 4; w++) %s[s][rr][kc / 2 + w] = 0u;\n", dst)
-			b.WriteString("      }\n")
+			fmt.Fprintf(w, "        else for (int w = 0; w < 4; w++) %s[s][rr][kc / 2 + w] = 0u;\n", dst)
+			w.WriteString("      }\n")
 			return nil
 		}
 		// Computed: each thread computes pairs of K-adjacent values in
 		// f32 and packs them. A walks K fastest (rows are K-contiguous
 		// in a row-major A); B walks N fastest (a row-major [K, N] B).
 		pairs := tileRows * tcBK / 2
-		fmt.Fprintf(&b, "      for (int p = threadIdx.x; p < %d; p += %d) {\n", pairs, threads)
+		fmt.Fprintf(w, "      for (int p = threadIdx.x; p < %d; p += %d) {\n", pairs, threads)
 		if right {
-			fmt.Fprintf(&b, "        const int rr = p %% %d, kp = p / %d;\n", BN, BN)
+			fmt.Fprintf(w, "        const int rr = p %% %d, kp = p / %d;\n", BN, BN)
 		} else {
-			fmt.Fprintf(&b, "        const int rr = p / %d, kp = p %% %d;\n", tcBK/2, tcBK/2)
+			fmt.Fprintf(w, "        const int rr = p / %d, kp = p %% %d;\n", tcBK/2, tcBK/2)
 		}
-		fmt.Fprintf(&b, "        const long long %s = %s + rr, k = k0 + 2 * kp;\n", rowVar, rows)
+		fmt.Fprintf(w, "        const long long %s = %s + rr, k = k0 + 2 * kp;\n", rowVar, rows)
 		var vals [2]string
 		for h, kx := range []string{"k", "(k + 1LL)"} {
 			e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt, next: h * 1000}
@@ -147,42 +148,61 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 				return err
 			}
 			for _, l := range e.lines {
-				b.WriteString("    " + l + "\n")
+				w.WriteString("    " + l + "\n")
 			}
 			guard := fmt.Sprintf("%s < %dLL && %s < %dLL", rowVar, rowLimit, kx, K)
 			vals[h] = fmt.Sprintf("(%s) ? %s : 0.0f", guard, v)
 		}
-		fmt.Fprintf(&b, "        const float lo = %s;\n", vals[0])
-		fmt.Fprintf(&b, "        const float hi = %s;\n", vals[1])
-		fmt.Fprintf(&b, "        %s[s][rr][kp] = lum_pack_%sx2(lo, hi);\n      }\n", dst, suffix)
+		fmt.Fprintf(w, "        const float lo = %s;\n", vals[0])
+		fmt.Fprintf(w, "        const float hi = %s;\n", vals[1])
+		fmt.Fprintf(w, "        %s[s][rr][kp] = lum_pack_%sx2(lo, hi);\n      }\n", dst, suffix)
 		return nil
 	}
+	// The pipeline: tiles 0 .. S-2 are in flight before the loop; step kt
+	// waits for tile kt (its own copies: wait_group S-2 leaves the S-2
+	// younger groups pending; then the barrier, everyone's), refills the
+	// buffer every warp finished with at step kt-1 with tile kt+S-1, and
+	// multiplies tile kt. One commit a step, empty past the end, keeps the
+	// group count uniform. A computed operand's stores land synchronously
+	// in a buffer no warp reads before the barrier of its own step.
 	if err := loadTile(mn.Inputs[0], a.Shape, false); err != nil {
 		return "", err
 	}
 	if err := loadTile(mn.Inputs[1], bb.Shape, true); err != nil {
 		return "", err
 	}
-	b.WriteString("    }\n")
-	b.WriteString("    if (kt > 0) {\n")
-	b.WriteString("      const int s = (int)((kt - 1) % 2);\n")
-	fmt.Fprintf(&b, "      for (int ks = 0; ks < %d; ks += 8) {\n", tcBK/2)
-	fmt.Fprintf(&b, "        unsigned af[%d][4], bf[4][2];\n", mi)
-	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) {\n", mi)
-	b.WriteString("          const int rr = wm + i * 16 + g;\n")
-	b.WriteString("          af[i][0] = As[s][rr][ks + t];\n")
-	b.WriteString("          af[i][1] = As[s][rr + 8][ks + t];\n")
-	b.WriteString("          af[i][2] = As[s][rr][ks + t + 4];\n")
-	b.WriteString("          af[i][3] = As[s][rr + 8][ks + t + 4];\n")
-	b.WriteString("        }\n")
-	b.WriteString("        for (int j = 0; j < 4; j++) {\n")
-	b.WriteString("          const int cc = wn + j * 8 + g;\n")
-	b.WriteString("          bf[j][0] = Bs[s][cc][ks + t];\n")
-	b.WriteString("          bf[j][1] = Bs[s][cc][ks + t + 4];\n")
-	b.WriteString("        }\n")
-	fmt.Fprintf(&b, "        for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", mi, suffix)
-	b.WriteString("      }\n    }\n")
-	b.WriteString("    lum_cp_async_wait();\n    __syncthreads();\n  }\n")
+	printLoad := func(tile string) {
+		fmt.Fprintf(&b, "    if (%s < %dLL) {\n", tile, steps)
+		fmt.Fprintf(&b, "      const int s = (int)(%s %% %d);\n      const long long k0 = %s * %d;\n", tile, S, tile, tcBK)
+		b.WriteString(load.String())
+		b.WriteString("    }\n    lum_cp_async_commit();\n")
+	}
+	fmt.Fprintf(&b, "  for (long long kt = 0; kt < %d; kt++) {\n", S-1)
+	printLoad("kt")
+	b.WriteString("  }\n")
+	fmt.Fprintf(&b, "  for (long long kt = 0; kt < %dLL; kt++) {\n", steps)
+	fmt.Fprintf(&b, "    lum_cp_async_wait_group<%d>();\n    __syncthreads();\n", S-2)
+	fmt.Fprintf(&b, "    const long long nt = kt + %d;\n", S-1)
+	printLoad("nt")
+	fmt.Fprintf(&b, "    const int s = (int)(kt %% %d);\n", S)
+	// Fragments through ldmatrix: lane l gives the address of row l %% 8
+	// of matrix l / 8. A's four 8x8 matrices are (rows 0-7, k 0-7), (rows
+	// 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15): registers
+	// a0..a3 of m16n8k16's A fragment. B's rows are columns n (K
+	// contiguous): (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n
+	// 8-15, k 8-15) are b0, b1 of two n8 tiles.
+	fmt.Fprintf(&b, "    for (int ks = 0; ks < %d; ks += 8) {\n", tcBK/2)
+	fmt.Fprintf(&b, "      unsigned af[%d][4], bf[4][2];\n", mi)
+	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++)\n", mi)
+	b.WriteString("        lum_ldmatrix_x4(af[i], &As[s][wm + i * 16 + lane / 8 % 2 * 8 + lane % 8][ks + lane / 16 * 4]);\n")
+	b.WriteString("      for (int j = 0; j < 4; j += 2) {\n")
+	b.WriteString("        unsigned r[4];\n")
+	b.WriteString("        lum_ldmatrix_x4(r, &Bs[s][wn + j * 8 + lane / 16 * 8 + lane % 8][ks + lane / 8 % 2 * 4]);\n")
+	b.WriteString("        bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];\n")
+	b.WriteString("      }\n")
+	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", mi, suffix)
+	b.WriteString("    }\n  }\n")
+	b.WriteString("  lum_cp_async_wait_group<0>();\n")
 
 	// Epilogue: accumulator q of tile (i, j) is C's element (m, n).
 	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) {\n", mi)

@@ -136,8 +136,10 @@ func TestPrintTensorCore(t *testing.T) {
 }
 
 // TestNVRTCCompilesTensorCore compiles the tensor-core kernels for sm_80
-// and sm_90 and reads their PTX: mma.sync, shared memory, cp.async for
-// plain operands, f16x2/bf16x2 conversions for computed ones; no spills.
+// and sm_90 and reads their PTX: mma.sync with every fragment of the main
+// loop through ldmatrix (no 32-bit shared load left there), cp.async
+// with wait_group for plain operands, f16x2/bf16x2 conversions for
+// computed ones; no spills.
 func TestNVRTCCompilesTensorCore(t *testing.T) {
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
@@ -174,8 +176,15 @@ func TestNVRTCCompilesTensorCore(t *testing.T) {
 				dt = "bf16"
 			}
 			assert.Contains(t, entry, "mma.sync.aligned.m16n8k16.row.col.f32."+dt+"."+dt+".f32", "%s %s", arch, name)
-			assert.Contains(t, entry, "ld.shared.", "%s %s: fragments from shared memory", arch, name)
-			assert.Contains(t, entry, "cp.async.wait_all", "%s %s", arch, name)
+			// Every fragment of the main loop comes through ldmatrix;
+			// no 32-bit shared load is left there.
+			loops := mmaLoops(entry)
+			require.NotEmpty(t, loops, "%s %s: no main loop around mma.sync", arch, name)
+			for _, loop := range loops {
+				assert.Contains(t, loop, "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "%s %s: fragments by ldmatrix", arch, name)
+				assert.Zero(t, len(fragmentLoad.FindAllString(loop, -1)), "%s %s: 32-bit ld.shared in the main loop", arch, name)
+			}
+			assert.Contains(t, entry, "cp.async.wait_group", "%s %s", arch, name)
 			if tc.async {
 				assert.Contains(t, entry, "cp.async.cg.shared.global", "%s %s", arch, name)
 			}

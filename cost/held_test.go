@@ -1,0 +1,155 @@
+package cost
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Without a GPU the model grades itself, so two rules hold it (see
+// docs/cost-model.md, "Sanity table"): it never prices a kernel kind above
+// the published figure of the equivalent library kernel, and a worse
+// technique never predicts less time.
+
+// Published fractions of peak the best library kernels reach, the caps
+// the model's predictions stay under (sources in docs/cost-model.md).
+const (
+	capGEMM      = 0.80 // cuBLAS large bf16 GEMM, of the dense mma peak
+	capGEMV      = 0.90 // vLLM / TensorRT-LLM decode GEMV, of HBM bandwidth
+	capAttention = 0.70 // FlashAttention-2/3 forward, of the dense mma peak
+	capStream    = 0.92 // a device-to-device copy, of HBM bandwidth
+)
+
+// heldDevices are the targets the caps are checked on.
+var heldDevices = []string{"h100", "h200", "a100"}
+
+// TestModelUnderPublishedCaps draws random shapes of each kernel kind
+// (seeded) and checks every schedule the model ranks, not only the best,
+// against the cap of its kind: the useful work at the cap's fraction of
+// the peak is a lower bound on the predicted time.
+func TestModelUnderPublishedCaps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(23, 5))
+	pick := func(lo, hi, mult int) ir.Dim { return ir.Dim((lo + rng.IntN(hi-lo+1)) / mult * mult) }
+	for _, name := range heldDevices {
+		d, err := LookupDevice(name)
+		require.NoError(t, err)
+		m := NewModel(d, Defaults(d))
+		mma, ok := d.Peak(MMA, "bf16")
+		require.True(t, ok)
+		bw := d.MemoryBandwidth
+		check := func(what string, body *ir.Graph, floor float64) {
+			t.Helper()
+			r, err := m.Ranked(body)
+			require.NoError(t, err, what)
+			for _, e := range r {
+				assert.GreaterOrEqual(t, e.Seconds, floor, "%s on %s, %s: predicted %.3g s under the published cap's %.3g s", what, name, e.Schedule, e.Seconds, floor)
+			}
+		}
+		for range 12 {
+			M, N, K := pick(512, 8192, 64), pick(512, 8192, 64), pick(512, 8192, 64)
+			check(fmt.Sprintf("gemm %dx%dx%d", M, N, K), linearBody(t, ir.BF16, M, K, N), 2*float64(M)*float64(N)*float64(K)/(capGEMM*mma.FLOPS))
+		}
+		for range 12 {
+			M, N, K := pick(1, 8, 1), pick(256, 16384, 8), pick(256, 16384, 8)
+			weight := float64(N) * float64(K) * 2
+			check(fmt.Sprintf("gemv %dx%dx%d", M, N, K), linearBody(t, ir.BF16, M, K, N), weight/(capGEMV*bw))
+			check(fmt.Sprintf("gemv row-major %dx%dx%d", M, N, K), matmulBody(t, ir.BF16, 0, M, K, N), weight/(capGEMV*bw))
+		}
+		for range 6 {
+			S, D := pick(256, 4096, 64), ir.Dim(64*(1+rng.IntN(2)))
+			att := body(t, func(b *ir.Builder) ir.Value {
+				q := b.Input("$0", ir.BF16, 1, 8, S, D)
+				k := b.Input("$1", ir.BF16, 1, 8, S, D)
+				v := b.Input("$2", ir.BF16, 1, 8, S, D)
+				return b.Attention(q, k, v, 0.125, false, 0)
+			})
+			useful := 4 * 8 * float64(S) * float64(S) * float64(D)
+			check(fmt.Sprintf("attention S=T=%d D=%d", S, D), att, useful/(capAttention*mma.FLOPS))
+		}
+		for range 6 {
+			n := pick(1<<16, 1<<26, 8)
+			ew := body(t, func(b *ir.Builder) ir.Value {
+				x := b.Input("$0", ir.BF16, n)
+				return b.Mul(x, b.Sigmoid(x))
+			})
+			check(fmt.Sprintf("elementwise %d", n), ew, 4*float64(n)/(capStream*bw))
+		}
+	}
+}
+
+// TestWorseTechniqueNeverFaster: over random shapes, each schedule priced
+// with a worse technique in place of a better one predicts no less time.
+func TestWorseTechniqueNeverFaster(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 41))
+	pick := func(lo, hi, mult int) ir.Dim { return ir.Dim((lo + rng.IntN(hi-lo+1)) / mult * mult) }
+	for _, name := range heldDevices {
+		d, err := LookupDevice(name)
+		require.NoError(t, err)
+		m := NewModel(d, Defaults(d))
+		price := func(body *ir.Graph, s Schedule) (float64, bool) {
+			k, err := m.analyze(body)
+			require.NoError(t, err)
+			x, ok := k.features(s, d)
+			if !ok {
+				return 0, false
+			}
+			p, err := Predict(d, m.Factors, x)
+			require.NoError(t, err)
+			return p, true
+		}
+		for range 10 {
+			M, N, K := pick(16, 4096, 16), pick(64, 8192, 64), pick(64, 8192, 64)
+			direct, scalar := linearBody(t, ir.BF16, M, K, N), matmulBody(t, ir.BF16, 0, M, K, N)
+			r, err := m.Ranked(direct)
+			require.NoError(t, err)
+			for _, e := range r {
+				s := e.Schedule
+				if !s.Tensor {
+					continue
+				}
+				// A 16-byte cp.async operand replaced by the computed
+				// scalar path: more time, strictly where the kernel is
+				// more than its launch (a kernel that loads scalars is
+				// not priced like one that streams copies).
+				if worse, ok := price(scalar, s); ok {
+					if e.Seconds > 4*m.Factors.Launch {
+						assert.Greater(t, worse, e.Seconds, "%s on %s, %dx%dx%d: the scalar path predicts no more than cp.async", s, name, M, N, K)
+					} else {
+						assert.GreaterOrEqual(t, worse, e.Seconds, "%s on %s, %dx%dx%d: the scalar path predicts less than cp.async", s, name, M, N, K)
+					}
+				}
+				// Three stages replaced by two.
+				if s.Stages == 3 {
+					two := s
+					two.Stages = 2
+					worse, ok := price(direct, two)
+					require.True(t, ok, "%s fits with three stages, not with two", s)
+					assert.GreaterOrEqual(t, worse, e.Seconds, "%s on %s, %dx%dx%d: two stages predict less than three", s, name, M, N, K)
+				}
+			}
+		}
+		// A matrix-vector schedule with fewer loads in flight.
+		for range 10 {
+			M, N, K := pick(1, 8, 1), pick(256, 16384, 8), pick(256, 16384, 8)
+			for _, body := range []*ir.Graph{linearBody(t, ir.BF16, M, K, N), matmulBody(t, ir.BF16, 0, M, K, N)} {
+				r, err := m.Ranked(body)
+				require.NoError(t, err)
+				for _, e := range r {
+					s := e.Schedule
+					if !s.GEMV || s.Stages == 1 {
+						continue
+					}
+					fewer := s
+					fewer.Stages = s.Stages / 2
+					if worse, ok := price(body, fewer); ok {
+						assert.GreaterOrEqual(t, worse, e.Seconds, "%s on %s, %dx%dx%d: fewer loads in flight predict less", s, name, M, N, K)
+					}
+				}
+			}
+		}
+	}
+}
