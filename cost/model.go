@@ -37,6 +37,10 @@ type Schedule struct {
 	// columns each); 0 means 4. With 1, a small tile has four times the
 	// threads streaming its operands.
 	TM int
+	// Warp is a tensor-core matmul's warp tile side: 0 for the default
+	// 32x32 (16x32 with BM 16), 64 for 64x64 patches (half the fragment
+	// loads from shared memory per mma, four times the accumulators).
+	Warp int
 	// GEMV says a matmul of few rows (a decode step's) runs as a
 	// matrix-vector kernel: BM is all of its rows, BN the columns a block
 	// owns, each warp streaming weight rows with 16-byte loads, Stages of
@@ -59,6 +63,9 @@ func (s Schedule) String() string {
 	}
 	if s.Rows > 0 {
 		fmt.Fprintf(&b, ",rows=%d", s.Rows)
+	}
+	if s.Warp > 0 {
+		fmt.Fprintf(&b, ",warp=%d", s.Warp)
 	}
 	if s.TM > 0 {
 		fmt.Fprintf(&b, ",tm=%d", s.TM)
@@ -430,8 +437,8 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     threads) of 4x4 outputs a thread, or for tiles of 16 or 32 rows
 //     1x4, K steps of 16, single or double buffered;
 //   - matmul, f16 and bf16: tensor-core tiles, a warp per 32x32
-//     (or 16x32) patch, 1 to 16 warps, K steps of 32, two or three
-//     stages (as many as static shared memory holds);
+//     (or 16x32) patch, 1 to 16 warps, or per 64x64 patch, K steps of
+//     32, two or three stages (as many as static shared memory holds);
 //   - matmul of at most GEMVRows rows against a plain weight: the
 //     matrix-vector kernel (gemv.go), 16-byte weight loads, 1 to 8 in
 //     flight a thread;
@@ -478,6 +485,13 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 						s := Schedule{BM: bm, BN: bn, BK: 32, Threads: 32 * warps, Stages: stages, Tensor: true}
 						if TensorTileShared(s) <= StaticShared {
 							out = append(out, s)
+						}
+						// 64x64 warp patches where the tile holds them.
+						if bm%64 == 0 && bn%64 == 0 {
+							s.Warp, s.Threads = 64, 32*(bm/64)*(bn/64)
+							if TensorTileShared(s) <= StaticShared {
+								out = append(out, s)
+							}
 						}
 					}
 				}
@@ -606,13 +620,14 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 	return k.attentionFeatures(s, d, out)
 }
 
-// scalarLoadOps is the instructions the scalar operand path issues per
-// element it loads into a tile: 64-bit index arithmetic (a division and a
-// remainder per axis of each view), the load, the prologue's conversions
-// and the shared store, priced as FMA-class operations. An assumption,
-// uncalibrated: the printed index code of a two-view operand compiles to
-// about this many SASS instructions; measurements are to calibrate it.
-const scalarLoadOps = 16
+// scalarLoadOps is what the scalar operand path costs per element it
+// loads into a tile, in FMA-class operations (the FMA peak counts two per
+// instruction): the element's index, a 64-bit division and remainder per
+// axis of each view (a few 32-bit multiply-adds each), the load, the
+// prologue's conversions, the packing and the shared store, about 32
+// instructions for a two-view operand. An assumption, uncalibrated:
+// measurements are to fit it.
+const scalarLoadOps = 64
 
 // directOperand reports whether operand side (0 left, 1 right) of matmul
 // mm is a plain buffer the tensor-core path copies with cp.async
@@ -621,6 +636,18 @@ func (k *kernelForm) directOperand(mm *ir.Node, side int, right bool) bool {
 	a := k.body.Node(mm.Inputs[0]).Shape
 	_, ok := DirectOperand(k.body, mm.Inputs[side], k.body.Node(mm.Inputs[side]).DType, int64(a[len(a)-1]), right)
 	return ok
+}
+
+// WarpPatch is a tensor-core matmul schedule's warp patch in mma tiles:
+// mi of 16 rows by nj of 8 columns (package cuda prints the same).
+func WarpPatch(s Schedule) (mi, nj int) {
+	switch {
+	case s.Warp == 64:
+		return 4, 8
+	case s.BM == 16:
+		return 1, 4
+	}
+	return 2, 4
 }
 
 // StaticShared is the most shared memory a kernel declares statically
@@ -709,8 +736,18 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	}
 	class, cdt := tensorDType(dt, s.Tensor)
 	work := []Work{{FMA, "f32", flops}, {class, cdt, 2 * float64(batch) * float64(M) * float64(N) * float64(K)}}
+	// Shared memory serves the tiles' stores and, on tensor cores, every
+	// warp's fragments: per k16 step mi A fragments (16x16) and nj B
+	// fragments (16x8) of 2-byte values for mi x nj mma, so a larger warp
+	// patch reads less per mma.
+	var sharedBytes float64
+	if s.Tensor {
+		mi, nj := WarpPatch(s)
+		frag := float64(batch*tilesM*tilesN*(s.Threads/32)) * float64(steps/16) * float64(mi*512+nj*256)
+		sharedBytes = frag + tileBytes
+	}
 
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: stages, TileBytes: tileBytes}, true
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: stages, TileBytes: tileBytes, SharedBytes: sharedBytes}, true
 }
 
 // attentionFeatures prices the printed flash forms (package cuda,

@@ -131,7 +131,10 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 	// measurements calibrate it (the device tables give no L2 rate).
 	l2 := x.TileBytes / (l2Bandwidth * d.MemoryBandwidth * f.Memory)
 	mem = math.Max(mem, l2)
-	mem = math.Max(mem, sharedTime(d, x.SharedBytes))
+	// Shared memory serves at its banks' peak times the same achieved
+	// fraction as DRAM (an assumption until measurements fit it apart; it
+	// keeps the fit's memory term one coefficient).
+	mem = math.Max(mem, sharedTime(d, x.SharedBytes)/f.Memory)
 	fill := 1.0
 	if x.Blocks > 0 {
 		fill = float64(x.Blocks) / float64(x.Waves(d)*d.SMs)

@@ -42,6 +42,8 @@ func ParseSchedule(text string) (Schedule, error) {
 			s.Rows = n
 		case "tm":
 			s.TM = n
+		case "warp":
+			s.Warp = n
 		default:
 			return Schedule{}, fmt.Errorf("schedule %q: unknown field %q", text, k)
 		}

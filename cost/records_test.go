@@ -41,7 +41,8 @@ func syntheticRecords(t *testing.T, d *Device, truth Factors, seed uint64) []tun
 		bodies = append(bodies, body(t, func(b *ir.Builder) ir.Value { return b.Exp(b.Input("$0", ir.F32, n)) }))
 	}
 	for _, mnk := range [][3]ir.Dim{{16, 4096, 4096}, {512, 4096, 4096}, {4096, 4096, 4096}, {2048, 8192, 1024}} {
-		bodies = append(bodies, matmulBody(t, ir.BF16, 0, mnk[0], mnk[1], mnk[2]), matmulBody(t, ir.F32, 0, mnk[0], mnk[1], mnk[2]))
+		bodies = append(bodies, matmulBody(t, ir.BF16, 0, mnk[0], mnk[1], mnk[2]), matmulBody(t, ir.F32, 0, mnk[0], mnk[1], mnk[2]),
+			linearBody(t, ir.BF16, mnk[0], mnk[1], mnk[2]))
 	}
 	var recs []tunedb.Record
 	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)

@@ -86,7 +86,8 @@ func TestEveryScheduleMatchesReference(t *testing.T) {
 	// Every form's alternatives are exercised: warp-per-row rows, f32 and
 	// tensor-core tiles of several sizes, attention thread counts.
 	for _, s := range []string{"threads=128,rows=4", "bm=16,bn=32,bk=16,threads=32,stages=1", "bm=128,bn=64,bk=16,threads=512,stages=1", "bm=16,bn=64,bk=16,threads=256,stages=1,tm=1", "bm=64,bn=64,bk=16,threads=256,stages=2", "bm=16,bn=32,bk=16,threads=128,stages=2,tm=1",
-		"bm=16,bn=32,bk=32,threads=32,stages=2,mma", "bm=128,bn=64,bk=32,threads=256,stages=2,mma", "bm=1,bn=32,threads=64"} {
+		"bm=16,bn=32,bk=32,threads=32,stages=2,mma", "bm=128,bn=64,bk=32,threads=256,stages=2,mma", "bm=1,bn=32,threads=64",
+		"bm=64,bn=64,bk=32,threads=128,stages=3,mma", "bm=64,bn=64,bk=32,threads=32,stages=3,warp=64,mma"} {
 		assert.True(t, forms[s], "no kernel ran schedule %s", s)
 	}
 }

@@ -55,15 +55,14 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	if s == (cost.Schedule{}) {
 		s = cost.Schedule{BM: tcBM, BN: tcBN, BK: tcBK, Threads: 128, Stages: 2, Tensor: true}
 	}
-	// mi is the mma tiles a warp stacks along M (16 rows each); the warps
-	// form a wM x wN grid of (16 mi) x 32 patches.
-	mi := 2
-	if s.BM == 16 {
-		mi = 1
-	}
-	wM, wN := s.BM/(16*mi), s.BN/32
-	if !s.Tensor || s.BK != tcBK || (s.Stages != 2 && s.Stages != 3) || s.Rows != 0 || s.BM%16 != 0 || (s.BM > 16 && s.BM%32 != 0) || s.BN%32 != 0 || s.BN == 0 || s.Threads != 32*wM*wN || s.Threads > 1024 {
-		return "", fmt.Errorf("tensor-core matmul: schedule %s: the tensor-core path takes BM 16 or a multiple of 32, BN a multiple of 32, BK 32, two or three stages, mma and a warp per 32x32 (16x32) patch", s)
+	// A warp owns a (16 mi) x (8 nj) patch of C: 32x32 by default (mi 2,
+	// nj 4), 16x32 with BM 16, 64x64 with warp=64 (mi 4, nj 8: half the
+	// fragment loads from shared memory per mma); the warps form a wM x
+	// wN grid of patches.
+	mi, nj := cost.WarpPatch(s)
+	wM, wN := s.BM/(16*mi), s.BN/(8*nj)
+	if !s.Tensor || s.BK != tcBK || (s.Stages != 2 && s.Stages != 3) || s.Rows != 0 || (s.Warp != 0 && s.Warp != 64) || s.BM%(16*mi) != 0 || s.BN%(8*nj) != 0 || s.BN == 0 || s.Threads != 32*wM*wN || s.Threads > 1024 {
+		return "", fmt.Errorf("tensor-core matmul: schedule %s: the tensor-core path takes BM 16 or a multiple of 32, BN a multiple of 32, BK 32, two or three stages, mma and a warp per 32x32 (16x32) patch, or per 64x64 with warp=64 and BM, BN multiples of 64", s)
 	}
 	if bytes := cost.TensorTileShared(s); bytes > cost.StaticShared {
 		return "", fmt.Errorf("tensor-core matmul: schedule %s: its %d stages of tiles take %d bytes of shared memory, past the %d a block declares", s, s.Stages, bytes, cost.StaticShared)
@@ -80,7 +79,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[%d][%d][%d];\n", S, BM, words)
 	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned Bs[%d][%d][%d];\n", S, BN, words)
 	b.WriteString("  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;\n")
-	fmt.Fprintf(&b, "  const int wm = threadIdx.x / %d * %d, wn = threadIdx.x / 32 %% %d * 32;\n", 32*wN, 16*mi, wN)
+	fmt.Fprintf(&b, "  const int wm = threadIdx.x / %d * %d, wn = threadIdx.x / 32 %% %d * %d;\n", 32*wN, 16*mi, wN, 8*nj)
 	fmt.Fprintf(&b, "  const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;\n", BM, BN)
 	if r > 2 {
 		b.WriteString("  long long bz = blockIdx.z;\n")
@@ -93,8 +92,8 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		return "", err
 	}
 
-	fmt.Fprintf(&b, "  float acc[%d][4][4];\n", mi)
-	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n", mi)
+	fmt.Fprintf(&b, "  float acc[%d][%d][4];\n", mi, nj)
+	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n", mi, nj)
 	steps := (K + tcBK - 1) / tcBK
 	// loadTile prints the loads of one operand's tile k0 into buffer s.
 	var load strings.Builder
@@ -192,20 +191,20 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	// contiguous): (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n
 	// 8-15, k 8-15) are b0, b1 of two n8 tiles.
 	fmt.Fprintf(&b, "    for (int ks = 0; ks < %d; ks += 8) {\n", tcBK/2)
-	fmt.Fprintf(&b, "      unsigned af[%d][4], bf[4][2];\n", mi)
+	fmt.Fprintf(&b, "      unsigned af[%d][4], bf[%d][2];\n", mi, nj)
 	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++)\n", mi)
 	b.WriteString("        lum_ldmatrix_x4(af[i], &As[s][wm + i * 16 + lane / 8 % 2 * 8 + lane % 8][ks + lane / 16 * 4]);\n")
-	b.WriteString("      for (int j = 0; j < 4; j += 2) {\n")
+	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j += 2) {\n", nj)
 	b.WriteString("        unsigned r[4];\n")
 	b.WriteString("        lum_ldmatrix_x4(r, &Bs[s][wn + j * 8 + lane / 16 * 8 + lane % 8][ks + lane / 8 % 2 * 4]);\n")
 	b.WriteString("        bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];\n")
 	b.WriteString("      }\n")
-	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", mi, suffix)
+	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", mi, nj, suffix)
 	b.WriteString("    }\n  }\n")
 	b.WriteString("  lum_cp_async_wait_group<0>();\n")
 
 	// Epilogue: accumulator q of tile (i, j) is C's element (m, n).
-	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < 4; j++) for (int q = 0; q < 4; q++) {\n", mi)
+	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) for (int q = 0; q < 4; q++) {\n", mi, nj)
 	b.WriteString("    long long m = m0 + wm + i * 16 + g + (q >= 2 ? 8 : 0), n = n0 + wn + j * 8 + t * 2 + (q & 1);\n")
 	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
 	if err := g.printEpilogue(&b, body, mm, "acc[i][j][q]"); err != nil {
