@@ -609,16 +609,23 @@ func (e *expectedKeys) samples() int {
 // input in raw (the attention op's runtime position runs over the keys
 // its queries can have; a declared symbol's range where the body carries
 // one), else the positions over which the last query row's bound runs
-// through the keys. A bound that is static, or an input with no range,
-// gives nil: every key is priced.
+// through the keys. A static bound (a causal mask at a fixed offset)
+// prices the keys each block loops over, which the kernel's keyLoop skips
+// past; an input with no range, or no bound, gives nil: every key is
+// priced.
 func runtimeKeys(raw, body *ir.Graph) *expectedKeys {
 	p, err := Attention(body)
 	if err != nil {
 		return nil
 	}
 	kb, ok := AttentionKeyBound(body, p)
-	if !ok || !kb.Runtime() {
+	if !ok {
 		return nil
+	}
+	if !kb.Runtime() {
+		// A static bound (a causal mask at a fixed offset): the keys
+		// each block loops over are known, no position to average.
+		return &expectedKeys{bound: kb, values: map[ir.Value][]int64{}, ranges: map[ir.Value][2]int64{}}
 	}
 	scores := body.Node(p.Scores).Shape
 	S, T := int64(scores[len(scores)-2]), int64(scores[len(scores)-1])

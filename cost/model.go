@@ -257,8 +257,8 @@ type kernelForm struct {
 	// valueLen is attention's value row length (its output columns).
 	valueLen int
 	// keys is what an attention's mask says about the keys each block
-	// sees, when the keys depend on a runtime position (nil otherwise:
-	// every key is priced).
+	// sees, at a static bound or averaged over a runtime position's range
+	// (nil when the mask bounds none: every key is priced).
 	keys *expectedKeys
 	// res, when set, is the compiler's report for the schedule priced,
 	// used in place of the model's register and shared-memory guesses.
@@ -768,14 +768,13 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 //     fragments live in registers), keys to BN and rows to BM; the
 //     softmax on FMA.
 //
-// A mask that bounds the keys by a runtime position (a decode step over a
-// KV cache) makes each block loop over the keys its rows see, not all T
-// (cuda's keyLoop): such a body is priced at the keys its blocks see on
-// average over the geometric buckets of the position's range (runtimeKeys;
-// at one position with Model.AtPosition), in the reads of
-// keys and values, their prologues and the arithmetic on them. A static
-// mask's bound is not priced (the price of every static program stays
-// what it was).
+// A mask that bounds the keys (causal at a static offset, or at a runtime
+// position: a decode step over a KV cache) makes each block loop over the
+// keys its rows see, not all T (cuda's keyLoop skips the fully masked
+// tiles): such a body is priced at the keys its blocks see, on average
+// over the geometric buckets of a runtime position's range (runtimeKeys;
+// at one position with Model.AtPosition), in the reads of keys and
+// values, their prologues and the arithmetic on them.
 //
 // Shared memory is what the printer declares, which a block declares
 // statically (48 KiB at most: larger tiles are refused); registers are a

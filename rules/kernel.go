@@ -240,13 +240,15 @@ func SimpleCost(eg *egraph.EGraph[Data]) extract.CostFunc {
 	}
 }
 
-// ModelCost prices kernels with the cost model m: a kernel costs its best
+// ModelCost prices kernels with the cost model m, each body with its
+// arguments' views folded in as lowering folds them (viewFolder): a kernel costs its best
 // schedule's time (measured where the model has measurements), a kernel
 // that depends on weights only a share of it (it runs once at load time,
 // cost.DefaultSimple.PrepShare), views, leaves and projections nothing,
 // and every other tensor op cannot execute on its own (+Inf). A kernel the
 // model cannot price (no schedule fits the device) is +Inf too.
 func ModelCost(eg *egraph.EGraph[Data], m *cost.Model) extract.CostFunc {
+	folder := newViewFolder(eg)
 	return func(g *egraph.Graph, id egraph.NodeID) float64 {
 		n := g.Node(id)
 		d := eg.Data(g.NodeClass(id))
@@ -263,6 +265,8 @@ func ModelCost(eg *egraph.EGraph[Data], m *cost.Model) extract.CostFunc {
 			}
 			if rows, ok := inPlaceRows(eg, n, body); ok {
 				body = rows
+			} else {
+				body = folder.fold(n, body)
 			}
 			e, err := m.Kernel(body)
 			if err != nil {
