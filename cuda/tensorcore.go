@@ -95,9 +95,10 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	fmt.Fprintf(&b, "  float acc[%d][%d][4];\n", mi, nj)
 	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n", mi, nj)
 	steps := (K + tcBK - 1) / tcBK
-	// loadTile prints the loads of one operand's tile k0 into buffer s.
-	var load strings.Builder
-	w := &load
+	// loadTile prints the loads of one operand's tile k0 into buffer s,
+	// and into setup what they compute once, before the pipeline.
+	var load, setupText strings.Builder
+	w, setup := &load, &setupText
 	loadTile := func(operand ir.Value, shape ir.Shape, right bool) error {
 		dst, rows, rowVar, rowLimit, tileRows := "As", "m0", "m", M, BM
 		if right {
@@ -105,20 +106,26 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		}
 		if op, ok := cost.DirectOperand(body, operand, dt, K, right); ok {
 			// 16-byte chunks: the tile's rows x 4 chunks of 8 values.
-			chunks := tileRows * tcBK / 8
-			fmt.Fprintf(w, "      for (int c = threadIdx.x; c < %d; c += %d) {\n", chunks, threads)
-			fmt.Fprintf(w, "        const int rr = c / %d, kc = c %% %d * 8;\n", tcBK/8, tcBK/8)
-			fmt.Fprintf(w, "        const long long %s = %s + rr, k = k0 + kc;\n", rowVar, rows)
-			var pix index
-			if right {
-				// the transposed source: B(k, n) = src(n, k)
-				pix = opIndex(op.BufShape, "n", "k")
-			} else {
-				pix = opIndex(op.BufShape, "m", "k")
+			// Thread t copies chunk t %% 4 of rows t / 4 + j R (R =
+			// threads / 4), so its source pointer, K offset and row
+			// bound are computed once, before the pipeline: a step adds
+			// k0 and a constant per chunk (a row's stride is K).
+			x := strings.ToLower(dst[:1])
+			R := threads / 4
+			n := (tileRows + R - 1) / R
+			// (For B the source is transposed: B(k, n) = src(n, k),
+			// rows n.)
+			pix := opIndex(op.BufShape, fmt.Sprintf("(%s + %sr0)", rows, x), fmt.Sprintf("(long long)%skc", x))
+			fmt.Fprintf(setup, "  const int %[1]sr0 = threadIdx.x / 4, %[1]skc = threadIdx.x %% 4 * 8;\n", x)
+			fmt.Fprintf(setup, "  const long long %[1]srows = %[2]dLL - %[3]s < %[4]dLL ? %[2]dLL - %[3]s : %[4]dLL;\n", x, rowLimit, rows, tileRows)
+			fmt.Fprintf(setup, "  const %s* const %ssrc = %s + %s;\n", storageType(dt), x, paramName(body, op.Buf), linear(op.BufShape, pix))
+			fmt.Fprintf(w, "      #pragma unroll\n      for (int j = 0; j < %d; j++) {\n", n)
+			fmt.Fprintf(w, "        const int rr = %sr0 + j * %d;\n", x, R)
+			if n*R > tileRows {
+				fmt.Fprintf(w, "        if (rr >= %d) break;\n", tileRows)
 			}
-			fmt.Fprintf(w, "        if (%s < %dLL && k < %dLL) lum_cp_async16(&%s[s][rr][kc / 2], %s + %s);\n",
-				rowVar, rowLimit, K, dst, paramName(body, op.Buf), linear(op.BufShape, pix))
-			fmt.Fprintf(w, "        else for (int w = 0; w < 4; w++) %s[s][rr][kc / 2 + w] = 0u;\n", dst)
+			fmt.Fprintf(w, "        if (rr < %[1]srows && k0 + %[1]skc < %[2]dLL) lum_cp_async16(&%[3]s[s][rr][%[1]skc / 2], %[1]ssrc + (long long)j * %[4]dLL + k0);\n", x, K, dst, int64(R)*K)
+			fmt.Fprintf(w, "        else for (int w = 0; w < 4; w++) %s[s][rr][%skc / 2 + w] = 0u;\n", dst, x)
 			w.WriteString("      }\n")
 			return nil
 		}
@@ -170,6 +177,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	if err := loadTile(mn.Inputs[1], bb.Shape, true); err != nil {
 		return "", err
 	}
+	b.WriteString(setupText.String())
 	printLoad := func(tile string) {
 		fmt.Fprintf(&b, "    if (%s < %dLL) {\n", tile, steps)
 		fmt.Fprintf(&b, "      const int s = (int)(%s %% %d);\n      const long long k0 = %s * %d;\n", tile, S, tile, tcBK)
