@@ -168,7 +168,7 @@ func newProblem(d *Device, samples []Sample) (*problem, error) {
 				continue
 			}
 			one := x
-			one.Bytes, one.TileBytes, one.SharedBytes, one.Work = 0, 0, 0, []Work{w}
+			one.Bytes, one.TileBytes, one.SharedBytes, one.Instructions, one.Work = 0, 0, 0, 0, []Work{w}
 			c, err := Predict(d, unit, one)
 			if err != nil {
 				return nil, fmt.Errorf("fit: %w", err)
@@ -176,7 +176,7 @@ func newProblem(d *Device, samples []Sample) (*problem, error) {
 			row[index[computeKey(w.Class, w.DType)]] += c
 		}
 		launches := x
-		launches.Bytes, launches.TileBytes, launches.SharedBytes, launches.Work = 0, 0, 0, nil
+		launches.Bytes, launches.TileBytes, launches.SharedBytes, launches.Instructions, launches.Work = 0, 0, 0, 0, nil
 		n, err := Predict(d, Factors{Memory: 1, Launch: 1}, launches)
 		if err != nil {
 			return nil, err

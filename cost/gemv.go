@@ -186,6 +186,7 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 	warps := s.Threads / 32
 	var inFlight, regs, partials int
 	var padK, padN, sharedBytes float64
+	var iterations float64 // of a warp's main loop
 	if kContiguous {
 		cols, split, ok := GEMVLayout(s)
 		if !ok {
@@ -194,12 +195,14 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 		inFlight, regs, partials = cols*s.Stages, 24+M*cols+4*cols*s.Stages+vec, split
 		pass := 32 * vec * split
 		padK, padN = float64(ceilDiv(K, pass)*pass), float64(ceilDiv(N, s.BN)*s.BN)
+		iterations = float64(ceilDiv(K, pass*s.Stages))
 		sharedBytes = float64(batch) * padN * padK * float64(M) * 4 / float64(cols)
 	} else {
 		_, rows, ok := GEMVRowLayout(s, size)
 		if !ok {
 			return Features{}, false
 		}
+		iterations = float64(ceilDiv(K, rows*s.Stages))
 		inFlight, regs, partials = s.Stages, 24+M*vec+4*s.Stages+vec, warps
 		padK, padN = float64(ceilDiv(K, rows)*rows), float64(ceilDiv(N, s.BN)*s.BN)
 		// Each warp-wide step (a 16-byte load a lane) reads one value
@@ -245,6 +248,10 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 	// arithmetic pays for them.
 	flops += 2 * float64(batch) * float64(M) * padN * padK
 	weight := float64(batch) * float64(N) * float64(K) * float64(size)
+	var instructions float64
+	if k.res != nil && k.res.LoopInstructions > 0 {
+		instructions = float64(batch*tilesN*warps) * iterations * float64(k.res.LoopInstructions)
+	}
 	return Features{
 		Bytes:         bytes + out,
 		Work:          []Work{{FMA, "f32", flops}},
@@ -255,6 +262,7 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 		Stages:        inFlight,
 		TileBytes:     weight + float64(tilesN)*aBytes,
 		SharedBytes:   sharedBytes,
+		Instructions:  instructions,
 	}, true
 }
 

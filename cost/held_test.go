@@ -179,3 +179,38 @@ func TestWorseTechniqueNeverFaster(t *testing.T) {
 		}
 	}
 }
+
+// TestIssueBound: with the compiler's count of a main loop's instructions
+// (Resources.LoopInstructions) a kernel is priced at no less than its
+// warps issuing them at one a clock per scheduler, and a heavier loop never
+// predicts less time.
+func TestIssueBound(t *testing.T) {
+	d, err := LookupDevice("h100")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	for _, c := range []struct {
+		body *ir.Graph
+		s    Schedule
+	}{
+		{linearBody(t, ir.BF16, 4096, 4096, 4096), Schedule{BM: 128, BN: 128, BK: 32, Threads: 128, Stages: 2, Tensor: true, Warp: 64}},
+		{linearBody(t, ir.BF16, 1, 4096, 14336), Schedule{BM: 1, BN: 4, Threads: 128, Stages: 2, GEMV: true}},
+		{matmulBody(t, ir.BF16, 0, 1, 4096, 14336), Schedule{BM: 1, BN: 128, Threads: 128, Stages: 4, GEMV: true}},
+	} {
+		prev := 0.0
+		for _, loop := range []int{0, 50, 200, 800, 3200} {
+			e, err := m.Resourced(c.body, c.s, Resources{Registers: 128, Shared: 32 << 10, LoopInstructions: loop})
+			require.NoError(t, err, "%s", c.s)
+			assert.GreaterOrEqual(t, e.Seconds, prev, "%s: %d instructions a loop", c.s, loop)
+			assert.GreaterOrEqual(t, e.Seconds, e.Features.Instructions/issueRate(d), "%s", c.s)
+			if loop > 0 {
+				assert.Positive(t, e.Features.Instructions, "%s", c.s)
+			}
+			prev = e.Seconds
+		}
+		heavy, err := m.Resourced(c.body, c.s, Resources{Registers: 128, Shared: 32 << 10, LoopInstructions: 3200})
+		require.NoError(t, err)
+		light, err := m.Resourced(c.body, c.s, Resources{Registers: 128, Shared: 32 << 10})
+		require.NoError(t, err)
+		assert.Greater(t, heavy.Seconds, light.Seconds, "%s: a loop of 3200 instructions is issue-bound", c.s)
+	}
+}

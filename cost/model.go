@@ -266,9 +266,12 @@ type kernelForm struct {
 }
 
 // Resources are what the compiler reports of one compiled kernel: its
-// registers per thread and static shared memory per block.
+// registers per thread and static shared memory per block, and the
+// instructions one iteration of its main loop issues per warp (read from
+// the PTX; 0 when unknown), which bound the kernel by instruction issue.
 type Resources struct {
 	Registers, Shared int
+	LoopInstructions  int
 }
 
 // Resourced prices one schedule of a kernel body with the compiler's
@@ -747,7 +750,13 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 		sharedBytes = frag + tileBytes
 	}
 
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: stages, TileBytes: tileBytes, SharedBytes: sharedBytes}, true
+	// With the compiler's count of the main loop's instructions, every
+	// warp issues them once per K step.
+	var instructions float64
+	if k.res != nil && k.res.LoopInstructions > 0 {
+		instructions = float64(batch*tilesM*tilesN*(s.Threads/32)) * float64(ceilDiv(K, s.BK)) * float64(k.res.LoopInstructions)
+	}
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: stages, TileBytes: tileBytes, SharedBytes: sharedBytes, Instructions: instructions}, true
 }
 
 // attentionFeatures prices the printed flash forms (package cuda,

@@ -44,6 +44,12 @@ type Features struct {
 	// served at the banks' peak. 0 for kernels whose shared reads hide
 	// under their other bounds.
 	SharedBytes float64
+	// Instructions is the warp instructions the kernel's main loops
+	// issue, when the compiler's PTX told (Resources.LoopInstructions; 0
+	// otherwise): each multiprocessor's four schedulers issue one a
+	// clock, a bound under the arithmetic's (the mma and FMA they
+	// include).
+	Instructions float64
 }
 
 // Waves is the number of rounds of blocks each multiprocessor works
@@ -126,6 +132,9 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 		}
 		comp += w.FLOPs / (p.FLOPS * eff)
 	}
+	if x.Instructions > 0 {
+		comp = math.Max(comp, x.Instructions/issueRate(d))
+	}
 	// L2 serves tile loads at a few times DRAM's rate: l2Bandwidth
 	// times the device's achieved DRAM bandwidth, an assumption until
 	// measurements calibrate it (the device tables give no L2 rate).
@@ -141,4 +150,15 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 	}
 	t := math.Max(mem, comp) / (fill * x.occupancyShare(d))
 	return t + float64(max(x.Launches, 1))*f.Launch, nil
+}
+
+// schedulersPerSM is the warp schedulers of a multiprocessor (four on
+// every architecture since Volta), each issuing one warp instruction a
+// clock.
+const schedulersPerSM = 4
+
+// issueRate is the warp instructions d issues a second at its boost
+// clock, every scheduler busy.
+func issueRate(d *Device) float64 {
+	return float64(d.SMs) * schedulersPerSM * d.BoostClockMHz * 1e6
 }

@@ -463,14 +463,32 @@ func TestAttentionScheduleListing(t *testing.T) {
 // long context whose keys and values L2 cannot keep, more query rows a
 // block re-read them fewer times; the tensor-core layouts put the two
 // matmuls on mma.sync in the operand dtype and only the softmax and
-// prologues on FMA, the f32 layouts everything on FMA.
+// prologues on FMA, the f32 layouts everything on FMA. A causal mask's
+// blocks loop over the keys up to their last row (keyLoop), and the model
+// prices that: about half the arithmetic.
 func TestAttentionPricing(t *testing.T) {
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
 	model := cost.NewModel(dev, cost.Defaults(dev))
-	long := attnCase{dt: ir.BF16, heads: 32, kvHeads: 32, d: 128, s: 4096, tk: 4096, causal: true}.body(t)
+	causal, err := model.Ranked(attnCase{dt: ir.BF16, heads: 32, kvHeads: 32, d: 128, s: 4096, tk: 4096, causal: true}.body(t))
+	require.NoError(t, err)
+	for _, e := range causal {
+		if !e.Schedule.Tensor {
+			continue
+		}
+		// Block b of BM rows loops over keys 0 .. (b+1) BM - 1, in
+		// whole tiles of BN.
+		var keys float64
+		for b := 0; b < 4096/e.Schedule.BM; b++ {
+			last := (b + 1) * e.Schedule.BM
+			keys += float64((last + e.Schedule.BN - 1) / e.Schedule.BN * e.Schedule.BN)
+		}
+		assert.InDelta(t, 2*32*float64(e.Schedule.BM)*keys*256, e.Features.Work[1].FLOPs, 1, "%s", e.Schedule)
+	}
+	long := attnCase{dt: ir.BF16, heads: 32, kvHeads: 32, d: 128, s: 4096, tk: 4096}.body(t)
 	ranked, err := model.Ranked(long)
 	require.NoError(t, err)
+	assert.Less(t, causal[0].Seconds, ranked[0].Seconds*0.75, "causal %s against full %s", causal[0].Schedule, ranked[0].Schedule)
 	bytes := map[int]float64{}
 	for _, e := range ranked {
 		f := e.Features

@@ -249,12 +249,12 @@ var vectorLoad = regexp.MustCompile(`ld\.global(\.nc)?\.v4\.u32`)
 func TestNVRTCCompilesGEMV(t *testing.T) {
 	t.Parallel()
 	lib := nvrtcOrSkip(t)
-	kernels, _ := gemvKernels(t)
+	kernels, bodies := gemvKernels(t)
 	src := NVRTCPrelude + Source(kernels)
 	for _, arch := range []string{"sm_80", "sm_90"} {
 		res, err := lib.Compile(context.Background(), src, "kernels.cu", nvrtc.Options{Arch: arch})
 		require.NoError(t, err, arch)
-		for _, k := range kernels {
+		for ki, k := range kernels {
 			r, ok := res.Kernels[k.Name]
 			require.True(t, ok, "%s: no resources for %s", arch, k.Name)
 			assert.Zero(t, r.SpillStores, "%s: %s (%s) spills", arch, k.Name, k.Schedule)
@@ -265,6 +265,12 @@ func TestNVRTCCompilesGEMV(t *testing.T) {
 			entry = entry[:strings.Index(entry, "\n}")]
 			assert.False(t, strings.Contains(entry, ".local"), "%s %s: local memory", arch, k.Name)
 			assert.True(t, vectorLoad.MatchString(entry), "%s %s: no 16-byte weight loads", arch, k.Name)
+			// A reduction of a few passes unrolls whole; a long one
+			// keeps its loop, whose instructions rerank reads.
+			a := bodies[ki].Node(bodies[ki].Node(matmulOf(bodies[ki])).Inputs[0]).Shape
+			if a[len(a)-1] >= 1024 {
+				assert.Positive(t, MainLoopInstructions(res.PTX, k.Name), "%s %s: no main loop around the weight loads", arch, k.Name)
+			}
 		}
 	}
 }

@@ -5,13 +5,6 @@ import (
 	"strings"
 )
 
-// ptxLabel is a basic block label line of NVRTC's PTX, and ptxBranch a
-// branch to one.
-var (
-	ptxLabel  = regexp.MustCompile(`(?m)^(\$L__BB\w+):`)
-	ptxBranch = regexp.MustCompile(`bra(\.uni)?\s+(\$L__BB\w+);`)
-)
-
 // mmaLoops returns the loops of a PTX entry that issue mma.sync: for each
 // backward branch whose loop body (its target label through the branch)
 // holds an mma, that body, innermost loops left inside their outer one.

@@ -185,6 +185,9 @@ func TestNVRTCCompilesTensorCore(t *testing.T) {
 				assert.Zero(t, len(fragmentLoad.FindAllString(loop, -1)), "%s %s: 32-bit ld.shared in the main loop", arch, name)
 			}
 			assert.Contains(t, entry, "cp.async.wait_group", "%s %s", arch, name)
+			if n := MainLoopInstructions(res.PTX, name); strings.Contains(entry, "bra") && len(mmaLoops(entry)) > 0 && mmaLoops(entry)[0] != entry {
+				assert.Positive(t, n, "%s %s: the main loop's instructions", arch, name)
+			}
 			if tc.async {
 				assert.Contains(t, entry, "cp.async.cg.shared.global", "%s %s", arch, name)
 			}

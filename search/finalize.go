@@ -42,8 +42,10 @@ type final struct {
 
 // rerank prices each kernel's best few schedules again with the
 // registers and shared memory NVRTC reports for them (the cost model only
-// guessed those) and reprints the kernels whose best schedule changed; it
-// returns how many changed.
+// guessed those) and the instructions their main loops issue (read from
+// the PTX: a kernel whose loop is heavy with address arithmetic is bound
+// by issue, not by its arithmetic), and reprints the kernels whose best
+// schedule changed; it returns how many changed.
 func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model, arch string) (int, error) {
 	compileUnit := func(unit string) (map[string]cost.Resources, error) {
 		res, err := lib.Compile(ctx, cuda.NVRTCPrelude+"\n"+unit, "schedules.cu", nvrtc.Options{Arch: arch})
@@ -52,7 +54,7 @@ func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model,
 		}
 		out := map[string]cost.Resources{}
 		for name, r := range res.Kernels {
-			out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes}
+			out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes, LoopInstructions: cuda.MainLoopInstructions(res.PTX, name)}
 		}
 		return out, nil
 	}
