@@ -31,41 +31,64 @@ func newViewFolder(eg *egraph.EGraph[Data]) *viewFolder {
 }
 
 // chain follows class c through view nodes to the class lowering gives a
-// buffer: one with a leaf (an input, a weight, a state, a constant) or
-// with no view node (a kernel's result). It returns that class and the
-// views from it outward, innermost first; ok is false on a cycle of views
-// (reshape(reshape(x)) merged into x's class), which is left unfolded.
+// buffer, returning that class and the views from it outward, innermost
+// first. A view chain that ends at a leaf (an input, a weight, a state, a
+// constant) costs nothing, so extraction chooses it over any kernel that
+// computes the same class (a transposed copy made at load time), and the
+// chain is followed to the leaf. A chain that ends at a computed class
+// stops at the first class a kernel may compute: there extraction may
+// choose the kernel's buffer over the view. ok is false on a cycle of
+// views (reshape(reshape(x)) merged into x's class), left unfolded.
 func (f *viewFolder) chain(c egraph.ClassID) (root egraph.ClassID, views []egraph.Node, ok bool) {
 	seen := map[egraph.ClassID]bool{}
 	c = f.eg.Find(c)
+	var classes []egraph.ClassID // the class each view is found in
+	firstKernel := -1            // the first class on the chain a kernel computes
 	for {
 		if seen[c] {
 			return 0, nil, false
 		}
 		seen[c] = true
 		var view *egraph.Node
-		leaf := false
+		leaf, kernel := false, false
 		for _, id := range f.eg.ClassNodes(c) {
 			n := f.eg.Node(id)
 			op, isOp := OpOf(n.Op)
 			switch {
-			case !isOp:
-			case op.Class() == ir.ClassLeaf:
+			case n.Op == KernelSymbol:
+				kernel = true
+			case isOp && op.Class() == ir.ClassLeaf:
 				leaf = true
-			case op.Class() == ir.ClassView && view == nil && len(n.Children) == 1:
+			case isOp && op.Class() == ir.ClassView && view == nil && len(n.Children) == 1:
 				view = &n
 			}
 		}
+		if kernel && firstKernel < 0 {
+			firstKernel = len(views)
+		}
 		if leaf || view == nil {
-			// innermost first
+			if !leaf && firstKernel >= 0 {
+				// A computed class: stop where a kernel may be chosen.
+				c, views = classes2(classes, firstKernel, c), views[:firstKernel]
+			}
 			for i, j := 0, len(views)-1; i < j; i, j = i+1, j-1 {
 				views[i], views[j] = views[j], views[i]
 			}
 			return c, views, true
 		}
+		classes = append(classes, c)
 		views = append(views, *view)
 		c = f.eg.Find(view.Children[0])
 	}
+}
+
+// classes2 is the class at position i of a chain (the class whose view
+// is views[i]), or last past the views.
+func classes2(classes []egraph.ClassID, i int, last egraph.ClassID) egraph.ClassID {
+	if i < len(classes) {
+		return classes[i]
+	}
+	return last
 }
 
 // fold returns kernel node n's body with its arguments' views folded in,
