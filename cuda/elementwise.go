@@ -47,7 +47,7 @@ func vectorizable(body *ir.Graph) bool {
 		return false
 	}
 	for _, n := range body.Nodes {
-		if n.DType != ir.F32 {
+		if !vectorDType(n.DType) {
 			return false
 		}
 		switch n.Op.Class() {
@@ -60,10 +60,29 @@ func vectorizable(body *ir.Graph) bool {
 				return false
 			}
 		default:
-			return false
+			if n.Op != ir.OpCast || !vectorDType(body.Node(n.Inputs[0]).DType) {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// vectorDType reports whether a value of dt goes four at a time through
+// the vector path: f32 (16 bytes), f16 and bf16 (8 bytes: lum_ld4_f16,
+// lum_st4_bf16, ...), widened to f32 on load and rounded once on store,
+// as the scalar path does.
+func vectorDType(dt ir.DType) bool { return dt == ir.F32 || dt == ir.F16 || dt == ir.BF16 }
+
+// vectorSuffix is the vector load and store helpers' suffix for dt.
+func vectorSuffix(dt ir.DType) string {
+	switch dt {
+	case ir.F16:
+		return "_f16"
+	case ir.BF16:
+		return "_bf16"
+	}
+	return ""
 }
 
 func (e *elementwise) emit(format string, args ...any) {
@@ -717,11 +736,11 @@ func windowVectorizable(out ir.Shape, w *lower.Window) bool {
 // storeVectorAt moves the 16-byte store that vector emits last from the
 // output's own quad to buffer element at (a windowed output's).
 func (e *elementwise) storeVectorAt(at string) error {
-	const own = "lum_st4(out0 + 4 * q, "
+	const own = "(out0 + 4 * q, "
 	last := len(e.lines) - 1
-	if last < 0 || strings.Count(e.lines[last], own) != 1 {
-		return fmt.Errorf("elementwise kernel: no 16-byte store of out0 to move into its window")
+	if last < 0 || strings.Count(e.lines[last], own) != 1 || !strings.Contains(e.lines[last], "lum_st4") {
+		return fmt.Errorf("elementwise kernel: no vector store of out0 to move into its window")
 	}
-	e.lines[last] = strings.Replace(e.lines[last], own, "lum_st4(out0 + ("+at+"), ", 1)
+	e.lines[last] = strings.Replace(e.lines[last], own, "(out0 + ("+at+"), ", 1)
 	return nil
 }

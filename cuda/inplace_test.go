@@ -67,8 +67,13 @@ func TestInPlacePrintedStores(t *testing.T) {
 		{"misaligned columns, the last axis", ir.F32, ir.Shape{3, 4}, 1, 8, 2, nil, false,
 			"out0[i0 * 8LL + (i1 + 2LL)] = v0;"},
 		{"f16 rows", ir.F16, ir.Shape{1, 2, 1, 8}, 2, 4, 1,
-			func(b *ir.Builder, x ir.Value) ir.Value { return b.Exp(x) }, false,
-			"out0[i1 * 32LL + 1LL * 8LL + i3] = lum_f32_to_f16(v1);"},
+			func(b *ir.Builder, x ir.Value) ir.Value { return b.Exp(x) }, true,
+			"lum_st4_f16(out0 + ((((4 * q) / 8LL) % 2LL) * 32LL + 1LL * 8LL + ((4 * q) % 8LL)), "},
+		{"bf16 rows", ir.BF16, ir.Shape{1, 2, 1, 8}, 2, 4, 2,
+			func(b *ir.Builder, x ir.Value) ir.Value { return b.Mul(b.Sigmoid(x), x) }, true,
+			"lum_st4_bf16(out0 + ((((4 * q) / 8LL) % 2LL) * 32LL + 2LL * 8LL + ((4 * q) % 8LL)), "},
+		{"bf16 rows of 6, not a multiple of 4", ir.BF16, ir.Shape{1, 2, 1, 6}, 2, 4, 1, nil, false,
+			"out0[i1 * 24LL + 1LL * 6LL + i3] = lum_f32_to_bf16(v0);"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -43,6 +43,29 @@ __device__ __forceinline__ float4 lum_ld4(const float* p) {
 __device__ __forceinline__ void lum_st4(float* p, float4 v) {
   *reinterpret_cast<float4*>(p) = v;
 }
+// Four f16 or bf16 values (8 bytes, 8-byte aligned) widened to f32, and
+// four f32 values rounded (to nearest, ties to even) and stored as one
+// 8-byte word: an elementwise kernel's vector path over half types.
+__device__ __forceinline__ float4 lum_ld4_bf16(const lum_bf16* p) {
+  const uint2 w = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u), __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u));
+}
+__device__ __forceinline__ void lum_st4_bf16(lum_bf16* p, float4 v) {
+  uint2 w;
+  w.x = (unsigned)lum_f32_to_bf16(v.x) | ((unsigned)lum_f32_to_bf16(v.y) << 16);
+  w.y = (unsigned)lum_f32_to_bf16(v.z) | ((unsigned)lum_f32_to_bf16(v.w) << 16);
+  *reinterpret_cast<uint2*>(p) = w;
+}
+__device__ __forceinline__ float4 lum_ld4_f16(const lum_f16* p) {
+  const uint2 w = *reinterpret_cast<const uint2*>(p);
+  return make_float4(lum_f16_to_f32((lum_f16)(w.x & 0xffffu)), lum_f16_to_f32((lum_f16)(w.x >> 16)), lum_f16_to_f32((lum_f16)(w.y & 0xffffu)), lum_f16_to_f32((lum_f16)(w.y >> 16)));
+}
+__device__ __forceinline__ void lum_st4_f16(lum_f16* p, float4 v) {
+  uint2 w;
+  w.x = (unsigned)lum_f32_to_f16(v.x) | ((unsigned)lum_f32_to_f16(v.y) << 16);
+  w.y = (unsigned)lum_f32_to_f16(v.z) | ((unsigned)lum_f32_to_f16(v.w) << 16);
+  *reinterpret_cast<uint2*>(p) = w;
+}
 // 16 bytes of global memory (16-byte aligned) as four 32-bit words: one
 // vector load of a streamed weight row. Not through the read-only path:
 // an in-place kernel may write the buffer it reads.

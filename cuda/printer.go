@@ -214,12 +214,14 @@ func header(name, comment string, k *Kernel) string {
 	return b.String()
 }
 
-// vector emits the four-lane body of a vectorizable kernel: 16-byte loads
-// of each input at quad q, the chain per lane, one 16-byte store.
+// vector emits the four-lane body of a vectorizable kernel: one vector
+// load of each input at quad q (16 bytes of f32, 8 of f16 or bf16,
+// widened to f32), the chain per lane, one vector store (rounded once to
+// the output's dtype).
 func (e *elementwise) vector() error {
 	lanes := []string{"x", "y", "z", "w"}
-	for i := range e.body.Inputs() {
-		e.emit("float4 a%d = lum_ld4(in%d + 4 * q);", i, i)
+	for i, v := range e.body.Inputs() {
+		e.emit("float4 a%d = lum_ld4%s(in%d + 4 * q);", i, vectorSuffix(e.body.Node(v).DType), i)
 	}
 	out := e.body.Outputs[0].Value
 	res := make([]string, 4)
@@ -239,9 +241,12 @@ func (e *elementwise) vector() error {
 			}
 			var expr string
 			var err error
-			if n.Op.Class() == ir.ClassUnary {
+			switch {
+			case n.Op == ir.OpCast:
+				expr = castExpr(e.body.Node(n.Inputs[0]).DType, n.DType, vals[n.Inputs[0]])
+			case n.Op.Class() == ir.ClassUnary:
 				expr, err = unary(n.Op, vals[n.Inputs[0]], n.DType)
-			} else {
+			default:
 				expr, err = binaryExpr(n.Op, vals[n.Inputs[0]], vals[n.Inputs[1]], n.DType)
 			}
 			if err != nil {
@@ -251,6 +256,6 @@ func (e *elementwise) vector() error {
 		}
 		res[l] = vals[out]
 	}
-	e.emit("lum_st4(out0 + 4 * q, make_float4(%s));", strings.Join(res, ", "))
+	e.emit("lum_st4%s(out0 + 4 * q, make_float4(%s));", vectorSuffix(e.body.Node(out).DType), strings.Join(res, ", "))
 	return nil
 }

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
@@ -28,6 +27,16 @@ func elementwiseBodies(t testing.TB) map[string]*ir.Graph {
 		"silu_mul": build(func(b *ir.Builder) []ir.Value {
 			g, u := b.Input("$0", ir.F32, 4, 1000), b.Input("$1", ir.F32, 4, 1000)
 			return []ir.Value{b.Mul(b.Mul(g, b.Sigmoid(g)), u)}
+		}),
+		// Half-precision chains through the vector path: 8-byte loads
+		// widened to f32, the graph's own casts, one rounding on store.
+		"silu_mul_bf16": build(func(b *ir.Builder) []ir.Value {
+			g, u := b.Input("$0", ir.BF16, 4, 1000), b.Input("$1", ir.BF16, 4, 1000)
+			return []ir.Value{b.Mul(b.Mul(g, b.Sigmoid(g)), u)}
+		}),
+		"residual_f16_f32": build(func(b *ir.Builder) []ir.Value {
+			x, r := b.Input("$0", ir.F16, 3, 8, 12), b.Input("$1", ir.F32, 3, 8, 12)
+			return []ir.Value{b.Cast(b.Add(b.Cast(x, ir.F32), r), ir.F16)}
 		}),
 		"odd_tail": build(func(b *ir.Builder) []ir.Value {
 			x := b.Input("$0", ir.F32, 7, 13)
@@ -188,7 +197,7 @@ var rowBodies = map[string]bool{"row_sum": true, "softmax": true, "residual_rms_
 
 // TestPrintElementwise prints every test body, checks the text is
 // deterministic and free of includes and asm, and that the simple
-// same-shape f32 chain moves 16 bytes per access.
+// same-shape chains (f32, and f16/bf16 with casts) take the vector path.
 func TestPrintElementwise(t *testing.T) {
 	for name, body := range elementwiseBodies(t) {
 		t.Run(name, func(t *testing.T) {
@@ -200,7 +209,7 @@ func TestPrintElementwise(t *testing.T) {
 			assert.NotContains(t, k.Text, "#include")
 			assert.NotContains(t, k.Text, "asm")
 			assert.Contains(t, k.Text, `extern "C" __global__ void `+name+"(")
-			assert.Equal(t, name == "silu_mul", k.Vector)
+			assert.Equal(t, name == "silu_mul" || name == "silu_mul_bf16" || name == "residual_f16_f32", k.Vector)
 			if rowBodies[name] {
 				assert.Contains(t, k.Text, "lum_scratch")
 			}
@@ -216,8 +225,8 @@ func TestPrintElementwise(t *testing.T) {
 }
 
 // TestNVRTCCompilesElementwise compiles the printed kernels with NVRTC for
-// sm_80 and sm_90 and reads the PTX: the vector kernel loads and stores 16
-// bytes at a time.
+// sm_80 and sm_90 and reads the PTX: the f32 vector kernel loads and
+// stores 16 bytes at a time, the bf16 one 8.
 func TestNVRTCCompilesElementwise(t *testing.T) {
 	lib := nvrtcOrSkip(t)
 	var kernels []*Kernel
@@ -241,9 +250,12 @@ func TestNVRTCCompilesElementwise(t *testing.T) {
 			require.True(t, ok, "%s: no resources for %s", arch, k.Name)
 			assert.Zero(t, r.SpillStores, "%s spills", k.Name)
 		}
-		entry := res.PTX[strings.Index(res.PTX, ".entry silu_mul"):]
-		entry = entry[:strings.Index(entry, "\n}")]
+		entry := ptxEntry(res.PTX, "silu_mul")
 		assert.Contains(t, entry, "ld.global.nc.v4.f32", "%s: 16-byte loads", arch)
 		assert.Contains(t, entry, "st.global.v4.f32", "%s: 16-byte stores", arch)
+		// Four bf16 values a load and a store: 8 bytes, one instruction.
+		entry = ptxEntry(res.PTX, "silu_mul_bf16")
+		assert.Regexp(t, `ld\.global(\.nc)?\.v2\.u32`, entry, "%s: 8-byte bf16 loads", arch)
+		assert.Regexp(t, `st\.global\.v2\.u32`, entry, "%s: 8-byte bf16 stores", arch)
 	}
 }

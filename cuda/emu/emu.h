@@ -1044,6 +1044,37 @@ inline void lum_st4(float* p, float4 v) {
   if (uintptr_t(p) & 15) lum_emu::misaligned("lum_st4", p);
   memcpy(p, &v, 16);
 }
+// lum_ld4_bf16 / lum_st4_bf16 (and _f16): four half values, 8 bytes,
+// 8-byte aligned, widened on load and rounded on store.
+namespace lum_emu {
+[[noreturn]] inline void misaligned8(const char* what, const void* p) {
+  char where[256] = "";
+  if (g_describe) g_describe(p, where, sizeof where);
+  fail("misaligned", "misaligned access: %s at %p is not 8-byte aligned%s%s", what, p, where[0] ? ": " : "", where);
+}
+}  // namespace lum_emu
+inline float4 lum_ld4_bf16(const lum_bf16* p) {
+  if (uintptr_t(p) & 7) lum_emu::misaligned8("lum_ld4_bf16", p);
+  lum_bf16 h[4];
+  memcpy(h, p, 8);
+  return make_float4(lum_bf16_to_f32(h[0]), lum_bf16_to_f32(h[1]), lum_bf16_to_f32(h[2]), lum_bf16_to_f32(h[3]));
+}
+inline void lum_st4_bf16(lum_bf16* p, float4 v) {
+  if (uintptr_t(p) & 7) lum_emu::misaligned8("lum_st4_bf16", p);
+  const lum_bf16 h[4] = {lum_f32_to_bf16(v.x), lum_f32_to_bf16(v.y), lum_f32_to_bf16(v.z), lum_f32_to_bf16(v.w)};
+  memcpy(p, h, 8);
+}
+inline float4 lum_ld4_f16(const lum_f16* p) {
+  if (uintptr_t(p) & 7) lum_emu::misaligned8("lum_ld4_f16", p);
+  lum_f16 h[4];
+  memcpy(h, p, 8);
+  return make_float4(lum_f16_to_f32(h[0]), lum_f16_to_f32(h[1]), lum_f16_to_f32(h[2]), lum_f16_to_f32(h[3]));
+}
+inline void lum_st4_f16(lum_f16* p, float4 v) {
+  if (uintptr_t(p) & 7) lum_emu::misaligned8("lum_st4_f16", p);
+  const lum_f16 h[4] = {lum_f32_to_f16(v.x), lum_f32_to_f16(v.y), lum_f32_to_f16(v.z), lum_f32_to_f16(v.w)};
+  memcpy(p, h, 8);
+}
 inline uint4 lum_ld16(const void* p) {
   if (uintptr_t(p) & 15) lum_emu::misaligned("lum_ld16", p);
   uint4 v;
