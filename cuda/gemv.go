@@ -40,7 +40,7 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	}
 	op, kContiguous, direct := cost.GEMVWeight(body, mm)
 	if !direct {
-		return "", fmt.Errorf("matrix-vector matmul: the weight (right operand) is not a plain f32, f16 or bf16 buffer with K or N contiguous and a multiple of 8 long, or A has more than %d rows", cost.GEMVRows)
+		return "", fmt.Errorf("matrix-vector matmul: schedule %s: the weight (right operand) is not a plain f32, f16 or bf16 buffer with K or N contiguous and a multiple of 8 long, or A has more than %d rows", s, cost.GEMVRows)
 	}
 	var unpack func(w string) []string
 	switch bb.DType {

@@ -176,6 +176,18 @@ func TestPrintRefusesForeignSchedules(t *testing.T) {
 		{"tc_f16_linear", cost.Schedule{BM: 64, BN: 64, BK: 16, Threads: 256, Stages: 1}},
 		{"tc_f16_linear", cost.Schedule{BM: 48, BN: 64, BK: 32, Threads: 128, Stages: 2, Tensor: true}},
 		{"attention_prefill", cost.Schedule{BM: 16, BN: 64, Threads: 128, Tensor: true}},
+		// Tensor-core variants the printer does not implement.
+		{"tc_f16_linear", cost.Schedule{BM: 32, BN: 64, BK: 32, Threads: 32, Stages: 2, Tensor: true, Warp: 64}},
+		{"tc_f16_linear", cost.Schedule{BM: 64, BN: 64, BK: 32, Threads: 128, Stages: 4, Tensor: true}},
+		{"tc_f16_linear", cost.Schedule{BM: 128, BN: 128, BK: 32, Threads: 512, Stages: 3, Tensor: true}}, // 61 KiB of tiles
+		// Matrix-vector schedules on bodies that are not, or do not fit.
+		{"silu_mul", cost.Schedule{BM: 1, BN: 4, Threads: 128, Stages: 1, GEMV: true}},
+		{"tc_f16_linear", cost.Schedule{BM: 70, BN: 4, Threads: 128, Stages: 1, GEMV: true}},
+		{"tc_f16_one_row", cost.Schedule{BM: 1, BN: 3, Threads: 128, Stages: 1, GEMV: true}},
+		{"tc_f16_one_row", cost.Schedule{BM: 1, BN: 4, Threads: 100, Stages: 1, GEMV: true}},
+		{"tc_f16_one_row", cost.Schedule{BM: 1, BN: 4, Threads: 128, Stages: 9, GEMV: true}},
+		{"tc_f16_odd_k", cost.Schedule{BM: 17, BN: 4, Threads: 128, Stages: 1, GEMV: true}},
+		{"tc_bf16_one_row", cost.Schedule{BM: 1, BN: 4, Threads: 128, Stages: 1, GEMV: true, Tensor: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.body+" "+tt.s.String(), func(t *testing.T) {
