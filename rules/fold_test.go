@@ -83,7 +83,7 @@ func TestModelCostFoldStopsAtKernels(t *testing.T) {
 	b := ir.NewBuilder("linear")
 	x := b.Input("x", ir.BF16, M, K)
 	y := b.Exp(b.Weight("w", ir.BF16, N, K)) // computed, [N, K]
-	wt := b.Permute(y, 1, 0)                  // a view of it, [K, N]
+	wt := b.Permute(y, 1, 0)                 // a view of it, [K, N]
 	b.Output("y", b.MatMul(x, wt))
 	g, err := b.Build()
 	require.NoError(t, err)
