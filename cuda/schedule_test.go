@@ -86,10 +86,24 @@ func TestEveryScheduleMatchesReference(t *testing.T) {
 	// Every form's alternatives are exercised: warp-per-row rows, f32 and
 	// tensor-core tiles of several sizes, attention thread counts.
 	for _, s := range []string{"threads=128,rows=4", "bm=16,bn=32,bk=16,threads=32,stages=1", "bm=128,bn=64,bk=16,threads=512,stages=1", "bm=16,bn=64,bk=16,threads=256,stages=1,tm=1", "bm=64,bn=64,bk=16,threads=256,stages=2", "bm=16,bn=32,bk=16,threads=128,stages=2,tm=1",
-		"bm=16,bn=32,bk=32,threads=32,stages=2,mma", "bm=128,bn=64,bk=32,threads=256,stages=2,mma", "bm=1,bn=32,threads=64",
-		"bm=64,bn=64,bk=32,threads=128,stages=3,mma", "bm=64,bn=64,bk=32,threads=32,stages=3,warp=64,mma"} {
+		"bm=16,bn=32,bk=32,threads=32,stages=2,mma", "bm=128,bn=64,bk=32,threads=256,stages=2,mma", "bm=1,bn=32,threads=64"} {
 		assert.True(t, forms[s], "no kernel ran schedule %s", s)
 	}
+	// And every tensor-core and matrix-vector variant: three stages, 64x64
+	// warp patches with two and three, several loads in flight.
+	ran := map[string]bool{}
+	for _, k := range kernels {
+		s := k.Schedule
+		ran[fmt.Sprintf("tensor=%v stages=%d warp=%d gemv=%v", s.Tensor, s.Stages, s.Warp, s.GEMV && s.Stages > 1)] = true
+	}
+	for _, v := range []string{"tensor=true stages=3 warp=0 gemv=false", "tensor=true stages=2 warp=64 gemv=false", "tensor=true stages=3 warp=64 gemv=false"} {
+		assert.True(t, ran[v], "no kernel ran a schedule with %s", v)
+	}
+	gemv := false
+	for _, k := range kernels {
+		gemv = gemv || k.Schedule.GEMV && k.Schedule.Stages > 1
+	}
+	assert.True(t, gemv, "no matrix-vector kernel ran with several loads in flight")
 }
 
 // scheduleVariant is what a matmul schedule changes in the printed code:
@@ -106,10 +120,13 @@ func scheduleVariant(body *ir.Graph, s cost.Schedule) (string, bool) {
 		return fmt.Sprintf("f32 stages=%d tm=%d bm=%d", s.Stages, s.TM, s.BM), true
 	}
 	if s.GEMV {
+		if _, kContiguous, _ := cost.GEMVWeight(body, matmulOf(body)); !kContiguous {
+			return fmt.Sprintf("gemv row-major bn=%d several-stages=%v", s.BN, s.Stages > 1), true
+		}
 		cols, split, _ := cost.GEMVLayout(s)
-		return fmt.Sprintf("gemv cols=%d split=%d bn=%d stages=%d", cols, split, s.BN, s.Stages), true
+		return fmt.Sprintf("gemv cols=%d split=%d several-stages=%v", cols, split, s.Stages > 1), true
 	}
-	return fmt.Sprintf("mma warp=%d stages=%d bm16=%v bm=%d", s.Warp, s.Stages, s.BM == 16, s.BM), true
+	return fmt.Sprintf("mma warp=%d stages=%d bm16=%v", s.Warp, s.Stages, s.BM == 16), true
 }
 
 // scheduledKernels prints every test body under every schedule the h100
