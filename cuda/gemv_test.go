@@ -144,25 +144,7 @@ func TestEmulatedGEMVMatchesReference(t *testing.T) {
 		t.Skip("g++ is missing:", err)
 	}
 	kernels, bodies := gemvKernels(t)
-	var args [][]*ir.Tensor
-	var outs [][]ir.ValueType
-	var wants []*ir.Result
-	for i, body := range bodies {
-		feeds, err := ir.RandomFeeds(body, uint64(300+i), ir.Typical)
-		require.NoError(t, err)
-		want, err := ir.Eval(context.Background(), body, feeds, ir.EvalOptions{Magnitude: true})
-		require.NoError(t, err)
-		var in []*ir.Tensor
-		for _, v := range body.Inputs() {
-			in = append(in, feeds[body.Node(v).Name])
-		}
-		var vt []ir.ValueType
-		for _, o := range body.Outputs {
-			n := body.Node(o.Value)
-			vt = append(vt, ir.ValueType{Shape: n.Shape, DType: n.DType})
-		}
-		args, outs, wants = append(args, in), append(outs, vt), append(wants, want)
-	}
+	args, outs, wants := referenceRuns(t, bodies, 300)
 	layouts := map[string]bool{}
 	for _, opt := range []emu.Options{{}, {Shuffle: true, Seed: 7}} {
 		got, err := Emulate(context.Background(), kernels, args, outs, opt)
@@ -268,10 +250,8 @@ func TestNVRTCCompilesGEMV(t *testing.T) {
 			require.True(t, ok, "%s: no resources for %s", arch, k.Name)
 			assert.Zero(t, r.SpillStores, "%s: %s (%s) spills", arch, k.Name, k.Schedule)
 			assert.Zero(t, r.StackBytes, "%s: %s (%s) has a stack frame", arch, k.Name, k.Schedule)
-			i := strings.Index(res.PTX, ".entry "+k.Name+"(")
-			require.GreaterOrEqual(t, i, 0, "%s: entry %s", arch, k.Name)
-			entry := res.PTX[i:]
-			entry = entry[:strings.Index(entry, "\n}")]
+			entry := ptxEntry(res.PTX, k.Name)
+			require.NotEmpty(t, entry, "%s: entry %s", arch, k.Name)
 			assert.False(t, strings.Contains(entry, ".local"), "%s %s: local memory", arch, k.Name)
 			assert.True(t, vectorLoad.MatchString(entry), "%s %s: no 16-byte weight loads", arch, k.Name)
 			// A reduction of a few passes unrolls whole; a long one

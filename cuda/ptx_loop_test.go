@@ -13,33 +13,19 @@ import (
 // An entry whose mma sit in no loop (the compiler unrolled a one-step
 // reduction) is its own main loop.
 func mmaLoops(entry string) []string {
-	labels := map[string]int{}
-	for _, m := range ptxLabel.FindAllStringSubmatchIndex(entry, -1) {
-		labels[entry[m[2]:m[3]]] = m[0]
-	}
-	type span struct{ lo, hi int }
-	var spans []span
-	for _, m := range ptxBranch.FindAllStringSubmatchIndex(entry, -1) {
-		at, ok := labels[entry[m[4]:m[5]]]
-		if !ok || at > m[0] || !strings.Contains(entry[at:m[1]], "mma.sync") {
-			continue
-		}
-		spans = append(spans, span{at, m[1]})
-	}
-	if len(spans) == 0 && strings.Contains(entry, "mma.sync") {
+	loops := ptxLoops(entry, ptxMMA)
+	if len(loops) == 0 && ptxMMA.MatchString(entry) {
 		// A reduction of one step: the compiler unrolled the loop.
 		return []string{entry}
 	}
 	var out []string
-	for i, s := range spans {
+	for i, l := range loops {
 		inner := false
-		for j, o := range spans {
-			if j != i && o.lo <= s.lo && s.hi <= o.hi && (o.lo != s.lo || o.hi != s.hi) {
-				inner = true
-			}
+		for j, o := range loops {
+			inner = inner || j != i && len(o) > len(l) && strings.Contains(o, l)
 		}
 		if !inner {
-			out = append(out, entry[s.lo:s.hi])
+			out = append(out, l)
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -42,8 +43,9 @@ func newViewFolder(eg *egraph.EGraph[Data]) *viewFolder {
 func (f *viewFolder) chain(c egraph.ClassID) (root egraph.ClassID, views []egraph.Node, ok bool) {
 	seen := map[egraph.ClassID]bool{}
 	c = f.eg.Find(c)
-	var classes []egraph.ClassID // the class each view is found in
-	firstKernel := -1            // the first class on the chain a kernel computes
+	// The first class on the chain a kernel may compute, and how many
+	// views lead to it.
+	kernelClass, kernelAt := egraph.ClassID(0), -1
 	for {
 		if seen[c] {
 			return 0, nil, false
@@ -63,32 +65,20 @@ func (f *viewFolder) chain(c egraph.ClassID) (root egraph.ClassID, views []egrap
 				view = &n
 			}
 		}
-		if kernel && firstKernel < 0 {
-			firstKernel = len(views)
+		if kernel && kernelAt < 0 {
+			kernelClass, kernelAt = c, len(views)
 		}
 		if leaf || view == nil {
-			if !leaf && firstKernel >= 0 {
+			if !leaf && kernelAt >= 0 {
 				// A computed class: stop where a kernel may be chosen.
-				c, views = classes2(classes, firstKernel, c), views[:firstKernel]
+				c, views = kernelClass, views[:kernelAt]
 			}
-			for i, j := 0, len(views)-1; i < j; i, j = i+1, j-1 {
-				views[i], views[j] = views[j], views[i]
-			}
+			slices.Reverse(views)
 			return c, views, true
 		}
-		classes = append(classes, c)
 		views = append(views, *view)
 		c = f.eg.Find(view.Children[0])
 	}
-}
-
-// classes2 is the class at position i of a chain (the class whose view
-// is views[i]), or last past the views.
-func classes2(classes []egraph.ClassID, i int, last egraph.ClassID) egraph.ClassID {
-	if i < len(classes) {
-		return classes[i]
-	}
-	return last
 }
 
 // fold returns kernel node n's body with its arguments' views folded in,
