@@ -2,6 +2,7 @@ package cost
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -126,3 +127,147 @@ func attentionStructure(body *ir.Graph) error {
 	}
 	return epilogueStructure(body, p.PV, "attention")
 }
+
+// attentionFeatures prices the printed flash forms (package cuda,
+// attention.go and attention_tc.go): a block owns BM query rows of one
+// batch and head and streams every key and value past them BN at a time
+// with an online softmax, so the query side is read once, the key and
+// value sides once per block of rows (from L2 when it keeps them: the
+// blocks of a wave share them) and the scores never reach memory. Key and
+// value prologues (rotary) run once per block of rows. By layout:
+//   - BM 1: one warp computes the BN scores of a step while the others
+//     wait, so the score arithmetic costs the whole block's lanes;
+//   - BM 1 with SplitKeys: each warp scores and accumulates its own tiles
+//     (no lane waits but past the keys' end), and the block combines the
+//     warps' partial results, one more pass over a row of values per
+//     warp;
+//   - BM > 1, f32: every lane computes scores (a lane a key, a warp
+//     BM/warps rows) and owns value columns 32 apart, so value rows short
+//     of a multiple of 32 idle the rest, as keys past T in the last tile
+//     and rows past S in the last block do;
+//   - tensor cores: Q K^T and P V on mma.sync in the operand dtype, over
+//     head dims padded to 16 (192 at most: the accumulators and query
+//     fragments live in registers), keys to BN and rows to BM; the
+//     softmax on FMA.
+//
+// A mask that bounds the keys (causal at a static offset, or at a runtime
+// position: a decode step over a KV cache) makes each block loop over the
+// keys its rows see, not all T (cuda's keyLoop skips the fully masked
+// tiles): such a body is priced at the keys its blocks see, on average
+// over the geometric buckets of a runtime position's range (runtimeKeys;
+// at one position with Model.AtPosition), in the reads of keys and
+// values, their prologues and the arithmetic on them.
+//
+// Shared memory is what the printer declares, which a block declares
+// statically (48 KiB at most: larger tiles are refused); registers are a
+// guess from the accumulators and fragments a thread keeps. Tiles of
+// twice the rows (or keys) there are compute padding and are refused.
+func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	body := k.body
+	qk, pv := body.Node(k.matmuls[0]), body.Node(k.matmuls[1])
+	q, kt := body.Node(qk.Inputs[0]).Shape, body.Node(qk.Inputs[1]).Shape
+	v := body.Node(pv.Inputs[1]).Shape
+	S, D, T, Dv := int(q[len(q)-2]), int(q[len(q)-1]), int(kt[len(kt)-1]), int(v[len(v)-1])
+	batch := max(1, int(numel(pv.Shape))/(S*Dv))
+	pad := func(n, m int) int { return ceilDiv(n, m) * m }
+	if s.BM < 1 || s.BN < 1 {
+		return Features{}, false
+	}
+	tiles := ceilDiv(S, s.BM)
+	rows := tiles * s.BM // the query rows computed, the last block's padding included
+	// The keys a block loops over, on average over the blocks: exact
+	// (what it loads) and in whole tiles (what it computes).
+	keys, keysPad := float64(T), float64(pad(T, s.BN))
+	if k.keys != nil {
+		keys, keysPad = k.keys.perBlock(int64(S), int64(T), s.BM, s.BN)
+	}
+	var shared, regs int
+	var work []Work
+	switch {
+	case s.Tensor:
+		dt := body.Node(qk.Inputs[0]).DType
+		Dp, Dvp := pad(D, 16), pad(Dv, 16)
+		if dt != ir.F16 && dt != ir.BF16 || s.BM%16 != 0 || s.BN%16 != 0 || s.Threads != 2*s.BM || Dp > 192 || Dvp > 192 ||
+			s.BM > 16 && s.BM/2 >= S || s.BN > 32 && s.BN/2 >= T {
+			return Features{}, false
+		}
+		kw, vw := Dp/2+4, Dvp/2+4
+		shared = 4 * max(s.BM*kw, s.BN*(kw+vw))
+		// Output accumulators, query fragments, score accumulators and
+		// the probabilities' fragments, and addressing.
+		regs = 40 + Dvp/2 + Dp/4 + s.BN/2 + s.BN/8
+		class, cdt := tensorDType(dt, true)
+		work = []Work{{class, cdt, 2 * float64(batch) * float64(rows) * keysPad * float64(Dp+Dvp)}}
+	case s.BM == 1 && s.SplitKeys:
+		warps, cols := s.Threads/32, ceilDiv(Dv, 32)
+		if s.BN != 32 || warps == 0 || s.Threads%32 != 0 || cols > attnSplitColumns {
+			return Features{}, false
+		}
+		shared = 4 * (D + warps*s.BN + warps*Dv + 2*warps)
+		regs = 40 + cols
+		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(S) * (keysPad*float64(D) + keys*float64(32*cols) + float64(warps*Dv))}}
+	case s.BM == 1:
+		if Dv > 4*s.Threads {
+			return Features{}, false
+		}
+		shared, regs = (D+s.BN+3)*4, 40
+		idle := float64(s.Threads) / float64(s.BN)
+		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(S) * keys * (float64(D)*idle + float64(Dv))}}
+	default:
+		warps := s.Threads / 32
+		if s.BN != 32 || warps == 0 || s.BM%warps != 0 || s.BM/2 >= S {
+			return Features{}, false
+		}
+		perWarp, cols := s.BM/warps, ceilDiv(Dv, 32)
+		if perWarp*cols > 32 {
+			return Features{}, false // the printer keeps at most 32 accumulators a thread
+		}
+		shared = 4 * (s.BM*D + s.BN*(D+1) + s.BN*Dv + s.BM*s.BN)
+		regs = 36 + perWarp*(cols+5) // the output accumulators, scores, max and sum of each row, a value row
+		work = []Work{{FMA, "f32", 2 * float64(batch) * float64(rows) * (keysPad*float64(D) + keys*float64(32*cols))}}
+	}
+	if shared > StaticShared {
+		return Features{}, false
+	}
+	per := k.occupancy(d, s.Threads, shared, regs)
+	if per == 0 {
+		return Features{}, false
+	}
+	const kSide, vSide = 2, 8 // slots: the first matmul's right operand, the second's
+	var bytes float64
+	for _, in := range body.Inputs() {
+		times, b := 1, k.bytesOf(in)
+		if k.slots[in]&(kSide|vSide) != 0 {
+			times = tiles
+			if slices.Contains(body.Node(in).Shape, ir.Dim(T)) {
+				b *= keys / float64(T) // the keys (or their rotary tables) read
+			}
+		}
+		bytes += rereads(b, times, d.SMs, d)
+	}
+	var flops float64
+	for i, n := range body.Nodes {
+		f := opFLOPs(body, n)
+		if k.slots[i]&(kSide|vSide) != 0 {
+			f *= float64(tiles) // key and value prologues (rotary) run per block of query rows
+			if slices.Contains(n.Shape, ir.Dim(T)) {
+				f *= keys / float64(T) // on the keys the block sees
+			}
+		}
+		flops += f
+	}
+	if work[0].Class == FMA {
+		work[0].FLOPs += flops
+	} else {
+		work = append([]Work{{FMA, "f32", flops}}, work...)
+	}
+	// Every block streams the keys and values it sees through shared
+	// memory.
+	tileBytes := float64(batch*tiles) * keys * float64(D+Dv) * float64(body.Node(qk.Inputs[1]).DType.Size())
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tileBytes}, true
+}
+
+// attnSplitColumns bounds the value columns a lane of the split-keys
+// layout accumulates (32 apart), so that they stay in registers: value
+// rows of up to 256.
+const attnSplitColumns = 8

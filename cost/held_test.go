@@ -71,6 +71,18 @@ func TestModelUnderPublishedCaps(t *testing.T) {
 			check(fmt.Sprintf("attention S=T=%d D=%d", S, D), att, useful/(capAttention*mma.FLOPS))
 		}
 		for range 6 {
+			// Decode: one query row a head over T keys, bound by reading
+			// the keys and values.
+			T, D := pick(256, 16384, 1), ir.Dim(64*(1+rng.IntN(2)))
+			att := body(t, func(b *ir.Builder) ir.Value {
+				q := b.Input("$0", ir.BF16, 1, 8, 1, D)
+				k := b.Input("$1", ir.BF16, 1, 8, T, D)
+				v := b.Input("$2", ir.BF16, 1, 8, T, D)
+				return b.Attention(q, k, v, 0.125, false, 0)
+			})
+			check(fmt.Sprintf("decode attention T=%d D=%d", T, D), att, 2*8*float64(T)*float64(D)*2/(capGEMV*bw))
+		}
+		for range 6 {
 			n := pick(1<<16, 1<<26, 8)
 			ew := body(t, func(b *ir.Builder) ir.Value {
 				x := b.Input("$0", ir.BF16, n)

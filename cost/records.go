@@ -22,10 +22,14 @@ func ParseSchedule(text string) (Schedule, error) {
 			s.GEMV = true
 			continue
 		}
+		if part == "splitkeys" {
+			s.SplitKeys = true
+			continue
+		}
 		k, v, ok := strings.Cut(part, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n <= 0 {
-			return Schedule{}, fmt.Errorf("schedule %q: %q is not name=positive integer, mma or gemv", text, part)
+			return Schedule{}, fmt.Errorf("schedule %q: %q is not name=positive integer, mma, gemv or splitkeys", text, part)
 		}
 		switch k {
 		case "bm":

@@ -19,6 +19,8 @@ func TestParseSchedule(t *testing.T) {
 		{BM: 16, BN: 64, Threads: 128, Stages: 2},
 		{BM: 16, BN: 32, BK: 16, Threads: 128, Stages: 1, TM: 1},
 		{Threads: 128, Rows: 4},
+		{BM: 8, BN: 256, Threads: 256, Stages: 4, GEMV: true},
+		{BM: 1, BN: 32, Threads: 512, SplitKeys: true},
 	} {
 		got, err := ParseSchedule(s.String())
 		require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 // The attention kernel form, flash style: the scores and probabilities
 // never reach memory; keys and values stream past the query rows a tile at
 // a time, an online softmax keeping each row's running max and sum and
-// rescaling its output accumulated from the values. Three layouts, by
+// rescaling its output accumulated from the values. Four layouts, by
 // schedule:
 //
 //   - one query row a block (BM 1, the default), in f32 (half-precision
@@ -21,7 +21,10 @@ import (
 //     keys in tiles of 32: a warp computes the tile's scores (each lane one
 //     key's dot product, the key's prologue computed as it is read, then
 //     the elementwise scale and mask) while the others wait, and every
-//     thread owns a few value columns. Decode (one query row) needs no more.
+//     thread owns a few value columns.
+//   - one query row a block whose warps split the keys (SplitKeys;
+//     printAttentionSplit in attention_split.go), for decode: each warp
+//     its own tiles and running softmax, the block combining them.
 //   - BM query rows a block (BM 4, 8 or 16; printAttentionRows), in f32:
 //     each K/V tile is loaded into shared memory once for BM rows (its
 //     prologue computed once a block rather than once a row), a warp owns
@@ -107,6 +110,10 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 		s = cost.Schedule{BM: 1, BN: attnTile, Threads: attnThreads}
 	}
 	switch {
+	case s.SplitKeys && (s.BM != 1 || s.Tensor || s.GEMV):
+		return "", fmt.Errorf("attention: schedule %s: the warps share the keys of one query row a block (bm=1) in f32", s)
+	case s.SplitKeys:
+		return printAttentionSplit(k, body, p, s)
 	case s.Tensor:
 		return printAttentionTC(k, body, p, s)
 	case s.BM > 1:

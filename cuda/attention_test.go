@@ -104,7 +104,8 @@ var (
 	attnOneRow = []cost.Schedule{{BM: 1, BN: 32, Threads: 64}, {BM: 1, BN: 32, Threads: 128}, {BM: 1, BN: 32, Threads: 256}}
 	attnRows   = []cost.Schedule{{BM: 4, BN: 32, Threads: 128}, {BM: 8, BN: 32, Threads: 128}, {BM: 8, BN: 32, Threads: 256},
 		{BM: 16, BN: 32, Threads: 128}, {BM: 16, BN: 32, Threads: 256}}
-	attnTC = []cost.Schedule{{BM: 16, BN: 32, Threads: 32, Tensor: true}, {BM: 64, BN: 32, Threads: 128, Tensor: true},
+	attnSplit = []cost.Schedule{{BM: 1, BN: 32, Threads: 64, SplitKeys: true}, {BM: 1, BN: 32, Threads: 256, SplitKeys: true}}
+	attnTC    = []cost.Schedule{{BM: 16, BN: 32, Threads: 32, Tensor: true}, {BM: 64, BN: 32, Threads: 128, Tensor: true},
 		{BM: 64, BN: 64, Threads: 128, Tensor: true}, {BM: 128, BN: 64, Threads: 256, Tensor: true}}
 )
 
@@ -213,7 +214,7 @@ func TestAttentionSchedulesMatchReference(t *testing.T) {
 	var run attnRun
 	for ci, c := range attnCases() {
 		body := c.body(t)
-		scheds := append(append([]cost.Schedule{{}}, attnOneRow...), attnRows...)
+		scheds := slices.Concat([]cost.Schedule{{}}, attnOneRow, attnSplit, attnRows)
 		if c.dt != ir.F32 {
 			scheds = append(scheds, attnTC...)
 		}
@@ -269,6 +270,11 @@ func TestNVRTCCompilesAttention(t *testing.T) {
 		return ks
 	}
 	llama := append(printAll("llama_f32", llamaAttention(t, ir.F32), attnRows), printAll("llama_bf16", llamaAttention(t, ir.BF16), append(slices.Clone(attnRows), attnTC...))...)
+	// Decode over a long cache in the split-keys layout, a warp for every
+	// 32 keys of 1024.
+	decode := printAll("llama_decode_bf16", attnCase{dt: ir.BF16, heads: 32, kvHeads: 8, d: 128, s: 1, tk: 1024, rotary: true, causal: true}.body(t),
+		[]cost.Schedule{{BM: 1, BN: 32, Threads: 256, SplitKeys: true}, {BM: 1, BN: 32, Threads: 1024, SplitKeys: true}})
+	llama = append(llama, decode...)
 	f16 := printAll("prefill_f16_d64", cases["prefill_f16_d64"].body(t), attnTC)
 	bf16 := printAll("prefill_bf16", cases["prefill_bf16"].body(t), attnTC)
 	// The widest heads the tensor-core layout takes.
@@ -320,7 +326,9 @@ func TestNVRTCCompilesAttention(t *testing.T) {
 // TestAttentionBreakageIsCaught: the emulated comparison catches a wrong
 // kernel. Each breakage is a one-line edit of a printed kernel: the
 // rescaling factor of the online softmax inverted (exp(new max - old max))
-// in the multi-row and tensor-core layouts, the probabilities' fragments
+// in the multi-row and tensor-core layouts and in the split-keys layout's
+// combine of its warps, that combine summing the warps' sums unscaled,
+// the warps' key tiles overlapping, the probabilities' fragments
 // of P V taken in the wrong order (rows g + 8 where rows g belong), and
 // the value tile's ldmatrix rows of the wrong column block.
 func TestAttentionBreakageIsCaught(t *testing.T) {
@@ -332,6 +340,10 @@ func TestAttentionBreakageIsCaught(t *testing.T) {
 	}
 	f32 := attnCase{name: "f32", dt: ir.F32, heads: 4, kvHeads: 2, d: 32, s: 37, tk: 70, rotary: true, causal: true}.body(t)
 	bf16 := attnCase{name: "bf16", dt: ir.BF16, heads: 4, kvHeads: 2, d: 32, s: 37, tk: 70, rotary: true, causal: true}.body(t)
+	// Decode over 200 keys: four warps take 2 tiles each, and the fourth
+	// a partial one; over 70 keys eight warps leave five without a key.
+	decode := attnCase{name: "decode", dt: ir.F32, heads: 4, kvHeads: 2, d: 32, s: 1, tk: 200, rotary: true, causal: true}.body(t)
+	decodeShort := attnCase{name: "decode_short", dt: ir.F32, heads: 4, kvHeads: 2, d: 32, s: 1, tk: 70, rotary: true, causal: true}.body(t)
 	breakages := []struct {
 		name     string
 		body     *ir.Graph
@@ -339,6 +351,9 @@ func TestAttentionBreakageIsCaught(t *testing.T) {
 		old, new string
 	}{
 		{"rows_rescale", f32, cost.Schedule{BM: 8, BN: 32, Threads: 128}, "expf(m[i] - mnew)", "expf(mnew - m[i])"},
+		{"split_combine", decode, cost.Schedule{BM: 1, BN: 32, Threads: 128, SplitKeys: true}, "expf(Ms[w] - M)", "expf(M - Ms[w])"},
+		{"split_sum", decodeShort, cost.Schedule{BM: 1, BN: 32, Threads: 256, SplitKeys: true}, "L += a * Ls[w];", "L += Ls[w];"},
+		{"split_stride", decode, cost.Schedule{BM: 1, BN: 32, Threads: 128, SplitKeys: true}, "t0 += 128)", "t0 += 32)"},
 		{"tc_rescale", bf16, cost.Schedule{BM: 64, BN: 32, Threads: 128, Tensor: true}, "expf(mr[h] - mnew)", "expf(mnew - mr[h])"},
 		{"tc_p_fragments", bf16, cost.Schedule{BM: 16, BN: 32, Threads: 32, Tensor: true},
 			"pa[kk][1] = lum_pack_bf16x2(sacc[2 * kk][2], sacc[2 * kk][3]);", "pa[kk][1] = lum_pack_bf16x2(sacc[2 * kk + 1][0], sacc[2 * kk + 1][1]);"},
