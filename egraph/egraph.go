@@ -103,7 +103,7 @@ func (g *EGraph[D]) union(a, b ClassID, why reason) bool {
 		return false
 	}
 	root, child, split := g.link(ra, rb)
-	g.prov.record(a, b, why)
+	g.prov.record(a, b, why, len(g.nodes))
 	// Only the parents whose child's data changed need their Make again:
 	// the root's own before split, the merged class's after it.
 	parents := g.cls(root).parents

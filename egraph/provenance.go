@@ -83,7 +83,7 @@ type reason struct {
 }
 
 // provenance is the union log. It is compact because every union of a
-// saturation run is recorded: twenty bytes per union plus four per match
+// saturation run is recorded: twenty-four bytes per union plus four per match
 // class, with rule names and variable lists stored once.
 type provenance struct {
 	recs  []unionRec
@@ -95,6 +95,7 @@ type provenance struct {
 type unionRec struct {
 	a, b  ClassID
 	desc  uint32
+	nodes uint32 // the e-graph's node count at the union
 	args  uint32 // offset in provenance.args: the match root, then the bindings (rules); two node ids (congruence)
 	nargs uint16
 	kind  ReasonKind
@@ -120,8 +121,8 @@ func (p *provenance) describe(text string, vars []string) uint32 {
 	return id
 }
 
-func (p *provenance) record(a, b ClassID, why reason) {
-	r := unionRec{a: a, b: b, kind: why.kind, desc: why.desc, args: uint32(len(p.args)), nargs: uint16(len(why.match))}
+func (p *provenance) record(a, b ClassID, why reason, nodes int) {
+	r := unionRec{a: a, b: b, kind: why.kind, desc: why.desc, args: uint32(len(p.args)), nargs: uint16(len(why.match)), nodes: uint32(nodes)}
 	if why.kind == ByRule {
 		p.args = append(p.args, why.root)
 	}
@@ -147,6 +148,27 @@ func (p *provenance) export(i int) UnionRecord {
 		}
 	}
 	return out
+}
+
+// MadeBy returns the index (UnionAt) of the union that ended the rule
+// application which added node n, false when n was added otherwise: a
+// rule's right side is added, then unioned with its match, so n belongs
+// to the first union made after it, if that union is a rule's. Nodes
+// added by the caller between rule applications (say, a graph added after
+// a saturation) would be taken for the next application's: ask about
+// nodes added by saturation only.
+func (g *Graph) MadeBy(n NodeID) (int, bool) {
+	recs := g.prov.recs
+	i, _ := slices.BinarySearchFunc(recs, uint32(n), func(r unionRec, n uint32) int {
+		if r.nodes <= n {
+			return -1
+		}
+		return 1
+	})
+	if i == len(recs) || recs[i].kind != ByRule {
+		return 0, false
+	}
+	return i, true
 }
 
 // NumUnions is the number of unions that merged two classes.

@@ -68,6 +68,14 @@ type Plan struct {
 	Command    string `json:"command_options,omitempty"`
 	RulesHash  string `json:"rules_hash,omitempty"`
 	TuneDBHash string `json:"tunedb_hash,omitempty"`
+	// RuleSets are the rule sets the search ran when they differ from
+	// the built-in ones (--disable, --enable), RuleFiles the users' rule
+	// files it ran (--rules), and RulesUsed the rules the program's
+	// choices rest on, from the e-graph's union provenance (empty for a
+	// program that came from elsewhere, such as the previous run's plan).
+	RuleSets  []string   `json:"rule_sets,omitempty"`
+	RuleFiles []RuleFile `json:"rule_files,omitempty"`
+	RulesUsed []RuleUse  `json:"rules_used,omitempty"`
 	// ArenaBytes is the arena of intermediates, TempBytes the bytes of
 	// intermediates packed into it.
 	ArenaBytes int64    `json:"arena_bytes"`
@@ -108,6 +116,22 @@ type Plan struct {
 	// after it was written fails "lumsearch verify". Last, so that it is
 	// the file's last field.
 	Digest string `json:"digest,omitempty"`
+}
+
+// RuleFile is a user's rule file a search ran: its path as given, the
+// SHA-256 of its text ("sha256:" and hex) and its rules' names.
+type RuleFile struct {
+	Path   string   `json:"path"`
+	Digest string   `json:"digest"`
+	Rules  []string `json:"rules"`
+}
+
+// RuleUse is a rule a program's choices rest on: its name, the rule set
+// or file it came from, and the unions of it they need.
+type RuleUse struct {
+	Rule   string `json:"rule"`
+	From   string `json:"from,omitempty"`
+	Unions int    `json:"unions"`
 }
 
 // Source is a model's file: where it was and what it held.

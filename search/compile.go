@@ -9,7 +9,8 @@ import (
 )
 
 // Compile runs the compiler once, without a budget or measurement: it
-// saturates m's e-graph with every rule set (a model whose layers repeat
+// saturates m's e-graph with every rule set (o.Rules: less or more sets,
+// a user's verified rule files; a model whose layers repeat
 // is searched on two of them and their seam), extracts the program the
 // cost model of o.Target predicts fastest, lowers it to launches and a
 // memory plan, and prints every kernel in the schedule the cost model
@@ -21,7 +22,7 @@ import (
 // reduced size of its architecture, any other model whole when it is
 // small enough). It reports on o.Events as it goes; Result.Write writes
 // the folder. Only o.Target, o.Arch, o.TuneDB, o.NoVerify,
-// o.InputRanges and o.Events apply.
+// o.InputRanges, o.Rules and o.Events apply.
 func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	o = o.withDefaults()
 	em := newEmitter(o.Events)
@@ -42,7 +43,15 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	}
 	noteTuneDB(em, o.TuneDB)
 	start := time.Now()
-	c, err := pipeline(ctx, g, sat, cm)
+	sel, err := o.Rules.resolve(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	rws, err := sel.rewrites(sel.sets, true)
+	if err != nil {
+		return nil, err
+	}
+	c, err := pipelineWith(ctx, g, sat, cm, rws)
 	if err != nil {
 		return nil, fmt.Errorf("compile %s: %w", model, err)
 	}
@@ -71,6 +80,9 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	}
 	pl, err := buildPlan(src, f)
 	if err != nil {
+		return nil, err
+	}
+	if err := sel.record(pl, c.prog); err != nil {
 		return nil, err
 	}
 	return &Result{Model: m, Plan: pl, Verified: f.verified, src: src, final: f, em: em, start: start}, nil

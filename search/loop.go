@@ -23,6 +23,10 @@ import (
 type Stage struct {
 	Name string
 	Sets []string
+	// Rewrites, when set, are the stage's rewrites in place of its sets'
+	// (a rule selection's: sets left out or added, a user's rule files;
+	// Sets then only names them).
+	Rewrites []*egraph.Rewrite[rules.Data]
 }
 
 // DefaultStages are the stages optimize runs: the fusions of the lowering
@@ -288,8 +292,11 @@ func (s *searcher) run(ctx context.Context) error {
 			break
 		}
 		s.emit(Event{Kind: "phase", Phase: "saturate", Stage: st.Name})
-		var rws []*egraph.Rewrite[rules.Data]
+		rws := st.Rewrites
 		for _, name := range st.Sets {
+			if st.Rewrites != nil {
+				break
+			}
 			r, err := rules.SetRewrites(name)
 			if err != nil {
 				return fmt.Errorf("stage %s: %w", st.Name, err)

@@ -86,6 +86,14 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 		return nil, err
 	}
 	sat.IterLimit, sat.NodeLimit = o.IterLimit, o.NodeLimit
+	sel, err := o.Rules.resolve(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	stages, err := sel.stages()
+	if err != nil {
+		return nil, err
+	}
 	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}
 
 	where := ""
@@ -115,6 +123,7 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	noteTuneDB(em, o.TuneDB)
 	var measured []kernelMeasurement
 	cfg := Config{
+		Stages: stages,
 		Sat:    sat,
 		Budget: o.Budget,
 		Events: em.send,
@@ -163,7 +172,7 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	}
 	// The tuning database as the run read it, before it adds records.
 	dbHash := tuneDBHash(o.TuneDB)
-	storeKey := planStoreKey(m, o)
+	storeKey := planStoreKey(m, o, sel)
 	if prev, err := previousPlan(o.TuneDB, storeKey, m, cm); err != nil {
 		em.logf("  note: the previous run's plan is not used: %v", err)
 	} else if prev != nil {
@@ -192,8 +201,17 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 		return nil, err
 	}
 	pl.TuneDBHash = dbHash
+	if err := sel.record(pl, res.Best.Program); err != nil {
+		return nil, err
+	}
 	// The report is built even after Ctrl-C: the folder must be whole.
-	rep := buildReport(context.WithoutCancel(ctx), m, o, res, best, cm, measured, where)
+	rep := buildReport(context.WithoutCancel(ctx), m, o, sel, res, best, cm, measured, where)
+	rep.RuleFiles, rep.RulesUsed = pl.RuleFiles, pl.RulesUsed
+	if o.Ablate {
+		rep.ablate(ctx, g, sel, sat, res, o.Budget, start)
+	} else {
+		rep.Ablation = "not computed (--ablate=false)"
+	}
 	if o.Budget > 0 {
 		rep.Budget = o.Budget
 	}

@@ -54,6 +54,9 @@ type Options struct {
 	// prices the work that follows it over that range's buckets instead
 	// of the whole range's. Only past, a decode step's position, for now.
 	Expect map[string]ir.Symbol
+	// Rules choose the rule sets and add a user's rule files, each rule
+	// verified before use (the zero value: the built-in sets).
+	Rules RuleOptions
 	// Events receives progress, one event at a time (nil: none). A
 	// Printer shows them as the command line does.
 	Events func(Event)
@@ -80,6 +83,11 @@ type Options struct {
 	// measure. Required for Measure other than none, unless auto finds no
 	// GPU.
 	Worker func(where string) *exec.Cmd
+	// Ablate has the report's rule table priced without each rule set
+	// and rule file: the last stage saturated again without it, as many
+	// as the budget leaves time for (the command line's --ablate, on by
+	// default; off, the table says so).
+	Ablate bool
 	// Dump, when set, is a folder that receives the e-graph and the
 	// chosen program after every stage.
 	Dump string
@@ -109,6 +117,15 @@ func (o Options) canonical(mo ModelOptions) string {
 	}
 	if len(o.Expect) > 0 {
 		text += " expect=" + DimFlag{Ranges: o.Expect}.String()
+	}
+	for _, f := range o.Rules.Files {
+		text += " rules=" + f
+	}
+	for _, s := range o.Rules.Disable {
+		text += " disable=" + s
+	}
+	for _, s := range o.Rules.Enable {
+		text += " enable=" + s
 	}
 	return text
 }

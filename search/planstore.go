@@ -23,11 +23,16 @@ import (
 // the same program mean the same thing (model, build options, target,
 // architecture, rules), but not the budget or limits, which only decide
 // how far the search gets.
-func planStoreKey(md *Model, o Options) string {
+func planStoreKey(md *Model, o Options, sel *ruleSelection) string {
 	rulesHash, _ := rules.SetsHash()
 	h := sha256.New()
 	fmt.Fprintf(h, "lumsearch plan store 2\nmodel %s\nbuild %+v\nkind %s\ndims %s\nsymbols %v\nexpect %s\ntarget %s\narch %s\nrules %s\n",
 		md.Name, md.Options.Build, md.Options.Kind, md.Options.Dims, md.Graph.Symbols, DimFlag{Ranges: o.Expect}, o.Target, o.Arch, rulesHash)
+	if sel != nil && sel.changed() {
+		// A selection of its own keeps its own plan: the built-in sets'
+		// program is not what a user's rules produced.
+		fmt.Fprintf(h, "selection %s\n", sel.key())
+	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 

@@ -31,6 +31,12 @@ func pipeline(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions, m *co
 		}
 		rws = append(rws, r...)
 	}
+	return pipelineWith(ctx, g, sat, m, rws)
+}
+
+// pipelineWith is pipeline with the rewrites rws in place of every rule
+// set's.
+func pipelineWith(ctx context.Context, g *ir.Graph, sat rules.SaturateOptions, m *cost.Model, rws []*egraph.Rewrite[rules.Data]) (*compiled, error) {
 	prog, err := rules.SaturateModel(ctx, g, rws, sat)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,10 @@
 package search
 
-import "time"
+import (
+	"time"
+
+	"github.com/lumsearch/lumsearch/plan"
+)
 
 // Report is what report.md shows about one optimize run. The search fills
 // it in; Markdown and the SVG charts render it. Everything in it is
@@ -36,8 +40,19 @@ type Report struct {
 	// each runtime extent (a decode step's past); none for a program
 	// without one.
 	Buckets []BucketTime
-	// RuleSets are the rule sets and what each contributed.
+	// RuleSets are the rule sets (and a user's rule files) and what each
+	// contributed.
 	RuleSets []RuleSet
+	// Ablation says how RuleSet.Without was found (the program extracted
+	// without each set, priced as the search prices its extractions) or
+	// why it was not; AblationBase is the same price of the program with
+	// every set, which Without compares with.
+	Ablation     string
+	AblationBase float64
+	// RuleFiles are the user's rule files the search ran, RulesUsed the
+	// rules the program's choices rest on (plan.json's).
+	RuleFiles []plan.RuleFile
+	RulesUsed []plan.RuleUse
 	// Summary figures.
 	Summary Summary
 	// Measured says where kernels were measured: "gpu", "emulated" (CPU

@@ -12,7 +12,7 @@ import (
 )
 
 // buildReport fills the run's report.
-func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *final, m *cost.Model, measured []kernelMeasurement, where string) *Report {
+func buildReport(ctx context.Context, md *Model, o Options, sel *ruleSelection, res *Outcome, best *final, m *cost.Model, measured []kernelMeasurement, where string) *Report {
 	g := md.Graph
 	rep := &Report{Model: md.Name, Target: m.Device.Name, Arch: o.Arch, Version: Version(), Seed: o.Seed, Options: o.Command,
 		EndedBy: res.EndedBy, Steps: res.Steps, Notes: res.Notes}
@@ -105,7 +105,7 @@ func buildReport(ctx context.Context, md *Model, o Options, res *Outcome, best *
 		if searched.Block != nil {
 			rep.Summary.Layers = searched.Block.Copies
 		}
-		rep.RuleSets = ruleSets(searched)
+		rep.RuleSets = ruleSets(searched, sel)
 	}
 	if res.Best.Program == nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the program is the previous run's (stage %q): this run found none predicted faster", res.Best.Stage))
@@ -123,24 +123,17 @@ func category(form string) string {
 }
 
 // ruleSets says what each rule set did in the final program's
-func ruleSets(prog *rules.Program) []RuleSet {
+func ruleSets(prog *rules.Program, sel *ruleSelection) []RuleSet {
 	fired := map[string]map[string]bool{}
 	matches := map[string]int{}
 	reports := []*rules.Program{prog}
 	if prog.Block != nil && prog.Block.Pair != nil {
 		reports = append(reports, prog.Block.Pair)
 	}
-	setOf := map[string]string{}
+	setOf := sel.origin
 	sizes := map[string]int{}
-	for _, s := range rules.Sets() {
-		rws, err := rules.SetRewrites(s)
-		if err != nil {
-			continue
-		}
-		sizes[s] = len(rws)
-		for _, rw := range rws {
-			setOf[rw.Name()] = s
-		}
+	for _, s := range setOf {
+		sizes[s]++
 	}
 	for _, p := range reports {
 		if p.Report == nil {
@@ -163,7 +156,7 @@ func ruleSets(prog *rules.Program) []RuleSet {
 		}
 	}
 	var out []RuleSet
-	for _, s := range rules.Sets() {
+	for _, s := range sel.names() {
 		out = append(out, RuleSet{Name: s, Rules: sizes[s], Fired: len(fired[s]), Matches: matches[s]})
 	}
 	return out

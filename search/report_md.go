@@ -497,7 +497,11 @@ func (r *Report) mdRuleSets(b *bytes.Buffer) {
 		without, cost := "not computed", "—"
 		if rs.Without > 0 {
 			without = fmtSeconds(rs.Without)
-			if p := r.Summary.Predicted; p > 0 {
+			p := r.AblationBase
+			if p <= 0 {
+				p = r.Summary.Predicted
+			}
+			if p > 0 {
 				d := rs.Without - p
 				sign := "+"
 				if d < 0 {
@@ -509,6 +513,23 @@ func (r *Report) mdRuleSets(b *bytes.Buffer) {
 		fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s |\n", mdOrDash(mdText(rs.Name)), rs.Rules, rs.Fired, rs.Matches, without, cost)
 	}
 	b.WriteString("\n")
+	if r.Ablation != "" {
+		fmt.Fprintf(b, "Predicted without it: %s.\n\n", mdText(r.Ablation))
+	}
+	if len(r.RuleFiles) > 0 {
+		b.WriteString("Rule files (`--rules`), every rule verified before the search:\n\n| File | Digest | Rules |\n|---|---|---|\n")
+		for _, f := range r.RuleFiles {
+			fmt.Fprintf(b, "| %s | %s | %s |\n", mdCode(f.Path), mdCode(f.Digest), mdText(strings.Join(f.Rules, ", ")))
+		}
+		b.WriteString("\n")
+	}
+	if len(r.RulesUsed) > 0 {
+		b.WriteString("Rules the program rests on (the e-graph's union provenance: the unions that put each chosen kernel in the class its users read):\n\n| Rule | From | Unions |\n|---|---|---:|\n")
+		for _, u := range r.RulesUsed {
+			fmt.Fprintf(b, "| %s | %s | %d |\n", mdCode(u.Rule), mdOrDash(mdText(u.From)), u.Unions)
+		}
+		b.WriteString("\n")
+	}
 }
 
 var (

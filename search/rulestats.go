@@ -4,20 +4,19 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
-	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
 // RuleStatsOptions say which rules RuleStats runs and how it prices.
 type RuleStatsOptions struct {
 	// Disable are built-in rule sets to leave out; Enable opt-in sets to
-	// add (rules.OptionalSets); Files rule files to add.
+	// add (rules.OptionalSets); Files rule files to add, each rule
+	// verified first (RuleOptions).
 	Disable, Enable, Files []string
 	// Pricing prices the programs.
 	Pricing Pricing
@@ -32,54 +31,23 @@ type RuleStatsOptions struct {
 // kernel, with its price per run against the naive program's; and, with
 // o.Ablate, the program found without each rule set. A model whose
 // layers repeat is searched on two of its layers and their seam, and the
-// result replayed on every layer. An unknown set is a KindOption error.
+// result replayed on every layer. An unknown set is a KindOption error;
+// a rule of o.Files that is unsound or that the verifier cannot check
+// refuses the run (KindInput), naming it.
 func RuleStats(ctx context.Context, model string, build corpus.Options, o RuleStatsOptions, stdout io.Writer) error {
-	disable, enable, files := o.Disable, o.Enable, o.Files
 	g, err := corpus.Build(model, build)
 	if err != nil {
 		return err
 	}
-	var sets []string
-	for _, s := range rules.Sets() {
-		if !slices.Contains(disable, s) {
-			sets = append(sets, s)
-		}
+	sel, err := o.Rules().resolve(ctx, g)
+	if err != nil {
+		return err
 	}
-	for _, d := range disable {
-		if !slices.Contains(rules.Sets(), d) {
-			return optionErrorf("--disable %s: no such rule set (have %s)", d, strings.Join(rules.Sets(), ", "))
-		}
+	rws, err := sel.rewrites(sel.sets, true)
+	if err != nil {
+		return err
 	}
-	for _, e := range enable {
-		if !slices.Contains(rules.OptionalSets(), e) {
-			return optionErrorf("--enable %s: no such opt-in rule set (have %s)", e, strings.Join(rules.OptionalSets(), ", "))
-		}
-		if !slices.Contains(sets, e) {
-			sets = append(sets, e)
-		}
-	}
-	var rws []*egraph.Rewrite[rules.Data]
-	setOf := map[string]string{} // rule name -> its set (or file)
-	for _, s := range sets {
-		r, err := rules.SetRewrites(s)
-		if err != nil {
-			return err
-		}
-		for _, rw := range r {
-			setOf[rw.Name()] = s
-		}
-		rws = append(rws, r...)
-	}
-	for _, f := range files {
-		rs, err := rules.LoadFile(f)
-		if err != nil {
-			return err
-		}
-		for _, rw := range rules.Rewrites(rs) {
-			setOf[rw.Name()] = f
-		}
-		rws = append(rws, rules.Rewrites(rs)...)
-	}
+	setOf := sel.origin // rule name -> its set (or file)
 	sat, costName, _, err := o.Pricing.Options(ctx)
 	if err != nil {
 		return err
@@ -162,7 +130,7 @@ func RuleStats(ctx context.Context, model string, build corpus.Options, o RuleSt
 	if !o.Ablate {
 		return nil
 	}
-	abl, err := rules.Ablate(ctx, g, sets, sat)
+	abl, err := rules.Ablate(ctx, g, sel.sets, sat)
 	if err != nil {
 		return err
 	}
@@ -176,4 +144,9 @@ func RuleStats(ctx context.Context, model string, build corpus.Options, o RuleSt
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%v\t%s\n", a.Without, a.Kernels, a.Prep, a.Nodes, a.Stop, a.Time.Round(1e6), Seconds(a.Cost))
 	}
 	return tw.Flush()
+}
+
+// Rules are o's rule choices as the compiler's RuleOptions.
+func (o RuleStatsOptions) Rules() RuleOptions {
+	return RuleOptions{Files: o.Files, Disable: o.Disable, Enable: o.Enable}
 }

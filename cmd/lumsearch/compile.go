@@ -18,7 +18,7 @@ import (
 var compileCommand = &command{
 	name:     "compile",
 	summary:  "search, lower and print a model's CUDA program, compile it with NVRTC and verify it",
-	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--max-seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE|NAME=LO..HI ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--expect past=LO..HI] [--input-range NAME=LO..HI ...]",
+	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--max-seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE|NAME=LO..HI ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is
@@ -47,6 +47,7 @@ program then serves every position: the cache row is written at past and
 attention reads keys 0..past only. It prints the program's predicted time
 at each bucket of the range (powers of two and the ends), and verification
 runs the reduced program at several positions.
+` + rulesDoc + `
 ` + feedsDoc + `
 
 It writes DIR/kernels.cu (the NVRTC prelude and every kernel), the host
@@ -79,6 +80,7 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 		fs.Var(ranges, "input-range", inputRangeUsage)
 		expect := search.RangeFlag{}
 		fs.Var(expect, "expect", expectUsage)
+		ruleOpts := ruleFlags(fs)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
 				return usagef("want: compile MODEL -o DIR")
@@ -102,7 +104,7 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 			}
 			defer m.Close()
 			p := search.NewPrinter(stdout, false)
-			res, err := search.Compile(ctx, m, search.Options{Target: *target, Arch: *arch, NoVerify: !*verify, InputRanges: ranges, Expect: expect, Events: p.Event})
+			res, err := search.Compile(ctx, m, search.Options{Target: *target, Arch: *arch, NoVerify: !*verify, InputRanges: ranges, Expect: expect, Rules: *ruleOpts, Events: p.Event})
 			if err != nil {
 				return exitCodes(err)
 			}

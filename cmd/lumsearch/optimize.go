@@ -20,7 +20,7 @@ import (
 var optimizeCommand = &command{
 	name:     "optimize",
 	summary:  "search a model's fastest verified program within a time budget and write it with a report",
-	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [...]",
+	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET] [...]",
 	doc: `
 "optimize" searches the fastest program it can verify for a model within
 --budget, and writes it to DIR. The model is an ONNX file (its symbolic
@@ -49,6 +49,10 @@ tuning database; GPU times override the cost model's predictions and the
 program is extracted again. The last program is finalized as "compile"
 does it: NVRTC, and verification under the CPU emulation (every distinct
 kernel at its real shapes, and the architecture at a reduced size).
+` + rulesDoc + ` With --ablate (the default) report.md's rule table
+also gives the predicted time without each rule set and rule file: the
+last stage saturated again without it, as many as the budget leaves time
+for.
 ` + feedsDoc + `
 
 The budget is kept: the command ends within max(2 s, 2%) of --budget with
@@ -90,6 +94,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		fs.IntVar(&o.IterLimit, "iter-limit", 0, "saturation iterations per stage (0: 30)")
 		fs.IntVar(&o.NodeLimit, "node-limit", 0, "e-nodes per stage (0: 200,000)")
 		fs.BoolVar(&asJSON, "json", false, "print progress as one JSON event per line")
+		fs.BoolVar(&o.Ablate, "ablate", true, "price the report's rule table without each rule set and rule file, as the budget allows")
 		fs.StringVar(&o.Dump, "dump", "", "write the e-graph and the chosen program after every stage to `DIR`")
 		fs.StringVar(&o.TuneDB, "tunedb", "", "the tuning database (default: $"+tunedb.EnvPath+" or the user cache folder)")
 		fs.BoolVar(&verify, "verify", true, "verify under the CPU emulation (needs g++)")
@@ -97,6 +102,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		fs.Var(o.InputRanges, "input-range", inputRangeUsage)
 		o.Expect = map[string]ir.Symbol{}
 		fs.Var(search.RangeFlag(o.Expect), "expect", expectUsage)
+		ruleOpts := ruleFlags(fs)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			start := time.Now()
 			if len(pos) != 1 {
@@ -129,7 +135,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 			}
 			defer m.Close()
 			p := search.NewPrinter(stdout, asJSON)
-			o.NoVerify, o.Events, o.Worker = !verify, p.Event, worker
+			o.NoVerify, o.Events, o.Worker, o.Rules = !verify, p.Event, worker, *ruleOpts
 			res, err := search.Optimize(ctx, m, o)
 			if err != nil {
 				return exitCodes(err)

@@ -17,6 +17,28 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
+// ruleFlags registers --rules, --disable and --enable, which choose the
+// rules a search runs, and returns what they set.
+func ruleFlags(fs *flag.FlagSet) *search.RuleOptions {
+	var o search.RuleOptions
+	fs.Var((*listFlag)(&o.Files), "rules", "a rule `FILE` whose rules join the search, each verified first (repeatable)")
+	fs.Var((*listFlag)(&o.Disable), "disable", "a built-in rule `SET` to leave out (repeatable): "+strings.Join(rules.Sets(), ", "))
+	fs.Var((*listFlag)(&o.Enable), "enable", "an opt-in rule `SET` to add (repeatable): "+strings.Join(rules.OptionalSets(), ", "))
+	return &o
+}
+
+// rulesDoc says what the rule flags do, for the help of the commands that
+// take them.
+const rulesDoc = `
+--rules FILE adds a researcher's rules (the language "lumsearch rules
+check" verifies) to the search's last stage; --disable SET leaves a
+built-in rule set out and --enable SET adds an opt-in one. Every rule of a
+file is verified first, in f32 and in the model's float dtypes: an
+unsound rule (a counterexample) or one the verifier cannot check refuses
+the run, naming it. plan.json records the files by digest and the rules
+the program's choices rest on (from the e-graph's union provenance), and
+report.md shows them.`
+
 // rulesCommand checks rule files with the rule verifier.
 var rulesCommand = &command{
 	name:     "rules",
@@ -58,10 +80,8 @@ lumsearch rules stats gpt2:block --disable algebra`,
 	setup: func(fs *flag.FlagSet) action {
 		instances := fs.Int("instances", 20, "valid instances each rule needs")
 		seed := fs.Uint64("seed", 1, "seed of the random instances")
-		var files, disable, enable, targetFiles listFlag
-		fs.Var(&files, "rules", "stats: a rule file to add (repeatable)")
-		fs.Var(&disable, "disable", "stats: a rule set to leave out (repeatable)")
-		fs.Var(&enable, "enable", "stats: an opt-in rule set to add (repeatable)")
+		var targetFiles listFlag
+		ruleOpts := ruleFlags(fs)
 		seq := fs.Int("seq", corpus.DefaultSeq, "stats: tokens per sequence (a decode step's cache capacity)")
 		past := fs.Int("past", -1, "stats: a decode step's position pinned at compile time (-1: the runtime extent past over the cache)")
 		target := fs.String("target", "h100-sxm", "stats: the device the cost model prices for (a built-in name, one from --target-file, or auto)")
@@ -75,7 +95,7 @@ lumsearch rules stats gpt2:block --disable algebra`,
 				if *estimate != "model" && *estimate != "simple" {
 					return usagef("--cost %s: want model or simple", *estimate)
 				}
-				return search.RuleStats(ctx, pos[1], corpus.Options{Seq: *seq, Past: *past}, search.RuleStatsOptions{Disable: disable, Enable: enable, Files: files, Ablate: *ablate,
+				return search.RuleStats(ctx, pos[1], corpus.Options{Seq: *seq, Past: *past}, search.RuleStatsOptions{Disable: ruleOpts.Disable, Enable: ruleOpts.Enable, Files: ruleOpts.Files, Ablate: *ablate,
 					Pricing: search.Pricing{Simple: *estimate == "simple", Target: *target, Files: targetFiles, TuneDB: *db, Profile: *profile}}, stdout)
 			}
 			if len(pos) == 0 || pos[0] != "check" {

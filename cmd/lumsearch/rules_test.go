@@ -81,3 +81,36 @@ func TestRulesStats(t *testing.T) {
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Regexp(t, `(?m)^ *fuse-pairs +\d+ +\d+ +\d+ +\d+ +\S+ *$`, r.stdout)
 }
+
+// TestRuleFlagsOnOptimizeAndCompile: optimize and compile take --rules,
+// --disable and --enable; an unsound user rule is refused by both (exit
+// status for bad input, its name, "unsound" and the counterexample on
+// standard error) before anything is written, and a sound one lands in
+// plan.json by digest.
+func TestRuleFlagsOnOptimizeAndCompile(t *testing.T) {
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl")) // no one's measurements
+	bad := filepath.Join(t.TempDir(), "bad.rules")
+	require.NoError(t, os.WriteFile(bad, []byte("rule flip: (sub ?a ?b) => (sub ?b ?a)\n"), 0o644))
+	for _, cmd := range []string{"optimize", "compile"} {
+		out := filepath.Join(t.TempDir(), "out")
+		r := runArgs(t, cmd, "tiny-llama:silu", "--seq", "4", "--verify=false", "--rules", bad, "-o", out)
+		require.Equal(t, exitInput, r.code, "%s: %s", cmd, r.stderr)
+		assert.Contains(t, r.stderr, "rule flip is unsound", cmd)
+		assert.Contains(t, r.stderr, "bad.rules:1:1", cmd)
+		assert.NoDirExists(t, out, cmd)
+
+		r = runArgs(t, cmd, "tiny-llama:silu", "--seq", "4", "--verify=false", "--disable", "nonesuch", "-o", out)
+		require.Equal(t, exitUsage, r.code, "%s: %s", cmd, r.stderr)
+		assert.Contains(t, r.stderr, "--disable nonesuch", cmd)
+	}
+	good := filepath.Join(t.TempDir(), "good.rules")
+	require.NoError(t, os.WriteFile(good, []byte("rule swap-mul: (mul ?a ?b) => (mul ?b ?a)\n"), 0o644))
+	out := filepath.Join(t.TempDir(), "out")
+	r := runArgs(t, "compile", "tiny-llama:silu", "--seq", "4", "--verify=false", "--rules", good, "--disable", "tile", "-o", out)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	pl, err := os.ReadFile(filepath.Join(out, "plan.json"))
+	require.NoError(t, err)
+	assert.Contains(t, string(pl), `"rule_files"`)
+	assert.Contains(t, string(pl), `"swap-mul"`)
+	assert.Contains(t, string(pl), `"rule_sets"`)
+}
