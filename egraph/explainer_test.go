@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -53,5 +54,29 @@ func TestExplainerAgreesWithExplain(t *testing.T) {
 			checked++
 		}
 		require.Greater(t, checked, 50, "round %d: enough equal pairs", round)
+	}
+}
+
+// TestMadeBy: the nodes a rule's right side added name that rule's union;
+// a node added before any rule ran names none.
+func TestMadeBy(t *testing.T) {
+	g := NewPlain()
+	x, err := g.AddExpr("(* a 2)")
+	require.NoError(t, err)
+	before := g.NumNodeIDs()
+	shift := MustParseRewrite[NoData]("mul2-to-shift", "(* ?x 2)", "(<< ?x (one))")
+	_, err = (&Runner[NoData]{}).Run(t.Context(), g, []*Rewrite[NoData]{shift})
+	require.NoError(t, err)
+	require.Greater(t, g.NumNodeIDs(), before+1, "the right side added (one) and the shift")
+	for n := range g.NumNodeIDs() {
+		i, ok := g.MadeBy(NodeID(n))
+		if n < before {
+			assert.False(t, ok, "node %d is the graph's", n)
+			continue
+		}
+		require.True(t, ok, "node %d", n)
+		r := g.UnionAt(i)
+		assert.Equal(t, "mul2-to-shift", r.Reason)
+		assert.Equal(t, g.Find(x), g.Find(r.A))
 	}
 }

@@ -80,10 +80,13 @@ type reason struct {
 	desc  uint32
 	root  ClassID
 	match []ClassID
+	// from is, for a rule, the node count before its application added
+	// its right side (MadeBy).
+	from uint32
 }
 
 // provenance is the union log. It is compact because every union of a
-// saturation run is recorded: twenty-four bytes per union plus four per match
+// saturation run is recorded: twenty-eight bytes per union plus four per match
 // class, with rule names and variable lists stored once.
 type provenance struct {
 	recs  []unionRec
@@ -95,7 +98,10 @@ type provenance struct {
 type unionRec struct {
 	a, b  ClassID
 	desc  uint32
-	nodes uint32 // the e-graph's node count at the union
+	// from and nodes are the e-graph's node count before the rule
+	// application that made the union (rules only) and at the union:
+	// the application added nodes from .. nodes-1.
+	from, nodes uint32
 	args  uint32 // offset in provenance.args: the match root, then the bindings (rules); two node ids (congruence)
 	nargs uint16
 	kind  ReasonKind
@@ -122,7 +128,7 @@ func (p *provenance) describe(text string, vars []string) uint32 {
 }
 
 func (p *provenance) record(a, b ClassID, why reason, nodes int) {
-	r := unionRec{a: a, b: b, kind: why.kind, desc: why.desc, args: uint32(len(p.args)), nargs: uint16(len(why.match)), nodes: uint32(nodes)}
+	r := unionRec{a: a, b: b, kind: why.kind, desc: why.desc, args: uint32(len(p.args)), nargs: uint16(len(why.match)), from: why.from, nodes: uint32(nodes)}
 	if why.kind == ByRule {
 		p.args = append(p.args, why.root)
 	}
@@ -151,12 +157,8 @@ func (p *provenance) export(i int) UnionRecord {
 }
 
 // MadeBy returns the index (UnionAt) of the union that ended the rule
-// application which added node n, false when n was added otherwise: a
-// rule's right side is added, then unioned with its match, so n belongs
-// to the first union made after it, if that union is a rule's. Nodes
-// added by the caller between rule applications (say, a graph added after
-// a saturation) would be taken for the next application's: ask about
-// nodes added by saturation only.
+// application which added node n (its right side), false when n was added
+// otherwise (by the caller) or by an application that merged nothing.
 func (g *Graph) MadeBy(n NodeID) (int, bool) {
 	recs := g.prov.recs
 	i, _ := slices.BinarySearchFunc(recs, uint32(n), func(r unionRec, n uint32) int {
@@ -165,7 +167,7 @@ func (g *Graph) MadeBy(n NodeID) (int, bool) {
 		}
 		return 1
 	})
-	if i == len(recs) || recs[i].kind != ByRule {
+	if i == len(recs) || recs[i].kind != ByRule || recs[i].from > uint32(n) {
 		return 0, false
 	}
 	return i, true

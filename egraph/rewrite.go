@@ -136,7 +136,7 @@ func (r *Rewrite[D]) apply(g *EGraph[D], m Match, desc uint32) (int, error) {
 			return 0, nil
 		}
 	}
-	why := reason{kind: ByRule, desc: desc, root: m.Roots[0], match: m.Subst}
+	why := reason{kind: ByRule, desc: desc, root: m.Roots[0], match: m.Subst, from: uint32(len(g.nodes))}
 	if r.fn != nil {
 		id, ok := r.fn(g, m)
 		if !ok {
@@ -174,8 +174,9 @@ func (r *Rewrite[D]) applyAll(g *EGraph[D], ms *matchSet, desc uint32, nodeLimit
 		for j := range n {
 			m := ms.data[j*w : (j+1)*w]
 			root, subst := m[0], m[1:]
+			from := uint32(len(g.nodes))
 			id := b.build(g, subst, ms.payloads[j*pw:(j+1)*pw])
-			if g.Find(root) != g.Find(id) && g.union(root, id, reason{kind: ByRule, desc: desc, root: root, match: subst}) {
+			if g.Find(root) != g.Find(id) && g.union(root, id, reason{kind: ByRule, desc: desc, root: root, match: subst, from: from}) {
 				applied++
 			}
 			if g.NumNodes() > nodeLimit {

@@ -86,9 +86,6 @@ type Program struct {
 	// Block, when the graph has repeated blocks, says how the search ran
 	// on one pair of them (SaturateModel).
 	Block *BlockSearch
-	// graphNodes is the e-graph's node ids the graph itself added
-	// (AddGraph), before any rule ran: the nodes no rule made.
-	graphNodes int
 	// replayed are the nodes replaying Block's program added.
 	replayed []replayedNode
 }
@@ -118,14 +115,13 @@ func Saturate(ctx context.Context, g *ir.Graph, rws []*egraph.Rewrite[Data], opt
 	if err != nil {
 		return nil, err
 	}
-	graphNodes := eg.NumNodeIDs()
 	start := time.Now()
 	r := egraph.Runner[Data]{IterLimit: opt.IterLimit, NodeLimit: opt.NodeLimit, TimeLimit: opt.TimeLimit, Hooks: opt.hooks()}
 	rep, err := r.Run(ctx, eg, rws)
 	if err != nil {
 		return nil, fmt.Errorf("saturate %s: %w", g.Name, err)
 	}
-	prog := &Program{EGraph: eg, Report: rep, Classes: classes, Roots: GraphRoots(g, classes), Time: time.Since(start), graphNodes: graphNodes}
+	prog := &Program{EGraph: eg, Report: rep, Classes: classes, Roots: GraphRoots(g, classes), Time: time.Since(start)}
 	if c := an.Conflicts(); len(c) > 0 {
 		return nil, fmt.Errorf("saturate %s: a rule merged incompatible classes: %s", g.Name, c[0])
 	}

@@ -36,14 +36,13 @@ func (prog *Program) RulesUsed() ([]RuleUse, error) {
 	if src.EGraph == nil || src.Problem == nil || src.Solution == nil {
 		return nil, nil
 	}
-	return rulesUsed(&src.EGraph.Graph, src.Problem, src.Solution, src.graphNodes)
+	return rulesUsed(&src.EGraph.Graph, src.Problem, src.Solution)
 }
 
 // rulesUsed counts, per rule, the unions the solution's classes rest on:
 // those between each class's first node and its chosen node, and those
-// that ended the rule applications which added either node, for nodes
-// past graphNodes (the graph's own).
-func rulesUsed(g *egraph.Graph, p *extract.Problem, sol *extract.Solution, graphNodes int) ([]RuleUse, error) {
+// that ended the rule applications which added either node.
+func rulesUsed(g *egraph.Graph, p *extract.Problem, sol *extract.Solution) ([]RuleUse, error) {
 	needed, err := sol.Needed(p)
 	if err != nil {
 		return nil, err
@@ -66,10 +65,8 @@ func rulesUsed(g *egraph.Graph, p *extract.Problem, sol *extract.Solution, graph
 			return nil, fmt.Errorf("internal error: the rules of class %d: %w", p.ClassIDs[ci], err)
 		}
 		for _, n := range []egraph.NodeID{firstNode, chosenNode} {
-			if int(n) >= graphNodes {
-				if id, ok := g.MadeBy(n); ok {
-					ids = append(ids, id)
-				}
+			if id, ok := g.MadeBy(n); ok {
+				ids = append(ids, id)
 			}
 		}
 		for _, id := range ids {
