@@ -17,7 +17,7 @@ func BenchmarkExtract(b *testing.B) {
 		{"greedy-dag", func(p *Problem) error { _, _, err := GreedyDAG(ctx, p); return err }},
 	}
 	for _, ref := range gymReferences(b) {
-		p, _, err := FromFile(ref.path)
+		p, _, err := FromFile(ref.path, LoadOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func BenchmarkExtract(b *testing.B) {
 func BenchmarkGreedyAll(b *testing.B) {
 	var ps []*Problem
 	for _, ref := range gymReferences(b) {
-		p, _, err := FromFile(ref.path)
+		p, _, err := FromFile(ref.path, LoadOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -64,13 +64,21 @@ const exactTol = 1e-9
 // bounds the true optimum from below, and the first acyclic optimum is
 // optimal.
 //
-// An error means the problem could not be attempted: a Start that fails
-// Check, or CBC missing (ErrNoCBC) or failing when it is needed.
+// An error means the problem could not be attempted: a negative cost (the
+// reductions and bounds assume none), a Start that fails Check, or CBC
+// missing (ErrNoCBC) or failing when it is needed.
 func Exact(ctx context.Context, p *Problem, opt ExactOptions) (*ExactResult, error) {
 	if opt.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opt.Timeout)
 		defer cancel()
+	}
+	for i := range p.Nodes {
+		if p.Nodes[i].Cost < 0 {
+			// Its reductions, bounds and integer program assume that a
+			// class more never lowers the cost.
+			return nil, fmt.Errorf("extract: exact extraction takes non-negative costs; node %d of class %s costs %v (tree and greedy-dag take negative costs)", i, p.ClassNames[p.Nodes[i].Class], p.Nodes[i].Cost)
+		}
 	}
 	m := newExactModel(p)
 	st := &exactState{p: p, lb: math.Inf(-1)}

@@ -7,9 +7,11 @@ import (
 
 // GreedyDAG finds a good extraction for DAG cost, where each needed class
 // is paid once however many nodes read it, in the style of
-// extraction-gym's "faster greedy DAG" extractor. It returns the chosen
-// nodes of the classes the roots need and their DAG cost. The result is a
-// heuristic, not an optimum (Exact is).
+// extraction-gym's "faster greedy DAG" extractor, and returns the cheaper
+// of its result and that extractor's own (FasterGreedyDAG), so that it is
+// never worse. It returns the chosen nodes of the classes the roots need
+// and their DAG cost. The result is a heuristic, not an optimum (Exact
+// is).
 //
 // Each class keeps its best node so far and the DAG cost of that choice:
 // the node's own cost plus, once each, the cost of every class its choice
@@ -29,6 +31,12 @@ import (
 // reach its own class, so the choices never form a cycle, zero-cost cycles
 // included.
 func GreedyDAG(ctx context.Context, p *Problem) (*Solution, float64, error) {
+	return GreedyDAGNamed(ctx, p, FasterGreedyOptions{})
+}
+
+// GreedyDAGNamed is GreedyDAG with the file's names for FasterGreedyDAG's
+// tie-breaks, so that its half reproduces extraction-gym's results.
+func GreedyDAGNamed(ctx context.Context, p *Problem, opt FasterGreedyOptions) (*Solution, float64, error) {
 	if err := checkRoots(p); err != nil {
 		return nil, 0, err
 	}
@@ -49,6 +57,14 @@ func GreedyDAG(ctx context.Context, p *Problem) (*Solution, float64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("extract: bug: GreedyDAG: %w", err)
 	}
+	// extraction-gym's own algorithm is sometimes better (it prices a node
+	// against its children's sets as they were built): never worse than
+	// it. Its choices can be cyclic, then it has no cost to offer.
+	if fs, fcost, err := FasterGreedyDAG(ctx, p, opt); err == nil && fcost < cost {
+		return fs, fcost, nil
+	} else if ctx.Err() != nil {
+		return nil, 0, ctx.Err()
+	}
 	return s, cost, nil
 }
 
@@ -62,16 +78,20 @@ type dagWalker struct {
 	mark  []uint32
 	stamp uint32
 	stack []int32
+	// unbounded walks on past the bound: with negative costs a running
+	// sum over the bound can still come back under it.
+	unbounded bool
 }
 
 func newDAGWalker(p *Problem, choice []int32) *dagWalker {
-	return &dagWalker{p: p, choice: choice, mark: make([]uint32, p.NumClasses())}
+	return &dagWalker{p: p, choice: choice, mark: make([]uint32, p.NumClasses()), unbounded: p.hasNegative()}
 }
 
 // price returns the DAG cost of choosing node n for its class: n's own cost
 // plus, once each, the costs of the chosen nodes of the classes reachable
 // from n's children. It returns +Inf when that reaches n's own class (the
-// choice would close a cycle) or as soon as the sum reaches bound.
+// choice would close a cycle) or when the sum reaches bound (as soon as
+// it does, unless negative costs can bring it back).
 func (w *dagWalker) price(n int32, bound float64) float64 {
 	w.stamp++
 	if w.stamp == 0 { // wrapped: old marks could collide with new stamps
@@ -81,6 +101,10 @@ func (w *dagWalker) price(n int32, bound float64) float64 {
 	nd := &w.p.Nodes[n]
 	self := nd.Class
 	sum := nd.Cost
+	final := bound
+	if w.unbounded {
+		bound = infCost
+	}
 	if sum >= bound {
 		return infCost
 	}
@@ -105,6 +129,9 @@ func (w *dagWalker) price(n int32, bound float64) float64 {
 		stack = append(stack, ch.Children...)
 	}
 	w.stack = stack
+	if sum >= final {
+		return infCost
+	}
 	return sum
 }
 

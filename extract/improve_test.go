@@ -62,7 +62,7 @@ func TestImproveReferences(t *testing.T) {
 			continue
 		}
 		t.Run(ref.name, func(t *testing.T) {
-			p, _, err := FromFile(ref.path)
+			p, _, err := FromFile(ref.path, LoadOptions{})
 			require.NoError(t, err)
 			gs, dag, err := GreedyDAG(context.Background(), p)
 			require.NoError(t, err)

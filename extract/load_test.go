@@ -33,7 +33,7 @@ func TestFromFileErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeTemp(t, tc.json)
-			_, _, err := FromFile(path)
+			_, _, err := FromFile(path, LoadOptions{})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), path, "the error names the file")
 			for _, w := range tc.want {
@@ -41,7 +41,7 @@ func TestFromFileErrors(t *testing.T) {
 			}
 		})
 	}
-	_, _, err := FromFile(filepath.Join(t.TempDir(), "missing.json"))
+	_, _, err := FromFile(filepath.Join(t.TempDir(), "missing.json"), LoadOptions{})
 	assert.ErrorContains(t, err, "missing.json")
 }
 
@@ -53,7 +53,7 @@ func TestFromFileSubsumedAndNames(t *testing.T) {
 		"cheap": {"op": "a", "cost": 0.5, "eclass": "leaf", "children": [], "subsumed": true},
 		"dear": {"op": "b", "cost": 5, "eclass": "leaf", "children": []}
 	}, "root_eclasses": ["root"]}`)
-	p, im, err := FromFile(path)
+	p, im, err := FromFile(path, LoadOptions{})
 	require.NoError(t, err)
 	s, tree, err := Tree(context.Background(), p)
 	require.NoError(t, err)

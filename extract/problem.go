@@ -44,46 +44,63 @@ func (p *Problem) NumClasses() int { return len(p.ClassNodes) }
 
 // NewProblem evaluates costs and finds the executable nodes of a rebuilt
 // e-graph. A root with no executable node is an error naming the class.
-// names, if not nil, gives classes their names in messages.
+// names, if not nil, gives classes their names in messages. Costs may be
+// negative (Tree then refuses an unbounded optimum).
 func NewProblem(g *egraph.Graph, roots []egraph.ClassID, cost CostFunc, names map[egraph.ClassID]string) (*Problem, error) {
 	classes := g.Classes()
 	index := make(map[egraph.ClassID]int32, len(classes))
-	p := &Problem{ClassNodes: make([][]int32, len(classes)), ClassIDs: classes, ClassNames: make([]string, len(classes))}
+	classNames := make([]string, len(classes))
 	for i, c := range classes {
 		index[c] = int32(i)
 		if n, ok := names[c]; ok {
-			p.ClassNames[i] = n
+			classNames[i] = n
 		} else {
-			p.ClassNames[i] = fmt.Sprint(c)
+			classNames[i] = fmt.Sprint(c)
 		}
 	}
-	// Candidate nodes with finite costs, then the fixpoint.
-	type cand struct {
-		id   egraph.NodeID
-		node Node
-	}
-	var cands []cand
-	parents := make([][]int32, len(classes)) // class -> candidates using it
+	var cands []candidate
 	for ci, c := range classes {
 		for _, nid := range g.ClassNodes(c) {
 			cst := cost(g, nid)
 			if math.IsInf(cst, 0) || math.IsNaN(cst) {
 				continue
 			}
-			if cst < 0 {
-				return nil, fmt.Errorf("extract: node %v of class %s has negative cost %v", g.Node(nid), p.ClassNames[ci], cst)
-			}
 			n := g.Node(nid)
 			kids := make([]int32, len(n.Children))
 			for k, ch := range n.Children {
 				kids[k] = index[g.Find(ch)]
 			}
-			k := int32(len(cands))
-			cands = append(cands, cand{nid, Node{Class: int32(ci), Cost: cst, Children: kids}})
-			for j, ch := range kids {
-				if !slices.Contains(kids[:j], ch) {
-					parents[ch] = append(parents[ch], k)
-				}
+			cands = append(cands, candidate{nid, Node{Class: int32(ci), Cost: cst, Children: kids}})
+		}
+	}
+	var rs []int32
+	for _, r := range roots {
+		ri, ok := index[g.Find(r)]
+		if !ok {
+			return nil, fmt.Errorf("extract: root %d is not a class of the e-graph", r)
+		}
+		rs = append(rs, ri)
+	}
+	return buildProblem(classes, classNames, cands, rs)
+}
+
+// candidate is a node of finite cost before the executable ones are
+// found: its id (Problem.NodeIDs) and its dense form.
+type candidate struct {
+	id   egraph.NodeID
+	node Node
+}
+
+// buildProblem keeps the executable candidates (a node is executable when
+// every child class has an executable node) of classes ids (named names)
+// and checks that every root is computable.
+func buildProblem(ids []egraph.ClassID, names []string, cands []candidate, roots []int32) (*Problem, error) {
+	p := &Problem{ClassNodes: make([][]int32, len(ids)), ClassIDs: ids, ClassNames: names}
+	parents := make([][]int32, len(ids)) // class -> candidates using it
+	for k, c := range cands {
+		for j, ch := range c.node.Children {
+			if !slices.Contains(c.node.Children[:j], ch) {
+				parents[ch] = append(parents[ch], int32(k))
 			}
 		}
 	}
@@ -102,7 +119,7 @@ func NewProblem(g *egraph.Graph, roots []egraph.ClassID, cost CostFunc, names ma
 			ready = append(ready, int32(k))
 		}
 	}
-	computable := make([]bool, len(classes))
+	computable := make([]bool, len(ids))
 	exec := make([]bool, len(cands))
 	for len(ready) > 0 {
 		k := ready[len(ready)-1]
@@ -128,11 +145,7 @@ func NewProblem(g *egraph.Graph, roots []egraph.ClassID, cost CostFunc, names ma
 		p.Nodes = append(p.Nodes, c.node)
 		p.NodeIDs = append(p.NodeIDs, c.id)
 	}
-	for _, r := range roots {
-		ri, ok := index[g.Find(r)]
-		if !ok {
-			return nil, fmt.Errorf("extract: root %d is not a class of the e-graph", r)
-		}
+	for _, ri := range roots {
 		if !computable[ri] {
 			return nil, fmt.Errorf("extract: root class %s cannot be computed: no choice of its nodes has finite cost all the way down", p.ClassNames[ri])
 		}

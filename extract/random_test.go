@@ -81,7 +81,7 @@ func TestAgainstBruteForce(t *testing.T) {
 	tried := 0
 	for seed := uint64(0); seed < 400; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		p, _, err := FromSerialized(randomSerialized(rng, 2+rng.IntN(5), 3))
+		p, _, err := FromSerialized(randomSerialized(rng, 2+rng.IntN(5), 3), LoadOptions{})
 		if err != nil {
 			require.Contains(t, err.Error(), "cannot be computed", "seed %d", seed)
 			continue

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +21,14 @@ const (
 	// AlgorithmExact is Exact started from GreedyDAG: the least DAG cost
 	// with a lower bound.
 	AlgorithmExact = "exact"
+	// AlgorithmFasterGreedyDAG is FasterGreedyDAG: extraction-gym's
+	// "faster greedy DAG" as its source states it, the file's names
+	// breaking ties.
+	AlgorithmFasterGreedyDAG = "faster-greedy-dag"
 )
+
+// Algorithms are the algorithms RunFile runs.
+var Algorithms = []string{AlgorithmTree, AlgorithmGreedyDAG, AlgorithmFasterGreedyDAG, AlgorithmExact}
 
 // FileOptions say how RunFile extracts.
 type FileOptions struct {
@@ -31,6 +39,9 @@ type FileOptions struct {
 	Timeout time.Duration
 	// Nodes asks for the chosen e-nodes in FileReport.Nodes.
 	Nodes bool
+	// Load says how the file becomes a problem (LoadOptions: the file's
+	// own classes by default).
+	Load LoadOptions
 }
 
 // FileReport is the outcome of extracting from an egraph-serialize file:
@@ -73,29 +84,27 @@ type ChosenNode struct {
 }
 
 // RunFile loads the egraph-serialize file at path with the file's costs
-// (FromFile), extracts a program with opt's algorithm, and reports on it.
+// (FromFile with opt.Load), extracts a program with opt's algorithm, and reports on it.
 // Both costs are recomputed from the chosen program, whatever the algorithm
 // aimed at, so that they always describe the same program. Errors name the
 // algorithm and the file; one caused by opt.Timeout says so.
 func RunFile(ctx context.Context, path string, opt FileOptions) (*FileReport, error) {
-	switch opt.Algorithm {
-	case AlgorithmTree, AlgorithmGreedyDAG, AlgorithmExact:
-	default:
-		return nil, fmt.Errorf("extract: unknown algorithm %q", opt.Algorithm)
+	if !slices.Contains(Algorithms, opt.Algorithm) {
+		return nil, fmt.Errorf("extract: unknown algorithm %q (want %s)", opt.Algorithm, strings.Join(Algorithms, ", "))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	p, im, err := FromFile(path)
+	p, f, err := FromFile(path, opt.Load)
 	if err != nil {
 		return nil, fmt.Errorf("load e-graph: %w", err) // the error names the file
 	}
 	rep := &FileReport{
 		File:      path,
 		Algorithm: opt.Algorithm,
-		EClasses:  im.Graph.NumClasses(),
-		ENodes:    im.Graph.NumNodes(),
+		EClasses:  f.EClasses,
+		ENodes:    f.ENodes,
 		LoadTime:  time.Since(start),
 	}
 
@@ -111,9 +120,11 @@ func RunFile(ctx context.Context, path string, opt FileOptions) (*FileReport, er
 	case AlgorithmTree:
 		sol, _, err = Tree(ectx, p)
 	case AlgorithmGreedyDAG:
-		sol, _, err = GreedyDAG(ectx, p)
+		sol, _, err = GreedyDAGNamed(ectx, p, f.names(p))
+	case AlgorithmFasterGreedyDAG:
+		sol, _, err = FasterGreedyDAG(ectx, p, f.names(p))
 	case AlgorithmExact:
-		sol, err = exactFromGreedy(ectx, p, opt.Timeout, rep)
+		sol, err = exactFromGreedy(ectx, p, opt.Timeout, f.names(p), rep)
 	}
 	rep.ExtractTime = time.Since(start)
 	if err != nil {
@@ -136,7 +147,7 @@ func RunFile(ctx context.Context, path string, opt FileOptions) (*FileReport, er
 	rep.LoadSeconds = rep.LoadTime.Seconds()
 	rep.ExtractSeconds = rep.ExtractTime.Seconds()
 	if opt.Nodes {
-		rep.Nodes = chosenNodes(p, im, sol, order)
+		rep.Nodes = chosenNodes(p, f, sol, order)
 	}
 	return rep, nil
 }
@@ -145,8 +156,8 @@ func RunFile(ctx context.Context, path string, opt FileOptions) (*FileReport, er
 // records its bound in rep. The greedy start is cheap next to the solver
 // and often already optimal, which the exact search can then prove without
 // a solver.
-func exactFromGreedy(ctx context.Context, p *Problem, timeout time.Duration, rep *FileReport) (*Solution, error) {
-	start, _, err := GreedyDAG(ctx, p)
+func exactFromGreedy(ctx context.Context, p *Problem, timeout time.Duration, names FasterGreedyOptions, rep *FileReport) (*Solution, error) {
+	start, _, err := GreedyDAGNamed(ctx, p, names)
 	if err != nil {
 		return nil, err
 	}
@@ -164,19 +175,15 @@ func exactFromGreedy(ctx context.Context, p *Problem, timeout time.Duration, rep
 }
 
 // chosenNodes lists the chosen nodes of the needed classes in order.
-func chosenNodes(p *Problem, im *egraph.Imported, sol *Solution, order []int32) []ChosenNode {
+func chosenNodes(p *Problem, f *File, sol *Solution, order []int32) []ChosenNode {
 	out := make([]ChosenNode, 0, len(order))
 	for _, c := range order {
 		n := sol.Choice[c]
 		id := p.NodeIDs[n]
-		name, ok := im.NodeName[id]
-		if !ok {
-			name = fmt.Sprintf("n%d", id)
-		}
 		out = append(out, ChosenNode{
-			Node:   name,
+			Node:   f.NodeName[id],
 			EClass: p.ClassNames[c],
-			Op:     im.Graph.Node(id).Op.String(),
+			Op:     f.NodeOp[id],
 			Cost:   p.Nodes[n].Cost,
 		})
 	}

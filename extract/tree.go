@@ -9,7 +9,9 @@ import (
 // paid twice: the tree cost of a node is its own cost plus its children's
 // class tree costs, repeats counted, and a class costs its cheapest node.
 // It returns the chosen nodes of the classes the roots need and the sum of
-// the roots' tree costs, which is optimal.
+// the roots' tree costs, which is optimal. With negative costs the least
+// tree cost can be unbounded (a cycle of negative cost reachable from a
+// root): that is an error naming the roots (treeNegative).
 //
 // The least fixed point of those equations is found in the manner of
 // Dijkstra's algorithm (Knuth's generalization to superior functions): a
@@ -30,7 +32,17 @@ func Tree(ctx context.Context, p *Problem) (*Solution, float64, error) {
 	if err := checkRoots(p); err != nil {
 		return nil, 0, err
 	}
-	tc, choice, err := treeFixpoint(ctx, p, newRevLinks(p))
+	var tc []float64
+	var choice []int32
+	var err error
+	if p.hasNegative() {
+		tc, choice, err = treeNegative(ctx, p)
+		if err == nil {
+			err = unboundedError(p, tc)
+		}
+	} else {
+		tc, choice, err = treeFixpoint(ctx, p, newRevLinks(p))
+	}
 	if err != nil {
 		return nil, 0, err
 	}
