@@ -96,15 +96,15 @@ type provenance struct {
 }
 
 type unionRec struct {
-	a, b  ClassID
-	desc  uint32
+	a, b ClassID
+	desc uint32
 	// from and nodes are the e-graph's node count before the rule
 	// application that made the union (rules only) and at the union:
 	// the application added nodes from .. nodes-1.
 	from, nodes uint32
-	args  uint32 // offset in provenance.args: the match root, then the bindings (rules); two node ids (congruence)
-	nargs uint16
-	kind  ReasonKind
+	args        uint32 // offset in provenance.args: the match root, then the bindings (rules); two node ids (congruence)
+	nargs       uint16
+	kind        ReasonKind
 }
 
 type reasonDesc struct {
