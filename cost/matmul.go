@@ -19,11 +19,17 @@ import (
 const scalarLoadOps = 64
 
 // directOperand reports whether operand side (0 left, 1 right) of matmul
-// mm is a plain buffer the tensor-core path copies with cp.async
-// (DirectOperand).
+// mm is a buffer the tensor-core path copies with cp.async: a plain one
+// (DirectOperand) or one read through views in 16-byte runs
+// (StridedOperand).
 func (k *kernelForm) directOperand(mm *ir.Node, side int, right bool) bool {
 	a := k.body.Node(mm.Inputs[0]).Shape
-	_, ok := DirectOperand(k.body, mm.Inputs[side], k.body.Node(mm.Inputs[side]).DType, int64(a[len(a)-1]), right)
+	v, K := mm.Inputs[side], int64(a[len(a)-1])
+	dt := k.body.Node(v).DType
+	if _, ok := DirectOperand(k.body, v, dt, K, right); ok {
+		return true
+	}
+	_, ok := StridedOperand(k.body, v, dt, K, right)
 	return ok
 }
 

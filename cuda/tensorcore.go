@@ -129,6 +129,12 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 			w.WriteString("      }\n")
 			return nil
 		}
+		if op, ok := cost.StridedOperand(body, operand, dt, K, right); ok {
+			printStridedTile(w, setup, body, op, opIndex(shape, "0", "0"), stridedTile{
+				x: strings.ToLower(dst[:1]), dst: dst, rows: rows, rowLimit: int64(rowLimit), tileRows: int64(tileRows), K: K, threads: threads, dt: dt,
+			})
+			return nil
+		}
 		// Computed: each thread computes pairs of K-adjacent values in
 		// f32 and packs them. A walks K fastest (rows are K-contiguous
 		// in a row-major A); B walks N fastest (a row-major [K, N] B).

@@ -68,6 +68,28 @@ func tensorCoreBodies(t testing.TB) map[string]tcBody {
 			h := b.Mul(b.Mul(g, b.Sigmoid(g)), u)
 			return b.MatMul(b.Reshape(h, 51, 40), w)
 		}), false, true}
+		// Operands read through views in 16-byte runs
+		// (cost.StridedOperand): attention's output, its heads merged by
+		// a permute and a reshape, into the output projection; a
+		// transposed weight whose K a reshape splits; a slice of K at
+		// an aligned offset. And one whose offset is not aligned: the
+		// computed path.
+		bodies[p+"merged_heads"] = tcBody{build(func(b *ir.Builder) ir.Value {
+			o, w := b.Input("$0", dt, 1, 4, 37, 16), b.Input("$1", dt, 40, 64)
+			return b.MatMul(b.Reshape(b.Permute(o, 0, 2, 1, 3), 37, 64), b.Permute(w, 1, 0))
+		}), true, false}
+		bodies[p+"split_weight"] = tcBody{build(func(b *ir.Builder) ir.Value {
+			x, w := b.Input("$0", dt, 19, 32), b.Input("$1", dt, 24, 32)
+			return b.MatMul(x, b.Reshape(b.Permute(b.Reshape(w, 24, 2, 16), 1, 2, 0), 32, 24))
+		}), true, false}
+		bodies[p+"k_slice"] = tcBody{build(func(b *ir.Builder) ir.Value {
+			x, w := b.Input("$0", dt, 37, 80), b.Input("$1", dt, 24, 64)
+			return b.MatMul(b.Slice(x, 1, 16, 80, 1), b.Permute(w, 1, 0))
+		}), true, false}
+		bodies[p+"k_slice_unaligned"] = tcBody{build(func(b *ir.Builder) ir.Value {
+			x, w := b.Input("$0", dt, 37, 80), b.Input("$1", dt, 64, 24)
+			return b.MatMul(b.Slice(x, 1, 3, 67, 1), w)
+		}), false, true}
 		bodies[p+"long_k"] = tcBody{build(func(b *ir.Builder) ir.Value {
 			x, w := b.Input("$0", dt, 17, 1024), b.Input("$1", dt, 70, 1024)
 			return b.MatMul(x, b.Permute(w, 1, 0))
