@@ -251,10 +251,29 @@ func TestEmulatedTensorCoreMatchesReference(t *testing.T) {
 	var args [][]*ir.Tensor
 	var outs [][]ir.ValueType
 	var wants []*ir.Result
+	// The operands read through views, also in the other warp patches,
+	// tile heights and pipeline depths.
+	strided := []cost.Schedule{
+		{BM: 16, BN: 32, BK: 32, Threads: 32, Stages: 2, Tensor: true},
+		{BM: 64, BN: 64, BK: 32, Threads: 32, Stages: 3, Warp: 64, Tensor: true},
+		{BM: 32, BN: 64, BK: 32, Threads: 64, Stages: 3, Tensor: true},
+	}
+	var extra []string
+	schedule := map[string]cost.Schedule{} // else the form's default
+	for _, name := range names {
+		if strings.Contains(name, "merged_heads") || strings.Contains(name, "split_weight") || strings.Contains(name, "k_slice") {
+			for i, s := range strided {
+				n := fmt.Sprintf("%s_s%d", name, i)
+				bodies[n], schedule[n] = bodies[name], s
+				extra = append(extra, n)
+			}
+		}
+	}
+	names = append(names, extra...)
 	for i, name := range names {
 		body := bodies[name].body
-		k, err := PrintKernel(name, "test kernel "+name, body)
-		require.NoError(t, err)
+		k, err := PrintKernelWith(name, "test kernel "+name, body, schedule[name])
+		require.NoError(t, err, name)
 		feeds, err := ir.RandomFeeds(body, uint64(100+i), ir.Typical)
 		require.NoError(t, err)
 		want, err := ir.Eval(context.Background(), body, feeds, ir.EvalOptions{Magnitude: true})
