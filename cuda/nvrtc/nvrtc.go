@@ -374,7 +374,9 @@ func (l *Library) compile(src, name, arch string, options []string, isReal bool)
 		copts[i] = cstr(o)
 		ptrs[i] = &copts[i][0]
 	}
+	saveSignals()
 	r := l.compileProgram(prog, int32(len(ptrs)), unsafe.Pointer(&ptrs[0]))
+	restoreSignals()
 	runtime.KeepAlive(copts)
 	log, logErr := l.read(prog, l.getProgramLogSize, l.getProgramLog)
 	logText := strings.TrimRight(string(log), "\x00")
