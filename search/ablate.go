@@ -14,7 +14,9 @@ import (
 // selection, its program extracted and priced as the search prices its
 // extractions, for as many as the budget has time for (each about as long
 // as the last stage's saturation took, then as long as the previous
-// ablation took), in the table's order. What was not computed, and why,
+// ablation took), in the table's order; a set none of whose rules fired
+// costs the same without it and is not saturated again. What was not
+// computed, and why,
 // is Report.Ablation's to say. Ctrl-C stops it; the report is written
 // with what it has.
 func (r *Report) ablate(ctx context.Context, g *ir.Graph, sel *ruleSelection, sat rules.SaturateOptions, res *Outcome, budget time.Duration, start time.Time) {
@@ -46,6 +48,13 @@ func (r *Report) ablate(ctx context.Context, g *ir.Graph, sel *ruleSelection, sa
 	done := 0
 	r.AblationBase = last.Cost
 	for _, name := range names {
+		if r.ruleSetIdle(name) {
+			// No rule of it changed the e-graph: without it the stage
+			// saturates to the same e-graph and program.
+			r.setWithout(name, last.Cost)
+			done++
+			continue
+		}
 		if !deadline.IsZero() && time.Now().Add(estimate).After(deadline) {
 			break
 		}
@@ -69,18 +78,34 @@ func (r *Report) ablate(ctx context.Context, g *ir.Graph, sel *ruleSelection, sa
 		if err != nil {
 			continue // no program without it: the table says "not computed"
 		}
-		for i := range r.RuleSets {
-			if r.RuleSets[i].Name == name {
-				r.RuleSets[i].Without = prog.Cost
-			}
-		}
+		r.setWithout(name, prog.Cost)
 	}
 	switch {
 	case done == len(names):
-		r.Ablation = fmt.Sprintf("the last stage saturated again without each rule set and rule file, its program priced as the search prices its extractions (%s with every one)", Seconds(last.Cost))
+		r.Ablation = fmt.Sprintf("the last stage saturated again without each rule set and rule file, its program priced as the search prices its extractions (%s with every one; a set none of whose rules fired costs the same without it)", Seconds(last.Cost))
 	case ctx.Err() != nil:
 		r.Ablation = fmt.Sprintf("%d of %d computed: the run was interrupted", done, len(names))
 	default:
 		r.Ablation = fmt.Sprintf("%d of %d computed (%s with every one): the budget had no time left for the others, about %v each", done, len(names), Seconds(last.Cost), estimate.Round(time.Millisecond))
+	}
+}
+
+// ruleSetIdle says whether the rule table's row name exists and none of
+// its rules fired (applied or added a node) in the last stage.
+func (r *Report) ruleSetIdle(name string) bool {
+	for _, rs := range r.RuleSets {
+		if rs.Name == name {
+			return rs.Fired == 0
+		}
+	}
+	return false
+}
+
+// setWithout records the rule table's "without" figure of row name.
+func (r *Report) setWithout(name string, cost float64) {
+	for i := range r.RuleSets {
+		if r.RuleSets[i].Name == name {
+			r.RuleSets[i].Without = cost
+		}
 	}
 }
