@@ -84,7 +84,12 @@ func (o RuleOptions) resolve(ctx context.Context, g *ir.Graph) (*ruleSelection, 
 		if err != nil {
 			return nil, withKind(KindInput, fmt.Errorf("--rules %s: %w", f, err))
 		}
-		rs, err := rules.LoadFile(f)
+		parsed, err := rules.ParseRules(f, src, rules.Atom)
+		if err != nil {
+			return nil, withKind(KindInput, fmt.Errorf("--rules %s: %w", f, err))
+		}
+		// The digest is of the text the rules came from: one read.
+		rs, err := rules.Compile(parsed)
 		if err != nil {
 			return nil, withKind(KindInput, fmt.Errorf("--rules %s: %w", f, err))
 		}
@@ -160,8 +165,9 @@ func (sel *ruleSelection) rewrites(sets []string, user bool) ([]*egraph.Rewrite[
 // runs with the user's rules.
 func (sel *ruleSelection) stages() ([]Stage, error) {
 	var out []Stage
-	for i, st := range DefaultStages() {
-		last := i == len(DefaultStages())-1
+	def := DefaultStages()
+	for i, st := range def {
+		last := i == len(def)-1
 		sets := st.Sets
 		if last {
 			sets = sel.sets
