@@ -234,6 +234,9 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 	case ClassReduce:
 		return e.reduceAxis()
 	case ClassView, ClassMove:
+		if n.Op == OpScatter {
+			return e.scatter()
+		}
 		if n.Op == OpCast {
 			x := e.in(0)
 			v, m := e.out()
@@ -256,6 +259,8 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		return e.normRows()
 	case OpAttention:
 		return e.attentionHeads()
+	case OpPagedAttention:
+		return e.pagedAttention()
 	}
 	return nil, nil, fmt.Errorf("no evaluation rule")
 }

@@ -35,6 +35,8 @@ type Attrs struct {
 	Scale  float64   // attention
 	Causal bool      // attention
 	Offset int64     // attention (position of the first query), slice_update (start along Axis)
+	Block  int64     // paged_attention: positions per block of the KV pool
+	Window int64     // paged_attention: a query sees the Window latest positions (0: all)
 }
 
 // Node is one operation with its result's shape and dtype.

@@ -305,6 +305,28 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		}
 		return base.Shape.Clone(), base.DType, nil
 
+	case OpScatter:
+		base, up, idx := in[0], in[1], in[2]
+		ax, err := normAxis(a.Axis, len(base.Shape))
+		if err != nil {
+			return nil, 0, err
+		}
+		if base.DType != up.DType || len(base.Shape) != len(up.Shape) {
+			return nil, 0, fmt.Errorf("update must have the base's dtype and rank")
+		}
+		if !idx.DType.IsInt() || len(idx.Shape) != 1 || idx.Shape[0] != up.Shape[ax] {
+			return nil, 0, fmt.Errorf("index must be an integer vector of %d (the update's extent on axis %d)", up.Shape[ax], ax)
+		}
+		for i := range base.Shape {
+			if i != ax && up.Shape[i] != base.Shape[i] {
+				return nil, 0, fmt.Errorf("extents differ on axis %d", i)
+			}
+		}
+		return base.Shape.Clone(), base.DType, nil
+
+	case OpPagedAttention:
+		return inferPagedAttention(a, in)
+
 	case OpMatMul:
 		x, y := in[0], in[1]
 		if x.DType != y.DType || !x.DType.IsFloat() {
@@ -382,4 +404,53 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		return q.Shape.Clone(), q.DType, nil
 	}
 	return nil, 0, fmt.Errorf("no type rule")
+}
+
+// inferPagedAttention checks paged attention's operands: q [T, Hq, D]; the
+// step's own keys and values k, v [T, Hkv, D]; the pools kpool, vpool
+// [P, Hkv, D] (P slots, Block to a block); the block table [S, M], the
+// sequence lengths [S] and the query starts [S+1], integers; and the count
+// of sequences present, an integer scalar.
+func inferPagedAttention(a Attrs, in []ValueType) (Shape, DType, error) {
+	q, k, v, kp, vp := in[0], in[1], in[2], in[3], in[4]
+	table, lens, starts, seqs := in[5], in[6], in[7], in[8]
+	for _, t := range []ValueType{q, k, v, kp, vp} {
+		if len(t.Shape) != 3 {
+			return nil, 0, fmt.Errorf("q, k, v and the pools must have rank 3 ([tokens, heads, head size] and [slots, heads, head size])")
+		}
+		if t.DType != q.DType || !t.DType.IsFloat() {
+			return nil, 0, fmt.Errorf("q, k, v and the pools must share a float dtype")
+		}
+	}
+	if !k.Shape.Equal(v.Shape) || k.Shape[0] != q.Shape[0] || k.Shape[2] != q.Shape[2] {
+		return nil, 0, fmt.Errorf("k and v must be [%d, heads, %d]", q.Shape[0], q.Shape[2])
+	}
+	if !kp.Shape.Equal(vp.Shape) || kp.Shape[1] != k.Shape[1] || kp.Shape[2] != k.Shape[2] {
+		return nil, 0, fmt.Errorf("the pools must be [slots, %d, %d]", k.Shape[1], k.Shape[2])
+	}
+	if k.Shape[1] == 0 || q.Shape[1]%k.Shape[1] != 0 {
+		return nil, 0, fmt.Errorf("%d query heads do not divide into %d key heads", q.Shape[1], k.Shape[1])
+	}
+	if a.Block <= 0 || int64(kp.Shape[0])%a.Block != 0 {
+		return nil, 0, fmt.Errorf("block size %d does not divide the pool's %d slots", a.Block, kp.Shape[0])
+	}
+	if a.Window < 0 {
+		return nil, 0, fmt.Errorf("window %d; want 0 (none) or a positive window", a.Window)
+	}
+	if !(a.Scale > 0) {
+		return nil, 0, fmt.Errorf("scale %v; want a positive scale", a.Scale)
+	}
+	s := lens.Shape
+	if len(s) != 1 || len(table.Shape) != 2 || table.Shape[0] != s[0] || len(starts.Shape) != 1 || starts.Shape[0] != s[0]+1 {
+		return nil, 0, fmt.Errorf("want a block table [S, blocks], sequence lengths [S] and query starts [S+1]")
+	}
+	for _, t := range []ValueType{table, lens, starts, seqs} {
+		if !t.DType.IsInt() {
+			return nil, 0, fmt.Errorf("the block table, lengths, query starts and sequence count must be integers")
+		}
+	}
+	if len(seqs.Shape) != 0 {
+		return nil, 0, fmt.Errorf("the sequence count must be a scalar")
+	}
+	return q.Shape.Clone(), q.DType, nil
 }

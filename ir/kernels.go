@@ -102,7 +102,7 @@ func newMover(n *Node, ins []ValueType) *mover {
 		mp.strides[k] = t.Shape.Strides()
 	}
 	switch n.Op {
-	case OpConcat, OpGather, OpSliceUpdate:
+	case OpConcat, OpGather, OpSliceUpdate, OpScatter:
 		mp.ax, _ = normAxis(n.Axis, len(ins[0].Shape))
 	}
 	if n.Op == OpConcat {
@@ -188,6 +188,8 @@ func (mp *mover) source(idx []int64, get func(k int, j int64) int64) (int, int64
 			return 1, j, nil
 		}
 		return 0, flatIndex(idx, st), nil
+	case OpScatter:
+		return mp.scatterSource(idx, get)
 	case OpGather:
 		ax := mp.ax
 		ir := len(mp.ins[1].Shape)

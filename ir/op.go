@@ -84,6 +84,12 @@ const (
 	OpRMSNorm   // (x, scale) over the last axis; attr Eps
 	OpAttention // (q [B,Hq,S,D], k [B,Hkv,T,D], v [B,Hkv,T,D][, pos]) -> [B,Hq,S,D]; attrs Scale, Causal, Offset (position of the first query, plus pos)
 
+	// The serving step's ops, numbered after the others so that the
+	// digests of existing kernel bodies (which hash op numbers) stay as
+	// they were.
+	OpScatter        // attr Axis; (base, update, index [n]): base with update's slice i written at index[i] along Axis; -1 skips
+	OpPagedAttention // (q [T,Hq,D], k, v [T,Hkv,D], kpool, vpool [P,Hkv,D], table [S,M], lens [S], starts [S+1], seqs) -> [T,Hq,D]; attrs Scale, Block, Window
+
 	numOps
 )
 
@@ -119,6 +125,7 @@ const (
 	aEps
 	aAttn // Scale, Causal, Offset
 	aOffset
+	aPaged // Scale, Block, Window
 )
 
 type opInfo struct {
@@ -195,6 +202,9 @@ var ops = [numOps]opInfo{
 	OpLayerNorm: {"layer_norm", ClassComposite, 3, aEps, 0},
 	OpRMSNorm:   {"rms_norm", ClassComposite, 2, aEps, 0},
 	OpAttention: {"attention", ClassComposite, 3, aAttn, 1},
+
+	OpScatter:        {"scatter", ClassMove, 3, aAxis, 0},
+	OpPagedAttention: {"paged_attention", ClassComposite, 9, aPaged, 0},
 }
 
 // String is the op's name in the text format.
@@ -305,6 +315,9 @@ func (o Op) Normalize(a Attrs) Attrs {
 	}
 	if set&aOffset != 0 {
 		n.Offset = a.Offset
+	}
+	if set&aPaged != 0 {
+		n.Scale, n.Block, n.Window = a.Scale, a.Block, a.Window
 	}
 	return n
 }

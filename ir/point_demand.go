@@ -130,6 +130,21 @@ func (pe *pointEval) demandMove(n *Node, idx []int64) error {
 			return math.MinInt64 // cannot happen: pos holds every index read; out of range if it does
 		}
 	}
+	if n.Op == OpScatter {
+		// Which update slice an element comes from depends on every
+		// index: compute the whole index vector first.
+		rows := int64(ins[2].Shape[0])
+		all := make([]int64, rows)
+		for i := range all {
+			all[i] = int64(i)
+		}
+		vals, err := pe.valuesAt(n.Inputs[2], all)
+		if err != nil {
+			return err
+		}
+		pe.add(n.Inputs[2], all)
+		get = func(_ int, j int64) int64 { return I64.IntOf(vals[j]) }
+	}
 	buf := make([]int64, len(n.Shape))
 	for _, j := range idx {
 		unflattenInto(j, n.Shape, buf)

@@ -222,6 +222,12 @@ func encodeAttrs(b []byte, a *Attrs) []byte {
 		u(0)
 	}
 	u(uint64(a.Offset))
+	if a.Block != 0 || a.Window != 0 {
+		// Only paged attention has them: every other body's encoding
+		// (and digest) is what it was before they existed.
+		u(uint64(a.Block))
+		u(uint64(a.Window))
+	}
 	return b
 }
 

@@ -211,6 +211,14 @@ func formatTextNode(b *strings.Builder, n *Node) {
 	if a&aOffset != 0 {
 		fmt.Fprintf(b, " offset=%d", n.Offset)
 	}
+	if a&aPaged != 0 {
+		b.WriteString(" scale=")
+		b.WriteString(formatTextFloat(n.Scale))
+		fmt.Fprintf(b, " block=%d", n.Block)
+		if n.Window != 0 {
+			fmt.Fprintf(b, " window=%d", n.Window)
+		}
+	}
 	if info.class != ClassLeaf {
 		b.WriteString(" : ")
 		b.WriteString(n.DType.String())

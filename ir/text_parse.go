@@ -352,9 +352,11 @@ func init() {
 		"value":  {aPad, func(p *textParser, a *Attrs) (err error) { a.Value, err = p.float(); return err }},
 		"dtype":  {aDType, func(p *textParser, a *Attrs) (err error) { a.DType, err = p.dtype(); return err }},
 		"eps":    {aEps, func(p *textParser, a *Attrs) (err error) { a.Eps, err = p.float(); return err }},
-		"scale":  {aAttn, func(p *textParser, a *Attrs) (err error) { a.Scale, err = p.float(); return err }},
+		"scale":  {aAttn | aPaged, func(p *textParser, a *Attrs) (err error) { a.Scale, err = p.float(); return err }},
 		"causal": {aAttn, nil}, // a flag: no value
 		"offset": {aAttn | aOffset, func(p *textParser, a *Attrs) (err error) { a.Offset, err = p.int(64); return err }},
+		"block":  {aPaged, func(p *textParser, a *Attrs) (err error) { a.Block, err = p.int(64); return err }},
+		"window": {aPaged, func(p *textParser, a *Attrs) (err error) { a.Window, err = p.int(64); return err }},
 	}
 }
 
@@ -362,12 +364,13 @@ func init() {
 // causal flag, the query offset that only a causal attention uses, and a
 // matmul's accumulator dtype.
 func optionalTextAttr(op Op, key string) bool {
-	return op == OpAttention && (key == "causal" || key == "offset") || op == OpMatMul && key == "dtype"
+	return op == OpAttention && (key == "causal" || key == "offset") || op == OpMatMul && key == "dtype" ||
+		op == OpPagedAttention && key == "window"
 }
 
 // textAttrOrder is the order in which missing attributes are reported, the
 // order printing uses.
-var textAttrOrder = []string{"axis", "to", "perm", "starts", "ends", "steps", "before", "after", "value", "dtype", "eps", "scale", "causal", "offset"}
+var textAttrOrder = []string{"axis", "to", "perm", "starts", "ends", "steps", "before", "after", "value", "dtype", "eps", "scale", "causal", "offset", "block", "window"}
 
 func (p *textParser) nodeStatement() error {
 	def := p.next()

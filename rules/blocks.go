@@ -215,6 +215,8 @@ func nodeSig(n *ir.Node, a ir.Attrs) uint64 {
 	if a.Causal {
 		h = mix(h, 1)
 	}
+	h = mix(h, uint64(a.Block))
+	h = mix(h, uint64(a.Window))
 	return mix(h, uint64(a.Offset))
 }
 
@@ -237,7 +239,7 @@ func (f *repeatFinder) sameNode(u, v ir.Value) bool {
 		slices.Equal(a.Perm, b.Perm) && slices.Equal(a.Starts, b.Starts) && slices.Equal(a.Ends, b.Ends) &&
 		slices.Equal(a.Steps, b.Steps) && slices.Equal(a.Before, b.Before) && slices.Equal(a.After, b.After) &&
 		sameFloat(a.Value, b.Value) && a.DType == b.DType && sameFloat(a.Eps, b.Eps) && sameFloat(a.Scale, b.Scale) &&
-		a.Causal == b.Causal && a.Offset == b.Offset
+		a.Causal == b.Causal && a.Offset == b.Offset && a.Block == b.Block && a.Window == b.Window
 }
 
 // candidate is one verified set of copies.

@@ -193,6 +193,10 @@ func setAttr(a *ir.Attrs, k, v string) error {
 		a.Offset, err = strconv.ParseInt(v, 10, 64)
 	case "causal":
 		a.Causal, err = strconv.ParseBool(v)
+	case "block":
+		a.Block, err = strconv.ParseInt(v, 10, 64)
+	case "window":
+		a.Window, err = strconv.ParseInt(v, 10, 64)
 	default:
 		return fmt.Errorf("unknown attribute %q", k)
 	}
