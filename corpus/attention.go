@@ -170,15 +170,16 @@ func (e *emitter) rotaryTables(p *pass) (cos, sin ir.Value) {
 
 // applyRotary is transformers' apply_rotary_pos_emb for one of q and k,
 // x [batch, heads, seq, head]: x*cos + rotate_half(x)*sin, where
-// rotate_half(x) = concat(-x2, x1) of x's two halves.
+// rotate_half(x) = concat(-x2, x1) of the two halves of x's last axis.
 func (e *emitter) applyRotary(x, cos, sin ir.Value) ir.Value {
 	if !ok(x) {
 		return ir.NoValue
 	}
 	d := int64(e.last(x))
-	x1 := e.Slice(x, 3, 0, d/2, 1)
-	x2 := e.Slice(x, 3, d/2, d, 1)
-	rot := e.Concat(3, e.Neg(x2), x1)
+	ax := len(e.Shape(x)) - 1
+	x1 := e.Slice(x, ax, 0, d/2, 1)
+	x2 := e.Slice(x, ax, d/2, d, 1)
+	rot := e.Concat(ax, e.Neg(x2), x1)
 	return e.Add(e.Mul(x, cos), e.Mul(rot, sin))
 }
 

@@ -48,6 +48,59 @@ type Options struct {
 	// sliding window that cuts into a prefill stays decomposed, since the
 	// attention op has no window.
 	Composite bool
+
+	// Step sizes a serving step (the step kind; see package step): the
+	// most tokens and sequences one step runs, the pool's block size and
+	// block count, and whether every token's logits are output. Seq (or
+	// MaxSeq) is then the longest sequence a block table row holds.
+	// Zero fields take the defaults below; other kinds ignore them.
+	Step StepOptions
+}
+
+// StepOptions size a serving step; see Options.Step.
+type StepOptions struct {
+	MaxTokens int // --max-tokens (default 256)
+	MaxSeqs   int // --max-seqs (default min(32, MaxTokens))
+	BlockSize int // --block-size (default 16)
+	// KVBlocks is the number of blocks in each layer's pool (--kv-blocks);
+	// the default holds MaxSeqs sequences at the longest length.
+	KVBlocks  int
+	AllLogits bool // logits for every token [T, vocab], not each sequence's last [S, vocab]
+}
+
+// The defaults of StepOptions.
+const (
+	DefaultMaxTokens = 256
+	DefaultMaxSeqs   = 32
+	DefaultBlockSize = 16
+)
+
+// resolve fills a step's defaults in for sequences of up to seq
+// positions, and checks them.
+func (o StepOptions) resolve(seq int) (StepOptions, error) {
+	if o.MaxTokens == 0 {
+		o.MaxTokens = DefaultMaxTokens
+	}
+	if o.MaxSeqs == 0 {
+		o.MaxSeqs = min(DefaultMaxSeqs, o.MaxTokens)
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	switch {
+	case o.MaxTokens < 0:
+		return o, fmt.Errorf("max tokens %d; want a positive count", o.MaxTokens)
+	case o.MaxSeqs < 0:
+		return o, fmt.Errorf("max sequences %d; want a positive count", o.MaxSeqs)
+	case o.BlockSize < 0:
+		return o, fmt.Errorf("block size %d; want a positive size", o.BlockSize)
+	case o.KVBlocks < 0:
+		return o, fmt.Errorf("%d KV blocks; want a positive count", o.KVBlocks)
+	}
+	if o.KVBlocks == 0 {
+		o.KVBlocks = o.MaxSeqs * ((seq + o.BlockSize - 1) / o.BlockSize)
+	}
+	return o, nil
 }
 
 // The defaults of Options.

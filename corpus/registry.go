@@ -47,6 +47,7 @@ var kinds = []kind{
 		e.causalLMPass(ids, p)
 		return nil
 	}},
+	{name: "step", build: func(e *emitter) error { return e.stepKind() }},
 	{name: "attention", build: func(e *emitter) error {
 		x := e.hiddenInput()
 		p := e.newPass(0, e.opt.Seq, false)
@@ -205,12 +206,12 @@ func BuildConfig(name string, c *Config, kindName string, opt Options) (*ir.Grap
 	switch {
 	case opt.MaxSeq < 0:
 		return nil, fmt.Errorf("%s: max-seq %d; want a positive capacity", name, opt.MaxSeq)
-	case opt.MaxSeq > 0 && kindName == "decode":
+	case opt.MaxSeq > 0 && (kindName == "decode" || kindName == "step"):
 		opt.Seq = opt.MaxSeq
 	case opt.MaxSeq > 0 && kindName == "prefill":
 		opt.Cache = opt.MaxSeq
 	case opt.MaxSeq > 0:
-		return nil, fmt.Errorf("%s: max-seq %d sizes a KV cache, which only decode and prefill have", name, opt.MaxSeq)
+		return nil, fmt.Errorf("%s: max-seq %d sizes a KV cache, which only decode, prefill and step have", name, opt.MaxSeq)
 	}
 	opt, err := opt.resolve()
 	if err != nil {

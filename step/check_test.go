@@ -1,0 +1,174 @@
+package step
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var testLayout = Layout{MaxTokens: 16, MaxSeqs: 4, BlockSize: 4, Blocks: 12, BlocksPerSeq: 3, KVHeads: 2, HeadDim: 8, Layers: 1, Vocab: 50}
+
+// goodBatch is three sequences: a chunk of 3 after 2 cached positions,
+// one decode token after 5, and a first chunk of 2.
+func goodBatch() *Batch {
+	return &Batch{
+		IDs:         []int64{1, 2, 3, 4, 5, 6},
+		Positions:   []int32{2, 3, 4, 5, 0, 1},
+		QueryStarts: []int32{0, 3, 4, 6},
+		SeqLens:     []int32{5, 6, 2},
+		BlockTable:  [][]int32{{7, 2}, {0, 9}, {4}},
+		SlotMapping: []int32{30, 31, 8, 37, 16, 17},
+	}
+}
+
+func TestCheckAcceptsAGoodBatch(t *testing.T) {
+	require.NoError(t, testLayout.Check(goodBatch()))
+}
+
+// TestCheckRefuses lists every refusal with the input and element it
+// names: each case breaks one thing of a good batch.
+func TestCheckRefuses(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(b *Batch)
+		input string
+		index int
+		msg   string
+	}{
+		{"no tokens", func(b *Batch) { *b = Batch{QueryStarts: []int32{0}} }, TokensSymbol, -1, "0 tokens"},
+		{"too many tokens", func(b *Batch) {
+			for len(b.IDs) <= 16 {
+				b.IDs = append(b.IDs, 1)
+			}
+		}, TokensSymbol, -1, "17 tokens"},
+		{"too many sequences", func(b *Batch) { b.SeqLens = append(b.SeqLens, 1, 1) }, SeqsSymbol, -1, "5 sequences"},
+		{"short positions", func(b *Batch) { b.Positions = b.Positions[:5] }, Positions, -1, "5 entries for 6 tokens"},
+		{"short slots", func(b *Batch) { b.SlotMapping = b.SlotMapping[:5] }, SlotMapping, -1, "5 entries"},
+		{"starts count", func(b *Batch) { b.QueryStarts = b.QueryStarts[:3] }, QueryStarts, -1, "want S+1 = 4"},
+		{"table rows", func(b *Batch) { b.BlockTable = b.BlockTable[:2] }, BlockTable, -1, "2 rows for 3 sequences"},
+		{"id past vocab", func(b *Batch) { b.IDs[3] = 50 }, InputIDs, 3, "outside the vocabulary"},
+		{"negative id", func(b *Batch) { b.IDs[0] = -1 }, InputIDs, 0, "outside the vocabulary"},
+		{"first start", func(b *Batch) { b.QueryStarts[0] = 1 }, QueryStarts, 0, "starts at token 0"},
+		{"decreasing starts", func(b *Batch) { b.QueryStarts[2] = 2 }, QueryStarts, 2, "never decrease"},
+		{"starts end before T", func(b *Batch) { b.QueryStarts[3] = 5 }, QueryStarts, 3, "must be T = 6"},
+		{"length below tokens", func(b *Batch) { b.SeqLens[0] = 2 }, SeqLens, 0, "shorter than the sequence's 3 tokens"},
+		{"length past table", func(b *Batch) { b.SeqLens[2] = 5 }, SeqLens, 2, "longer than its block table row holds"},
+		{"row too wide", func(b *Batch) { b.BlockTable[2] = []int32{4, 5, 6, 8} }, BlockTable, 2, "holds 3 a sequence"},
+		{"block past pool", func(b *Batch) { b.BlockTable[1][0] = 12 }, BlockTable, 1, "outside the pool's blocks 0..11"},
+		{"negative block", func(b *Batch) { b.BlockTable[0][1] = -1 }, BlockTable, 0, "outside the pool"},
+		{"position off by one", func(b *Batch) { b.Positions[3] = 4 }, Positions, 3, "sits at position 5"},
+		{"slot past pool", func(b *Batch) { b.SlotMapping[4] = 48 }, SlotMapping, 4, "outside the pool's slots 0..47"},
+		{"slot below -1", func(b *Batch) { b.SlotMapping[4] = -2 }, SlotMapping, 4, "outside the pool"},
+		{"slot twice", func(b *Batch) { b.BlockTable[2][0] = 7; b.SlotMapping[4] = 30 }, SlotMapping, 4, "written twice"},
+		{"slot off the table", func(b *Batch) { b.SlotMapping[1] = 32 }, SlotMapping, 1, "puts position 3 at slot 31"},
+		{"writes another's context", func(b *Batch) {
+			// Sequence 2 shares sequence 1's first block and writes
+			// into it: sequence 1 reads those slots as its context.
+			b.BlockTable[2][0] = 0
+			b.SlotMapping[4], b.SlotMapping[5] = 0, 1
+		}, SlotMapping, 4, "reads it as its cached position 0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := goodBatch()
+			c.edit(b)
+			err := testLayout.Check(b)
+			require.Error(t, err)
+			var me *MetadataError
+			require.True(t, errors.As(err, &me), "%v", err)
+			assert.Equal(t, c.input, me.Input, "%v", err)
+			assert.Equal(t, c.index, me.Index, "%v", err)
+			assert.Contains(t, err.Error(), c.msg)
+		})
+	}
+}
+
+// TestPaddingTokensWriteNothing: a token with slot -1 is accepted
+// whatever its table says, and its slot is never checked against others.
+func TestPaddingTokensWriteNothing(t *testing.T) {
+	b := goodBatch()
+	b.SlotMapping[4], b.SlotMapping[5] = Padding, Padding
+	require.NoError(t, testLayout.Check(b))
+}
+
+// TestFeedsPad checks the padded inputs: entries past T and S are the
+// documented padding, and those within are the batch's.
+func TestFeedsPad(t *testing.T) {
+	b := goodBatch()
+	f, err := testLayout.Feeds(b)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, f[InputIDs].Int64s())
+	assert.Equal(t, []int64{30, 31, 8, 37, 16, 17, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}, f[SlotMapping].Int64s())
+	assert.Equal(t, []int64{0, 3, 4, 6, 6}, f[QueryStarts].Int64s())
+	assert.Equal(t, []int64{5, 6, 2, 0}, f[SeqLens].Int64s())
+	assert.Equal(t, []int64{7, 2, 0, 0, 9, 0, 4, 0, 0, 0, 0, 0}, f[BlockTable].Int64s())
+	assert.Equal(t, []int64{6}, f[TokensSymbol].Int64s())
+	assert.Equal(t, []int64{3}, f[SeqsSymbol].Int64s())
+	b.Positions[0] = 0
+	_, err = testLayout.Feeds(b)
+	require.Error(t, err, "Feeds checks first")
+}
+
+// TestArrangeDrawsAcceptedBatches: every drawn and arranged batch passes
+// Check, its tables use distinct blocks, and its shapes are kept.
+func TestArrangeDrawsAcceptedBatches(t *testing.T) {
+	l := Layout{MaxTokens: 24, MaxSeqs: 6, BlockSize: 4, Blocks: 64, BlocksPerSeq: 8, KVHeads: 1, HeadDim: 4, Layers: 1, Vocab: 10}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		shapes := l.DrawShapes(rng, 6, 32)
+		require.NotEmpty(t, shapes)
+		b, err := l.Arrange(rng, shapes)
+		require.NoError(t, err)
+		assert.Equal(t, len(shapes), b.Seqs())
+		var blocks []int32
+		for s, sh := range shapes {
+			assert.Equal(t, int32(sh.Context+sh.Tokens), b.SeqLens[s])
+			assert.Equal(t, int32(sh.Tokens), b.QueryStarts[s+1]-b.QueryStarts[s])
+			blocks = append(blocks, b.BlockTable[s]...)
+		}
+		slices.Sort(blocks)
+		assert.Equal(t, len(blocks), len(slices.Compact(blocks)), "blocks shared between sequences")
+	}
+}
+
+// FuzzCheck: Check never panics, whatever the batch, and Feeds accepts
+// exactly what Check accepts.
+func FuzzCheck(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{255, 0, 17, 3, 3, 3, 200, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() int32 {
+			if len(data) == 0 {
+				return 0
+			}
+			v := int32(int8(data[0]))
+			data = data[1:]
+			return v
+		}
+		b := &Batch{}
+		T, S := int(next()&31), int(next()&7)
+		for range T {
+			b.IDs = append(b.IDs, int64(next()))
+			b.Positions = append(b.Positions, next())
+			b.SlotMapping = append(b.SlotMapping, next())
+		}
+		for range S + 1 {
+			b.QueryStarts = append(b.QueryStarts, next())
+		}
+		for range S {
+			b.SeqLens = append(b.SeqLens, next())
+			row := make([]int32, int(next()&3))
+			for j := range row {
+				row[j] = next()
+			}
+			b.BlockTable = append(b.BlockTable, row)
+		}
+		errCheck := testLayout.Check(b)
+		_, errFeeds := testLayout.Feeds(b)
+		assert.Equal(t, errCheck == nil, errFeeds == nil)
+	})
+}

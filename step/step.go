@@ -1,0 +1,129 @@
+// Package step owns the contract of a serving step: one run of a compiled
+// program over T tokens that belong to S sequences, each sequence giving a
+// chunk of its prompt or one decode token, with every layer's keys and
+// values in a pool of fixed-size blocks that a block table maps per
+// sequence (paged attention). It names the step's inputs, describes the
+// pool's layout, checks a batch's metadata before anything runs (bad
+// metadata changes no cache slot), and pads a batch to the maxima the
+// program was compiled for.
+//
+// The conventions are vLLM's where it has them: token ids and positions
+// [T], query starts [S+1] (cumulative), sequence lengths [S] that count
+// this step's tokens, a block table [S, blocks per sequence] and a slot
+// mapping [T] into the pool where -1 marks a token whose key and value are
+// not kept.
+//
+// The package imports nothing of the project but ir.
+package step
+
+import "fmt"
+
+// The names of a step program's inputs, symbols and pools.
+const (
+	// TokensSymbol is T, the number of tokens present (an i32 scalar input).
+	TokensSymbol = "tokens"
+	// SeqsSymbol is S, the number of sequences present (an i32 scalar input).
+	SeqsSymbol = "seqs"
+
+	InputIDs    = "input_ids"    // i64 [max tokens]
+	Positions   = "positions"    // i32 [max tokens]
+	QueryStarts = "query_start"  // i32 [max seqs + 1]
+	SeqLens     = "seq_lens"     // i32 [max seqs]
+	BlockTable  = "block_table"  // i32 [max seqs, blocks per sequence]
+	SlotMapping = "slot_mapping" // i32 [max tokens]
+)
+
+// KeyPool and ValuePool name layer i's pools, the program's state buffers.
+func KeyPool(layer int) string { return fmt.Sprintf("past_key_values.%d.key", layer) }
+
+// ValuePool is layer i's value pool; see KeyPool.
+func ValuePool(layer int) string { return fmt.Sprintf("past_key_values.%d.value", layer) }
+
+// Layout is what a step program was compiled for: the maxima of its
+// runtime extents and its KV pool.
+type Layout struct {
+	// MaxTokens and MaxSeqs bound T and S.
+	MaxTokens int `json:"max_tokens"`
+	MaxSeqs   int `json:"max_seqs"`
+	// BlockSize is the number of positions a block holds.
+	BlockSize int `json:"block_size"`
+	// Blocks is the number of blocks in each layer's pool.
+	Blocks int `json:"blocks"`
+	// BlocksPerSeq is the block table's width: a sequence is at most
+	// BlocksPerSeq*BlockSize positions long.
+	BlocksPerSeq int `json:"blocks_per_seq"`
+	// KVHeads and HeadDim give a slot's shape: a pool is
+	// [Blocks*BlockSize, KVHeads, HeadDim], that is
+	// [Blocks, BlockSize, KVHeads, HeadDim] in row-major order.
+	KVHeads int `json:"kv_heads"`
+	HeadDim int `json:"head_dim"`
+	// Layers is the number of layers, each with a key and a value pool.
+	Layers int `json:"layers"`
+	// Vocab bounds the token ids.
+	Vocab int `json:"vocab"`
+	// Window, when positive, is the sliding window: a token sees the
+	// Window latest positions, its own included.
+	Window int `json:"window,omitempty"`
+	// AllLogits says that the logits output has a row per token [T, vocab]
+	// instead of one per sequence's last token [S, vocab].
+	AllLogits bool `json:"all_logits,omitempty"`
+}
+
+// Slots is the number of slots in each pool.
+func (l Layout) Slots() int { return l.Blocks * l.BlockSize }
+
+// MaxLen is the longest sequence the block table can hold.
+func (l Layout) MaxLen() int { return l.BlocksPerSeq * l.BlockSize }
+
+// Validate says whether the layout describes a program that can exist.
+func (l Layout) Validate() error {
+	switch {
+	case l.MaxTokens < 1:
+		return fmt.Errorf("max tokens %d; want at least 1", l.MaxTokens)
+	case l.MaxSeqs < 1:
+		return fmt.Errorf("max sequences %d; want at least 1", l.MaxSeqs)
+	case l.MaxSeqs > l.MaxTokens:
+		return fmt.Errorf("max sequences %d is more than max tokens %d: every sequence brings a token", l.MaxSeqs, l.MaxTokens)
+	case l.BlockSize < 1:
+		return fmt.Errorf("block size %d; want at least 1", l.BlockSize)
+	case l.Blocks < 1:
+		return fmt.Errorf("%d KV blocks; want at least 1", l.Blocks)
+	case l.BlocksPerSeq < 1:
+		return fmt.Errorf("%d blocks per sequence; want at least 1", l.BlocksPerSeq)
+	case int64(l.Blocks)*int64(l.BlockSize) > 1<<31-1:
+		return fmt.Errorf("%d blocks of %d slots do not fit an i32 slot index", l.Blocks, l.BlockSize)
+	case l.Window < 0:
+		return fmt.Errorf("window %d; want 0 (none) or positive", l.Window)
+	}
+	return nil
+}
+
+// Batch is one step's tokens and metadata, unpadded: T tokens of S
+// sequences.
+type Batch struct {
+	// IDs are the tokens [T].
+	IDs []int64
+	// Positions are each token's position in its sequence [T].
+	Positions []int32
+	// QueryStarts [S+1]: sequence s's tokens are
+	// QueryStarts[s]..QueryStarts[s+1]-1.
+	QueryStarts []int32
+	// SeqLens [S] are the sequences' lengths after this step.
+	SeqLens []int32
+	// BlockTable [S][*] lists each sequence's blocks in position order;
+	// a row may be shorter than Layout.BlocksPerSeq.
+	BlockTable [][]int32
+	// SlotMapping [T] is the pool slot each token's key and value go to,
+	// or -1 for a padding token whose key and value are not kept.
+	SlotMapping []int32
+}
+
+// Tokens is T.
+func (b *Batch) Tokens() int { return len(b.IDs) }
+
+// Seqs is S.
+func (b *Batch) Seqs() int { return len(b.SeqLens) }
+
+// Padding is a slot mapping's mark for a token whose key and value are
+// not written.
+const Padding = -1
