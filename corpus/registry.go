@@ -160,10 +160,10 @@ func checkPositions(c *Config, k *kind, seq int) error {
 }
 
 // Kinds lists the kinds of graph a config gives, in a fixed order:
-// llama-family configs give layer, model, decode, prefill, attention, mlp,
-// rmsnorm, softmax, rotary and their activation (silu); gpt2 configs give
-// block, model, decode, prefill, attention, mlp, layernorm, softmax and
-// their activation (gelu-tanh for gelu_new).
+// llama-family configs give layer, model, decode, prefill, step,
+// attention, mlp, rmsnorm, softmax, rotary and their activation (silu);
+// gpt2 configs give block, model, decode, prefill, step, attention, mlp,
+// layernorm, softmax and their activation (gelu-tanh for gelu_new).
 //
 //   - layer, block: decoder layer 0 over input hidden_states
 //     [batch, seq, hidden], a prefill, output hidden_states.
@@ -179,6 +179,14 @@ func checkPositions(c *Config, k *kind, seq int) error {
 //   - prefill: the whole model over input_ids i64[batch, seq], writing
 //     the KV caches at positions 0..seq-1 of caches laid out as a decode
 //     step of capacity Options.Cache reads them.
+//   - step: one serving step over a flat list of tokens of many
+//     sequences with paged KV pools (package step's contract; sized by
+//     Options.Step, sequences of up to Seq positions): inputs input_ids
+//     i64[max tokens], positions, query_start, seq_lens, block_table,
+//     slot_mapping and the symbol seqs; output logits f32[max seqs, vocab]
+//     (each sequence's last token) or [max tokens, vocab]; layer i's pools
+//     past_key_values.i.key and .value [slots, kv heads, head], updated in
+//     place. Options.Batch does not apply.
 //   - attention, mlp, rmsnorm, layernorm: layer 0's blocks over input
 //     hidden_states, output output.
 //   - softmax: input scores [batch, heads, seq, seq], output output.

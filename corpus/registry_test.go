@@ -19,7 +19,7 @@ func TestNames(t *testing.T) {
 		"llama-3-8b:layer", "llama-3-8b:model", "llama-3-8b:decode", "llama-3-8b:attention", "llama-3-8b:mlp",
 		"llama-3-8b:rmsnorm", "llama-3-8b:softmax", "llama-3-8b:rotary", "llama-3-8b:silu",
 		"llama-3.2-1b:model", "qwen2.5-0.5b:decode", "mistral-7b:layer",
-		"gpt2:block", "gpt2:model", "gpt2:decode", "gpt2:attention", "gpt2:mlp", "gpt2:layernorm", "gpt2:softmax", "gpt2:gelu-tanh",
+		"gpt2:block", "gpt2:model", "gpt2:decode", "gpt2:step", "llama-3-8b:step", "gpt2:attention", "gpt2:mlp", "gpt2:layernorm", "gpt2:softmax", "gpt2:gelu-tanh",
 		"tiny-llama:model", "tiny-qwen2:model", "tiny-mistral:model", "tiny-gpt2:model",
 	} {
 		assert.Contains(t, names, want)
@@ -27,7 +27,7 @@ func TestNames(t *testing.T) {
 	for _, absent := range []string{"gpt2:layer", "gpt2:rotary", "gpt2:rmsnorm", "llama-3-8b:block", "llama-3-8b:layernorm"} {
 		assert.NotContains(t, names, absent)
 	}
-	assert.Len(t, names, 7*10+2*9) // 7 llama-family configs with 10 kinds, 2 gpt2 configs with 9
+	assert.Len(t, names, 7*11+2*10) // 7 llama-family configs with 11 kinds, 2 gpt2 configs with 10
 	seen := map[string]bool{}
 	for _, n := range names {
 		assert.False(t, seen[n], "duplicate %s", n)
@@ -115,6 +115,17 @@ func TestTinyShapes(t *testing.T) {
 						assertOutput(t, g, "logits", ir.F32, ir.Shape{b, s, 97})
 						st := g.Node(g.States()[0])
 						assert.Equal(t, ir.Shape{b, ir.Dim(c.NumKeyValueHeads), s, ir.Dim(c.HeadDim)}, st.Shape, "the cache holds Cache (default Seq) positions")
+					case "step":
+						// Batch is the sequences' business: the step's
+						// maxima are Options.Step's defaults.
+						assertLeaf(t, g, "input_ids", ir.I64, ir.Shape{DefaultMaxTokens})
+						assertLeaf(t, g, "block_table", ir.I32, ir.Shape{DefaultMaxSeqs, (s + DefaultBlockSize - 1) / DefaultBlockSize})
+						assertOutput(t, g, "logits", ir.F32, ir.Shape{DefaultMaxSeqs, 97})
+						st := g.Node(g.States()[0])
+						l, err := StepLayout(c, opt)
+						require.NoError(t, err)
+						assert.Equal(t, ir.Shape{ir.Dim(l.Slots()), ir.Dim(c.NumKeyValueHeads), ir.Dim(c.HeadDim)}, st.Shape)
+						assert.Equal(t, dt, st.DType)
 					case "layer", "block":
 						assertLeaf(t, g, "hidden_states", dt, ir.Shape{b, s, 64})
 						assertOutput(t, g, "hidden_states", dt, ir.Shape{b, s, 64})

@@ -44,7 +44,8 @@ func StepLayout(c *Config, opt Options) (step.Layout, error) {
 // values are scattered into the pools at their slots, and attention is
 // paged attention over each token's own sequence. The output is the
 // logits of each sequence's last token [max seqs, vocab] (or of every
-// token). The runtime symbols tokens and seqs carry T and S.
+// token). The runtime symbol seqs carries S; T is query_start[S], the
+// tokens past it belong to no sequence.
 func (e *emitter) stepKind() error {
 	l, err := StepLayout(e.cfg, e.opt)
 	if err != nil {
@@ -59,7 +60,6 @@ func (e *emitter) stepKind() error {
 	sp.lens = e.Input(step.SeqLens, ir.I32, S)
 	sp.table = e.Input(step.BlockTable, ir.I32, S, M)
 	sp.slots = e.Input(step.SlotMapping, ir.I32, T)
-	e.Symbol(step.TokensSymbol, 1, int64(l.MaxTokens))
 	sp.seqs = e.Symbol(step.SeqsSymbol, 1, int64(l.MaxSeqs))
 
 	var h, embed ir.Value

@@ -80,10 +80,20 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 		}
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	paged, err := pagedFeeds(g, seed, ranges)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]*Tensor{}
 	for i, n := range g.Nodes {
 		if !slices.Contains(kinds, n.Op) {
 			continue
+		}
+		if t, ok := paged[n.Name]; ok && n.Op == OpInput {
+			if _, own := stated[n.Name]; !own {
+				out[n.Name] = t
+				continue
+			}
 		}
 		count := n.Shape.NumElements()
 		d := doms[i]

@@ -122,6 +122,19 @@ var textCases = []textCase{
 		b.Output("oddoffset", b.Attention(q, k, v, math.SmallestNonzeroFloat64, false, -7))
 		b.Output("causal0", b.Attention(q, k, v, math.MaxFloat64, true, 0))
 	}},
+	{"paged", func(b *Builder) {
+		kp, vp := b.State("kpool", BF16, 12, 2, 8), b.State("vpool", BF16, 12, 2, 8)
+		q := b.Input("q", BF16, 5, 4, 8)
+		k, v := b.Input("k", BF16, 5, 2, 8), b.Input("v", BF16, 5, 2, 8)
+		slots := b.Input("slots", I32, 5)
+		kp2, vp2 := b.Scatter(kp, k, slots, 0), b.Scatter(vp, v, slots, -3)
+		b.UpdateState(kp, kp2)
+		b.UpdateState(vp, vp2)
+		table, lens, starts := b.Input("table", I32, 3, 2), b.Input("lens", I32, 3), b.Input("starts", I32, 4)
+		seqs := b.Symbol("seqs", 1, 3)
+		b.Output("windowed", b.PagedAttention(q, k, v, kp2, vp2, table, lens, starts, seqs, 0.125, 4, 3))
+		b.Output("full", b.PagedAttention(q, k, v, kp2, vp2, table, lens, starts, seqs, 1/math.Sqrt(8), 6, 0))
+	}},
 	{"names", func(b *Builder) {
 		x := b.Input("a \"quoted\"\nname ; not a comment", F32, 1)
 		y := b.Input("\xff\x00é", F32, 1)

@@ -64,7 +64,6 @@ func (l Layout) Feeds(b *Batch) (map[string]*ir.Tensor, error) {
 		{SeqLens, ir.I32, ir.Shape{ms}, lens},
 		{BlockTable, ir.I32, ir.Shape{ms, ir.Dim(l.BlocksPerSeq)}, table},
 		{SlotMapping, ir.I32, ir.Shape{mt}, slots},
-		{TokensSymbol, ir.I32, ir.Shape{}, []int64{int64(T)}},
 		{SeqsSymbol, ir.I32, ir.Shape{}, []int64{int64(S)}},
 	} {
 		if err := add(in.name, in.dt, in.shape, in.vals); err != nil {

@@ -20,7 +20,9 @@ import "fmt"
 
 // The names of a step program's inputs, symbols and pools.
 const (
-	// TokensSymbol is T, the number of tokens present (an i32 scalar input).
+	// TokensSymbol names T, the number of tokens present, in errors; the
+	// program reads it as query_start[S], as vLLM reads
+	// query_start_loc[-1].
 	TokensSymbol = "tokens"
 	// SeqsSymbol is S, the number of sequences present (an i32 scalar input).
 	SeqsSymbol = "seqs"
