@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -171,4 +172,59 @@ func FuzzCheck(f *testing.F) {
 		_, errFeeds := testLayout.Feeds(b)
 		assert.Equal(t, errCheck == nil, errFeeds == nil)
 	})
+}
+
+// TestUnpadReadsBackWhatFeedsWrote: Unpad of Feeds is the batch (rows cut
+// to their blocks), and the padding region is checked.
+func TestUnpadReadsBackWhatFeedsWrote(t *testing.T) {
+	b := goodBatch()
+	f, err := testLayout.Feeds(b)
+	require.NoError(t, err)
+	got, err := testLayout.Unpad(f)
+	require.NoError(t, err)
+	assert.Equal(t, b, got)
+
+	cases := []struct {
+		name  string
+		edit  func(f map[string]*ir.Tensor)
+		input string
+		msg   string
+	}{
+		{"missing", func(f map[string]*ir.Tensor) { delete(f, SeqLens) }, SeqLens, "missing"},
+		{"float", func(f map[string]*ir.Tensor) { f[SeqLens] = ir.NewTensor(ir.F32, ir.Shape{4}) }, SeqLens, "want integers"},
+		{"shape", func(f map[string]*ir.Tensor) { f[InputIDs] = ir.NewTensor(ir.I64, ir.Shape{15}) }, InputIDs, "compiled for [16]"},
+		{"seqs", func(f map[string]*ir.Tensor) { f[SeqsSymbol].SetInt(0, 5) }, SeqsSymbol, "5 sequences"},
+		{"padded start", func(f map[string]*ir.Tensor) { f[QueryStarts].SetInt(4, 7) }, QueryStarts, "padding repeats T = 6"},
+		{"padded slot", func(f map[string]*ir.Tensor) { f[SlotMapping].SetInt(9, 3) }, SlotMapping, "padding is -1"},
+		{"padded id", func(f map[string]*ir.Tensor) { f[InputIDs].SetInt(9, 99) }, InputIDs, "outside the vocabulary"},
+		{"huge slot", func(f map[string]*ir.Tensor) {
+			x := mustInts(t, ir.I64, 16, -1)
+			x.SetInt(0, 1<<40)
+			f[SlotMapping] = x
+		}, SlotMapping, "outside the pool"},
+		{"checked batch", func(f map[string]*ir.Tensor) { f[Positions].SetInt(0, 1) }, Positions, "sits at position 2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := testLayout.Feeds(goodBatch())
+			require.NoError(t, err)
+			c.edit(f)
+			_, err = testLayout.Unpad(f)
+			var me *MetadataError
+			require.True(t, errors.As(err, &me), "%v", err)
+			assert.Equal(t, c.input, me.Input, "%v", err)
+			assert.Contains(t, err.Error(), c.msg)
+		})
+	}
+}
+
+// mustInts is an integer tensor of n elements, all v.
+func mustInts(t *testing.T, dt ir.DType, n int, v int64) *ir.Tensor {
+	xs := make([]int64, n)
+	for i := range xs {
+		xs[i] = v
+	}
+	x, err := ir.TensorOfInts(dt, ir.Shape{ir.Dim(n)}, xs...)
+	require.NoError(t, err)
+	return x
 }

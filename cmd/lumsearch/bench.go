@@ -89,6 +89,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		arch := fs.String("arch", "sm_90", "MODEL only: the architecture schedules are priced for with NVRTC: sm_80 or sm_90")
 		dims := dimFlag(fs, dimUsage+"; for DIR, NAME=VALUE runs the program at that runtime extent (past=P)")
 		maxSeq := fs.Int("max-seq", 0, "MODEL only: the KV cache's capacity N of a decode step or a prefill")
+		stepOpt := stepFlags(fs)
 		minRuns := fs.Int("min-runs", timing.DefaultMin, "the fewest timed runs of each measurement")
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
@@ -133,7 +134,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 				if dtErr != nil || !dt.IsFloat() {
 					return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 				}
-				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
+				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt}, Dims: dims.Pins, Ranges: dims.Ranges})
 				if loadErr != nil {
 					return loadErr
 				}

@@ -76,6 +76,7 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 		verify := fs.Bool("verify", true, "verify under the CPU emulation (needs g++)")
 		dims := dimFlag(fs, ""+dimUsage)
 		maxSeq := maxSeqFlag(fs)
+		stepOpt := stepFlags(fs)
 		ranges := search.InputRanges{}
 		fs.Var(ranges, "input-range", inputRangeUsage)
 		expect := search.RangeFlag{}
@@ -95,7 +96,7 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 			if err != nil || !dt.IsFloat() {
 				return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt}, Dims: dims.Pins, Ranges: dims.Ranges})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt}, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

@@ -74,6 +74,7 @@ lumsearch corpus list --json --seq 1024`,
 		feeds := feedFlags(fs, "eval: ")
 		saveOutputs := fs.String("save-outputs", "", "eval: write the outputs and updated states to the safetensors `FILE` (the layout --outputs reads)")
 		composite := fs.Bool("composite", false, "emit the composite softmax, norm and attention ops instead of their decompositions")
+		stepOpt := stepFlags(fs)
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			dt, err := ir.ParseDType(*dtype)
 			if err != nil {
@@ -84,7 +85,7 @@ lumsearch corpus list --json --seq 1024`,
 			}
 			// checkSizeFlags has refused a --batch, --seq or --past
 			// that does not fit.
-			opt := corpus.Options{Batch: *batch, Seq: *seq, Past: *past, DType: dt, Composite: *composite}
+			opt := corpus.Options{Batch: *batch, Seq: *seq, Past: *past, DType: dt, Composite: *composite, Step: *stepOpt}
 			if len(pos) == 0 {
 				return usagef("missing subcommand: list, show or eval")
 			}

@@ -81,6 +81,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		var asJSON, verify bool
 		dims := dimFlag(fs, dimUsage)
 		maxSeq := maxSeqFlag(fs)
+		stepOpt := stepFlags(fs)
 		fs.StringVar(&out, "o", "", "the output `DIR`")
 		fs.DurationVar(&o.Budget, "budget", 10*time.Minute, "the run's time budget, output included (0: none, the work limits end it)")
 		fs.StringVar(&o.Target, "target", "h100-sxm", "the device the cost model prices for (h100, a100, ...; auto: the GPU here)")
@@ -126,7 +127,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 			if err := search.CheckOutputDir(out); err != nil {
 				return exitCodes(err)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: seq, MaxSeq: *maxSeq, Past: -1, DType: dt}, Kind: kind, Dims: dims.Pins, Ranges: dims.Ranges})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt}, Kind: kind, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

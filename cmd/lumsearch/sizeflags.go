@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/search"
 )
@@ -35,6 +36,17 @@ func checkSizeFlags(fs *flag.FlagSet) error {
 		if v, ok := intFlag(fs, f.name); ok && v <= 0 {
 			return usagef("--%s %d: must be positive (%s)", f.name, v, f.what)
 		}
+	}
+	var bad error
+	fs.Visit(func(f *flag.Flag) {
+		for _, sf := range stepSizeFlags {
+			if v, ok := intFlag(fs, sf.name); ok && f.Name == sf.name && v <= 0 && bad == nil {
+				bad = usagef("--%s %d: must be positive (%s)", sf.name, v, sf.what)
+			}
+		}
+	})
+	if bad != nil {
+		return bad
 	}
 	past, ok := intFlag(fs, "past")
 	if !ok {
@@ -82,3 +94,24 @@ func maxSeqFlag(fs *flag.FlagSet) *int {
 
 // expectUsage is the --expect flag's help.
 const expectUsage = "where runtime extent NAME is expected to run, `NAME=LO..HI` (a decode step's past): the cost model prices over that range's buckets, not the whole compiled range (repeatable)"
+
+// stepSizeFlags size a serving step (the step kind); 0, their default,
+// means the corpus default, so a 0 given on the command line is refused.
+var stepSizeFlags = []struct{ name, what string }{
+	{"max-tokens", "the most tokens one step runs"},
+	{"max-seqs", "the most sequences one step runs"},
+	{"block-size", "positions per KV block"},
+	{"kv-blocks", "blocks in each layer's KV pool"},
+}
+
+// stepFlags defines on fs the flags that size a serving step, read into
+// the returned options.
+func stepFlags(fs *flag.FlagSet) *corpus.StepOptions {
+	o := &corpus.StepOptions{}
+	fs.IntVar(&o.MaxTokens, "max-tokens", 0, "a serving step's most tokens T, a runtime extent 1..N (step kind; default 256)")
+	fs.IntVar(&o.MaxSeqs, "max-seqs", 0, "a serving step's most sequences S, a runtime extent 1..N (step kind; default min(32, --max-tokens))")
+	fs.IntVar(&o.BlockSize, "block-size", 0, "positions per block of the paged KV pool (step kind; default 16)")
+	fs.IntVar(&o.KVBlocks, "kv-blocks", 0, "blocks in each layer's KV pool (step kind; default: --max-seqs sequences of --max-seq positions)")
+	fs.BoolVar(&o.AllLogits, "all-logits", false, "output every token's logits [T, vocab], not each sequence's last [S, vocab] (step kind)")
+	return o
+}
