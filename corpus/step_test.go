@@ -38,6 +38,9 @@ func newStepFixture(t *testing.T, model string, opt Options) *stepFixture {
 	require.NoError(t, err)
 	l, err := StepLayout(cfg, opt)
 	require.NoError(t, err)
+	read, err := step.LayoutOf(g)
+	require.NoError(t, err)
+	require.Equal(t, l, *read, "the layout read from the graph is the one it was built with")
 	w, err := RandomWeights(g, 7)
 	require.NoError(t, err)
 	return &stepFixture{name: model, cfg: cfg, opt: opt, layout: l, g: g, weights: w}

@@ -8,6 +8,7 @@ import (
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // value is what a class amounts to at run time: a buffer read through a
@@ -50,7 +51,11 @@ func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 	if err != nil {
 		return nil, fmt.Errorf("lower %s: %w", g.Name, err)
 	}
-	b := &builder{eg: eg, prog: &Program{Name: g.Name, Outputs: map[string]int{}, Updates: map[string]int{}, Symbols: slices.Clone(g.Symbols)},
+	layout, err := step.LayoutOf(g)
+	if err != nil {
+		return nil, fmt.Errorf("lower %s: %w", g.Name, err)
+	}
+	b := &builder{eg: eg, prog: &Program{Name: g.Name, Outputs: map[string]int{}, Updates: map[string]int{}, Symbols: slices.Clone(g.Symbols), Step: layout},
 		vals: map[egraph.ClassID]value{}, tuple: map[egraph.ClassID][]int{}, named: map[string]int{}}
 	for _, pc := range order {
 		c := p.ClassIDs[pc]

@@ -20,6 +20,7 @@ import (
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // BufferKind says where a buffer's content comes from and how long it
@@ -230,6 +231,10 @@ type Program struct {
 	// Symbols are the runtime extents of the graph the program computes,
 	// each fed through the input buffer of its name.
 	Symbols []ir.Symbol
+	// Step is the layout of a serving step's program (step.LayoutOf its
+	// graph), nil for any other: its inputs are checked as a batch
+	// (step.Layout.Unpad) before it runs.
+	Step *step.Layout
 	// ArenaBytes is the arena the memory plan needs for the Temp
 	// buffers; TempBytes what they would take without reuse.
 	ArenaBytes, TempBytes int64

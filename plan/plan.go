@@ -31,6 +31,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // FileName is the plan's name in a compiled output folder.
@@ -40,10 +41,12 @@ const FileName = "plan.json"
 // writes and reads. Format 2 added the format itself, the digests of the
 // output folder's files, the NVRTC that compiled the kernels, the model's
 // source file and the plan's own digest. Format 3 added the runtime
-// symbols (Symbols) and a decode step's position range in Options. A plan
+// symbols (Symbols) and a decode step's position range in Options. Format
+// 4 added a serving step's layout (Step), which an older reader would
+// ignore and so run a step without checking its metadata. A plan
 // of another format is refused with the advice to compile the model
 // again.
-const FormatVersion = 3
+const FormatVersion = 4
 
 // Plan is plan.json.
 type Plan struct {
@@ -89,6 +92,9 @@ type Plan struct {
 	// (lum_run and the Go package refuse other values); Buckets are the
 	// values the cost model priced the program at.
 	Symbols []Symbol `json:"symbols,omitempty"`
+	// Step is a serving step's layout (docs/serving.md): its maxima and
+	// KV pool; nil for any other program.
+	Step *step.Layout `json:"step,omitempty"`
 	// Outputs maps each output's name to its buffer, Updates each state
 	// to the buffer holding its new value after a run.
 	Outputs map[string]int `json:"outputs"`
@@ -254,6 +260,10 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 	p := &Plan{Format: FormatVersion, ArenaBytes: lp.ArenaBytes, TempBytes: lp.TempBytes, Outputs: maps.Clone(lp.Outputs), Updates: maps.Clone(lp.Updates), WeightsDigest: digest}
 	for _, s := range lp.Symbols {
 		p.Symbols = append(p.Symbols, Symbol{Name: s.Name, Lo: s.Lo, Hi: s.Hi, Buckets: s.Buckets()})
+	}
+	if lp.Step != nil {
+		l := *lp.Step
+		p.Step = &l
 	}
 	for _, b := range lp.Buffers {
 		shape := make([]int64, len(b.Shape))
@@ -542,6 +552,13 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 	lp := &lower.Program{Name: name, ArenaBytes: p.ArenaBytes, TempBytes: p.TempBytes, Outputs: maps.Clone(p.Outputs), Updates: maps.Clone(p.Updates)}
 	for _, s := range p.Symbols {
 		lp.Symbols = append(lp.Symbols, ir.Symbol{Name: s.Name, Lo: s.Lo, Hi: s.Hi})
+	}
+	if p.Step != nil {
+		if err := p.Step.Validate(); err != nil {
+			return nil, fmt.Errorf("plan of %s: step: %w", name, err)
+		}
+		l := *p.Step
+		lp.Step = &l
 	}
 	for _, b := range p.Buffers {
 		vt, err := b.Type()

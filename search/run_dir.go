@@ -96,6 +96,13 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 			return withKind(KindOption, fmt.Errorf("run %s: %w", dir, err))
 		}
 	}
+	if pl.Step != nil {
+		// A serving step's metadata is checked as a batch before
+		// anything runs: bad metadata changes no cache slot.
+		if _, err := pl.Step.Unpad(feeds); err != nil {
+			return withKind(KindInput, fmt.Errorf("run %s: %s: %w", dir, o.Inputs, err))
+		}
+	}
 	for _, v := range g.States() {
 		if n := g.Node(v); feeds[n.Name] == nil {
 			feeds[n.Name] = ir.NewTensor(n.DType, n.Shape) // zeroed, as lum_create starts it

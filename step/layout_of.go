@@ -1,0 +1,66 @@
+package step
+
+import (
+	"fmt"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// LayoutOf reads a step program's layout from its graph: the maxima from
+// its metadata inputs' shapes, the block size and window from its paged
+// attention ops, the pool from its state buffers, the vocabulary from its
+// logits. A graph without paged attention is not a step: (nil, nil).
+func LayoutOf(g *ir.Graph) (*Layout, error) {
+	var attn []*ir.Node
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpPagedAttention {
+			attn = append(attn, n)
+		}
+	}
+	if len(attn) == 0 {
+		return nil, nil
+	}
+	input := func(name string) (*ir.Node, error) {
+		for _, v := range g.Inputs() {
+			if n := g.Node(v); n.Name == name {
+				return n, nil
+			}
+		}
+		return nil, fmt.Errorf("step graph %s has no input %q", g.Name, name)
+	}
+	ids, err := input(InputIDs)
+	if err != nil {
+		return nil, err
+	}
+	table, err := input(BlockTable)
+	if err != nil {
+		return nil, err
+	}
+	first := attn[0]
+	pool := g.Node(first.Inputs[3]).Shape
+	l := &Layout{
+		MaxTokens: int(ids.Shape[0]), MaxSeqs: int(table.Shape[0]), BlocksPerSeq: int(table.Shape[1]),
+		BlockSize: int(first.Block), Window: int(first.Window),
+		Blocks: int(int64(pool[0]) / first.Block), KVHeads: int(pool[1]), HeadDim: int(pool[2]), Layers: len(attn),
+	}
+	for _, n := range attn[1:] {
+		if n.Block != first.Block || n.Window != first.Window || !g.Node(n.Inputs[3]).Shape.Equal(pool) {
+			return nil, fmt.Errorf("step graph %s: its layers' paged attention disagree on the pool (block %d, window %d, %v against block %d, window %d, %v)",
+				g.Name, n.Block, n.Window, g.Node(n.Inputs[3]).Shape, first.Block, first.Window, pool)
+		}
+	}
+	for _, o := range g.Outputs {
+		if o.Name == "logits" {
+			s := g.Node(o.Value).Shape
+			l.Vocab = int(s[len(s)-1])
+			l.AllLogits = int(s[0]) == l.MaxTokens && l.MaxTokens != l.MaxSeqs
+		}
+	}
+	if l.Vocab == 0 {
+		return nil, fmt.Errorf("step graph %s has no logits output", g.Name)
+	}
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("step graph %s: %w", g.Name, err)
+	}
+	return l, nil
+}
