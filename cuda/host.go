@@ -280,6 +280,7 @@ func (h *host) source() string {
 		fmt.Fprintf(&b, "    {%d, %dLL, %dLL},  // %s\n", i, s.Lo, s.Hi, commentText(s.String()))
 	}
 	b.WriteString("    {-1, 0LL, 0LL},\n};\n\n")
+	writeStepTable(&b, p)
 
 	b.WriteString("// The tensors lum_tensor lists: inputs, weights, states, outputs.\n")
 	fmt.Fprintf(&b, "constexpr size_t kNumTensors = %d;\n", len(pub))

@@ -102,7 +102,27 @@ int lum_set_input(lum_model* m, const char* name, const void* data, size_t bytes
             }
         }
     }
-    return transfer(m, "lum_set_input", kInput, name, data, nullptr, bytes, err, errlen);
+    int rc = transfer(m, "lum_set_input", kInput, name, data, nullptr, bytes, err, errlen);
+    if (rc != LUM_OK || !kStep.present) {
+        return rc;
+    }
+    // A serving step's metadata is checked as a batch by lum_run, from
+    // host copies kept here.
+    int i = find(kInput, name);
+    for (int k = 0; k < 7; k++) {
+        if (kStep.buffer[k] != i) {
+            continue;
+        }
+        if (m->shadow[i] == nullptr) {
+            m->shadow[i] = static_cast<unsigned char*>(malloc(kBuffers[i].bytes));
+            if (m->shadow[i] == nullptr) {
+                m->ready[i] = 0;
+                return fail(err, errlen, LUM_ERR_MEMORY, "lum_set_input: out of host memory for %s", name);
+            }
+        }
+        memcpy(m->shadow[i], data, kBuffers[i].bytes);
+    }
+    return LUM_OK;
 }
 
 int lum_run(lum_model* m, char* err, size_t errlen) {
@@ -116,6 +136,12 @@ int lum_run(lum_model* m, char* err, size_t errlen) {
     for (int i = 0; i < kNumBuffers; i++) {
         if (kBuffers[i].kind == kInput && !m->ready[i]) {
             return fail(err, errlen, LUM_ERR_ORDER, "lum_run: input %s was not set (lum_set_input)", kBuffers[i].name);
+        }
+    }
+    if (kStep.present) {
+        int rc = checkStep(m, err, errlen);
+        if (rc != LUM_OK) {
+            return rc;  // before any launch: no cache slot changed
         }
     }
     Current current(m->d, m->ctx);
@@ -175,6 +201,9 @@ void lum_destroy(lum_model* m) {
     }
     if (m->d.lib != nullptr) {
         dlclose(m->d.lib);
+    }
+    for (int i = 0; i < kNumBuffers; i++) {
+        free(m->shadow[i]);
     }
     free(m);
 }

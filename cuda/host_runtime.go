@@ -21,6 +21,7 @@ struct lum_model {
     CUdeviceptr own[kNumBuffers + 1];    // each non-temp buffer's allocation
     CUdeviceptr ptr[kNumBuffers + 1];    // every buffer's address
     unsigned char ready[kNumBuffers + 1];  // weights loaded, inputs set
+    unsigned char* shadow[kNumBuffers + 1];  // host copies of a serving step's metadata inputs
     bool prepared;
 };
 

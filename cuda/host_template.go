@@ -219,7 +219,7 @@ struct SymbolDesc {
     int buffer;                   // in kBuffers
     long long lo, hi;
 };
-
+` + hostStepDecl + `
 struct LaunchDesc {
     int kernel;                   // in kKernelNames
     unsigned int grid[3], block[3];
@@ -235,6 +235,6 @@ struct StoredDesc {
 `
 
 // hostSourceSuffix is what follows the tables in model.cpp: the runtime,
-// lum_load_prepared's reader of prepared weights files, and the C API, each
-// in a file of its own.
-const hostSourceSuffix = hostRuntimeSource + hostJSONSource + hostPreparedSource + hostCAPISource
+// lum_load_prepared's reader of prepared weights files, a serving step's
+// metadata check, and the C API, each in a file of its own.
+const hostSourceSuffix = hostRuntimeSource + hostJSONSource + hostPreparedSource + hostStepSource + hostCAPISource

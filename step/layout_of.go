@@ -28,14 +28,18 @@ func LayoutOf(g *ir.Graph) (*Layout, error) {
 		}
 		return nil, fmt.Errorf("step graph %s has no input %q", g.Name, name)
 	}
-	ids, err := input(InputIDs)
-	if err != nil {
-		return nil, err
+	shapes := map[string]int{InputIDs: 1, Positions: 1, QueryStarts: 1, SeqLens: 1, BlockTable: 2, SlotMapping: 1, SeqsSymbol: 0}
+	for _, name := range []string{InputIDs, Positions, QueryStarts, SeqLens, BlockTable, SlotMapping, SeqsSymbol} {
+		n, err := input(name)
+		if err != nil {
+			return nil, err
+		}
+		if !n.DType.IsInt() || len(n.Shape) != shapes[name] {
+			return nil, fmt.Errorf("step graph %s: input %q is %s%v; want integers of rank %d", g.Name, name, n.DType, n.Shape, shapes[name])
+		}
 	}
-	table, err := input(BlockTable)
-	if err != nil {
-		return nil, err
-	}
+	ids, _ := input(InputIDs)
+	table, _ := input(BlockTable)
 	first := attn[0]
 	pool := g.Node(first.Inputs[3]).Shape
 	l := &Layout{
@@ -61,6 +65,13 @@ func LayoutOf(g *ir.Graph) (*Layout, error) {
 	}
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("step graph %s: %w", g.Name, err)
+	}
+	for name, want := range map[string]ir.Shape{
+		Positions: {ir.Dim(l.MaxTokens)}, SlotMapping: {ir.Dim(l.MaxTokens)}, QueryStarts: {ir.Dim(l.MaxSeqs + 1)}, SeqLens: {ir.Dim(l.MaxSeqs)},
+	} {
+		if n, _ := input(name); !n.Shape.Equal(want) {
+			return nil, fmt.Errorf("step graph %s: input %q has shape %v; want %v", g.Name, name, n.Shape, want)
+		}
 	}
 	return l, nil
 }
