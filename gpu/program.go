@@ -219,6 +219,13 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 			}
 		}
 	}
+	if p.plan.Step != nil {
+		// A serving step's metadata is checked as a batch before
+		// anything is uploaded: bad metadata changes no cache slot.
+		if _, err := p.plan.Step.Unpad(inputs); err != nil {
+			return nil, fmt.Errorf("run %s: %w", p.name, err)
+		}
+	}
 	if err := p.uploadKinds(inputs, input); err != nil {
 		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
