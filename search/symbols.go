@@ -3,12 +3,14 @@ package search
 import (
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/plan"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // verifyPoints are the values of a symbol a program is verified at: the
@@ -124,6 +126,11 @@ func symbolText(bound map[string]int64) string {
 // symbols' inputs in feeds set, and returns the worst of its results and
 // the bindings it ran at as text ("" for a graph without symbols).
 func runAtSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, at map[string]int64, check func() (float64, error)) (float64, string, error) {
+	if l, err := step.LayoutOf(g); err != nil {
+		return 0, "", err
+	} else if l != nil && len(at) == 0 {
+		return runAtStepPoints(*l, feeds, check)
+	}
 	bindings, err := symbolBindings(g, at, maxVerifyPoints)
 	if err != nil {
 		return 0, "", err
@@ -148,6 +155,32 @@ func runAtSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, at map[string]int64,
 	}
 	if len(texts) == 0 {
 		return worst, "", nil
+	}
+	return worst, " at " + strings.Join(texts, ", "), nil
+}
+
+// runAtStepPoints is runAtSymbols for a serving step: check runs once per
+// verification point (step.Layout.Points: one decode, all decodes, one
+// long chunk, a mix, the maxima), each a whole batch of metadata in feeds.
+func runAtStepPoints(l step.Layout, feeds map[string]*ir.Tensor, check func() (float64, error)) (float64, string, error) {
+	pts, err := l.Points(rand.New(rand.NewPCG(uint64(l.MaxTokens), uint64(l.MaxSeqs))))
+	if err != nil {
+		return 0, "", err
+	}
+	worst := 0.0
+	var texts []string
+	for _, p := range pts {
+		meta, err := l.Feeds(p.Batch)
+		if err != nil {
+			return 0, "", fmt.Errorf("internal error: step point %s: %w", p, err)
+		}
+		maps.Copy(feeds, meta)
+		rel, err := check()
+		if err != nil {
+			return 0, "", fmt.Errorf("%w (at %s)", err, p)
+		}
+		worst = max(worst, rel)
+		texts = append(texts, p.String())
 	}
 	return worst, " at " + strings.Join(texts, ", "), nil
 }

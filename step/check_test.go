@@ -228,3 +228,31 @@ func mustInts(t *testing.T, dt ir.DType, n int, v int64) *ir.Tensor {
 	require.NoError(t, err)
 	return x
 }
+
+// TestPointsCoverTheExtents: the verification points are accepted
+// batches at the extents their names promise, for layouts of every shape
+// (a pool too small for every context shrinks the contexts).
+func TestPointsCoverTheExtents(t *testing.T) {
+	for _, l := range []Layout{
+		testLayout,
+		{MaxTokens: 24, MaxSeqs: 6, BlockSize: 4, Blocks: 64, BlocksPerSeq: 8, Vocab: 10},
+		{MaxTokens: 64, MaxSeqs: 2, BlockSize: 16, Blocks: 5, BlocksPerSeq: 2, Vocab: 3},
+		{MaxTokens: 1, MaxSeqs: 1, BlockSize: 1, Blocks: 1, BlocksPerSeq: 1, Vocab: 2},
+	} {
+		pts, err := l.Points(rand.New(rand.NewPCG(1, 2)))
+		require.NoError(t, err, "%+v", l)
+		require.Len(t, pts, 5)
+		byName := map[string]*Batch{}
+		for _, p := range pts {
+			require.NoError(t, l.Check(p.Batch), "%s of %+v", p, l)
+			byName[p.Name] = p.Batch
+		}
+		assert.Equal(t, 1, byName["one decode"].Tokens())
+		assert.Equal(t, 1, byName["one decode"].Seqs())
+		assert.Equal(t, min(l.MaxSeqs, l.MaxTokens), byName["all decodes"].Seqs())
+		assert.Equal(t, byName["all decodes"].Seqs(), byName["all decodes"].Tokens())
+		assert.Equal(t, min(l.MaxTokens, l.MaxLen()), byName["one long chunk"].Tokens())
+		assert.Equal(t, l.MaxSeqs, byName["maxima"].Seqs())
+		assert.Equal(t, min(l.MaxTokens, l.MaxSeqs*l.MaxLen()), byName["maxima"].Tokens())
+	}
+}
