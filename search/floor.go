@@ -5,6 +5,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // Floor is what any program of a model must do per run, and the least
@@ -43,6 +44,17 @@ func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
 	}
 	users := readers(g)
 	size := func(n *ir.Node) float64 { return float64(n.Shape.NumElements()) * float64(n.DType.Size()) }
+	// A serving step's work follows its metadata: it is priced at
+	// step.Layout.Priced with the sequences present at their bucket.
+	var work *step.Workload
+	if l, err := step.LayoutOf(g); err == nil && l != nil {
+		seqs := l.MaxSeqs
+		if in, ok := g.SymbolInput(step.SeqsSymbol); ok {
+			seqs = int(pos(in))
+		}
+		w := l.Priced(seqs)
+		work = &w
+	}
 	for i, n := range g.Nodes {
 		switch n.Op {
 		case ir.OpInput:
@@ -50,12 +62,17 @@ func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
 		case ir.OpWeight:
 			f.Bytes += weightBytes(g, n, users[i])
 		case ir.OpState:
-			f.Bytes += stateBytes(g, ir.Value(i), users, pos)
+			f.Bytes += stateBytes(g, ir.Value(i), users, pos, work)
 		case ir.OpMatMul:
 			a := g.Node(n.Inputs[0])
 			f.FLOPs += 2 * float64(n.Shape.NumElements()) * float64(a.Shape[len(a.Shape)-1])
 		case ir.OpAttention:
 			f.FLOPs += attentionFLOPs(g, n, pos)
+		case ir.OpPagedAttention:
+			if work != nil {
+				q := g.Node(n.Inputs[0]).Shape
+				f.FLOPs += 4 * float64(q[1]) * float64(q[2]) * work.Keys
+			}
 		}
 	}
 	for _, o := range g.Outputs {
@@ -100,8 +117,10 @@ func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value) float64 {
 // written into it (the updates of the slice_updates that write it) and
 // the rows read of it: a slice of it (a static decode step's positions
 // 0..past), or for causal attention at a runtime position the keys up to
-// the last query's. A state read in any other way is read whole.
-func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) int64) float64 {
+// the last query's; a serving step's pool, the rows its scatter writes
+// and the cached positions of the priced workload. A state read in any
+// other way is read whole.
+func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) int64, work *step.Workload) float64 {
 	n := g.Node(v)
 	whole := float64(n.Shape.NumElements()) * float64(n.DType.Size())
 	var written, read float64
@@ -118,6 +137,16 @@ func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) 
 				}
 			case u.Op == ir.OpSlice:
 				read += float64(u.Shape.NumElements()) * float64(u.DType.Size())
+			case u.Op == ir.OpScatter && u.Inputs[0] == x && work != nil:
+				// Only the rows of tokens present are written.
+				up := g.Node(u.Inputs[1])
+				written += float64(up.Shape.NumElements()) * float64(up.DType.Size()) * float64(work.Tokens) / float64(up.Shape[0])
+				if !reads(uv) {
+					return false
+				}
+			case u.Op == ir.OpPagedAttention && (u.Inputs[3] == x || u.Inputs[4] == x) && work != nil:
+				row := whole / float64(n.Shape[0])
+				read += row * work.Cached
 			case u.Op == ir.OpAttention && u.Inputs[0] != x:
 				q, k := g.Node(u.Inputs[0]).Shape, g.Node(x).Shape
 				keys := float64(k[2])

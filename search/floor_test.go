@@ -6,6 +6,7 @@ import (
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/step"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,3 +70,40 @@ func TestFloorTiedEmbedding(t *testing.T) {
 	}
 	assert.Equal(t, wpeRow, wpe)
 }
+
+// TestStepFloorByHand: a llama-3-8b step's floor at S sequences is the
+// weights (the embedding's gathered rows), the metadata inputs, the pools'
+// written rows and the priced workload's cached rows (K and V, every
+// layer), and the logits; its arithmetic the matmuls over every token
+// plus attention over the workload's keys.
+func TestStepFloorByHand(t *testing.T) {
+	c, err := corpus.EmbeddedConfig("llama-3-8b")
+	require.NoError(t, err)
+	opt := corpus.Options{Seq: 4096, DType: ir.BF16, Step: corpus.StepOptions{MaxTokens: 256, MaxSeqs: 32, KVBlocks: 4096}}
+	g, err := corpus.Build("llama-3-8b:step", opt)
+	require.NoError(t, err)
+	l, err := corpus.StepLayout(c, opt)
+	require.NoError(t, err)
+	h, inter, layers, vocab := float64(c.HiddenSize), float64(c.IntermediateSize), float64(c.NumHiddenLayers), float64(c.VocabSize)
+	kv := float64(c.NumKeyValueHeads * c.HeadDim)
+	const bf16 = 2
+	T, S := float64(l.MaxTokens), float64(l.MaxSeqs)
+	perLayer := 2*h*h + 2*h*kv + 3*h*inter + 2*h
+	weights := bf16 * (layers*perLayer + h + T*h + vocab*h) // the embedding's T rows
+	meta := 8*T + 4*T + 4*(S+1) + 4*S + 4*S*float64(l.BlocksPerSeq) + 4*T + 4
+	dev, err := cost.LookupDevice("h200")
+	require.NoError(t, err)
+	for _, seqs := range []int{1, 8, 32} {
+		w := l.Priced(seqs)
+		pools := layers * 2 * (T + w.Cached) * kv * bf16
+		want := weights + meta + pools + 4*S*vocab
+		f := programFloor(g, dev, map[string]int64{step.SeqsSymbol: int64(seqs)})
+		assert.InDelta(t, want, f.Bytes, 0.5, "seqs %d", seqs)
+		q := float64(c.NumAttentionHeads * c.HeadDim)
+		matmuls := 2*T*layers*perLayerMACs(h, kv, inter) + 2*S*h*vocab
+		assert.InDelta(t, matmuls+layers*4*q*w.Keys, f.FLOPs, 1, "seqs %d", seqs)
+	}
+}
+
+// perLayerMACs is a llama layer's multiply-adds per token.
+func perLayerMACs(h, kv, inter float64) float64 { return 2*h*h + 2*h*kv + 3*h*inter }

@@ -16,7 +16,10 @@
 // The package imports nothing of the project but ir.
 package step
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // The names of a step program's inputs, symbols and pools.
 const (
@@ -129,3 +132,31 @@ func (b *Batch) Seqs() int { return len(b.SeqLens) }
 // Padding is a slot mapping's mark for a token whose key and value are
 // not written.
 const Padding = -1
+
+// Workload is the step the cost model and the floor price a program at,
+// since a step's work follows metadata that no symbol carries: seqs
+// sequences sharing the most tokens evenly, each after a context of half
+// the longest sequence. Keys counts the positions all tokens attend
+// (causally, each token its sequence's context plus the step tokens up
+// to itself), Cached the context positions read from the pools.
+type Workload struct {
+	Tokens, Seqs  int
+	Keys, Cached  float64
+	ContextPerSeq int
+}
+
+// Priced is the workload of a step with seqs sequences present.
+func (l Layout) Priced(seqs int) Workload {
+	seqs = min(max(seqs, 1), l.MaxSeqs, l.MaxTokens)
+	T := l.MaxTokens
+	per := float64(T) / float64(seqs)
+	ctx := max(0, min(l.MaxLen()/2, l.MaxLen()-int(math.Ceil(per))))
+	w := Workload{Tokens: T, Seqs: seqs, ContextPerSeq: ctx, Cached: float64(seqs * ctx)}
+	// Each sequence's i-th step token attends ctx + i + 1 positions.
+	w.Keys = float64(T)*float64(ctx) + float64(seqs)*per*(per+1)/2
+	if l.Window > 0 {
+		w.Keys = math.Min(w.Keys, float64(T*l.Window))
+		w.Cached = math.Min(w.Cached, float64(seqs*l.Window))
+	}
+	return w
+}
