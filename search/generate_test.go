@@ -125,11 +125,14 @@ type generationFolder struct {
 	digest map[string][32]byte
 }
 
-// compileFolder compiles a corpus model in f32 and writes its folder.
+// compileFolder compiles a corpus model (in f32 unless opt says) and
+// writes its folder.
 func compileFolder(t *testing.T, name string, opt corpus.Options) *generationFolder {
 	t.Helper()
 	ctx := context.Background()
-	opt.DType = ir.F32
+	if opt.DType == ir.InvalidDType {
+		opt.DType = ir.F32
+	}
 	m, err := LoadModel(name, ModelOptions{Build: opt})
 	require.NoError(t, err)
 	res, err := Compile(ctx, m, Options{NoVerify: true})
