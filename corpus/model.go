@@ -92,6 +92,14 @@ func (e *emitter) causalLMPass(ids ir.Value, p *pass) {
 	for i := range c.NumHiddenLayers {
 		h = e.layer(h, i, p)
 	}
+	e.lmHead(h, embed)
+}
+
+// lmHead is the final norm and the LM head over hidden states h, with the
+// logits cast to f32 as output "logits"; embed is the token embedding,
+// the head when the config ties them.
+func (e *emitter) lmHead(h, embed ir.Value) {
+	c := e.cfg
 	if c.Family() == GPT2 {
 		h = e.layerNorm(h, "transformer.ln_f", c.LayerNormEps)
 	} else {

@@ -75,25 +75,13 @@ func (e *emitter) stepKind() error {
 	for i := range c.NumHiddenLayers {
 		h = e.stepLayer(h, i, sp)
 	}
-	if c.Family() == GPT2 {
-		h = e.layerNorm(h, "transformer.ln_f", c.LayerNormEps)
-	} else {
-		h = e.rmsNorm(h, "model.norm", c.RMSNormEps)
-	}
 	if !l.AllLogits {
-		// Each sequence's last token is the one before the next start.
+		// Each sequence's last token is the one before the next start;
+		// the final norm is per row, so it runs on those rows alone.
 		last := e.Sub(e.Slice(sp.starts, 0, 1, int64(S)+1, 1), e.scalar(ir.I32, 1))
 		h = e.Gather(h, last, 0)
 	}
-	head := embed
-	if !c.TieWordEmbeddings {
-		head = e.weight("lm_head.weight", c.VocabSize, c.HiddenSize)
-	}
-	logits := e.affine(h, e.Transpose(head, 0, 1), ir.NoValue)
-	if e.dt != ir.F32 {
-		logits = e.Cast(logits, ir.F32)
-	}
-	e.Output("logits", logits)
+	e.lmHead(h, embed)
 	return nil
 }
 

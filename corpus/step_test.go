@@ -1,4 +1,4 @@
-package corpus
+package corpus_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/internal/steptest"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/step"
 	"github.com/stretchr/testify/assert"
@@ -15,76 +17,35 @@ import (
 
 // stepTestOptions are a small step: 24 tokens of up to 6 sequences of up
 // to 32 positions, blocks of 4 in a pool of 64.
-func stepTestOptions(dt ir.DType) Options {
-	return Options{DType: dt, Seq: 32, Step: StepOptions{MaxTokens: 24, MaxSeqs: 6, BlockSize: 4, KVBlocks: 64}}
+func stepTestOptions(dt ir.DType) corpus.Options {
+	return corpus.Options{DType: dt, Seq: 32, Step: corpus.StepOptions{MaxTokens: 24, MaxSeqs: 6, BlockSize: 4, KVBlocks: 64}}
 }
 
 // stepFixture is a step graph of one tiny model with its weights, and a
 // cache of the unbatched references it is compared with.
 type stepFixture struct {
 	name    string
-	cfg     *Config
-	opt     Options
+	cfg     *corpus.Config
+	opt     corpus.Options
 	layout  step.Layout
 	g       *ir.Graph
 	weights map[string]*ir.Tensor
 }
 
-func newStepFixture(t *testing.T, model string, opt Options) *stepFixture {
+func newStepFixture(t *testing.T, model string, opt corpus.Options) *stepFixture {
 	t.Helper()
-	cfg, err := EmbeddedConfig(model)
+	cfg, err := corpus.EmbeddedConfig(model)
 	require.NoError(t, err)
-	g, err := BuildConfig(model+":step", cfg, "step", opt)
+	g, err := corpus.BuildConfig(model+":step", cfg, "step", opt)
 	require.NoError(t, err)
-	l, err := StepLayout(cfg, opt)
+	l, err := corpus.StepLayout(cfg, opt)
 	require.NoError(t, err)
 	read, err := step.LayoutOf(g)
 	require.NoError(t, err)
 	require.Equal(t, l, *read, "the layout read from the graph is the one it was built with")
-	w, err := RandomWeights(g, 7)
+	w, err := corpus.RandomWeights(g, 7)
 	require.NoError(t, err)
 	return &stepFixture{name: model, cfg: cfg, opt: opt, layout: l, g: g, weights: w}
-}
-
-// alone is the reference for one sequence run alone: the model kind over
-// its ids, every position's logits [1, len, vocab] and their magnitudes,
-// plus the allowance of its logits.
-func (f *stepFixture) alone(t *testing.T, ids []int64) (logits, mag *ir.Tensor, tol float64) {
-	t.Helper()
-	opt := f.opt
-	opt.Seq = len(ids)
-	g, err := BuildConfig(f.name+":model", f.cfg, "model", opt)
-	require.NoError(t, err)
-	feeds := f.feedsWith(nil)
-	in, err := ir.TensorOfInts(ir.I64, ir.Shape{1, ir.Dim(len(ids))}, ids...)
-	require.NoError(t, err)
-	feeds["input_ids"] = in
-	r, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
-	require.NoError(t, err)
-	o := g.Outputs[0]
-	return r.Outputs[o.Name], r.Magnitudes[o.Name], g.Allowance(o.Value, ir.PathEps(g), 1024)
-}
-
-// cachedKV is the keys and values a sequence's first ctx tokens leave in
-// layer caches, from the prefill kind run alone: by state name,
-// [1, kv heads, cache, head size] with positions 0..ctx-1 filled.
-func (f *stepFixture) cachedKV(t *testing.T, ids []int64) map[string]*ir.Tensor {
-	t.Helper()
-	opt := f.opt
-	opt.Seq, opt.Cache = len(ids), len(ids)
-	g, err := BuildConfig(f.name+":prefill", f.cfg, "prefill", opt)
-	require.NoError(t, err)
-	feeds := f.feedsWith(nil)
-	in, err := ir.TensorOfInts(ir.I64, ir.Shape{1, ir.Dim(len(ids))}, ids...)
-	require.NoError(t, err)
-	feeds["input_ids"] = in
-	for _, v := range g.States() {
-		n := g.Node(v)
-		feeds[n.Name] = ir.NewTensor(n.DType, n.Shape)
-	}
-	r, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{})
-	require.NoError(t, err)
-	return r.States
 }
 
 func (f *stepFixture) feedsWith(extra map[string]*ir.Tensor) map[string]*ir.Tensor {
@@ -96,42 +57,6 @@ func (f *stepFixture) feedsWith(extra map[string]*ir.Tensor) map[string]*ir.Tens
 		out[k] = v
 	}
 	return out
-}
-
-// nanPools are every layer's pools filled with NaN: a slot the step reads
-// without its table naming it below the sequence's length poisons the
-// logits.
-func (f *stepFixture) nanPools() map[string]*ir.Tensor {
-	out := map[string]*ir.Tensor{}
-	for _, v := range f.g.States() {
-		n := f.g.Node(v)
-		p := ir.NewTensor(n.DType, n.Shape)
-		for i := range p.Len() {
-			p.Set(i, math.NaN())
-		}
-		out[n.Name] = p
-	}
-	return out
-}
-
-// fillContext copies positions 0..ctx-1 of a sequence's cached keys and
-// values (the prefill's caches) into the pools at the slots its block
-// table row gives.
-func (f *stepFixture) fillContext(pools, caches map[string]*ir.Tensor, row []int32, ctx int) {
-	l := f.layout
-	H, D := l.KVHeads, l.HeadDim
-	for name, pool := range pools {
-		c := caches[name]
-		capacity := int(c.Shape[2])
-		for j := range ctx {
-			slot := int(row[j/l.BlockSize])*l.BlockSize + j%l.BlockSize
-			for h := range H {
-				for d := range D {
-					pool.Set(int64((slot*H+h)*D+d), c.At(int64((h*capacity+j)*D+d)))
-				}
-			}
-		}
-	}
 }
 
 // TestStepMatchesEachSequenceAlone is the step's property: over random
@@ -169,7 +94,7 @@ func TestStepMatchesEachSequenceAlone(t *testing.T) {
 					}
 					b, err := f.layout.Arrange(rng, shapes)
 					require.NoError(t, err)
-					pools := f.nanPools()
+					pools := steptest.NaNPools(f.g)
 					seqIDs := make([][]int64, len(shapes))
 					for s, sh := range shapes {
 						ids := make([]int64, sh.Context+sh.Tokens)
@@ -179,7 +104,7 @@ func TestStepMatchesEachSequenceAlone(t *testing.T) {
 						seqIDs[s] = ids
 						copy(b.IDs[b.QueryStarts[s]:], ids[sh.Context:])
 						if sh.Context > 0 {
-							f.fillContext(pools, f.cachedKV(t, ids[:sh.Context]), b.BlockTable[s], sh.Context)
+							steptest.FillPools(t, f.layout, pools, steptest.PrefillCaches(t, f.name, f.cfg, f.opt.DType, f.weights, ids[:sh.Context]), b.BlockTable[s], sh.Context)
 						}
 					}
 					feeds, err := f.layout.Feeds(b)
@@ -189,7 +114,7 @@ func TestStepMatchesEachSequenceAlone(t *testing.T) {
 					got := r.Outputs["logits"]
 					V := f.cfg.VocabSize
 					for s, ids := range seqIDs {
-						want, mag, tol := f.alone(t, ids)
+						want, mag, tol := steptest.Alone(t, f.name, f.cfg, f.opt.DType, f.weights, ids)
 						L := len(ids)
 						what := fmt.Sprintf("trial %d, sequence %d (context %d, %d tokens, padding %v)", trial, s, shapes[s].Context, shapes[s].Tokens, shapes[s].Padding)
 						gr, wr, mr := row(got, s, V), row(want, L-1, V), row(mag, L-1, V)

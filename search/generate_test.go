@@ -39,10 +39,7 @@ func TestGenerateAcrossPositions(t *testing.T) {
 		// detector, which sees the same code paths in a smaller model:
 		// tiny-llama with one layer (a config file, as a user brings
 		// one; 15 s in all), for 8 steps. (One-layer gpt2 takes 57 s.)
-		path := filepath.Join(t.TempDir(), "llama", "config.json")
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		require.NoError(t, os.WriteFile(path, []byte(oneLayerLlama), 0o644))
-		models, steps = []string{path}, 8
+		models, steps = []string{oneLayerLlamaConfig(t)}, 8
 	}
 	for _, name := range models {
 		t.Run(filepath.Base(filepath.Dir(name))+"/"+filepath.Base(name), func(t *testing.T) {
@@ -100,6 +97,16 @@ func TestGenerateAcrossPositions(t *testing.T) {
 			dec.unchanged(t)
 		})
 	}
+}
+
+// oneLayerLlamaConfig writes oneLayerLlama as a user brings a config
+// file, in a folder of its own, and returns its path.
+func oneLayerLlamaConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "llama", "config.json")
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, []byte(oneLayerLlama), 0o644))
+	return path
 }
 
 // oneLayerLlama is tiny-llama's config with one layer.

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/internal/steptest"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/step"
 	"github.com/stretchr/testify/assert"
@@ -46,10 +45,7 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 	models := []string{"tiny-llama", "tiny-qwen2", "tiny-gpt2"}
 	requests := 6
 	if raceEnabled || testing.Short() {
-		path := filepath.Join(t.TempDir(), "llama", "config.json")
-		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		require.NoError(t, os.WriteFile(path, []byte(oneLayerLlama), 0o644))
-		models, requests = []string{path}, 4
+		models, requests = []string{oneLayerLlamaConfig(t)}, 4
 	}
 	for _, name := range models {
 		t.Run(filepath.Base(filepath.Dir(name))+"/"+filepath.Base(name), func(t *testing.T) {
@@ -67,7 +63,6 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 			require.NoError(t, err)
 			weights, err := corpus.RandomWeights(f.g, 1) // RunFolder's weights for a corpus model
 			require.NoError(t, err)
-			alone := newAloneReference(t, name, cfg, weights)
 
 			rng := rand.New(rand.NewPCG(5, 8))
 			reqs := make([]*stepRequest, requests)
@@ -167,7 +162,7 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 					if r.computed < len(r.ids) {
 						continue // a prompt chunk that does not end the prompt
 					}
-					token, tie := alone.next(t, r.ids, got["logits"], i, fmt.Sprintf("step %d, sequence %d", iter, i))
+					token, tie := steptest.NextToken(t, name, cfg, ir.F32, weights, r.ids, got["logits"], i, fmt.Sprintf("step %d, sequence %d", iter, i))
 					ties += tie
 					r.ids = append(r.ids, token)
 					if len(r.ids)-r.prompt == r.maxNew {
@@ -186,56 +181,4 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 			f.unchanged(t)
 		})
 	}
-}
-
-// aloneReference is the unbatched model's float64 reference for one
-// sequence at a time: the model kind over its whole prefix.
-type aloneReference struct {
-	name    string
-	cfg     *corpus.Config
-	weights map[string]*ir.Tensor
-}
-
-func newAloneReference(t *testing.T, name string, cfg *corpus.Config, weights map[string]*ir.Tensor) *aloneReference {
-	return &aloneReference{name: name, cfg: cfg, weights: weights}
-}
-
-// next compares row of the step's logits with the reference's last
-// position for ids, and returns the reference's greedy token (and 1 when
-// it was a near tie).
-func (a *aloneReference) next(t *testing.T, ids []int64, logits *ir.Tensor, row int, what string) (int64, int) {
-	t.Helper()
-	g, err := corpus.BuildConfig(a.name+":model", a.cfg, "model", corpus.Options{Seq: len(ids), DType: ir.F32})
-	require.NoError(t, err)
-	feeds := maps.Clone(a.weights)
-	in, err := ir.TensorOfInts(ir.I64, ir.Shape{1, ir.Dim(len(ids))}, ids...)
-	require.NoError(t, err)
-	feeds["input_ids"] = in
-	r, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
-	require.NoError(t, err)
-	V := a.cfg.VocabSize
-	o := g.Outputs[0]
-	tol := g.Allowance(o.Value, ir.PathEps(g), 1024)
-	want, mag := r.Outputs[o.Name], r.Magnitudes[o.Name]
-	last := len(ids) - 1
-	ref, top, second := -1, math.Inf(-1), math.Inf(-1)
-	mine, best := -1, math.Inf(-1)
-	for j := range V {
-		w, m, g := want.At(int64(last*V+j)), mag.At(int64(last*V+j)), logits.At(int64(row*V+j))
-		require.LessOrEqual(t, math.Abs(g-w), tol*m+1e-30, "%s: logit %d: got %v, want %v (allowance %.3g of magnitude %.3g)", what, j, g, w, tol, m)
-		switch {
-		case w > top:
-			ref, top, second = j, w, top
-		case w > second:
-			second = w
-		}
-		if g > best {
-			mine, best = j, g
-		}
-	}
-	if top-second <= tol*mag.At(int64(last*V+ref)) {
-		return int64(ref), 1
-	}
-	require.Equal(t, ref, mine, "%s: the step's greedy token", what)
-	return int64(ref), 0
 }
