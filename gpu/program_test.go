@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/step"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,4 +71,69 @@ func TestProgramOnFakeDriver(t *testing.T) {
 	delete(feeds, g.Node(g.Inputs()[0]).Name)
 	_, err = p.Run(feeds, nil)
 	assert.ErrorContains(t, err, "no input")
+}
+
+// TestStepRunRefusesBadMetadata: a serving step's Run checks its metadata
+// as a batch before anything goes to the device: a bad batch launches
+// nothing and leaves the pools as they were; a good one launches every
+// kernel once, whatever the number of sequences.
+func TestStepRunRefusesBadMetadata(t *testing.T) {
+	f, _, c := openFake(t)
+	f.Set("nparams", 1)
+	opt := corpus.Options{Seq: 16, Step: corpus.StepOptions{MaxTokens: 8, MaxSeqs: 4, BlockSize: 4, KVBlocks: 12}}
+	g, err := corpus.Build("tiny-llama:step", opt)
+	require.NoError(t, err)
+	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+	require.NoError(t, err)
+	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+	require.NoError(t, err)
+	require.NotNil(t, lp.Step)
+	ks, err := cuda.PrintProgram(lp)
+	require.NoError(t, err)
+	p, err := LoadProgram(c, lp, ks, []byte("//ptx"))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, p.Close()) }()
+	weights, err := ir.RandomFeeds(g, 3, ir.Typical)
+	require.NoError(t, err)
+	require.NoError(t, p.Prepare(context.Background(), weights))
+	pool := step.KeyPool(0)
+	require.NoError(t, p.SetState(pool, weights[pool]))
+
+	rng := rand.New(rand.NewPCG(1, 1))
+	launches := map[int]string{}
+	for _, shapes := range [][]step.SeqShape{{{Context: 3, Tokens: 1}}, {{Context: 2, Tokens: 1}, {Context: 0, Tokens: 3}, {Context: 5, Tokens: 1}, {Context: 1, Tokens: 2}}} {
+		b, err := lp.Step.Arrange(rng, shapes)
+		require.NoError(t, err)
+		good, err := lp.Step.Feeds(b)
+		require.NoError(t, err)
+
+		bad, err := lp.Step.Feeds(b)
+		require.NoError(t, err)
+		bad[step.SlotMapping].SetInt(0, int64(lp.Step.Slots())) // outside the pool
+		f.Set("reset", 1)
+		_, err = p.Run(bad, nil)
+		require.ErrorContains(t, err, "step metadata: slot_mapping[0]")
+		assert.Empty(t, f.Log(), "a refused step touches the device")
+		got, err := p.State(pool)
+		require.NoError(t, err)
+		assert.Equal(t, weights[pool].Float64s(), got.Float64s(), "a refused step changed the pool")
+
+		f.Set("reset", 1)
+		_, err = p.Run(good, nil)
+		require.NoError(t, err)
+		launches[len(shapes)] = launchLines(f.Log())
+	}
+	assert.Equal(t, launches[1], launches[4], "the step at 4 sequences makes the launches it makes at 1")
+	assert.Equal(t, len(lp.Run), strings.Count(launches[4], "\n"), "one launch per kernel, none per sequence")
+}
+
+// launchLines keeps the launch lines of a fake driver's log.
+func launchLines(log string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(log, "\n") {
+		if strings.HasPrefix(l, "launch ") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }
