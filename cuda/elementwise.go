@@ -451,8 +451,46 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 			return "", err
 		}
 		return fmt.Sprintf("(%s >= %s && %s < %s + %dLL) ? %s : %s", ix[ax], off, ix[ax], off, size, u, b), nil
+	case ir.OpScatter:
+		return e.scatterLoop(n, ix)
 	}
 	return "", fmt.Errorf("%s has no elementwise form", n.Op)
+}
+
+// scatterLoop computes a scatter's element at ix the naive way: a loop
+// over the index vector finds the update slice written at ix's position
+// along the axis, if any, else the element is the base's. It is one
+// expression (a lambda called in place), the update read only under the
+// slice found and the base only without one, so that it is safe under a
+// guard too. The kernel that writes a state's new slices in place (a
+// Slots window) loops over the slices instead.
+func (e *elementwise) scatterLoop(n *ir.Node, ix index) (string, error) {
+	ax := n.Attrs.Axis
+	if ax < 0 {
+		ax += len(n.Shape)
+	}
+	rows := int64(e.body.Node(n.Inputs[1]).Shape[ax])
+	found := fmt.Sprintf("s%d", e.next)
+	e.next++
+	j := fmt.Sprintf("j%d", e.next)
+	e.next++
+	at, err := e.value(n.Inputs[2], index{j}, true)
+	if err != nil {
+		return "", err
+	}
+	uix := slices.Clone(ix)
+	uix[ax] = found
+	u, err := e.value(n.Inputs[1], uix, true)
+	if err != nil {
+		return "", err
+	}
+	b, err := e.value(n.Inputs[0], ix, true)
+	if err != nil {
+		return "", err
+	}
+	typ := cType(n.DType)
+	return fmt.Sprintf("([&]() -> %s { long long %s = -1; for (long long %s = 0; %s < %dLL; %s++) { if ((long long)%s == %s) %s = %s; } return %s >= 0 ? (%s)%s : (%s)%s; }())",
+		typ, found, j, j, rows, j, at, ix[ax], found, j, found, typ, u, typ, b), nil
 }
 
 // reduceLoop computes a reduction's element at ix by a loop over the
@@ -692,14 +730,16 @@ func outputWindows(body *ir.Graph) ([]*lower.Window, error) {
 
 // storeIndex is the linear index, in the buffer of window w, of the output
 // element at ix (an index of the output's shape, out): ix moved by the
-// window's offset along its axis. A nil w is the output's own linear
-// index.
+// window's offset along its axis, or for a Slots window put at its
+// slice's slot. A nil w is the output's own linear index.
 func storeIndex(body *ir.Graph, out ir.Shape, ix index, w *lower.Window) string {
 	if w == nil {
 		return linear(out, ix)
 	}
 	at := slices.Clone(ix)
 	switch {
+	case w.Slots:
+		at[w.Axis] = slotOf(body, ix, w)
 	case w.Runtime:
 		// The position is read from its input; the host checked it
 		// against the symbol's range before the launch.
@@ -713,6 +753,24 @@ func storeIndex(body *ir.Graph, out ir.Shape, ix index, w *lower.Window) string 
 	return linear(w.Shape, at)
 }
 
+// slotOf is the slot of the output's slice at ix (along w's axis), read
+// from the window's input.
+func slotOf(body *ir.Graph, ix index, w *lower.Window) string {
+	return fmt.Sprintf("(long long)%s[%s]", paramName(body, body.Inputs()[w.Pos]), ix[w.Axis])
+}
+
+// storeGuard is the condition under which the output element at ix is
+// stored through window w: for a Slots window, that its slice's slot is
+// within the buffer (a slot of -1, a token of no sequence, writes
+// nothing; so does a slot outside the buffer, which the reference calls
+// an error, rather than writing past it). Empty: always.
+func storeGuard(body *ir.Graph, ix index, w *lower.Window) string {
+	if w == nil || !w.Slots {
+		return ""
+	}
+	return fmt.Sprintf("(unsigned long long)%s < %dULL", slotOf(body, ix, w), w.Shape[w.Axis])
+}
+
 // windowVectorizable reports whether an output of shape out written
 // through window w keeps 16-byte stores valid: every quad of consecutive
 // output elements lands on four consecutive buffer elements starting at a
@@ -723,6 +781,11 @@ func storeIndex(body *ir.Graph, out ir.Shape, ix index, w *lower.Window) string 
 func windowVectorizable(out ir.Shape, w *lower.Window) bool {
 	if w == nil {
 		return true
+	}
+	if w.Slots {
+		// Each slice lands where its slot says and may not land at all:
+		// the scalar loop stores under the slot's guard.
+		return false
 	}
 	inner := int64(1)
 	for _, d := range out[w.Axis+1:] {
