@@ -97,7 +97,8 @@ func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value) float64 {
 }
 
 // stateBytes is what a run must move of state v (a KV cache): the rows
-// written into it (the updates of the slice_updates that write it) and
+// written into it (the updates of the slice_updates or scatters that
+// write it) and
 // the rows read of it: a slice of it (a static decode step's positions
 // 0..past), or for causal attention at a runtime position the keys up to
 // the last query's. A state read in any other way is read whole.
@@ -110,7 +111,7 @@ func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) 
 		for _, uv := range users[x] {
 			u := g.Node(uv)
 			switch {
-			case u.Op == ir.OpSliceUpdate && u.Inputs[0] == x:
+			case (u.Op == ir.OpSliceUpdate || u.Op == ir.OpScatter) && u.Inputs[0] == x:
 				up := g.Node(u.Inputs[1])
 				written += float64(up.Shape.NumElements()) * float64(up.DType.Size())
 				if !reads(uv) {
