@@ -46,9 +46,10 @@ func (b *builder) copyStates() {
 //     destroys; launches before it read the old content as before.
 //
 // The launch's body then computes the rows only, written through a Window
-// at the slice_update's offset or the scatter's slots; the launches after it that read the new
-// content read the state buffer instead, and the Temp is dropped. Any
-// other update keeps the copy at the end of the run (copyStates).
+// at the slice_update's offset or the scatter's slots; the launches after
+// it that read the new content read the state buffer instead, and the
+// Temp is dropped. Any other update keeps the copy at the end of the run
+// (copyStates).
 func (b *builder) updateInPlace() {
 	names := make([]string, 0, len(b.prog.Updates))
 	for name := range b.prog.Updates {
