@@ -409,6 +409,11 @@ func (k *kernelForm) readBytes(v ir.Value) float64 {
 // special function unit or several instructions compute.
 func opFLOPs(body *ir.Graph, n *ir.Node) float64 {
 	switch c := n.Op.Class(); {
+	case n.Op == ir.OpScatter:
+		// An element finds its update slice, if any, by a pass over the
+		// index vector (the naive form; a state written in place is
+		// priced as its rows alone, rules.inPlaceRows).
+		return numel(n.Shape) * float64(body.Node(n.Inputs[2]).Shape.NumElements())
 	case c == ir.ClassLeaf, c == ir.ClassView, c == ir.ClassMove, n.Op == ir.OpMatMul:
 		return 0
 	case n.Op == ir.OpAttention:

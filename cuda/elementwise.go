@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/ir"
-	"github.com/lumsearch/lumsearch/lower"
 )
 
 // elementwiseThreads is the block size of elementwise kernels.
@@ -18,8 +17,8 @@ const elementwiseThreads = 256
 // independently: a grid-stride loop over the elements of the (first)
 // output, each element's value built by walking the body backwards from it
 // with the element's index, through views (permute, reshape, expand,
-// slice, pad), concatenations, casts, gathers and slice updates, down to
-// loads from the argument buffers. Every output must have the first
+// slice, pad), concatenations, casts, gathers, slice updates and
+// scatters, down to loads from the argument buffers. Every output must have the first
 // output's shape.
 type elementwise struct {
 	body *ir.Graph
@@ -451,8 +450,46 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 			return "", err
 		}
 		return fmt.Sprintf("(%s >= %s && %s < %s + %dLL) ? %s : %s", ix[ax], off, ix[ax], off, size, u, b), nil
+	case ir.OpScatter:
+		return e.scatterLoop(n, ix)
 	}
 	return "", fmt.Errorf("%s has no elementwise form", n.Op)
+}
+
+// scatterLoop computes a scatter's element at ix the naive way: a loop
+// over the index vector finds the update slice written at ix's position
+// along the axis, if any, else the element is the base's. It is one
+// expression (a lambda called in place), the update read only under the
+// slice found and the base only without one, so that it is safe under a
+// guard too. The kernel that writes a state's new slices in place (a
+// Slots window) loops over the slices instead.
+func (e *elementwise) scatterLoop(n *ir.Node, ix index) (string, error) {
+	ax := n.Attrs.Axis
+	if ax < 0 {
+		ax += len(n.Shape)
+	}
+	rows := int64(e.body.Node(n.Inputs[1]).Shape[ax])
+	found := fmt.Sprintf("s%d", e.next)
+	e.next++
+	j := fmt.Sprintf("j%d", e.next)
+	e.next++
+	at, err := e.value(n.Inputs[2], index{j}, true)
+	if err != nil {
+		return "", err
+	}
+	uix := slices.Clone(ix)
+	uix[ax] = found
+	u, err := e.value(n.Inputs[1], uix, true)
+	if err != nil {
+		return "", err
+	}
+	b, err := e.value(n.Inputs[0], ix, true)
+	if err != nil {
+		return "", err
+	}
+	typ := cType(n.DType)
+	return fmt.Sprintf("([&]() -> %s { long long %s = -1; for (long long %s = 0; %s < %dLL; %s++) { if ((long long)%s == %s) %s = %s; } return %s >= 0 ? (%s)%s : (%s)%s; }())",
+		typ, found, j, j, rows, j, at, ix[ax], found, j, found, typ, u, typ, b), nil
 }
 
 // reduceLoop computes a reduction's element at ix by a loop over the
@@ -672,75 +709,4 @@ func binaryExpr(op ir.Op, a, b string, dt ir.DType) (string, error) {
 		return a + " >= " + b, nil
 	}
 	return "", fmt.Errorf("binary %s has no CUDA form", op)
-}
-
-// outputWindows reads the windows of body's outputs (lower.OutputWindow):
-// nil for an output written whole.
-func outputWindows(body *ir.Graph) ([]*lower.Window, error) {
-	ws := make([]*lower.Window, len(body.Outputs))
-	for j := range body.Outputs {
-		w, ok, err := lower.OutputWindow(body, j)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			ws[j] = &w
-		}
-	}
-	return ws, nil
-}
-
-// storeIndex is the linear index, in the buffer of window w, of the output
-// element at ix (an index of the output's shape, out): ix moved by the
-// window's offset along its axis. A nil w is the output's own linear
-// index.
-func storeIndex(body *ir.Graph, out ir.Shape, ix index, w *lower.Window) string {
-	if w == nil {
-		return linear(out, ix)
-	}
-	at := slices.Clone(ix)
-	switch {
-	case w.Runtime:
-		// The position is read from its input; the host checked it
-		// against the symbol's range before the launch.
-		at[w.Axis] = fmt.Sprintf("(%s + %dLL + (long long)%s[0])", ix[w.Axis], w.Offset, paramName(body, body.Inputs()[w.Pos]))
-	case w.Offset == 0:
-	case ix[w.Axis] == "0":
-		at[w.Axis] = fmt.Sprintf("%dLL", w.Offset)
-	default:
-		at[w.Axis] = fmt.Sprintf("(%s + %dLL)", ix[w.Axis], w.Offset)
-	}
-	return linear(w.Shape, at)
-}
-
-// windowVectorizable reports whether an output of shape out written
-// through window w keeps 16-byte stores valid: every quad of consecutive
-// output elements lands on four consecutive buffer elements starting at a
-// multiple of four. Output elements run contiguously in the buffer for
-// out's extent along the axis times the extents after it; those runs start
-// at the window's offset times the inner extents, and follow one another a
-// buffer's extent along the axis apart. A nil w keeps them.
-func windowVectorizable(out ir.Shape, w *lower.Window) bool {
-	if w == nil {
-		return true
-	}
-	inner := int64(1)
-	for _, d := range out[w.Axis+1:] {
-		inner *= int64(d)
-	}
-	run, start, stride := int64(out[w.Axis])*inner, w.Offset*inner, int64(w.Shape[w.Axis])*inner
-	// A runtime position moves the start by whole rows of inner elements.
-	return run%4 == 0 && start%4 == 0 && stride%4 == 0 && (!w.Runtime || inner%4 == 0)
-}
-
-// storeVectorAt moves the 16-byte store that vector emits last from the
-// output's own quad to buffer element at (a windowed output's).
-func (e *elementwise) storeVectorAt(at string) error {
-	const own = "(out0 + 4 * q, "
-	last := len(e.lines) - 1
-	if last < 0 || strings.Count(e.lines[last], own) != 1 || !strings.Contains(e.lines[last], "lum_st4") {
-		return fmt.Errorf("elementwise kernel: no vector store of out0 to move into its window")
-	}
-	e.lines[last] = strings.Replace(e.lines[last], own, "(out0 + ("+at+"), ", 1)
-	return nil
 }

@@ -32,7 +32,8 @@ type opVariant struct {
 // kernel's cases: reductions along the last axis (the row form for
 // floats) and across rows, softmax along either, attention with grouped
 // heads and a causal offset, a matmul widened to f32, a cast to every
-// dtype, gathers by i32 and i64 indices.
+// dtype, gathers by i32 and i64 indices, scatters by i32 and i64 slots
+// along either axis.
 func opVariants() map[ir.Op][]opVariant {
 	in := func(b *ir.Builder, name string, dt ir.DType, shape ...ir.Dim) ir.Value {
 		return b.Input(name, dt, shape...)
@@ -79,6 +80,17 @@ func opVariants() map[ir.Op][]opVariant {
 	vs[ir.OpSliceUpdate] = []opVariant{{"", func(b *ir.Builder, dt ir.DType) ir.Value {
 		return b.SliceUpdate(in(b, "$0", dt, 6, 5), in(b, "$1", dt, 2, 5), 0, 3)
 	}}}
+	// Scatter by i32 and i64 slots along axis 0 (a pool's rows) and a
+	// non-zero axis; the slots are drawn distinct with a -1 among them
+	// (ir.RandomSlots).
+	for _, idx := range []ir.DType{ir.I32, ir.I64} {
+		vs[ir.OpScatter] = append(vs[ir.OpScatter], opVariant{"by_" + idx.String(), func(b *ir.Builder, dt ir.DType) ir.Value {
+			return b.Scatter(in(b, "$0", dt, 6, 5), in(b, "$1", dt, 3, 5), in(b, "$2", idx, 3), 0)
+		}})
+	}
+	vs[ir.OpScatter] = append(vs[ir.OpScatter], opVariant{"axis1", func(b *ir.Builder, dt ir.DType) ir.Value {
+		return b.Scatter(in(b, "$0", dt, 2, 7, 3), in(b, "$1", dt, 2, 4, 3), in(b, "$2", ir.I32, 4), 1)
+	}})
 	vs[ir.OpMatMul] = []opVariant{
 		{"", func(b *ir.Builder, dt ir.DType) ir.Value {
 			return b.MatMul(in(b, "$0", dt, 2, 3, 5), in(b, "$1", dt, 2, 5, 4))

@@ -173,6 +173,10 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 			if windows[j] != nil {
 				at = storeIndex(body, outShape, ix, windows[j])
 			}
+			if g := storeGuard(body, ix, windows[j]); g != "" {
+				e.emit("if (%s) out%d[%s] = %s;", g, j, at, store(body.Node(o.Value).DType, v))
+				continue
+			}
 			e.emit("out%d[%s] = %s;", j, at, store(body.Node(o.Value).DType, v))
 		}
 		k.Grid = [3]int{int(min(max((elems+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}

@@ -132,6 +132,21 @@ func (p *verifyPlan) draw(pool *floatPool) error {
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 	}
+	// A Slots window's slots are read by the kernel alone too: distinct
+	// slots of its buffer, every slice written so that every output
+	// element is compared (a slot of -1 is the program-level checks').
+	for _, w := range p.windows {
+		if w == nil || !w.Slots {
+			continue
+		}
+		n := p.body.Node(p.body.Inputs()[w.Pos])
+		rng := rand.New(rand.NewPCG(p.seed, 0x5107))
+		t, err := ir.TensorOfInts(n.DType, n.Shape, ir.RandomSlots(rng, int(n.Shape.NumElements()), int64(w.Shape[w.Axis]), false)...)
+		if err != nil {
+			return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
+		}
+		feeds[n.Name] = t
+	}
 	// A window's runtime position is read by the kernel alone, so no op
 	// of the body says its range: it is where the rows fit (the tightest
 	// of the windows that start at it).
@@ -291,21 +306,32 @@ func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
 		return buf, nil
 	}
 	size := p.outs[j].DType.Size()
-	var pos int64
-	if w.Runtime {
-		pos = p.feeds[p.body.Node(p.body.Inputs()[w.Pos]).Name].Int(0)
+	var vals []int64
+	if w.Runtime || w.Slots {
+		t := p.feeds[p.body.Node(p.body.Inputs()[w.Pos]).Name]
+		for i := range t.Len() {
+			vals = append(vals, t.Int(i))
+		}
 	}
-	offsets := w.Offsets(p.outs[j].Shape, pos)
+	offsets := w.Offsets(p.outs[j].Shape, vals)
 	inside := make([]bool, w.Shape.NumElements())
 	out := make([]byte, len(offsets)*size)
 	for e, at := range offsets {
+		if at < 0 {
+			// Not written (a slot of -1): the fill pattern, which the
+			// comparison reports as never written.
+			for i := e * size; i < (e+1)*size; i++ {
+				out[i] = byte(emu.NaNPattern >> (8 * (i & 3)))
+			}
+			continue
+		}
 		inside[at] = true
 		copy(out[e*size:], buf[int(at)*size:int(at+1)*size])
 	}
 	for at, in := range inside {
 		if !in && !emu.Unwritten(buf, at*size, size) {
-			return nil, fmt.Errorf("verify kernel %s: output %d writes element %d of its buffer %s, outside its window (%d along axis %d from %d)",
-				p.k.Name, j, at, w.Shape, p.outs[j].Shape[w.Axis], w.Axis, w.Start(pos))
+			return nil, fmt.Errorf("verify kernel %s: output %d writes element %d of its buffer %s, outside its window %s",
+				p.k.Name, j, at, w.Shape, w.OutputName(j))
 		}
 	}
 	return out, nil

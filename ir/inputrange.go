@@ -28,6 +28,11 @@ const (
 	// MeaningSymbol: the value of a runtime extent, within the range
 	// its symbol declares.
 	MeaningSymbol
+	// MeaningSlot: a scatter's destinations, [-1, extent): distinct
+	// positions along the scattered axis, -1 where a slice is not
+	// written (a token of no sequence). Drawn as a whole (RandomSlots):
+	// two equal slots would write one position twice.
+	MeaningSlot
 )
 
 // String names the meaning as reports print it.
@@ -43,6 +48,8 @@ func (m Meaning) String() string {
 		return "stated"
 	case MeaningSymbol:
 		return "symbol"
+	case MeaningSlot:
+		return "slot"
 	}
 	return "meaning(" + strconv.Itoa(int(m)) + ")"
 }
@@ -69,6 +76,7 @@ const largeScale = 1e4
 // leafUse is what the ops reading one leaf say about it.
 type leafUse struct {
 	index    int64 // smallest gather extent it indexes, less what is added to it first (0: none)
+	slot     int64 // smallest extent it scatters into (0: none)
 	position int64 // smallest iota length it is compared with (0: none)
 	mask     bool  // evidence that holds for any dtype
 	intMask  bool  // evidence that holds for integer and bool leaves only
@@ -98,6 +106,8 @@ func InputRanges(g *Graph) map[string]Range {
 			continue
 		}
 		switch {
+		case u.slot > 0 && n.DType.IsInt():
+			out[n.Name] = Range{-1, float64(u.slot - 1), MeaningSlot}
 		case u.index > 0:
 			out[n.Name] = Range{0, float64(u.index - 1), MeaningIndex}
 		case u.position > 0:
@@ -180,7 +190,17 @@ func (w *useWalk) visit(v int, slack int64, flipped bool) {
 			if ax, err := normAxis(c.Axis, len(data)); err == nil {
 				w.use.index = minPositive(w.use.index, max(1, int64(data[ax])-slack))
 			}
-		case c.Op == OpGather, c.Op.Class() == ClassView, c.Op == OpConcat, c.Op == OpSliceUpdate:
+		case c.Op == OpScatter && pos == 2:
+			// The leaf's values themselves (through casts and views): with
+			// something added on the way they are not the slots.
+			if flipped || slack != 0 {
+				break
+			}
+			base := w.g.Nodes[c.Inputs[0]].Shape
+			if ax, err := normAxis(c.Axis, len(base)); err == nil {
+				w.use.slot = minPositive(w.use.slot, max(1, int64(base[ax])))
+			}
+		case c.Op == OpGather, c.Op.Class() == ClassView, c.Op == OpConcat, c.Op == OpSliceUpdate, c.Op == OpScatter:
 			w.visit(uk[0], slack, flipped)
 		case c.Op == OpCast && c.DType == Bool, c.Op == OpWhere && pos == 0:
 			w.use.mask = true

@@ -3,6 +3,7 @@ package ir
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -83,6 +84,15 @@ func TestInputRanges(t *testing.T) {
 			ids := b.Input("ids", I64, 5)
 			b.Output("e", b.Gather(b.Weight("table", F32, 30, 2), b.Neg(ids), 0))
 		}, map[string]Range{}},
+		{"scatter slots into a pool's rows", func(b *Builder) {
+			pool := b.State("pool", F32, 12, 2, 4)
+			b.Output("p", b.Scatter(pool, b.Input("rows", F32, 5, 2, 4), b.Input("slot_mapping", I32, 5), 0))
+		}, map[string]Range{"slot_mapping": {-1, 11, MeaningSlot}}},
+		{"scatter slots through a cast, the smallest extent", func(b *Builder) {
+			slots := b.Cast(b.Input("slots", I64, 3), I32)
+			b.Output("a", b.Scatter(b.Input("x", F32, 9, 2), b.Input("u", F32, 3, 2), slots, 0))
+			b.Output("b", b.Scatter(b.Input("y", F32, 2, 4), b.Input("w", F32, 2, 3), slots, 1))
+		}, map[string]Range{"slots": {-1, 3, MeaningSlot}}},
 		{"plain floats keep the ordinary distribution", func(b *Builder) {
 			x := b.Input("x", F32, 4)
 			y := b.Input("y", F32, 4)
@@ -169,6 +179,49 @@ func TestRandomLeavesIn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := RandomLeavesIn(g, 9, Typical, tt.ranges, OpInput)
 			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+// TestRandomSlots: slots are distinct positions within the extent or -1,
+// with both present (skip) or no -1 where the extent has room (no skip),
+// and the same for the same seed.
+func TestRandomSlots(t *testing.T) {
+	tests := []struct {
+		name   string
+		n      int
+		extent int64
+		skip   bool
+	}{
+		{"a step in a large pool", 40, 4096, true},
+		{"every slot taken", 8, 8, true},
+		{"more slices than slots", 10, 4, true},
+		{"no skips", 16, 20, false},
+		{"two slices", 2, 3, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := range uint64(20) {
+				got := RandomSlots(rand.New(rand.NewPCG(seed, 1)), tt.n, tt.extent, tt.skip)
+				require.Equal(t, got, RandomSlots(rand.New(rand.NewPCG(seed, 1)), tt.n, tt.extent, tt.skip))
+				require.Len(t, got, tt.n)
+				seen, skipped := map[int64]bool{}, 0
+				for _, s := range got {
+					if s == -1 {
+						skipped++
+						continue
+					}
+					require.True(t, s >= 0 && s < tt.extent, "slot %d outside %d", s, tt.extent)
+					require.False(t, seen[s], "slot %d twice in %v", s, got)
+					seen[s] = true
+				}
+				require.Positive(t, len(seen), "no slot in %v", got)
+				if tt.skip {
+					require.Positive(t, skipped, "no -1 in %v", got)
+				} else {
+					require.Equal(t, max(0, tt.n-int(tt.extent)), skipped, "%v", got)
+				}
+			}
 		})
 	}
 }

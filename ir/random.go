@@ -97,6 +97,14 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 		}
 		count := n.Shape.NumElements()
 		d := doms[i]
+		if d.ranged && d.rng.Meaning == MeaningSlot {
+			t, err := TensorOfInts(n.DType, n.Shape, RandomSlots(rng, int(count), int64(d.rng.Hi)+1, true)...)
+			if err != nil {
+				return nil, fmt.Errorf("random %s %q: %w", n.Op, n.Name, err)
+			}
+			out[n.Name] = t
+			continue
+		}
 		if count >= largeLeaf {
 			t, err := drawLarge(n, d, seed, i, mode, take)
 			if err != nil {
@@ -122,6 +130,37 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 		out[n.Name] = t
 	}
 	return out, nil
+}
+
+// RandomSlots draws n scatter destinations into an axis of extent
+// positions (MeaningSlot): distinct positions in [0, extent), with skip
+// about one in four of them -1 (a slice not written), and all of them -1
+// past the first extent. At least one is a position when n and extent
+// are not 0, and with skip at least one is -1 when n is 2 or more, so
+// that a check always meets both.
+func RandomSlots(rng *rand.Rand, n int, extent int64, skip bool) []int64 {
+	out := make([]int64, n)
+	taken := map[int64]bool{}
+	kept := 0
+	for i := range out {
+		out[i] = -1
+		if int64(len(taken)) >= extent || skip && rng.IntN(4) == 0 && !(i == n-1 && kept == 0) {
+			continue
+		}
+		// Rejection sampling: the slots drawn are few next to the
+		// extent in every real use (a step's tokens in a pool).
+		at := rng.Int64N(extent)
+		for taken[at] {
+			at = rng.Int64N(extent)
+		}
+		taken[at] = true
+		out[i] = at
+		kept++
+	}
+	if skip && n >= 2 && kept == n {
+		out[rng.IntN(n)] = -1
+	}
+	return out
 }
 
 // largeLeaf is the element count from which a leaf is drawn in chunks
@@ -319,7 +358,7 @@ func leafDomains(g *Graph) []domain {
 			case (c.Op == OpDiv || c.Op == OpMod) && u[1] == 1, c.Op == OpPow && u[1] == 0:
 				doms[leaf].positive = true
 			case c.Op.Class() == ClassView || c.Op == OpConcat || c.Op == OpCast ||
-				(c.Op == OpSliceUpdate) || (c.Op == OpGather && u[1] == 0):
+				(c.Op == OpSliceUpdate) || (c.Op == OpGather && u[1] == 0) || (c.Op == OpScatter && u[1] < 2):
 				visit(u[0], leaf, seen)
 			}
 		}

@@ -108,6 +108,9 @@ var textCases = []textCase{
 		up := b.SliceUpdate(kv, nw, 2, 5)
 		b.Output("kv", up)
 		b.UpdateState(kv, up)
+		pool := b.State("pool", F32, 6, 2, 4)
+		b.Output("scatter", b.Scatter(pool, b.Input("rows", F32, 3, 2, 4), b.Input("slots", I32, 3), 0))
+		b.Output("scatter1", b.Scatter(x, b.Input("cols", F32, 2, 2), b.Input("at", I64, 2), -1))
 	}},
 	{"composites", func(b *Builder) {
 		x := b.Input("x", F32, 2, 8)

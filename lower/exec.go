@@ -68,11 +68,11 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 				if vals[o] == nil {
 					return fmt.Errorf("launch %s writes into %s before anything wrote it", l.Name, buf.Name)
 				}
-				var pos int64
-				if w.Runtime {
-					pos = args[w.Pos].Int(0)
+				var at *ir.Tensor
+				if w.Runtime || w.Slots {
+					at = args[w.Pos]
 				}
-				if vals[o], err = writeWindow(ctx, vals[o], outs[i], w, pos); err != nil {
+				if vals[o], err = writeWindow(ctx, vals[o], outs[i], w, at); err != nil {
 					return fmt.Errorf("launch %s writes into %s: %w", l.Name, buf.Name, err)
 				}
 				continue // the buffer keeps its place in the arena
@@ -117,21 +117,33 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 	return outputs, states, nil
 }
 
-// writeWindow returns a copy of buf with part written into its slice w,
-// which starts at w.Start(pos).
-func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window, pos int64) (*ir.Tensor, error) {
+// writeWindow returns a copy of buf with part written into its window w,
+// at the values of the window's input (nil for a static window): a slice
+// update at w.Start, or for a Slots window a scatter by the slots (whose
+// meaning, -1 skipped and a slot outside the buffer an error, is the
+// reference's).
+func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window, at *ir.Tensor) (*ir.Tensor, error) {
 	if !buf.Shape.Equal(w.Shape) || buf.DType != part.DType {
 		return nil, fmt.Errorf("a %s window into %v holds a %s%v buffer", part.DType, w.Shape, buf.DType, buf.Shape)
 	}
 	nb := ir.NewBuilder("window")
 	x := nb.Input("buf", buf.DType, buf.Shape...)
 	y := nb.Input("part", part.DType, part.Shape...)
-	nb.Output("out", nb.Apply(ir.OpSliceUpdate, ir.Attrs{Axis: w.Axis, Offset: w.Start(pos)}, x, y))
+	feeds := map[string]*ir.Tensor{"buf": buf, "part": part}
+	switch {
+	case w.Slots:
+		feeds["slots"] = at
+		nb.Output("out", nb.Scatter(x, y, nb.Input("slots", at.DType, at.Shape...), w.Axis))
+	case w.Runtime:
+		nb.Output("out", nb.Apply(ir.OpSliceUpdate, ir.Attrs{Axis: w.Axis, Offset: w.Start(at.Int(0))}, x, y))
+	default:
+		nb.Output("out", nb.Apply(ir.OpSliceUpdate, ir.Attrs{Axis: w.Axis, Offset: w.Offset}, x, y))
+	}
 	g, err := nb.Build()
 	if err != nil {
 		return nil, err
 	}
-	res, err := ir.Eval(ctx, g, map[string]*ir.Tensor{"buf": buf, "part": part}, ir.EvalOptions{})
+	res, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -133,8 +133,9 @@ func mergeRowWrites(a, c *Launch) (*Launch, bool) {
 			vals[k] = ab.input(l.Args[k], l.Body.Node(in))
 		}
 		w, _, _ := OutputWindow(l.Body, 0)
-		if w.Runtime {
-			// The position's input has its own number in the merged body.
+		if w.Runtime || w.Slots {
+			// The position's (or slots') input has its own number in the
+			// merged body.
 			w.Pos = slices.Index(ab.nb.Inputs(), vals[w.Pos])
 		}
 		ab.nb.Output(w.OutputName(j), ab.nb.Inline(l.Body, vals)[0])

@@ -88,27 +88,38 @@ type Launch struct {
 // With Runtime set the window starts at Offset plus a runtime position:
 // the value of the body's input Pos, an integer scalar (a decode step's
 // cache row at past), read by the kernel when it runs.
+//
+// With Slots set the rows are not one run but each its own: slice i of
+// the output along Axis lands at position slots[i], the value of the
+// body's input Pos, an integer vector of the output's extent along Axis (a
+// serving step's slot mapping, the new keys written into a paged pool),
+// and a slice whose slot is -1 is not written (ir.OpScatter). Offset is 0.
 type Window struct {
 	Axis    int
 	Offset  int64
 	Shape   ir.Shape
 	Runtime bool
+	Slots   bool
 	Pos     int
 }
 
 // OutputName is the name a body gives its output j when the output is
-// written through w: "out0 into [1,8,4096,128] at 4095 along axis 2", or
+// written through w: "out0 into [1,8,4096,128] at 4095 along axis 2";
 // with a runtime position "out0 into [1,8,4096,128] at 0 plus $3 along
-// axis 2".
+// axis 2"; by slots "out0 into [32768,8,128] at slots $1 along axis 0".
 func (w Window) OutputName(j int) string {
-	if w.Runtime {
+	switch {
+	case w.Slots:
+		return fmt.Sprintf("out%d into %s at slots $%d along axis %d", j, w.Shape, w.Pos, w.Axis)
+	case w.Runtime:
 		return fmt.Sprintf("out%d into %s at %d plus $%d along axis %d", j, w.Shape, w.Offset, w.Pos, w.Axis)
 	}
 	return fmt.Sprintf("out%d into %s at %d along axis %d", j, w.Shape, w.Offset, w.Axis)
 }
 
 // Start is where the window begins along its axis when the runtime
-// position (ignored by a static window) is pos.
+// position (ignored by a static window) is pos. A Slots window has no
+// one start: see Row.
 func (w Window) Start(pos int64) int64 {
 	if w.Runtime {
 		return w.Offset + pos
@@ -116,20 +127,43 @@ func (w Window) Start(pos int64) int64 {
 	return w.Offset
 }
 
+// Row is where slice i of the output along the axis lands in the buffer
+// along the axis, given the values of the window's input (at: the runtime
+// position's one value, or the slots; ignored by a static window): -1
+// for a slice not written, or one whose slot is outside the buffer (the
+// kernel writes neither).
+func (w Window) Row(i int64, at []int64) int64 {
+	switch {
+	case w.Slots:
+		if i >= int64(len(at)) || at[i] < 0 || at[i] >= int64(w.Shape[w.Axis]) {
+			return -1
+		}
+		return at[i]
+	case w.Runtime && len(at) > 0:
+		return w.Offset + at[0] + i
+	}
+	return w.Offset + i
+}
+
 // Offsets lists where the elements of an output of shape rows written
-// through w land, for runtime position pos (ignored by a static window):
-// for each element, in row-major order, its row-major index in the
-// buffer. (A check that runs a kernel alone gives it a buffer of w.Shape
-// and reads the output's elements back from there.)
-func (w Window) Offsets(rows ir.Shape, pos int64) []int64 {
+// through w land, given the values of the window's input (see Row): for
+// each element, in row-major order, its row-major index in the buffer,
+// or -1 where it is not written. (A check that runs a kernel alone gives
+// it a buffer of w.Shape and reads the output's elements back from
+// there.)
+func (w Window) Offsets(rows ir.Shape, at []int64) []int64 {
 	out := make([]int64, rows.NumElements())
 	st, ix := w.Shape.Strides(), make([]int64, len(rows))
 	for e := range out {
-		at := w.Start(pos) * st[w.Axis]
-		for d := range ix {
-			at += ix[d] * st[d]
+		out[e] = -1
+		if r := w.Row(ix[w.Axis], at); r >= 0 {
+			out[e] = r * st[w.Axis]
+			for d := range ix {
+				if d != w.Axis {
+					out[e] += ix[d] * st[d]
+				}
+			}
 		}
-		out[e] = at
 		for d := len(ix) - 1; d >= 0; d-- {
 			if ix[d]++; ix[d] < int64(rows[d]) {
 				break
@@ -164,20 +198,21 @@ func OutputWindow(body *ir.Graph, j int) (w Window, ok bool, err error) {
 	}
 	var at int
 	var shape string
-	if strings.Contains(o.Name, " plus $") {
+	switch {
+	case strings.Contains(o.Name, " at slots $"):
+		w.Slots = true
+		if _, err := fmt.Sscanf(o.Name, "out%d into %s at slots $%d along axis %d", &at, &shape, &w.Pos, &w.Axis); err != nil {
+			return fail("not a window: %v", err)
+		}
+	case strings.Contains(o.Name, " plus $"):
 		w.Runtime = true
 		if _, err := fmt.Sscanf(o.Name, "out%d into %s at %d plus $%d along axis %d", &at, &shape, &w.Offset, &w.Pos, &w.Axis); err != nil {
 			return fail("not a window: %v", err)
 		}
-		ins := body.Inputs()
-		if w.Pos < 0 || w.Pos >= len(ins) {
-			return fail("the runtime position is input %d of %d", w.Pos, len(ins))
+	default:
+		if _, err := fmt.Sscanf(o.Name, "out%d into %s at %d along axis %d", &at, &shape, &w.Offset, &w.Axis); err != nil {
+			return fail("not a window: %v", err)
 		}
-		if n := body.Node(ins[w.Pos]); !n.DType.IsInt() || len(n.Shape) != 0 {
-			return fail("the runtime position, input %d, is %s%v, not an integer scalar", w.Pos, n.DType, n.Shape)
-		}
-	} else if _, err := fmt.Sscanf(o.Name, "out%d into %s at %d along axis %d", &at, &shape, &w.Offset, &w.Axis); err != nil {
-		return fail("not a window: %v", err)
 	}
 	dims, open := strings.CutPrefix(shape, "[")
 	dims, closed := strings.CutSuffix(dims, "]")
@@ -208,7 +243,20 @@ func OutputWindow(body *ir.Graph, j int) (w Window, ok bool, err error) {
 			return fail("a %v output does not fit the buffer's %v", out, w.Shape)
 		}
 	}
-	if w.Offset < 0 || w.Offset+int64(out[w.Axis]) > int64(w.Shape[w.Axis]) {
+	if w.Runtime || w.Slots {
+		ins := body.Inputs()
+		if w.Pos < 0 || w.Pos >= len(ins) {
+			return fail("the window's input is input %d of %d", w.Pos, len(ins))
+		}
+		n := body.Node(ins[w.Pos])
+		switch {
+		case w.Runtime && (!n.DType.IsInt() || len(n.Shape) != 0):
+			return fail("the runtime position, input %d, is %s%v, not an integer scalar", w.Pos, n.DType, n.Shape)
+		case w.Slots && (!n.DType.IsInt() || len(n.Shape) != 1 || n.Shape[0] != out[w.Axis]):
+			return fail("the slots, input %d, are %s%v, not an integer vector of the output's %d slices", w.Pos, n.DType, n.Shape, out[w.Axis])
+		}
+	}
+	if !w.Slots && (w.Offset < 0 || w.Offset+int64(out[w.Axis]) > int64(w.Shape[w.Axis])) {
 		return fail("%d rows at %d do not fit the buffer's %d", out[w.Axis], w.Offset, w.Shape[w.Axis])
 	}
 	return w, true, nil

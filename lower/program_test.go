@@ -392,7 +392,7 @@ func TestRowsBody(t *testing.T) {
 			require.NoError(t, err)
 			rows, err := ir.EvalKernel(context.Background(), got, feeds["$1"])
 			require.NoError(t, err)
-			merged, err := writeWindow(context.Background(), feeds["$0"], rows[0], w, 0)
+			merged, err := writeWindow(context.Background(), feeds["$0"], rows[0], w, nil)
 			require.NoError(t, err)
 			assert.Equal(t, full[0].Float64s(), merged.Float64s())
 		})
@@ -442,10 +442,10 @@ func TestOutputWindow(t *testing.T) {
 			for i := range rows.F64 {
 				rows.F64[i] = float64(i + 1)
 			}
-			merged, err := writeWindow(context.Background(), ir.NewTensor(ir.F32, w.Shape), rows, w, 0)
+			merged, err := writeWindow(context.Background(), ir.NewTensor(ir.F32, w.Shape), rows, w, nil)
 			require.NoError(t, err)
 			want := make([]float64, w.Shape.NumElements())
-			for e, at := range w.Offsets(tt.rows, 0) {
+			for e, at := range w.Offsets(tt.rows, nil) {
 				want[at] = float64(e + 1)
 			}
 			assert.Equal(t, want, merged.Float64s())

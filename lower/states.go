@@ -35,18 +35,21 @@ func (b *builder) copyStates() {
 // new rows alone, straight into the state buffer, where that is safe:
 //
 //   - the new content is a Temp that one launch writes, its only output;
-//   - the launch's body outputs slice_update(state, rows), possibly
-//     through casts that change nothing, with the state buffer read whole
-//     there and nowhere else (the rows do not depend on the old content);
+//   - the launch's body outputs slice_update(state, rows), or
+//     scatter(state, rows, slots) with the slots an input of the body,
+//     possibly through casts that change nothing, with the state buffer
+//     read whole there and nowhere else (the rows do not depend on the
+//     old content);
 //   - the rows are elementwise work (views, moves and elementwise ops,
 //     the form whose printer writes through windows);
 //   - no later launch reads the state buffer, whose old content the write
 //     destroys; launches before it read the old content as before.
 //
 // The launch's body then computes the rows only, written through a Window
-// at the slice_update's offset; the launches after it that read the new
-// content read the state buffer instead, and the Temp is dropped. Any
-// other update keeps the copy at the end of the run (copyStates).
+// at the slice_update's offset or the scatter's slots; the launches after
+// it that read the new content read the state buffer instead, and the
+// Temp is dropped. Any other update keeps the copy at the end of the run
+// (copyStates).
 func (b *builder) updateInPlace() {
 	names := make([]string, 0, len(b.prog.Updates))
 	for name := range b.prog.Updates {
@@ -100,11 +103,13 @@ func (b *builder) updateInPlace() {
 }
 
 // rowsBody rewrites the body of launch l, whose output is
-// slice_update(state, rows) with the state buffer dst read whole, to
-// compute rows alone, written into dst through a window at the update's
-// offset. It returns the body and its arguments (dst no longer among
-// them), or false when l's body is not of that shape, the rows read the
-// state, or they are not elementwise work.
+// slice_update(state, rows) or scatter(state, rows, slots) with the state
+// buffer dst read whole, to compute rows alone, written into dst through
+// a window at the update's offset, or at the slots (a Slots window: each
+// slice at its own slot, -1 skipped). It returns the body and its
+// arguments (dst no longer among them), or false when l's body is not of
+// that shape, the rows or slots read the state, the slots are not one of
+// the body's inputs, or the rows are not elementwise work.
 func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
 	body := l.Body
 	k := slices.Index(l.Args, dst)
@@ -114,16 +119,20 @@ func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
 	ins := body.Inputs()
 	state := ins[k]
 	su := body.Node(noopCasts(body, body.Outputs[0].Value))
-	if su.Op != ir.OpSliceUpdate || noopCasts(body, su.Inputs[0]) != state {
+	if su.Op != ir.OpSliceUpdate && su.Op != ir.OpScatter || noopCasts(body, su.Inputs[0]) != state {
 		return nil, nil, false
 	}
 	rows := su.Inputs[1]
 	need := make([]bool, len(body.Nodes))
 	need[rows] = true
 	pos, runtime := su.DynamicOffset()
+	slots := su.Op == ir.OpScatter
+	if slots {
+		pos, runtime = su.Inputs[2], true
+	}
 	if runtime {
-		// The position is read by the kernel, not computed by it: it must
-		// be one of the body's inputs.
+		// The position (or the slots) is read by the kernel, not
+		// computed by it: it must be one of the body's inputs.
 		if body.Node(pos).Op != ir.OpInput {
 			return nil, nil, false
 		}
@@ -169,7 +178,10 @@ func rowsBody(l *Launch, dst int) (*ir.Graph, []int, bool) {
 	if ax < 0 {
 		ax += len(su.Shape)
 	}
-	w := Window{Axis: ax, Offset: su.Offset, Shape: su.Shape.Clone(), Runtime: runtime, Pos: at}
+	w := Window{Axis: ax, Offset: su.Offset, Shape: su.Shape.Clone(), Runtime: runtime && !slots, Slots: slots, Pos: at}
+	if slots {
+		w.Offset = 0
+	}
 	nb.Output(w.OutputName(0), vals[rows])
 	g, err := nb.Build()
 	if err != nil {

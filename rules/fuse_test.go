@@ -75,44 +75,64 @@ func TestCrossSumFusion(t *testing.T) {
 
 // TestInPlaceRowsPricing: a kernel writing a state's new rows is priced
 // as lowering runs it, the rows alone written in place, not as a copy of
-// the whole state; the same update of an input (no state) is a copy.
+// the whole state; the same update of an input (no state) is a copy. A
+// decode step's slice_update of its KV cache and a serving step's scatter
+// into its paged pool (llama-3-8b's: 32768 slots of 8 heads of 128) both.
 func TestInPlaceRowsPricing(t *testing.T) {
 	d, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
 	m := cost.NewModel(d, cost.Defaults(d))
-	price := func(state bool) (priced, whole float64) {
-		b := ir.NewBuilder("decode")
-		shape := []ir.Dim{1, 8, 4096, 128}
-		var cache ir.Value
-		if state {
-			cache = b.State("cache", ir.F32, shape...)
-		} else {
-			cache = b.Input("cache", ir.F32, shape...)
-		}
-		rows := b.Input("rows", ir.F32, 1, 8, 1, 128)
-		b.Output("new", b.SliceUpdate(cache, b.Neg(rows), 2, 7))
-		g, err := b.Build()
-		require.NoError(t, err)
-		prog, err := Saturate(context.Background(), g, LowerRewrites(), SaturateOptions{})
-		require.NoError(t, err)
-		eg := prog.EGraph
-		root := eg.Find(prog.Roots[0].Class)
-		for _, id := range eg.ClassNodes(root) {
-			n := eg.Node(id)
-			if n.Op != KernelSymbol {
-				continue
-			}
-			body, ok := Spec(n.Payload)
-			require.True(t, ok)
-			e, err := m.Kernel(body)
-			require.NoError(t, err)
-			return ModelCost(eg, m)(&eg.Graph, id), e.Seconds
-		}
-		t.Fatal("no kernel computes the update")
-		return 0, 0
+	tests := []struct {
+		name  string
+		dt    ir.DType
+		shape []ir.Dim
+		// update writes rows (computed) into the cache.
+		update func(b *ir.Builder, cache ir.Value) ir.Value
+	}{
+		{"slice_update", ir.F32, []ir.Dim{1, 8, 4096, 128}, func(b *ir.Builder, cache ir.Value) ir.Value {
+			rows := b.Input("rows", ir.F32, 1, 8, 1, 128)
+			return b.SliceUpdate(cache, b.Neg(rows), 2, 7)
+		}},
+		{"scatter", ir.BF16, []ir.Dim{32768, 8, 128}, func(b *ir.Builder, cache ir.Value) ir.Value {
+			rows := b.Input("rows", ir.BF16, 64, 8, 128)
+			return b.Scatter(cache, b.Neg(rows), b.Input("slot_mapping", ir.I32, 64), 0)
+		}},
 	}
-	priced, whole := price(true)
-	require.Less(t, priced, whole/4, "an in-place state update priced as a copy of the state")
-	priced, whole = price(false)
-	require.InDelta(t, whole, priced, whole*1e-9)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			price := func(state bool) (priced, whole float64) {
+				b := ir.NewBuilder("step")
+				var cache ir.Value
+				if state {
+					cache = b.State("cache", tt.dt, tt.shape...)
+				} else {
+					cache = b.Input("cache", tt.dt, tt.shape...)
+				}
+				b.Output("new", tt.update(b, cache))
+				g, err := b.Build()
+				require.NoError(t, err)
+				prog, err := Saturate(context.Background(), g, LowerRewrites(), SaturateOptions{})
+				require.NoError(t, err)
+				eg := prog.EGraph
+				root := eg.Find(prog.Roots[0].Class)
+				for _, id := range eg.ClassNodes(root) {
+					n := eg.Node(id)
+					if n.Op != KernelSymbol {
+						continue
+					}
+					body, ok := Spec(n.Payload)
+					require.True(t, ok)
+					e, err := m.Kernel(body)
+					require.NoError(t, err)
+					return ModelCost(eg, m)(&eg.Graph, id), e.Seconds
+				}
+				t.Fatal("no kernel computes the update")
+				return 0, 0
+			}
+			priced, whole := price(true)
+			require.Less(t, priced, whole/4, "an in-place state update priced as a copy of the state")
+			priced, whole = price(false)
+			require.InDelta(t, whole, priced, whole*1e-9)
+		})
+	}
 }

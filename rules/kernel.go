@@ -286,11 +286,14 @@ func ModelCost(eg *egraph.EGraph[Data], m *cost.Model) extract.CostFunc {
 }
 
 // inPlaceRows is, for a kernel writing a state's new content
-// (slice_update(state, rows) over the state's class read whole there and
-// nowhere else, rows computed by the elementwise form), the body lowering
-// runs instead: the rows alone, written into the state buffer in place
-// (lower's updateInPlace). Pricing the whole state's copy would make a
-// decode step's KV cache write look like a copy of the cache.
+// (slice_update(state, rows), or scatter(state, rows, slots) with the
+// slots an input, over the state's class read whole there and nowhere
+// else, rows computed by the elementwise form), the body lowering runs
+// instead: the rows alone (and the slots they are written at), written
+// into the state buffer in place (lower's updateInPlace). Pricing the
+// whole state's copy would make a decode step's KV cache write, or a
+// serving step's write into its paged pool, look like a copy of the
+// cache.
 func inPlaceRows(eg *egraph.EGraph[Data], n egraph.Node, body *ir.Graph) (*ir.Graph, bool) {
 	if len(body.Outputs) != 1 {
 		return nil, false
@@ -300,7 +303,7 @@ func inPlaceRows(eg *egraph.EGraph[Data], n egraph.Node, body *ir.Graph) (*ir.Gr
 		out = body.Node(out).Inputs[0]
 	}
 	su := body.Node(out)
-	if su.Op != ir.OpSliceUpdate {
+	if su.Op != ir.OpSliceUpdate && su.Op != ir.OpScatter {
 		return nil, false
 	}
 	base := su.Inputs[0]
@@ -311,10 +314,20 @@ func inPlaceRows(eg *egraph.EGraph[Data], n egraph.Node, body *ir.Graph) (*ir.Gr
 	if k < 0 || k >= len(n.Children) || !isState(eg, n.Children[k]) {
 		return nil, false
 	}
-	rows := su.Inputs[1]
+	rows, last := su.Inputs[1], su.Inputs[1]
 	need := make([]bool, len(body.Nodes))
 	need[rows] = true
-	for i := int(rows); i >= 0; i-- {
+	if su.Op == ir.OpScatter {
+		// The kernel reads the slots as they are (lowering writes through
+		// them only when they are one of the body's inputs); the priced
+		// body reads them too.
+		slots := su.Inputs[2]
+		if body.Node(slots).Op != ir.OpInput {
+			return nil, false
+		}
+		need[slots], last = true, max(rows, slots)
+	}
+	for i := int(last); i >= 0; i-- {
 		if !need[i] {
 			continue
 		}
@@ -333,7 +346,7 @@ func inPlaceRows(eg *egraph.EGraph[Data], n egraph.Node, body *ir.Graph) (*ir.Gr
 	}
 	b := ir.NewBuilder(body.Name)
 	vals := make([]ir.Value, len(body.Nodes))
-	for i, nd := range body.Nodes[:rows+1] {
+	for i, nd := range body.Nodes[:last+1] {
 		if !need[i] {
 			continue
 		}

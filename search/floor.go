@@ -114,7 +114,8 @@ func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value) float64 {
 }
 
 // stateBytes is what a run must move of state v (a KV cache): the rows
-// written into it (the updates of the slice_updates that write it) and
+// written into it (the updates of the slice_updates or scatters that
+// write it) and
 // the rows read of it: a slice of it (a static decode step's positions
 // 0..past), or for causal attention at a runtime position the keys up to
 // the last query's; a serving step's pool, the rows its scatter writes
@@ -129,7 +130,7 @@ func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) 
 		for _, uv := range users[x] {
 			u := g.Node(uv)
 			switch {
-			case u.Op == ir.OpSliceUpdate && u.Inputs[0] == x:
+			case (u.Op == ir.OpSliceUpdate || u.Op == ir.OpScatter) && u.Inputs[0] == x:
 				up := g.Node(u.Inputs[1])
 				written += float64(up.Shape.NumElements()) * float64(up.DType.Size())
 				if !reads(uv) {
@@ -137,13 +138,6 @@ func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) 
 				}
 			case u.Op == ir.OpSlice:
 				read += float64(u.Shape.NumElements()) * float64(u.DType.Size())
-			case u.Op == ir.OpScatter && u.Inputs[0] == x && work != nil:
-				// Only the rows of tokens present are written.
-				up := g.Node(u.Inputs[1])
-				written += float64(up.Shape.NumElements()) * float64(up.DType.Size()) * float64(work.Tokens) / float64(up.Shape[0])
-				if !reads(uv) {
-					return false
-				}
 			case u.Op == ir.OpPagedAttention && (u.Inputs[3] == x || u.Inputs[4] == x) && work != nil:
 				row := whole / float64(n.Shape[0])
 				read += row * work.Cached

@@ -107,3 +107,22 @@ func TestStepFloorByHand(t *testing.T) {
 
 // perLayerMACs is a llama layer's multiply-adds per token.
 func perLayerMACs(h, kv, inter float64) float64 { return 2*h*h + 2*h*kv + 3*h*inter }
+
+// TestFloorScatteredPool: a paged pool written by a scatter moves the
+// step's rows written and the rows read back, not the pool twice.
+func TestFloorScatteredPool(t *testing.T) {
+	const slots, tokens, read, row = 4096, 16, 32, 8 * 128 * 2 // bf16 rows of 8 heads of 128
+	b := ir.NewBuilder("step")
+	pool := b.State("kpool", ir.BF16, slots, 8, 128)
+	rows := b.Input("k", ir.BF16, tokens, 8, 128)
+	upd := b.Scatter(pool, b.Neg(rows), b.Input("slot_mapping", ir.I32, tokens), 0)
+	b.UpdateState(pool, upd)
+	b.Output("y", b.Slice(upd, 0, 0, read, 1))
+	g, err := b.Build()
+	require.NoError(t, err)
+	dev, err := cost.LookupDevice("h200")
+	require.NoError(t, err)
+	inputs := float64(tokens*row + tokens*4)
+	want := inputs + float64(read*row+tokens*row) + float64(read*row)
+	assert.InDelta(t, want, programFloor(g, dev, nil).Bytes, 0.5)
+}

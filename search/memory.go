@@ -74,7 +74,7 @@ func GraphMemory(g *ir.Graph) Memory {
 			if strings.HasPrefix(nd.Name, "past_key_values.") && len(nd.Shape) == 4 {
 				m.CachePositions = max(m.CachePositions, int64(nd.Shape[2]))
 			}
-		case ir.OpReshape, ir.OpPermute, ir.OpExpand, ir.OpSlice, ir.OpPad, ir.OpSliceUpdate:
+		case ir.OpReshape, ir.OpPermute, ir.OpExpand, ir.OpSlice, ir.OpPad, ir.OpSliceUpdate, ir.OpScatter:
 			if len(nd.Inputs) > 0 {
 				root[i] = root[nd.Inputs[0]]
 			}
