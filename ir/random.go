@@ -111,6 +111,10 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 		}
 		out[n.Name] = t
 	}
+	// Paged attention's metadata is valid only as a whole.
+	if err := pagedFeeds(g, seed, out, stated); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
