@@ -390,3 +390,38 @@ func TestNVRTCCompilesPagedAttention(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyPagedAttentionSampled verifies a paged attention kernel too
+// large to run whole (98304 outputs) as verification before output does:
+// a sample of blocks on random valid metadata (ir.DrawPaged), the
+// reference computing just the sampled elements (ir.EvalAt's paged
+// attention rule); the same kernel with its block table column off by one
+// fails (the table entries past a context's need are -1: the pool read
+// lands outside it, or on the wrong block).
+func TestVerifyPagedAttentionSampled(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	b := ir.NewBuilder("paged_verify")
+	in := func(name string, dt ir.DType, shape ...ir.Dim) ir.Value { return b.Input(name, dt, shape...) }
+	b.Output("out", b.PagedAttention(in("q", ir.BF16, 96, 8, 128), in("k", ir.BF16, 96, 2, 128), in("v", ir.BF16, 96, 2, 128),
+		in("kpool", ir.BF16, 4096, 2, 128), in("vpool", ir.BF16, 4096, 2, 128), in("table", ir.I32, 8, 64),
+		in("lens", ir.I32, 8), in("starts", ir.I32, 9), in("seqs", ir.I32), 1/math.Sqrt(128), 16, 0))
+	body, err := b.Build()
+	require.NoError(t, err)
+	good := pagedKernel(t, "paged_verify_good", body, 128)
+	bad := pagedKernel(t, "paged_verify_bad", body, 128)
+	bad.Text = strings.Replace(bad.Text, pagedBlockIndex(16), pagedBlockIndex(16)+" + 1", 1)
+	require.NotEqual(t, good.Text, strings.Replace(bad.Text, "paged_verify_bad", "paged_verify_good", -1))
+	for seed := range uint64(3) {
+		opt := VerifyOptions{Seed: seed, MaxBlocks: 16}
+		check, err := VerifyKernel(context.Background(), good, body, opt)
+		require.NoError(t, err, "seed %d", seed)
+		assert.True(t, check.Sampled, "a kernel of %d outputs runs a sample", 96*8*128)
+		assert.Positive(t, check.Elements)
+		_, err = VerifyKernel(context.Background(), bad, body, opt)
+		t.Logf("seed %d, broken: %v", seed, err)
+		assert.Error(t, err, "seed %d: the block index off by one went unnoticed", seed)
+	}
+}

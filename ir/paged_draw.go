@@ -99,8 +99,11 @@ func DrawPaged(rng *rand.Rand, tokens, slots, block, seqs, blocks int64) (*Paged
 // pagedFeeds replaces, for every paged attention of g whose metadata
 // operands (table, lengths, starts, count) are all leaves drawn here and
 // none with a range a caller stated, their independent draws in out with
-// one valid draw (DrawPaged), seeded by seed and the node.
+// one valid draw (DrawPaged), seeded by seed and the node. Metadata that
+// an earlier paged attention's draw wrote (the layers of a model share
+// it) is kept.
 func pagedFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string]Range) error {
+	done := map[string]bool{}
 	for i, n := range g.Nodes {
 		if n.Op != OpPagedAttention || len(n.Inputs) != 9 {
 			continue
@@ -110,7 +113,7 @@ func pagedFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string
 		for _, m := range meta {
 			_, drawn := out[m.Name]
 			_, fixed := stated[m.Name]
-			ours = ours && drawn && !fixed && slices.Contains([]Op{OpInput, OpWeight, OpState}, m.Op)
+			ours = ours && drawn && !fixed && !done[m.Name] && slices.Contains([]Op{OpInput, OpWeight, OpState}, m.Op)
 		}
 		if !ours {
 			continue
@@ -127,6 +130,7 @@ func pagedFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string
 				return fmt.Errorf("paged attention %q: metadata %q: %w", n.Name, meta[k].Name, err)
 			}
 			out[meta[k].Name] = t
+			done[meta[k].Name] = true
 		}
 	}
 	return nil

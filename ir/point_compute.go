@@ -83,6 +83,8 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 		return out, pe.computeNorm(n, idx, out)
 	case OpAttention:
 		return out, pe.computeAttention(n, idx, out)
+	case OpPagedAttention:
+		return out, pe.computePaged(n, idx, out)
 	}
 	return nil, fmt.Errorf("no evaluation rule")
 }

@@ -65,6 +65,8 @@ func (pe *pointEval) demand(v Value) error {
 		return nil
 	case OpAttention:
 		return pe.demandAttention(n, idx)
+	case OpPagedAttention:
+		return pe.demandPaged(n, idx)
 	}
 	return fmt.Errorf("no evaluation rule")
 }
