@@ -49,29 +49,62 @@ func Paged(body *ir.Graph) (PagedParts, error) {
 }
 
 // pagedStructure checks what the paged attention form computes: the op
-// alone, each operand a kernel argument (its metadata is read as the
-// scheduler wrote it, its pools in place), its result the one output.
-// Fusing a prologue into it (rotary on q, say) is not printed yet.
+// alone, its result the one output; q, k and v read from the kernel's
+// arguments in place or through views and casts (lowering folds a
+// reshape of a projection, a slice of a fused one, into its reader); the
+// pools and the metadata kernel arguments themselves (the pools are read
+// at the slots the table names, the metadata as the scheduler wrote it).
+// Fusing a computing prologue into it (rotary on q, say) is not printed
+// yet.
 func pagedStructure(body *ir.Graph) error {
 	var op *ir.Node
 	var opV ir.Value
 	for i, n := range body.Nodes {
-		switch {
-		case n.Op == ir.OpInput:
-		case n.Op == ir.OpPagedAttention && op == nil:
+		if n.Op == ir.OpPagedAttention {
+			if op != nil {
+				return fmt.Errorf("two paged_attention ops in one kernel body")
+			}
 			op, opV = n, ir.Value(i)
-		default:
-			return fmt.Errorf("a %s in a paged attention kernel (it computes the paged_attention op alone over its arguments)", n.Op)
 		}
 	}
 	if op == nil {
 		return fmt.Errorf("a paged attention kernel without the paged_attention op")
 	}
 	if len(body.Outputs) != 1 || body.Outputs[0].Value != opV {
-		return fmt.Errorf("a paged attention kernel with %d outputs (it writes the attention's result only)", len(body.Outputs))
+		return fmt.Errorf("a paged attention kernel with %d outputs, or an epilogue (it writes the attention's result only)", len(body.Outputs))
 	}
 	if len(op.Inputs) != 9 {
 		return fmt.Errorf("paged attention with %d operands, not 9", len(op.Inputs))
+	}
+	for k := 3; k < 9; k++ {
+		if n := body.Node(op.Inputs[k]); n.Op != ir.OpInput {
+			return fmt.Errorf("paged attention whose operand %d is a %s (the pools and the metadata are kernel arguments)", k, n.Op)
+		}
+	}
+	// Every other node is a view or cast on the way from an argument to
+	// q, k or v.
+	feeds := make([]bool, len(body.Nodes))
+	for k := range 3 {
+		feeds[op.Inputs[k]] = true
+	}
+	for i := len(body.Nodes) - 1; i >= 0; i-- {
+		n := body.Nodes[i]
+		if ir.Value(i) == opV || !feeds[i] {
+			continue
+		}
+		for _, in := range n.Inputs {
+			feeds[in] = true
+		}
+	}
+	for i, n := range body.Nodes {
+		switch {
+		case ir.Value(i) == opV, n.Op == ir.OpInput:
+		case !feeds[i]:
+			return fmt.Errorf("a %s in a paged attention kernel that does not feed it", n.Op)
+		case n.Op.Class() == ir.ClassView && n.Op != ir.OpPad, n.Op == ir.OpCast:
+		default:
+			return fmt.Errorf("a %s in a paged attention kernel (it reads q, k and v through views and casts only)", n.Op)
+		}
 	}
 	return nil
 }

@@ -25,7 +25,8 @@ const pagedThreads = 128
 // block's first position (or the tile's first lane) and passed to the
 // others by a shuffle, so once per Block positions; a key at or past ctx
 // is the step's own row first + j - ctx of k and v. Each lane scores its
-// key against the group's query heads; each warp keeps a running max and
+// key against the group's query heads (its key row read 4 elements a
+// load where the head size allows); each warp keeps a running max and
 // sum per head (shuffles) and accumulates value columns lane, lane + 32,
 // ... of the tile's probability-weighted value rows, in f32. At the end
 // the block combines its warps' partials as flash-decoding does and
@@ -63,7 +64,7 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	k.Grid = [3]int{int(min(max(pairs, 1), 65535)), 1, 1}
 	n := body.Node(p.Node)
 	arg := func(i int) string { return paramName(body, n.Inputs[i]) }
-	q, kk, vv, kpool, vpool := arg(0), arg(1), arg(2), arg(3), arg(4)
+	kk, kpool, vpool := arg(1), arg(3), arg(4)
 	meta := func(i int, at string) string { return load(p.MetaTypes[i], fmt.Sprintf("%s[%s]", arg(5+i), at)) }
 	dt := p.DType
 	st := storageType(dt)
@@ -96,7 +97,13 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	} else {
 		w("    const long long lo = 0;\n")
 	}
-	w("    for (long long i = threadIdx.x; i < %dLL; i += blockDim.x) Qs[i / %d][i %% %d] = %s;\n", G*D, D, D, load(dt, q+"[qo + i]"))
+	qLines, qv, err := pagedRead(body, n, 0, "t", fmt.Sprintf("(kh * %dLL + i / %d)", G, D), fmt.Sprintf("(i %% %d)", D))
+	if err != nil {
+		return "", err
+	}
+	w("    for (long long i = threadIdx.x; i < %dLL; i += blockDim.x) {\n", G*D)
+	printLines(&b, qLines, "      ")
+	w("      Qs[i / %d][i %% %d] = %s;\n    }\n", D, D, qv)
 	w("    float m[%d], l[%d], o[%d][%d];\n", G, G, G, cols)
 	w("    for (int g = 0; g < %d; g++) {\n      m[g] = -INFINITY;\n      l[g] = 0.0f;\n", G)
 	w("      for (int c = 0; c < %d; c++) o[g][c] = 0.0f;\n    }\n", cols)
@@ -113,10 +120,36 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("      float sc[%d];\n", G)
 	w("      for (int g = 0; g < %d; g++) sc[g] = -INFINITY;\n", G)
 	w("      if (live) {\n")
-	w("        const %s* kr = r >= 0 ? %s + (r * %dLL + kh) * %dLL : %s + ((-1 - r) * %dLL + kh) * %dLL;\n", st, kpool, p.Hkv, D, kk, p.Hkv, D)
 	w("        float dot[%d];\n        for (int g = 0; g < %d; g++) dot[g] = 0.0f;\n", G, G)
-	w("        for (int d = 0; d < %d; d++) {\n          const float kd = %s;\n", D, load(dt, "kr[d]"))
-	w("          for (int g = 0; g < %d; g++) dot[g] += Qs[g][d] * kd;\n        }\n", G)
+	// The key's row from the pool, or the step's own, read in place or
+	// through its views (a slice of a fused projection, a reshape).
+	dotRow := func(ptr string) {
+		w("          const %s* kr = %s;\n", st, ptr)
+		if D%4 == 0 {
+			// Rows of whole quads: a vector load of 4 elements at a time
+			// (rows start at multiples of D, so the quads are aligned).
+			w("          for (int d = 0; d < %d; d += 4) {\n            const float4 kd = lum_ld4%s(kr + d);\n", D, vectorSuffix(dt))
+			w("            for (int g = 0; g < %d; g++) dot[g] += Qs[g][d] * kd.x + Qs[g][d + 1] * kd.y + Qs[g][d + 2] * kd.z + Qs[g][d + 3] * kd.w;\n          }\n", G)
+		} else {
+			w("          for (int d = 0; d < %d; d++) {\n            const float kd = %s;\n", D, load(dt, "kr[d]"))
+			w("            for (int g = 0; g < %d; g++) dot[g] += Qs[g][d] * kd;\n          }\n", G)
+		}
+	}
+	w("        if (r >= 0) {\n")
+	dotRow(fmt.Sprintf("%s + (r * %dLL + kh) * %dLL", kpool, p.Hkv, D))
+	w("        } else {\n")
+	if pagedDirect(body, n, 1) {
+		dotRow(fmt.Sprintf("%s + ((-1 - r) * %dLL + kh) * %dLL", kk, p.Hkv, D))
+	} else {
+		kLines, kv, err := pagedRead(body, n, 1, "(-1 - r)", "kh", "d")
+		if err != nil {
+			return "", err
+		}
+		w("          for (int d = 0; d < %d; d++) {\n", D)
+		printLines(&b, kLines, "            ")
+		w("            for (int g = 0; g < %d; g++) dot[g] += Qs[g][d] * %s;\n          }\n", G, kv)
+	}
+	w("        }\n")
 	w("        for (int g = 0; g < %d; g++) sc[g] = dot[g] * %s;\n      }\n", G, floatLiteral(p.Scale))
 	w("      for (int g = 0; g < %d; g++) {\n", G)
 	w(`        float mx = sc[g];
@@ -135,11 +168,25 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("      // The warp reads its own probabilities and rows only.\n      __syncwarp();\n")
 	w("      for (int c = 0; c < %d && j0 + c <= pos; c++) {\n", cost.PagedTile)
 	w("        const long long rc = Rs[warp][c];\n")
-	w("        const %s* vr = rc >= 0 ? %s + (rc * %dLL + kh) * %dLL : %s + ((-1 - rc) * %dLL + kh) * %dLL;\n", st, vpool, p.Hkv, D, vv, p.Hkv, D)
-	w("        for (int x = 0; x < %d; x++) {\n", cols)
-	w("          const int d = lane + 32 * x;\n          if (d >= %d) break;\n", D)
-	w("          const float vd = %s;\n", load(dt, "vr[d]"))
-	w("          for (int g = 0; g < %d; g++) o[g][x] += Ps[warp][g][c] * vd;\n        }\n      }\n", G)
+	// The value row: the same for the whole warp, so either branch is
+	// taken by all of its lanes.
+	accumulate := func(lines []string, val string) {
+		w("          for (int x = 0; x < %d; x++) {\n", cols)
+		w("            const int d = lane + 32 * x;\n            if (d >= %d) break;\n", D)
+		printLines(&b, lines, "            ")
+		w("            const float vd = %s;\n", val)
+		w("            for (int g = 0; g < %d; g++) o[g][x] += Ps[warp][g][c] * vd;\n          }\n", G)
+	}
+	w("        if (rc >= 0) {\n")
+	w("          const %s* vr = %s + (rc * %dLL + kh) * %dLL;\n", st, vpool, p.Hkv, D)
+	accumulate(nil, load(dt, "vr[d]"))
+	w("        } else {\n")
+	vLines, vval, err := pagedRead(body, n, 2, "(-1 - rc)", "kh", "d")
+	if err != nil {
+		return "", err
+	}
+	accumulate(vLines, vval)
+	w("        }\n      }\n")
 	w("      // The next tile overwrites Ps and Rs.\n      __syncwarp();\n    }\n")
 	w("    // The combine across the warps; a warp that saw no key has m = -inf\n    // and weighs 0 (warp 0 always sees key lo).\n")
 	w("    for (int g = 0; g < %d; g++) {\n", G)
@@ -158,6 +205,25 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("      out0[qo + i] = %s;\n    }\n", store(dt, "(acc / L)"))
 	w("    // The next token overwrites Qs, Ms, Ls and Os, which slower threads\n    // may still read.\n    __syncthreads();\n  }\n")
 	return b.String(), nil
+}
+
+// pagedDirect says operand k of paged attention n is a kernel argument
+// itself, read in place (not through views).
+func pagedDirect(body *ir.Graph, n *ir.Node, k int) bool {
+	return body.Node(n.Inputs[k]).Op == ir.OpInput
+}
+
+// pagedRead is the element (row, head, d) of operand k (q, k or v) of
+// paged attention n, read through the views and casts between it and the
+// kernel's arguments (cost.Paged admits only those): the lines that
+// compute it and its f32 value.
+func pagedRead(body *ir.Graph, n *ir.Node, k int, row, head, d string) ([]string, string, error) {
+	e := &elementwise{body: body, temps: map[string]string{}}
+	v, err := e.value(n.Inputs[k], index{row, head, d}, false)
+	if err != nil {
+		return nil, "", fmt.Errorf("paged attention: operand %d: %w", k, err)
+	}
+	return e.lines, v, nil
 }
 
 // pagedBlockIndex is the block table column of key position j: the

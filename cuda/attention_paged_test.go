@@ -16,6 +16,8 @@ import (
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
 )
 
 // pagedSeq is one sequence of a step: its cached context and its tokens
@@ -423,5 +425,92 @@ func TestVerifyPagedAttentionSampled(t *testing.T) {
 		_, err = VerifyKernel(context.Background(), bad, body, opt)
 		t.Logf("seed %d, broken: %v", seed, err)
 		assert.Error(t, err, "seed %d: the block index off by one went unnoticed", seed)
+	}
+}
+
+// TestEmulatePagedStepProgram lowers a small serving step (the q, k and v
+// projections of its tokens, paged attention over a pool, the output
+// projection) to its naive program, prints every launch, runs it under
+// emulation with the memory plan's arena and compares the output with the
+// reference: the paged kernel's nine arguments, its integer metadata and
+// its views of the projections go through lowering and the memory plan.
+func TestEmulatePagedStepProgram(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	b := ir.NewBuilder("paged_step")
+	const T, E, Hq, Hkv, D = 9, 32, 4, 2, 8
+	x := b.Input("x", ir.F32, T, E)
+	proj := func(name string, heads ir.Dim) ir.Value {
+		return b.Reshape(b.MatMul(x, b.Weight(name, ir.F32, E, heads*D)), T, heads, D)
+	}
+	pool := func(name string) ir.Value { return b.Input(name, ir.F32, 64, Hkv, D) }
+	att := b.PagedAttention(proj("wq", Hq), proj("wk", Hkv), proj("wv", Hkv), pool("kpool"), pool("vpool"),
+		b.Input("table", ir.I32, 3, 6), b.Input("lens", ir.I32, 3), b.Input("starts", ir.I32, 4), b.Input("seqs", ir.I32), 1/math.Sqrt(D), 4, 0)
+	b.Output("y", b.MatMul(b.Reshape(att, T, Hq*D), b.Weight("wo", ir.F32, Hq*D, E)))
+	g, err := b.Build()
+	require.NoError(t, err)
+	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+	require.NoError(t, err)
+	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+	require.NoError(t, err)
+	ks, err := PrintProgram(lp)
+	require.NoError(t, err)
+	paged := 0
+	for _, k := range ks {
+		if strings.Contains(k.Text, "Rs[") {
+			paged++
+		}
+	}
+	require.Equal(t, 1, paged, "one paged attention kernel")
+	for seed := range uint64(4) {
+		feeds, err := ir.RandomFeeds(g, seed, ir.Typical)
+		require.NoError(t, err)
+		want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+		require.NoError(t, err)
+		outs, _, err := EmulateProgram(context.Background(), lp, ks, feeds, emu.Options{Shuffle: true, Seed: seed})
+		require.NoError(t, err)
+		mm, err := ir.Compare(outs["y"], want.Outputs["y"], want.Magnitudes["y"], 1024)
+		require.NoError(t, err)
+		assert.Nil(t, mm, "seed %d: %v", seed, mm)
+	}
+}
+
+// TestPagedAttentionThroughViews: q, k and v read through the views
+// lowering folds into the kernel (slices of a fused qkv projection,
+// reshaped to heads, cast to the pools' dtype) compute what the reference
+// does, in every schedule, on random valid metadata.
+func TestPagedAttentionThroughViews(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	const T, Hq, Hkv, D = 11, 4, 2, 12
+	b := ir.NewBuilder("paged_views")
+	qkv := b.Input("qkv", ir.F32, T, (Hq+2*Hkv)*D)
+	part := func(from, heads ir.Dim) ir.Value {
+		return b.Cast(b.Reshape(b.Slice(qkv, 1, int64(from*D), int64((from+heads)*D), 1), T, heads, D), ir.BF16)
+	}
+	pool := func(name string) ir.Value { return b.Input(name, ir.BF16, 96, Hkv, D) }
+	b.Output("out", b.PagedAttention(part(0, Hq), part(Hq, Hkv), part(Hq+Hkv, Hkv), pool("kpool"), pool("vpool"),
+		b.Input("table", ir.I64, 4, 8), b.Input("lens", ir.I64, 4), b.Input("starts", ir.I64, 5), b.Input("seqs", ir.I64), 0.3, 8, 0))
+	body, err := b.Build()
+	require.NoError(t, err)
+	var ks []*Kernel
+	var steps []pagedStep
+	for i, threads := range []int{64, 128, 256} {
+		feeds, err := ir.RandomFeeds(body, uint64(60+i), ir.Typical)
+		require.NoError(t, err)
+		st := pagedStep{body: body, feeds: feeds}
+		st.want, err = ir.Eval(context.Background(), body, feeds, ir.EvalOptions{Magnitude: true})
+		require.NoError(t, err)
+		for _, v := range body.Inputs() {
+			st.args = append(st.args, feeds[body.Node(v).Name])
+		}
+		ks, steps = append(ks, pagedKernel(t, fmt.Sprintf("views%d", i), body, threads)), append(steps, st)
+	}
+	for i, mm := range emulatePaged(t, ks, steps) {
+		assert.Nil(t, mm, "%s (%s): %v", ks[i].Name, ks[i].Schedule, mm)
 	}
 }

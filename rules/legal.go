@@ -31,7 +31,9 @@ const (
 //     either;
 //   - attention: two matmuls with a softmax between them, the first
 //     feeding the second only through it, elementwise prologues (rotary,
-//     scale, mask) on their operands.
+//     scale, mask) on their operands;
+//   - paged attention alone over its nine arguments (the one body past
+//     the argument bound).
 //
 // Casts and concats count as views: they only say where elements come
 // from, and so does a short sum across rows (MaxCrossSum: split-K's final
