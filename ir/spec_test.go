@@ -60,10 +60,10 @@ func TestCanonical(t *testing.T) {
 // in any field (Attrs gaining a field without encodeAttrs learning it
 // fails here).
 func TestAttrsKeyMatchesPrint(t *testing.T) {
-	require.Equal(t, 17, reflect.TypeFor[Attrs]().NumField(), "encodeAttrs must encode every field of Attrs")
+	require.Equal(t, 19, reflect.TypeFor[Attrs]().NumField(), "encodeAttrs must encode every field of Attrs")
 	base := Attrs{Name: "x", Data: []float64{1, -0.5}, Ints: []int64{3, -1 << 63}, Axis: 1, To: Shape{2, 3}, Perm: []int{1, 0},
 		Starts: []int64{0}, Ends: []int64{4}, Steps: []int64{1}, Before: []int64{1}, After: []int64{2},
-		Value: 0.25, DType: BF16, Eps: 1e-5, Scale: 0.125, Causal: true, Offset: 7}
+		Value: 0.25, DType: BF16, Eps: 1e-5, Scale: 0.125, Causal: true, Offset: 7, Block: 16, Window: 3}
 	variants := []Attrs{base, {}}
 	v := reflect.ValueOf(&base).Elem()
 	for i := range v.NumField() {
@@ -101,7 +101,7 @@ func TestAttrsKeyMatchesPrint(t *testing.T) {
 		seen[enc] = print
 	}
 	require.Len(t, seen, len(variants), "every variant encodes apart")
-	for _, op := range []Op{OpSlice, OpPermute, OpReshape, OpConcat, OpConst, OpRMSNorm, OpAttention, OpAdd, OpInput} {
+	for _, op := range []Op{OpSlice, OpPermute, OpReshape, OpConcat, OpConst, OpRMSNorm, OpAttention, OpPagedAttention, OpAdd, OpInput} {
 		n := &Node{Op: op, Attrs: base}
 		for range 2 { // computed, then remembered
 			require.Equal(t, fmt.Sprintf("%#v", op.Normalize(base)), attrsKey(n), "%s", op)
