@@ -3,9 +3,11 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -475,6 +477,26 @@ func TestEmulatePagedStepProgram(t *testing.T) {
 		require.NoError(t, err)
 		assert.Nil(t, mm, "seed %d: %v", seed, mm)
 	}
+	// Metadata the op has no meaning on is refused before anything runs:
+	// a block past the pool, starts that decrease.
+	feeds, err := ir.RandomFeeds(g, 9, ir.Typical)
+	require.NoError(t, err)
+	bad := func(name string, j, v int64) map[string]*ir.Tensor {
+		out := maps.Clone(feeds)
+		c := *feeds[name]
+		c.I64 = slices.Clone(c.I64)
+		c.SetInt(j, v)
+		out[name] = &c
+		return out
+	}
+	n := feeds["seqs"].Int(0)
+	require.Positive(t, n)
+	_, err = NewEmulation(context.Background(), lp, ks, bad("starts", n, -1))
+	assert.ErrorContains(t, err, "paged attention metadata")
+	_, err = NewEmulation(context.Background(), lp, ks, bad("seqs", 0, 4))
+	assert.ErrorContains(t, err, "4 sequences present; the block table has 3 rows")
+	_, err = NewEmulation(context.Background(), lp, ks, feeds)
+	assert.NoError(t, err)
 }
 
 // TestPagedAttentionThroughViews: q, k and v read through the views
