@@ -536,3 +536,25 @@ func TestPagedAttentionThroughViews(t *testing.T) {
 		assert.Nil(t, mm, "%s (%s): %v", ks[i].Name, ks[i].Schedule, mm)
 	}
 }
+
+// TestVerifyLlamaPagedAttention verifies the paged attention kernel of a
+// llama-3-8b serving step at its real shapes (pools of 32768 slots, a
+// table of 256 rows of 512 blocks, 256 tokens) as verification before
+// output does: random valid metadata, a sample of blocks, the reference
+// at the sampled elements. It takes seconds: the work follows the drawn
+// lengths and the sample, not the pool.
+func TestVerifyLlamaPagedAttention(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	for i, dt := range []ir.DType{ir.BF16, ir.F16} {
+		body := llamaPaged(t, dt, 256)
+		k := pagedKernel(t, "llama_paged_"+dt.String(), body, 128)
+		check, err := VerifyKernel(context.Background(), k, body, VerifyOptions{Seed: uint64(i + 1)})
+		require.NoError(t, err, dt)
+		assert.True(t, check.Sampled)
+		assert.Positive(t, check.Elements)
+		t.Logf("%s: %d of %d blocks, %d elements compared, worst %.3g of the tolerance", dt, check.BlocksRun, check.GridBlocks, check.Elements, check.WorstRatio)
+	}
+}
