@@ -475,7 +475,7 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     warps share the keys (SplitKeys); or 4 to 16 query rows a block
 //     in f32, a warp per 1 to 4 of them; or for f16 and bf16 tensor cores,
 //     a warp per 16 query rows, keys 32 or 64 a tile;
-//   - paged attention: a block per token and key head, 2 to 8 warps
+//   - paged attention: a block per token and key head, 2 to 32 warps
 //     sharing its keys (paged.go).
 func (k *kernelForm) schedules(d *Device) []Schedule {
 	var out []Schedule

@@ -200,10 +200,13 @@ func (k *kernelForm) pagedFeatures(s Schedule, d *Device, out float64) (Features
 }
 
 // pagedSchedules are the paged form's schedules: a block per token and
-// key head of 2, 4 or 8 warps sharing the keys, 32 a warp's step.
+// key head of 2 to 32 warps sharing the keys, 32 a warp's step (the many
+// warps for a step of few tokens over long contexts, whose blocks are
+// few); pagedFeatures refuses those whose partials overflow static shared
+// memory.
 func pagedSchedules() []Schedule {
 	var out []Schedule
-	for _, t := range []int{64, 128, 256} {
+	for _, t := range []int{64, 128, 256, 512, 1024} {
 		out = append(out, Schedule{BM: 1, BN: PagedTile, Threads: t, SplitKeys: true})
 	}
 	return out

@@ -63,7 +63,7 @@ func TestPagedAttentionPricing(t *testing.T) {
 	m := NewModel(d, Defaults(d))
 	ranked, err := m.Ranked(llamaStep.body(t, ir.BF16))
 	require.NoError(t, err)
-	require.Len(t, ranked, 3)
+	require.Len(t, ranked, 4, "2 to 16 warps: 32 warps' partials overflow static shared memory")
 	for _, e := range ranked {
 		assert.True(t, e.Schedule.SplitKeys, "%s", e.Schedule)
 		assert.Positive(t, e.Seconds)

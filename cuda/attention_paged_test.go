@@ -166,8 +166,8 @@ func inputNamed(t *testing.T, body *ir.Graph, name string) ir.Value {
 // or a chunk of up to 20 tokens, over contexts of 0, whole blocks and
 // random lengths (up to 300, so that 8 warps take several tiles), in
 // grouped-query and one-head-a-key-head layouts, with and without a
-// window, in f32, bf16 and f16, i32 and i64 metadata, each block of 2, 4
-// and 8 warps.
+// window, in f32, bf16 and f16, i32 and i64 metadata, each block of 2 to
+// 32 warps.
 func pagedRandomCases() []pagedCase {
 	rng := rand.New(rand.NewPCG(2026, 12))
 	type layout struct{ hq, hkv, d, block, window int64 }
@@ -177,7 +177,7 @@ func pagedRandomCases() []pagedCase {
 	for i := range 15 {
 		l := layouts[i%len(layouts)]
 		c := pagedCase{dt: dts[i%3], meta: []ir.DType{ir.I32, ir.I64}[i%2], hq: l.hq, hkv: l.hkv, d: l.d, block: l.block, window: l.window,
-			threads: []int{64, 128, 256}[(i/3)%3], absent: int64(i % 2), tail: int64(i % 3), extraBlocks: int64(i % 2)}
+			threads: []int{64, 128, 256, 512, 1024}[(i/3)%5], absent: int64(i % 2), tail: int64(i % 3), extraBlocks: int64(i % 2)}
 		S := 1 + i%5
 		for s := range S {
 			sq := pagedSeq{tokens: 1}
@@ -367,7 +367,7 @@ func TestNVRTCCompilesPagedAttention(t *testing.T) {
 		body := llamaPaged(t, dt, 512)
 		ranked, err := model.Ranked(body)
 		require.NoError(t, err)
-		require.Len(t, ranked, 3, "%s: every schedule fits", dt)
+		require.Len(t, ranked, 4, "%s: 2 to 16 warps fit", dt)
 		for i, e := range ranked {
 			k, err := PrintKernelWith(fmt.Sprintf("paged_%s_%d", dt, i), "llama paged "+e.Schedule.String(), body, e.Schedule)
 			require.NoError(t, err)
@@ -521,7 +521,7 @@ func TestPagedAttentionThroughViews(t *testing.T) {
 	require.NoError(t, err)
 	var ks []*Kernel
 	var steps []pagedStep
-	for i, threads := range []int{64, 128, 256} {
+	for i, threads := range []int{64, 128, 256, 512} {
 		feeds, err := ir.RandomFeeds(body, uint64(60+i), ir.Typical)
 		require.NoError(t, err)
 		st := pagedStep{body: body, feeds: feeds}
