@@ -29,6 +29,10 @@ const (
 	// elementwise from q x k^T, flash style (the attention op, or its
 	// eager form: Attention).
 	FormAttention
+	// FormPagedAttention is a serving step's attention over a paged KV
+	// cache (the paged_attention op alone: Paged), a block per token and
+	// key head whose warps share the token's keys.
+	FormPagedAttention
 )
 
 // String names the form.
@@ -42,6 +46,8 @@ func (f Form) String() string {
 		return "matmul"
 	case FormAttention:
 		return "attention"
+	case FormPagedAttention:
+		return "paged_attention"
 	}
 	return fmt.Sprintf("form(%d)", uint8(f))
 }
@@ -61,6 +67,8 @@ func FormOf(body *ir.Graph) (Form, error) {
 	attention, rows := 0, false
 	for i, n := range body.Nodes {
 		switch {
+		case n.Op == ir.OpPagedAttention:
+			return FormPagedAttention, pagedStructure(body)
 		case n.Op == ir.OpMatMul:
 			matmuls = append(matmuls, ir.Value(i))
 		case n.Op == ir.OpAttention:

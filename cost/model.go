@@ -158,8 +158,21 @@ func (m *Model) Expecting(lo, hi int64) *Model {
 // analyze is the package's analyze with the model's position applied.
 func (m *Model) analyze(body *ir.Graph) (*kernelForm, error) {
 	k, err := analyze(body)
-	if err != nil || k.keys == nil {
+	if err != nil {
 		return k, err
+	}
+	if k.form == FormPagedAttention {
+		// A step's cached contexts stand where a decode step's position
+		// does.
+		switch {
+		case m.at != nil:
+			k.pagedCtx = float64(max(*m.at, 0))
+		case m.expect != nil:
+			k.pagedCtx = float64(max(m.expect[0]+m.expect[1], 0)) / 2
+		}
+	}
+	if k.keys == nil {
+		return k, nil
 	}
 	switch {
 	case m.at != nil:
@@ -268,6 +281,10 @@ type kernelForm struct {
 	// sees, at a static bound or averaged over a runtime position's range
 	// (nil when the mask bounds none: every key is priced).
 	keys *expectedKeys
+	// pagedCtx is the cached context length per sequence a paged
+	// attention is priced at, or -1 for the form's assumption
+	// (pagedContext).
+	pagedCtx float64
 	// res, when set, is the compiler's report for the schedule priced,
 	// used in place of the model's register and shared-memory guesses.
 	res *Resources
@@ -336,7 +353,7 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 			break
 		}
 	}
-	k := &kernelForm{body: body, form: form, slots: make([]uint8, len(body.Nodes))}
+	k := &kernelForm{body: body, form: form, slots: make([]uint8, len(body.Nodes)), pagedCtx: -1}
 	for i, n := range body.Nodes {
 		switch {
 		case n.Op == ir.OpMatMul:
@@ -462,7 +479,9 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     threads sharing the value columns, or 128 to 1024 threads whose
 //     warps share the keys (SplitKeys); or 4 to 16 query rows a block
 //     in f32, a warp per 1 to 4 of them; or for f16 and bf16 tensor cores,
-//     a warp per 16 query rows, keys 32 or 64 a tile.
+//     a warp per 16 query rows, keys 32 or 64 a tile;
+//   - paged attention: a block per token and key head, 2 to 32 warps
+//     sharing its keys (paged.go).
 func (k *kernelForm) schedules(d *Device) []Schedule {
 	var out []Schedule
 	switch k.form {
@@ -546,6 +565,8 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 				out = append(out, Schedule{BM: r[0], BN: r[1], Threads: 2 * r[0], Tensor: true})
 			}
 		}
+	case FormPagedAttention:
+		out = pagedSchedules()
 	}
 	return out
 }
@@ -638,6 +659,8 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 			return k.gemvFeatures(s, d, out)
 		}
 		return k.matmulFeatures(s, d, out)
+	case FormPagedAttention:
+		return k.pagedFeatures(s, d, out)
 	}
 	return k.attentionFeatures(s, d, out)
 }

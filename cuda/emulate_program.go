@@ -3,7 +3,9 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"slices"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
@@ -91,6 +93,9 @@ func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 		if err := checkWindows(prog, launches[i]); err != nil {
 			return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 		}
+		if err := checkPagedMetadata(prog, launches[i], feeds); err != nil {
+			return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+		}
 		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
 		for _, id := range append(append([]int(nil), launches[i].Args...), launches[i].Outs...) {
 			l.Args = append(l.Args, e.where[id])
@@ -159,6 +164,44 @@ func checkWindows(prog *lower.Program, l *lower.Launch) error {
 		if !b.Shape.Equal(w.Shape) || b.DType != l.Body.Node(l.Body.Outputs[j].Value).DType {
 			return fmt.Errorf("launch %s writes output %d through a window into %v, but its buffer is %s %s%v", l.Name, j, w.Shape, b.Kind, b.DType, b.Shape)
 		}
+	}
+	return nil
+}
+
+// checkPagedMetadata refuses, before anything runs, a paged attention
+// launch whose metadata (block table, lengths, query starts, sequence
+// count) the caller gave and the op has no meaning on (ir.PagedTokens):
+// the kernel trusts it, and a block id past the pool would read, or a
+// scatter by the same table write, outside the pool. Metadata the program
+// computes itself is the program's and is not checked here.
+func checkPagedMetadata(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Tensor) error {
+	p, err := cost.Paged(l.Body)
+	if err != nil {
+		return nil // not a paged attention launch
+	}
+	n := l.Body.Node(p.Node)
+	ins := make([]ir.ValueType, len(n.Inputs))
+	for k, v := range n.Inputs {
+		ins[k] = ir.ValueType{Shape: l.Body.Node(v).Shape, DType: l.Body.Node(v).DType}
+	}
+	meta := make([]*ir.Tensor, len(n.Inputs))
+	for k := 5; k < len(n.Inputs); k++ {
+		arg := slices.Index(l.Body.Inputs(), n.Inputs[k])
+		if arg < 0 || arg >= len(l.Args) {
+			return fmt.Errorf("launch %s: paged attention's operand %d is no argument of the launch", l.Name, k)
+		}
+		b := prog.Buffers[l.Args[arg]]
+		t, ok := feeds[b.Name]
+		if !ok || (b.Kind != lower.Input && b.Kind != lower.State && b.Kind != lower.Weight) {
+			return nil // computed by the program
+		}
+		if t.Len() != ins[k].Shape.NumElements() {
+			return fmt.Errorf("launch %s: paged attention metadata %s has %d elements, not %d", l.Name, b.Name, t.Len(), ins[k].Shape.NumElements())
+		}
+		meta[k] = t
+	}
+	if _, err := ir.PagedTokens(n, ins, func(k int, j int64) int64 { return meta[k].Int(j) }); err != nil {
+		return fmt.Errorf("launch %s: paged attention metadata: %w", l.Name, err)
 	}
 	return nil
 }

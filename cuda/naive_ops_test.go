@@ -115,6 +115,20 @@ func opVariants() map[ir.Op][]opVariant {
 			return b.Attention(in(b, "$0", dt, 2, 2, 3, 8), in(b, "$1", dt, 2, 2, 5, 8), in(b, "$2", dt, 2, 2, 5, 8), 0.35, true, 2)
 		}},
 	}
+	// Paged attention over small pools: grouped heads with i32 metadata,
+	// and one head a key head with a window, odd head size and i64
+	// metadata (the random feeds draw valid metadata, ir.DrawPaged).
+	paged := func(T, Hq, Hkv, D, P, S, M ir.Dim, block, window int64, meta ir.DType) func(b *ir.Builder, dt ir.DType) ir.Value {
+		return func(b *ir.Builder, dt ir.DType) ir.Value {
+			return b.PagedAttention(in(b, "$0", dt, T, Hq, D), in(b, "$1", dt, T, Hkv, D), in(b, "$2", dt, T, Hkv, D),
+				in(b, "$3", dt, P, Hkv, D), in(b, "$4", dt, P, Hkv, D), in(b, "$5", meta, S, M), in(b, "$6", meta, S),
+				in(b, "$7", meta, S+1), in(b, "$8", meta), 0.35, block, window)
+		}
+	}
+	vs[ir.OpPagedAttention] = []opVariant{
+		{"gqa", paged(7, 4, 2, 8, 24, 3, 3, 4, 0, ir.I32)},
+		{"window", paged(5, 2, 2, 5, 12, 2, 4, 3, 3, ir.I64)},
+	}
 	return vs
 }
 

@@ -11,7 +11,8 @@
 // views, concats, casts, gathers and slice updates, with 16-byte vector
 // loads where every operand is read at the output's element; other
 // reductions loop per element), row (rows.go), matmul (matmul.go,
-// tensorcore.go) and attention (attention.go, attention_tc.go). A body no
+// tensorcore.go), attention (attention.go, attention_tc.go) and paged
+// attention (attention_paged.go). A body no
 // form computes is refused with an error saying why, never printed wrong.
 package cuda
 
@@ -102,6 +103,8 @@ func printKernel(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel
 	switch form {
 	case cost.FormAttention:
 		text, err = printAttention(k, body, s)
+	case cost.FormPagedAttention:
+		text, err = printPagedAttention(k, body, s)
 	case cost.FormMatMul:
 		text, err = printMatmul(k, body, s)
 	case cost.FormRow:

@@ -244,6 +244,11 @@ func ReductionLength(body *ir.Graph) int {
 			if s := in(1); len(s) == 4 {
 				l = max(s[2], s[3])
 			}
+		case ir.OpPagedAttention:
+			// A token attends at most a table row's positions.
+			if s, k := in(5), in(1); len(s) == 2 && len(k) == 3 {
+				l = max(s[1]*ir.Dim(n.Block), k[2])
+			}
 		}
 		r = max(r, int(l))
 	}

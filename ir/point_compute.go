@@ -84,7 +84,7 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 	case OpAttention:
 		return out, pe.computeAttention(n, idx, out)
 	case OpPagedAttention:
-		return out, pe.computePagedAttention(n, idx, out)
+		return out, pe.computePaged(n, idx, out)
 	}
 	return nil, fmt.Errorf("no evaluation rule")
 }

@@ -66,7 +66,7 @@ func (pe *pointEval) demand(v Value) error {
 	case OpAttention:
 		return pe.demandAttention(n, idx)
 	case OpPagedAttention:
-		return pe.demandPagedAttention(n, idx)
+		return pe.demandPaged(n, idx)
 	}
 	return fmt.Errorf("no evaluation rule")
 }

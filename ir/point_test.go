@@ -45,6 +45,14 @@ var pointCases = []textCase{
 		b.Output("out", b.Attention(q, k, v, 1/math.Sqrt(8), true, 3))
 		b.Output("full", b.Attention(b.Neg(q), k, b.Exp(v), 0.5, false, 0))
 	}},
+	{"paged attention gqa window", func(b *Builder) {
+		q, k, v := b.Input("q", F32, 9, 4, 8), b.Input("k", F32, 9, 2, 8), b.Input("v", F32, 9, 2, 8)
+		kp, vp := b.Input("kpool", F32, 24, 2, 8), b.Input("vpool", F32, 24, 2, 8)
+		meta := []Value{b.Input("table", I32, 3, 5), b.Input("lens", I32, 3), b.Input("starts", I32, 4), b.Input("seqs", I32)}
+		b.Output("out", b.PagedAttention(q, k, v, kp, vp, meta[0], meta[1], meta[2], meta[3], 0.4, 4, 6))
+		// Computed operands: the reference computes only the rows read.
+		b.Output("computed", b.PagedAttention(b.Neg(q), k, v, b.Exp(kp), vp, meta[0], meta[1], meta[2], meta[3], 0.3, 4, 0))
+	}},
 	{"attention decomposed with mask and gqa broadcast", func(b *Builder) {
 		q := b.Input("q", F32, 1, 4, 5, 8)
 		k, v := b.Input("k", F32, 1, 2, 5, 8), b.Input("v", F32, 1, 2, 5, 8)

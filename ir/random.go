@@ -80,20 +80,10 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 		}
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	paged, err := pagedFeeds(g, seed, ranges)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]*Tensor{}
 	for i, n := range g.Nodes {
 		if !slices.Contains(kinds, n.Op) {
 			continue
-		}
-		if t, ok := paged[n.Name]; ok && n.Op == OpInput {
-			if _, own := stated[n.Name]; !own {
-				out[n.Name] = t
-				continue
-			}
 		}
 		count := n.Shape.NumElements()
 		d := doms[i]
@@ -128,6 +118,10 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 			return nil, fmt.Errorf("random %s %q: %w", n.Op, n.Name, err)
 		}
 		out[n.Name] = t
+	}
+	// Paged attention's metadata is valid only as a whole.
+	if err := pagedFeeds(g, seed, out, stated); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -101,7 +101,7 @@ func TestAttrsKeyMatchesPrint(t *testing.T) {
 		seen[enc] = print
 	}
 	require.Len(t, seen, len(variants), "every variant encodes apart")
-	for _, op := range []Op{OpSlice, OpPermute, OpReshape, OpConcat, OpConst, OpRMSNorm, OpAttention, OpAdd, OpInput, OpScatter, OpPagedAttention} {
+	for _, op := range []Op{OpSlice, OpPermute, OpReshape, OpConcat, OpConst, OpRMSNorm, OpAttention, OpPagedAttention, OpAdd, OpInput} {
 		n := &Node{Op: op, Attrs: base}
 		for range 2 { // computed, then remembered
 			require.Equal(t, fmt.Sprintf("%#v", op.Normalize(base)), attrsKey(n), "%s", op)

@@ -138,6 +138,13 @@ var textCases = []textCase{
 		b.Output("windowed", b.PagedAttention(q, k, v, kp2, vp2, table, lens, starts, seqs, 0.125, 4, 3))
 		b.Output("full", b.PagedAttention(q, k, v, kp2, vp2, table, lens, starts, seqs, 1/math.Sqrt(8), 6, 0))
 	}},
+	{"paged attention", func(b *Builder) {
+		q, k, v := b.Input("q", BF16, 6, 4, 8), b.Input("k", BF16, 6, 2, 8), b.Input("v", BF16, 6, 2, 8)
+		kp, vp := b.Input("kpool", BF16, 32, 2, 8), b.Input("vpool", BF16, 32, 2, 8)
+		table, lens, starts, seqs := b.Input("table", I32, 3, 4), b.Input("lens", I32, 3), b.Input("starts", I32, 4), b.Input("seqs", I64)
+		b.Output("full", b.PagedAttention(q, k, v, kp, vp, table, lens, starts, seqs, 0.125, 8, 0))
+		b.Output("window", b.PagedAttention(q, k, v, kp, vp, table, lens, starts, seqs, 1/math.Sqrt(8), 8, 5))
+	}},
 	{"names", func(b *Builder) {
 		x := b.Input("a \"quoted\"\nname ; not a comment", F32, 1)
 		y := b.Input("\xff\x00é", F32, 1)

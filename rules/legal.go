@@ -31,7 +31,9 @@ const (
 //     either;
 //   - attention: two matmuls with a softmax between them, the first
 //     feeding the second only through it, elementwise prologues (rotary,
-//     scale, mask) on their operands.
+//     scale, mask) on their operands;
+//   - paged attention alone over its nine arguments (the one body past
+//     the argument bound).
 //
 // Casts and concats count as views: they only say where elements come
 // from, and so does a short sum across rows (MaxCrossSum: split-K's final
@@ -44,7 +46,15 @@ const (
 // printer's own account of what each form computes: what Legal admits
 // prints, in every schedule the cost model lists for it.
 func Legal(body *ir.Graph) bool {
-	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > maxKernelArgs || len(body.Outputs) == 0 || len(body.Outputs) > maxKernelOutputs {
+	args := maxKernelArgs
+	for _, n := range body.Nodes {
+		if n.Op == ir.OpPagedAttention {
+			// Paged attention takes nine arguments (q, k, v, the pools,
+			// the metadata); its form is the op alone (cost.FormOf).
+			args = max(args, len(n.Inputs))
+		}
+	}
+	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > args || len(body.Outputs) == 0 || len(body.Outputs) > maxKernelOutputs {
 		return false
 	}
 	nodes := make([]formNode, len(body.Nodes))

@@ -124,6 +124,12 @@ func TestLegal(t *testing.T) {
 			p := softmax(b, b.MatMul(q, k))
 			return b.MatMul(b.Where(b.Input("keep", ir.Bool, 8, 8), p, b.BroadcastTo(b.Scalar(ir.F32, 0), ir.Shape{8, 8})), v)
 		}, false, ""},
+		{"paged attention, its nine arguments", func(b *ir.Builder) ir.Value {
+			return pagedAttention(b, b.Input("q", ir.BF16, 4, 2, 8))
+		}, true, "paged_attention"},
+		{"paged attention with a fused prologue (not printed)", func(b *ir.Builder) ir.Value {
+			return pagedAttention(b, b.Neg(b.Input("q", ir.BF16, 4, 2, 8)))
+		}, false, ""},
 		{"too many arguments", func(b *ir.Builder) ir.Value {
 			s := b.Input("x0", ir.F32, 4)
 			for i := 1; i <= maxKernelArgs; i++ {
@@ -144,6 +150,14 @@ func TestLegal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pagedAttention is paged attention of q [4, 2, 8] over fresh inputs: a
+// pool of 4 blocks of 4 slots, a table of 2 sequences.
+func pagedAttention(b *ir.Builder, q ir.Value) ir.Value {
+	kv := func(n string, rows ir.Dim) ir.Value { return b.Input(n, ir.BF16, rows, 1, 8) }
+	return b.PagedAttention(q, kv("k", 4), kv("v", 4), kv("kp", 16), kv("vp", 16), b.Input("t", ir.I32, 2, 4),
+		b.Input("l", ir.I32, 2), b.Input("s", ir.I32, 3), b.Input("n", ir.I32), 0.5, 4, 0)
 }
 
 // TestCorpusKernelBars saturates a Llama 3 8B and a GPT-2 layer with every
