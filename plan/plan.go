@@ -183,6 +183,18 @@ type Options struct {
 	MaxSeq int              `json:"max_seq,omitempty"`
 	DType  string           `json:"dtype,omitempty"`
 	Dims   map[string]int64 `json:"dims,omitempty"`
+	// Step are a serving step's sizes as given (0: the default), nil for
+	// any other kind.
+	Step *StepOptions `json:"step_options,omitempty"`
+}
+
+// StepOptions are corpus.StepOptions as plan.json records them.
+type StepOptions struct {
+	MaxTokens int  `json:"max_tokens,omitempty"`
+	MaxSeqs   int  `json:"max_seqs,omitempty"`
+	BlockSize int  `json:"block_size,omitempty"`
+	KVBlocks  int  `json:"kv_blocks,omitempty"`
+	AllLogits bool `json:"all_logits,omitempty"`
 }
 
 // Buffer is one tensor in device memory; see lower.Buffer.

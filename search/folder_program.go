@@ -79,5 +79,9 @@ func planBuild(pl *plan.Plan) corpus.Options {
 	if err != nil {
 		dt = ir.F32
 	}
-	return corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
+	o := corpus.Options{Seq: pl.Options.Seq, Past: pl.Options.Past, PastMin: pl.Options.PastMin, PastMax: pl.Options.PastMax, Cache: pl.Options.Cache, MaxSeq: pl.Options.MaxSeq, DType: dt}
+	if s := pl.Options.Step; s != nil {
+		o.Step = corpus.StepOptions{MaxTokens: s.MaxTokens, MaxSeqs: s.MaxSeqs, BlockSize: s.BlockSize, KVBlocks: s.KVBlocks, AllLogits: s.AllLogits}
+	}
+	return o
 }

@@ -98,6 +98,10 @@ func buildPlan(src *source, f *final) (*plan.Plan, error) {
 		pl.Options.Cache = b.Cache
 	}
 	pl.Options.MaxSeq = b.MaxSeq
+	if pl.Step != nil {
+		so := b.Step
+		pl.Options.Step = &plan.StepOptions{MaxTokens: so.MaxTokens, MaxSeqs: so.MaxSeqs, BlockSize: so.BlockSize, KVBlocks: so.KVBlocks, AllLogits: so.AllLogits}
+	}
 
 	return pl, nil
 }
