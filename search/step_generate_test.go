@@ -12,6 +12,7 @@ import (
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/internal/steptest"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/safetensors"
 	"github.com/lumsearch/lumsearch/step"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,6 +83,7 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 				n := f.g.Node(v)
 				states[n.Name] = ir.NewTensor(n.DType, n.Shape)
 			}
+			refuseBadStep(t, f, l, states)
 			steps, ties, reused, maxSeqs := 0, 0, 0, 0
 			used := map[int32]bool{}
 			for iter := 0; ; iter++ {
@@ -181,4 +183,24 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 			f.unchanged(t)
 		})
 	}
+}
+
+// refuseBadStep runs the folder on a batch whose two tokens write one
+// slot: RunFolder refuses it as bad input, naming the slot mapping, and
+// writes no output file (no state comes back changed).
+func refuseBadStep(t *testing.T, f *generationFolder, l step.Layout, states map[string]*ir.Tensor) {
+	t.Helper()
+	b, err := l.Arrange(rand.New(rand.NewPCG(1, 2)), []step.SeqShape{{Context: 0, Tokens: 2}})
+	require.NoError(t, err)
+	feeds, err := l.Feeds(b)
+	require.NoError(t, err)
+	feeds[step.SlotMapping].SetInt(1, feeds[step.SlotMapping].Int(0))
+	maps.Copy(feeds, states)
+	tmp := t.TempDir()
+	in, out := filepath.Join(tmp, "in.safetensors"), filepath.Join(tmp, "out.safetensors")
+	require.NoError(t, safetensors.WriteFile(in, feeds, nil))
+	err = RunFolder(context.Background(), f.dir, RunOptions{Inputs: in, Output: out}, nil)
+	require.ErrorContains(t, err, "step metadata: slot_mapping[1]")
+	assert.Equal(t, KindInput, KindOf(err))
+	assert.NoFileExists(t, out)
 }

@@ -2,6 +2,7 @@ package step
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -9,7 +10,9 @@ import (
 // LayoutOf reads a step program's layout from its graph: the maxima from
 // its metadata inputs' shapes, the block size and window from its paged
 // attention ops, the pool from its state buffers, the vocabulary from its
-// logits. A graph without paged attention is not a step: (nil, nil).
+// logits. A graph without paged attention, or without every input the
+// step's contract names, is not a step: (nil, nil). One with them all
+// that breaks the contract is an error.
 func LayoutOf(g *ir.Graph) (*Layout, error) {
 	var attn []*ir.Node
 	for _, n := range g.Nodes {
@@ -19,6 +22,13 @@ func LayoutOf(g *ir.Graph) (*Layout, error) {
 	}
 	if len(attn) == 0 {
 		return nil, nil
+	}
+	// Paged attention alone (a kernel's body, a test's graph) is no
+	// serving step: a step has every one of the contract's inputs.
+	for _, name := range []string{InputIDs, Positions, QueryStarts, SeqLens, BlockTable, SlotMapping, SeqsSymbol} {
+		if !slices.ContainsFunc(g.Inputs(), func(v ir.Value) bool { return g.Node(v).Name == name }) {
+			return nil, nil
+		}
 	}
 	input := func(name string) (*ir.Node, error) {
 		for _, v := range g.Inputs() {
