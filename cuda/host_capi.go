@@ -102,7 +102,22 @@ int lum_set_input(lum_model* m, const char* name, const void* data, size_t bytes
             }
         }
     }
-    return transfer(m, "lum_set_input", kInput, name, data, nullptr, bytes, err, errlen);
+    int rc = transfer(m, "lum_set_input", kInput, name, data, nullptr, bytes, err, errlen);
+    if (rc == LUM_OK && bytes > 0) {
+        // Paged attention's metadata is checked by lum_run, on a copy.
+        int i = find(kInput, name);
+        if (i >= 0 && pagedBuffer(i)) {
+            if (m->shadow[i] == nullptr) {
+                m->shadow[i] = static_cast<unsigned char*>(malloc(bytes));
+                if (m->shadow[i] == nullptr) {
+                    m->ready[i] = 0;
+                    return fail(err, errlen, LUM_ERR_MEMORY, "lum_set_input: out of host memory for a copy of %s", name);
+                }
+            }
+            memcpy(m->shadow[i], data, bytes);
+        }
+    }
+    return rc;
 }
 
 int lum_run(lum_model* m, char* err, size_t errlen) {
@@ -116,6 +131,13 @@ int lum_run(lum_model* m, char* err, size_t errlen) {
     for (int i = 0; i < kNumBuffers; i++) {
         if (kBuffers[i].kind == kInput && !m->ready[i]) {
             return fail(err, errlen, LUM_ERR_ORDER, "lum_run: input %s was not set (lum_set_input)", kBuffers[i].name);
+        }
+    }
+    for (int p = 0; p < kNumPaged; p++) {
+        // Before any launch: a block past the pool would be read.
+        int rc = checkPaged(m, kPaged[p], err, errlen);
+        if (rc != LUM_OK) {
+            return rc;
         }
     }
     Current current(m->d, m->ctx);
@@ -175,6 +197,9 @@ void lum_destroy(lum_model* m) {
     }
     if (m->d.lib != nullptr) {
         dlclose(m->d.lib);
+    }
+    for (int i = 0; i < kNumBuffers; i++) {
+        free(m->shadow[i]);
     }
     free(m);
 }
