@@ -37,8 +37,8 @@ const pagedThreads = 128
 // never the pool's capacity or the table's width. The metadata is read
 // from device memory as the host wrote it, and trusted: it is checked
 // before launch as ir.PagedTokens checks it (the host library's lum_run,
-// the emulation's NewEmulation), since a block id past the pool would
-// read outside it.
+// the GPU runner's plan.CheckPaged, the emulation's NewEmulation), since
+// a block id past the pool would read outside it.
 func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	p, err := cost.Paged(body)
 	if err != nil {
