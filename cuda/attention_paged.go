@@ -35,9 +35,10 @@ const pagedThreads = 128
 // The work follows the lengths: a block reads only the keys lo..p of its
 // token and the table entries of its sequence's cached blocks below ctx,
 // never the pool's capacity or the table's width. The metadata is read
-// from device memory as the host wrote it, and trusted: the caller checks
-// it before launch (ir.PagedTokens; the emulation does, NewEmulation),
-// since a block id past the pool would read outside it.
+// from device memory as the host wrote it, and trusted: it is checked
+// before launch as ir.PagedTokens checks it (the host library's lum_run,
+// the GPU runner's plan.CheckPaged, the emulation's NewEmulation), since
+// a block id past the pool would read outside it.
 func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	p, err := cost.Paged(body)
 	if err != nil {

@@ -430,17 +430,13 @@ func TestVerifyPagedAttentionSampled(t *testing.T) {
 	}
 }
 
-// TestEmulatePagedStepProgram lowers a small serving step (the q, k and v
-// projections of its tokens, paged attention over a pool, the output
-// projection) to its naive program, prints every launch, runs it under
-// emulation with the memory plan's arena and compares the output with the
-// reference: the paged kernel's nine arguments, its integer metadata and
-// its views of the projections go through lowering and the memory plan.
-func TestEmulatePagedStepProgram(t *testing.T) {
-	t.Parallel()
-	if _, err := exec.LookPath("g++"); err != nil {
-		t.Skip("g++ is missing:", err)
-	}
+// pagedStepProgram is a small serving step's graph (9 tokens: the q, k
+// and v projections, paged attention over a pool of 16 blocks of 4 slots
+// with a table of 3 rows of 6 blocks, i32 metadata inputs named table,
+// lens, starts and seqs, the output projection) and its naive program,
+// lowered and printed.
+func pagedStepProgram(t *testing.T) (*ir.Graph, *lower.Program, []*Kernel) {
+	t.Helper()
 	b := ir.NewBuilder("paged_step")
 	const T, E, Hq, Hkv, D = 9, 32, 4, 2, 8
 	x := b.Input("x", ir.F32, T, E)
@@ -459,6 +455,21 @@ func TestEmulatePagedStepProgram(t *testing.T) {
 	require.NoError(t, err)
 	ks, err := PrintProgram(lp)
 	require.NoError(t, err)
+	return g, lp, ks
+}
+
+// TestEmulatePagedStepProgram lowers a small serving step (the q, k and v
+// projections of its tokens, paged attention over a pool, the output
+// projection) to its naive program, prints every launch, runs it under
+// emulation with the memory plan's arena and compares the output with the
+// reference: the paged kernel's nine arguments, its integer metadata and
+// its views of the projections go through lowering and the memory plan.
+func TestEmulatePagedStepProgram(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	g, lp, ks := pagedStepProgram(t)
 	paged := 0
 	for _, k := range ks {
 		if strings.Contains(k.Text, "Rs[") {

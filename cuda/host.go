@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/safetensors"
@@ -153,6 +154,40 @@ func typeOf(b *lower.Buffer) string {
 	return b.DType.String() + "[" + strings.Join(dims, " ") + "]"
 }
 
+// paged lists, as PagedDesc initializers, the paged attention launches
+// whose metadata are all inputs of the program (the caller's, which
+// lum_run checks), each distinct one once. Metadata the program computes
+// is its own.
+func (h *host) paged() []string {
+	var out []string
+	for _, l := range slices.Concat(h.prog.Prep, h.prog.Run) {
+		p, err := cost.Paged(l.Body)
+		if err != nil {
+			continue // not a paged attention launch
+		}
+		n := l.Body.Node(p.Node)
+		var bufs, sizes [4]int
+		inputs := true
+		for k := range 4 {
+			arg := slices.Index(l.Body.Inputs(), n.Inputs[5+k])
+			if arg < 0 || arg >= len(l.Args) || h.prog.Buffers[l.Args[arg]].Kind != lower.Input {
+				inputs = false
+				break
+			}
+			bufs[k], sizes[k] = l.Args[arg], p.MetaTypes[k].Size()
+		}
+		if !inputs {
+			continue
+		}
+		d := fmt.Sprintf("{{%d, %d, %d, %d}, {%d, %d, %d, %d}, %dLL, %dLL, %dLL, %dLL, %dLL}", bufs[0], bufs[1], bufs[2], bufs[3],
+			sizes[0], sizes[1], sizes[2], sizes[3], p.T, p.Seqs, p.Blocks, p.Slots, p.Block)
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
 // public lists the buffers model.h's tensor table shows: inputs, weights,
 // states and outputs, each kind in buffer order.
 func (h *host) public() []*lower.Buffer {
@@ -281,6 +316,15 @@ func (h *host) source() string {
 	}
 	b.WriteString("    {-1, 0LL, 0LL},\n};\n\n")
 	writeStepTable(&b, p)
+
+	paged := h.paged()
+	b.WriteString("// Paged attention metadata given as inputs, checked by lum_run before any launch.\n")
+	fmt.Fprintf(&b, "constexpr int kNumPaged = %d;\n", len(paged))
+	b.WriteString("const PagedDesc kPaged[kNumPaged + 1] = {\n")
+	for _, pd := range paged {
+		b.WriteString("    " + pd + ",\n")
+	}
+	b.WriteString("    {{-1, -1, -1, -1}, {0, 0, 0, 0}, 0LL, 0LL, 0LL, 0LL, 0LL},\n};\n\n")
 
 	b.WriteString("// The tensors lum_tensor lists: inputs, weights, states, outputs.\n")
 	fmt.Fprintf(&b, "constexpr size_t kNumTensors = %d;\n", len(pub))

@@ -103,26 +103,22 @@ int lum_set_input(lum_model* m, const char* name, const void* data, size_t bytes
         }
     }
     int rc = transfer(m, "lum_set_input", kInput, name, data, nullptr, bytes, err, errlen);
-    if (rc != LUM_OK || !kStep.present) {
-        return rc;
-    }
-    // A serving step's metadata is checked as a batch by lum_run, from
-    // host copies kept here.
-    int i = find(kInput, name);
-    for (int k = 0; k < 7; k++) {
-        if (kStep.buffer[k] != i) {
-            continue;
-        }
-        if (m->shadow[i] == nullptr) {
-            m->shadow[i] = static_cast<unsigned char*>(malloc(kBuffers[i].bytes));
+    if (rc == LUM_OK && bytes > 0) {
+        // Paged attention's metadata, and a serving step's, are checked by
+        // lum_run, on a copy.
+        int i = find(kInput, name);
+        if (i >= 0 && (pagedBuffer(i) || stepBuffer(i))) {
             if (m->shadow[i] == nullptr) {
-                m->ready[i] = 0;
-                return fail(err, errlen, LUM_ERR_MEMORY, "lum_set_input: out of host memory for %s", name);
+                m->shadow[i] = static_cast<unsigned char*>(malloc(bytes));
+                if (m->shadow[i] == nullptr) {
+                    m->ready[i] = 0;
+                    return fail(err, errlen, LUM_ERR_MEMORY, "lum_set_input: out of host memory for a copy of %s", name);
+                }
             }
+            memcpy(m->shadow[i], data, bytes);
         }
-        memcpy(m->shadow[i], data, kBuffers[i].bytes);
     }
-    return LUM_OK;
+    return rc;
 }
 
 int lum_run(lum_model* m, char* err, size_t errlen) {
@@ -142,6 +138,13 @@ int lum_run(lum_model* m, char* err, size_t errlen) {
         int rc = checkStep(m, err, errlen);
         if (rc != LUM_OK) {
             return rc;  // before any launch: no cache slot changed
+        }
+    }
+    for (int p = 0; p < kNumPaged; p++) {
+        // Before any launch: a block past the pool would be read.
+        int rc = checkPaged(m, kPaged[p], err, errlen);
+        if (rc != LUM_OK) {
+            return rc;
         }
     }
     Current current(m->d, m->ctx);

@@ -21,7 +21,7 @@ struct lum_model {
     CUdeviceptr own[kNumBuffers + 1];    // each non-temp buffer's allocation
     CUdeviceptr ptr[kNumBuffers + 1];    // every buffer's address
     unsigned char ready[kNumBuffers + 1];  // weights loaded, inputs set
-    unsigned char* shadow[kNumBuffers + 1];  // host copies of a serving step's metadata inputs
+    unsigned char* shadow[kNumBuffers + 1];  // host copies of metadata inputs: paged attention's (kPaged), a serving step's (kStep)
     bool prepared;
 };
 
@@ -187,6 +187,68 @@ int transfer(lum_model* m, const char* caller, Kind kind, const char* name, cons
         }
     }
     m->ready[i] = 1;
+    return LUM_OK;
+}
+
+// pagedBuffer says buffer i holds a paged attention's metadata, whose
+// host copy lum_set_input keeps for lum_run's check.
+bool pagedBuffer(int i) {
+    for (int p = 0; p < kNumPaged; p++) {
+        for (int k = 0; k < 4; k++) {
+            if (kPaged[p].buffer[k] == i) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+// checkPaged checks one paged attention's metadata as ir.PagedTokens
+// does: seqs within the table's rows, query starts from 0 that never
+// decrease and stay within the tokens, lengths that hold their tokens and
+// fit a table row, and every cached position's block within the pool.
+int checkPaged(const lum_model* m, const PagedDesc& pd, char* err, size_t errlen) {
+    auto at = [&](int k, long long j) -> long long {
+        const unsigned char* p = m->shadow[pd.buffer[k]] + j * pd.size[k];
+        if (pd.size[k] == 8) {
+            int64_t x;
+            memcpy(&x, p, 8);
+            return x;
+        }
+        int32_t x;
+        memcpy(&x, p, 4);
+        return x;
+    };
+    const char* what = "lum_run: paged attention metadata";
+    long long seqs = at(3, 0);
+    if (seqs < 0 || seqs > pd.rows) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "%s: %lld sequences present; the block table has %lld rows", what, seqs, pd.rows);
+    }
+    if (long long v = at(2, 0); v != 0) {
+        return fail(err, errlen, LUM_ERR_ARGUMENT, "%s: query start of sequence 0 is %lld; want 0", what, v);
+    }
+    for (long long s = 0; s < seqs; s++) {
+        long long q0 = at(2, s), q1 = at(2, s + 1);
+        if (q1 < q0 || q1 > pd.tokens) {
+            return fail(err, errlen, LUM_ERR_ARGUMENT, "%s: query starts of sequence %lld are %lld..%lld; want non-decreasing starts within %lld tokens",
+                        what, s, q0, q1, pd.tokens);
+        }
+        long long L = at(1, s), ctx = L - (q1 - q0);
+        if (ctx < 0) {
+            return fail(err, errlen, LUM_ERR_ARGUMENT, "%s: sequence %lld has length %lld, shorter than its %lld tokens in the step", what, s, L, q1 - q0);
+        }
+        if (long long need = (L + pd.block - 1) / pd.block; need > pd.cols) {
+            return fail(err, errlen, LUM_ERR_ARGUMENT, "%s: sequence %lld has length %lld, which needs %lld blocks; the block table holds %lld",
+                        what, s, L, need, pd.cols);
+        }
+        for (long long j = 0; j * pd.block < ctx; j++) {
+            long long b = at(0, s * pd.cols + j);
+            if (b < 0 || (b + 1) * pd.block > pd.slots) {
+                return fail(err, errlen, LUM_ERR_ARGUMENT, "%s: sequence %lld: block %lld of its table is %lld, outside the pool's %lld blocks",
+                            what, s, j, b, pd.slots / pd.block);
+            }
+        }
+    }
     return LUM_OK;
 }
 

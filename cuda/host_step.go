@@ -52,6 +52,17 @@ struct StepDesc {
 const hostStepSource = `
 enum { kIDs, kPositions, kStarts, kLens, kTable, kSlots, kSeqs };
 
+// stepBuffer says buffer i holds a serving step's metadata, of which
+// lum_set_input keeps a copy for checkStep.
+bool stepBuffer(int i) {
+    for (int k = 0; kStep.present && k < 7; k++) {
+        if (kStep.buffer[k] == i) {
+            return true;
+        }
+    }
+    return false;
+}
+
 // stepAt is element j of step metadata input which, from its host copy.
 long long stepAt(const lum_model* m, int which, long long j) {
     int i = kStep.buffer[which];

@@ -220,6 +220,18 @@ struct SymbolDesc {
     long long lo, hi;
 };
 ` + hostStepDecl + `
+
+// A paged attention's metadata given as inputs (block table, sequence
+// lengths, query starts, sequence count: buffers in kBuffers, elements of
+// size bytes), and the shapes it must fit: tokens, table rows and
+// columns, pool slots, the block size. lum_run checks it before any
+// launch, as ir.PagedTokens does: the kernels trust it.
+struct PagedDesc {
+    int buffer[4];
+    int size[4];
+    long long tokens, rows, cols, slots, block;
+};
+
 struct LaunchDesc {
     int kernel;                   // in kKernelNames
     unsigned int grid[3], block[3];

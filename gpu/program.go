@@ -226,6 +226,11 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 			return nil, fmt.Errorf("run %s: %w", p.name, err)
 		}
 	}
+	// Paged attention's kernels trust its metadata: a block past the
+	// pool would be read out of bounds.
+	if err := p.plan.CheckPaged(inputs); err != nil {
+		return nil, fmt.Errorf("run %s: %w", p.name, err)
+	}
 	if err := p.uploadKinds(inputs, input); err != nil {
 		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
