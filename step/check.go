@@ -28,8 +28,8 @@ func bad(input string, index int, format string, args ...any) error {
 // never decrease and end at T; sequence lengths that hold their step
 // tokens and fit their block table row and the layout; each token's
 // position against its sequence's length; every block a sequence uses
-// inside the pool; every slot -1 or inside the pool, written once, and
-// the slot the block table gives the token's position; and no slot
+// inside the pool; every slot -1 or inside the pool and the slot the
+// block table gives the token's position; no slot written twice; and no slot
 // written by the step that a sequence reads as cached context. It runs
 // in time linear in T plus the blocks the sequences use.
 func (l Layout) Check(b *Batch) error {
@@ -107,15 +107,24 @@ func (l Layout) checkSlots(b *Batch) error {
 			if slot < 0 || int64(slot) >= slots {
 				return bad(SlotMapping, int(t), "slot %d is outside the pool's slots 0..%d (or -1 for a padding token)", slot, slots-1)
 			}
-			if first, twice := written[slot]; twice {
-				return bad(SlotMapping, int(t), "slot %d is written twice in the step (tokens %d and %d)", slot, first, t)
-			}
-			written[slot] = int(t)
 			pos := b.Positions[t]
 			want := b.BlockTable[s][int(pos)/l.BlockSize]*int32(l.BlockSize) + pos%int32(l.BlockSize)
 			if slot != want {
 				return bad(SlotMapping, int(t), "slot %d; sequence %d's block table puts position %d at slot %d", slot, s, pos, want)
 			}
+		}
+	}
+	// Only sequences that share a block write one slot twice.
+	for s := range b.Seqs() {
+		for t := b.QueryStarts[s]; t < b.QueryStarts[s+1]; t++ {
+			slot := b.SlotMapping[t]
+			if slot == Padding {
+				continue
+			}
+			if first, twice := written[slot]; twice {
+				return bad(SlotMapping, int(t), "slot %d is written twice in the step (tokens %d and %d)", slot, first, t)
+			}
+			written[slot] = int(t)
 		}
 	}
 	if len(written) == 0 {

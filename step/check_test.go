@@ -64,7 +64,13 @@ func TestCheckRefuses(t *testing.T) {
 		{"position off by one", func(b *Batch) { b.Positions[3] = 4 }, Positions, 3, "sits at position 5"},
 		{"slot past pool", func(b *Batch) { b.SlotMapping[4] = 48 }, SlotMapping, 4, "outside the pool's slots 0..47"},
 		{"slot below -1", func(b *Batch) { b.SlotMapping[4] = -2 }, SlotMapping, 4, "outside the pool"},
-		{"slot twice", func(b *Batch) { b.BlockTable[2][0] = 7; b.SlotMapping[4] = 30 }, SlotMapping, 4, "written twice"},
+		{"slot twice", func(b *Batch) {
+			// Sequence 2 shares sequence 0's block and writes the
+			// positions sequence 0 writes.
+			b.SeqLens[2], b.BlockTable[2] = 4, []int32{7}
+			b.Positions[4], b.Positions[5] = 2, 3
+			b.SlotMapping[4], b.SlotMapping[5] = 30, 31
+		}, SlotMapping, 4, "slot 30 is written twice in the step (tokens 0 and 4)"},
 		{"slot off the table", func(b *Batch) { b.SlotMapping[1] = 32 }, SlotMapping, 1, "puts position 3 at slot 31"},
 		{"writes another's context", func(b *Batch) {
 			// Sequence 2 shares sequence 1's first block and writes
