@@ -55,7 +55,9 @@ func stepCases(t *testing.T, l step.Layout) []stepCase {
 			f[step.SlotMapping].SetInt(4, blk*B+2)
 			f[step.SlotMapping].SetInt(5, blk*B+3)
 		}},
-		{"slot off the table", func(f map[string]*ir.Tensor) { f[step.SlotMapping].SetInt(0, (f[step.SlotMapping].Int(0)+1)%int64(l.Slots())) }},
+		{"slot off the table", func(f map[string]*ir.Tensor) {
+			f[step.SlotMapping].SetInt(0, (f[step.SlotMapping].Int(0)+1)%int64(l.Slots()))
+		}},
 		{"writes a context", func(f map[string]*ir.Tensor) {
 			// Sequence 1 (no context) takes sequence 0's first block:
 			// its writes land on sequence 0's cached positions.
