@@ -51,7 +51,7 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 	for _, name := range models {
 		t.Run(filepath.Base(filepath.Dir(name))+"/"+filepath.Base(name), func(t *testing.T) {
 			ctx := context.Background()
-			opt := corpus.Options{Seq: 24, Step: corpus.StepOptions{MaxTokens: 10, MaxSeqs: 4, BlockSize: 4, KVBlocks: 14}}
+			opt := corpus.Options{Seq: 24, Step: corpus.StepOptions{MaxTokens: 10, MaxSeqs: 4, BlockSize: 4, KVBlocks: 8}}
 			f := compileFolder(t, name+":step", opt)
 			pl, err := readPlan(f.dir)
 			require.NoError(t, err)

@@ -148,7 +148,7 @@ func TestExpectedRanges(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, m.Graph.Symbols)
 	_, err = LoadModel("tiny-llama:mlp", ModelOptions{Build: corpus.Options{Seq: 4, MaxSeq: 64}})
-	assert.ErrorContains(t, err, "only decode and prefill have")
+	assert.ErrorContains(t, err, "only decode, prefill and step have")
 }
 
 func TestRangeFlag(t *testing.T) {
