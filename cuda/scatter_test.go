@@ -140,8 +140,11 @@ func TestScatterPoolPrograms(t *testing.T) {
 				checks, err := VerifyKernels(context.Background(), writers, bodies, VerifyOptions{Seed: 3})
 				require.NoError(t, err)
 				for i, c := range checks {
-					// Every slice of every output compared, in its slot.
-					assert.Equal(t, rowElems*int64(len(bodies[i].Outputs)), c.Elements, "kernel %s", c.Kernel)
+					// The slices written compared, in their slots; those
+					// at slot -1 written nowhere.
+					assert.Positive(t, c.Elements, "kernel %s", c.Kernel)
+					assert.Less(t, c.Elements, rowElems*int64(len(bodies[i].Outputs)), "kernel %s: no slice at slot -1", c.Kernel)
+					assert.Zero(t, c.Elements%(poolHeads*poolDim), "kernel %s compares part of a slice", c.Kernel)
 					assert.Nil(t, c.Mismatch)
 				}
 			})
@@ -218,4 +221,34 @@ func TestScatterSlotOutsideThePool(t *testing.T) {
 	require.Positive(t, removed, "no kernel's slot check was removed")
 	_, _, err = EmulateProgram(context.Background(), lp, unguarded, feeds, emu.Options{})
 	require.ErrorContains(t, err, "out-of-bounds")
+}
+
+// TestScatterVerifierCatchesMisplacedRows: the verifier runs a pool
+// writer alone with slots drawn for it (some -1) and passes it; the same
+// kernel storing each slice one slot further is caught writing where its
+// window does not.
+func TestScatterVerifierCatchesMisplacedRows(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	w := lower.Window{Axis: 0, Shape: ir.Shape{poolSlots, poolHeads, poolDim}, Slots: true, Pos: 1}
+	b := ir.NewBuilder("rows")
+	x := b.Input("$0", ir.F32, 7, poolHeads, poolDim)
+	b.Input("$1", ir.I64, 7)
+	b.Output(w.OutputName(0), b.Cast(b.Mul(x, x), ir.BF16))
+	body, err := b.Build()
+	require.NoError(t, err)
+	k, err := PrintKernel("rows", "a pool's rows", body)
+	require.NoError(t, err)
+	c, err := VerifyKernel(context.Background(), k, body, VerifyOptions{Seed: 8})
+	require.NoError(t, err)
+	assert.Positive(t, c.Elements)
+
+	shifted := *k
+	store := regexp.MustCompile(`out0\[\(long long\)in1\[i0\] \* 16LL`)
+	require.Regexp(t, store, k.Text)
+	shifted.Text = store.ReplaceAllString(k.Text, "out0[((long long)in1[i0] + 1) % 40LL * 16LL")
+	_, err = VerifyKernel(context.Background(), &shifted, body, VerifyOptions{Seed: 8})
+	require.ErrorContains(t, err, "outside its window")
 }

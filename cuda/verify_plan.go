@@ -23,7 +23,11 @@ type verifyPlan struct {
 	// windows[j], when set, says output j is written into a larger buffer
 	// (a state updated in place, lower.Window): the run gets the whole
 	// buffer, and the window's elements are what is compared.
-	windows   []*lower.Window
+	windows []*lower.Window
+	// skipped[j] lists the elements of output j its window does not
+	// write (a Slots window's slices at slot -1): left as they were, and
+	// compared with nothing.
+	skipped   [][]int64
 	blocks    []int // nil: every block
 	grid      int
 	reduction int
@@ -133,15 +137,15 @@ func (p *verifyPlan) draw(pool *floatPool) error {
 		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 	}
 	// A Slots window's slots are read by the kernel alone too: distinct
-	// slots of its buffer, every slice written so that every output
-	// element is compared (a slot of -1 is the program-level checks').
+	// slots of its buffer, some of them -1 (slices the kernel must not
+	// write anywhere).
 	for _, w := range p.windows {
 		if w == nil || !w.Slots {
 			continue
 		}
 		n := p.body.Node(p.body.Inputs()[w.Pos])
 		rng := rand.New(rand.NewPCG(p.seed, 0x5107))
-		t, err := ir.TensorOfInts(n.DType, n.Shape, ir.RandomSlots(rng, int(n.Shape.NumElements()), int64(w.Shape[w.Axis]), false)...)
+		t, err := ir.TensorOfInts(n.DType, n.Shape, ir.RandomSlots(rng, int(n.Shape.NumElements()), int64(w.Shape[w.Axis]), true)...)
 		if err != nil {
 			return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 		}
@@ -298,7 +302,8 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 
 // unwindow takes output j's elements out of the buffer the kernel wrote:
 // the whole buffer, or for a windowed output its window's elements, in
-// order; a windowed kernel must leave every element outside its window
+// order (those it does not write, listed in p.skipped, as the fill
+// pattern); a windowed kernel must leave every element outside its window
 // as it found it (the fill pattern).
 func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
 	w := p.windows[j]
@@ -313,16 +318,20 @@ func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
 			vals = append(vals, t.Int(i))
 		}
 	}
+	for len(p.skipped) <= j {
+		p.skipped = append(p.skipped, nil)
+	}
+	p.skipped[j] = nil
 	offsets := w.Offsets(p.outs[j].Shape, vals)
 	inside := make([]bool, w.Shape.NumElements())
 	out := make([]byte, len(offsets)*size)
 	for e, at := range offsets {
 		if at < 0 {
-			// Not written (a slot of -1): the fill pattern, which the
-			// comparison reports as never written.
+			// Not written (a slot of -1): the fill pattern.
 			for i := e * size; i < (e+1)*size; i++ {
 				out[i] = byte(emu.NaNPattern >> (8 * (i & 3)))
 			}
+			p.skipped[j] = append(p.skipped[j], int64(e))
 			continue
 		}
 		inside[at] = true
