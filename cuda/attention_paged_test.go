@@ -559,7 +559,13 @@ func TestVerifyLlamaPagedAttention(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)
 	}
-	for i, dt := range []ir.DType{ir.BF16, ir.F16} {
+	dts := []ir.DType{ir.BF16, ir.F16}
+	if raceEnabled {
+		// 18 s a dtype under the race detector, which sees the same
+		// code paths in one.
+		dts = dts[:1]
+	}
+	for i, dt := range dts {
 		body := llamaPaged(t, dt, 256)
 		k := pagedKernel(t, "llama_paged_"+dt.String(), body, 128)
 		check, err := VerifyKernel(context.Background(), k, body, VerifyOptions{Seed: uint64(i + 1)})

@@ -76,11 +76,11 @@ func TestProgramOnFakeDriver(t *testing.T) {
 // TestStepRunRefusesBadMetadata: a serving step's Run checks its metadata
 // as a batch before anything goes to the device: a bad batch launches
 // nothing and leaves the pools as they were; a good one launches every
-// kernel once, whatever the number of sequences.
+// kernel once, the same launches at 1 and at 8 sequences.
 func TestStepRunRefusesBadMetadata(t *testing.T) {
 	f, _, c := openFake(t)
 	f.Set("nparams", 1)
-	opt := corpus.Options{Seq: 16, Step: corpus.StepOptions{MaxTokens: 8, MaxSeqs: 4, BlockSize: 4, KVBlocks: 12}}
+	opt := corpus.Options{Seq: 16, Step: corpus.StepOptions{MaxTokens: 12, MaxSeqs: 8, BlockSize: 4, KVBlocks: 24}}
 	g, err := corpus.Build("tiny-llama:step", opt)
 	require.NoError(t, err)
 	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
@@ -101,7 +101,9 @@ func TestStepRunRefusesBadMetadata(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(1, 1))
 	launches := map[int]string{}
-	for _, shapes := range [][]step.SeqShape{{{Context: 3, Tokens: 1}}, {{Context: 2, Tokens: 1}, {Context: 0, Tokens: 3}, {Context: 5, Tokens: 1}, {Context: 1, Tokens: 2}}} {
+	eight := []step.SeqShape{{Context: 2, Tokens: 1}, {Context: 0, Tokens: 3}, {Context: 5, Tokens: 1}, {Context: 1, Tokens: 2},
+		{Context: 7, Tokens: 1}, {Context: 0, Tokens: 1}, {Context: 9, Tokens: 1}, {Context: 3, Tokens: 2}}
+	for _, shapes := range [][]step.SeqShape{{{Context: 3, Tokens: 1}}, eight} {
 		b, err := lp.Step.Arrange(rng, shapes)
 		require.NoError(t, err)
 		good, err := lp.Step.Feeds(b)
@@ -123,8 +125,8 @@ func TestStepRunRefusesBadMetadata(t *testing.T) {
 		require.NoError(t, err)
 		launches[len(shapes)] = launchLines(f.Log())
 	}
-	assert.Equal(t, launches[1], launches[4], "the step at 4 sequences makes the launches it makes at 1")
-	assert.Equal(t, len(lp.Run), strings.Count(launches[4], "\n"), "one launch per kernel, none per sequence")
+	assert.Equal(t, launches[1], launches[8], "the step at 8 sequences makes the launches it makes at 1")
+	assert.Equal(t, len(lp.Run), strings.Count(launches[8], "\n"), "one launch per kernel, none per sequence")
 }
 
 // launchLines keeps the launch lines of a fake driver's log.

@@ -38,7 +38,7 @@ func TestModelCostCorpus(t *testing.T) {
 		if !strings.HasPrefix(name, "tiny-llama:") && !strings.HasPrefix(name, "tiny-gpt2:") {
 			continue
 		}
-		if raceEnabled && (name == "tiny-llama:model" || name == "tiny-gpt2:decode" || name == "tiny-gpt2:prefill") {
+		if raceEnabled && (name == "tiny-llama:model" || name == "tiny-gpt2:decode" || name == "tiny-gpt2:prefill" || name == "tiny-gpt2:step") {
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
