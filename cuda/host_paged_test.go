@@ -43,23 +43,7 @@ static void valid(void) {
     seqs = 2;
 }
 
-int main(void) {
-    lum_model* m = NULL;
-    size_t n = lum_tensor_count(), i;
-    int rc = lum_create(&m, err, sizeof err);
-    if (rc != LUM_OK) {
-        report("lum_create", rc);
-        return 0;
-    }
-    for (i = 0; i < n; i++) {
-        const lum_tensor_info* t = lum_tensor(i);
-        unsigned char* data = calloc(1, t->bytes + 1);
-        if (t->kind == LUM_WEIGHT) lum_load_weights(m, t->name, data, t->bytes, err, sizeof err);
-        if (t->kind == LUM_INPUT) lum_set_input(m, t->name, data, t->bytes, err, sizeof err);
-        free(data);
-    }
-    report("lum_prepare", lum_prepare(m, err, sizeof err));
-    valid();
+` + hostMainZeroed + `    valid();
     set(m);
     printf("run valid\n");
     report("lum_run", lum_run(m, err, sizeof err));
@@ -144,3 +128,24 @@ func runSection(out, start string) []string {
 	}
 	return launchLine.FindAllString(out[i:i+1+j], -1)
 }
+
+// hostMainZeroed opens a test program's main: it creates the model, loads
+// zeroed weights, sets every input to zeros and prepares, reporting
+// failures through the program's report and err.
+const hostMainZeroed = `int main(void) {
+    lum_model* m = NULL;
+    size_t n = lum_tensor_count(), i;
+    int rc = lum_create(&m, err, sizeof err);
+    if (rc != LUM_OK) {
+        report("lum_create", rc);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        const lum_tensor_info* t = lum_tensor(i);
+        unsigned char* data = calloc(1, t->bytes + 1);
+        if (t->kind == LUM_WEIGHT) lum_load_weights(m, t->name, data, t->bytes, err, sizeof err);
+        if (t->kind == LUM_INPUT) lum_set_input(m, t->name, data, t->bytes, err, sizeof err);
+        free(data);
+    }
+    report("lum_prepare", lum_prepare(m, err, sizeof err));
+`

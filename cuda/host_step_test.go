@@ -155,24 +155,7 @@ static void report(const char* what, int rc) {
 			fmt.Fprintf(&b, "static %s case%d_%d[] = {%s};\n", ty, i, k, strings.Join(vals, ", "))
 		}
 	}
-	b.WriteString(`
-int main(void) {
-    lum_model* m = NULL;
-    size_t n = lum_tensor_count(), i;
-    int rc = lum_create(&m, err, sizeof err);
-    if (rc != LUM_OK) {
-        report("lum_create", rc);
-        return 0;
-    }
-    for (i = 0; i < n; i++) {
-        const lum_tensor_info* t = lum_tensor(i);
-        unsigned char* data = calloc(1, t->bytes + 1);
-        if (t->kind == LUM_WEIGHT) lum_load_weights(m, t->name, data, t->bytes, err, sizeof err);
-        if (t->kind == LUM_INPUT) lum_set_input(m, t->name, data, t->bytes, err, sizeof err);
-        free(data);
-    }
-    report("lum_prepare", lum_prepare(m, err, sizeof err));
-`)
+	b.WriteString("\n" + hostMainZeroed)
 	for i, c := range cases {
 		for k, name := range names {
 			fmt.Fprintf(&b, "    if ((rc = lum_set_input(m, %q, case%d_%d, sizeof case%d_%d, err, sizeof err)) != LUM_OK) report(\"lum_set_input\", rc);\n", name, i, k, i, k)
