@@ -85,6 +85,7 @@ func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 	}
 	b.fuseRowProducers()
 	b.copyStates()
+	b.scaleRows()
 	b.plan()
 	return b.prog, nil
 }

@@ -3,6 +3,7 @@ package lower
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -54,6 +55,11 @@ func Execute(ctx context.Context, prog *Program, feeds map[string]*ir.Tensor) (o
 		outs, err := ir.EvalKernel(ctx, l.Body, args...)
 		if err != nil {
 			return fmt.Errorf("launch %s: %w", l.Name, err)
+		}
+		if l.Rows != nil {
+			if err := poisonPastRows(l, vals, outs); err != nil {
+				return fmt.Errorf("launch %s: %w", l.Name, err)
+			}
 		}
 		for i, o := range l.Outs {
 			buf := prog.Buffers[o]
@@ -148,4 +154,45 @@ func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window, at *ir.Ten
 		return nil, err
 	}
 	return res.Outputs["out"], nil
+}
+
+// poisonPastRows stands for a launch with Rows not computing the rows past
+// the tokens present: those rows of its outputs become NaN (an integer
+// output's the dtype's lowest value), so that a reader that needs them
+// (a reduction over the tokens, an index) is seen to read garbage.
+func poisonPastRows(l *Launch, vals []*ir.Tensor, outs []*ir.Tensor) error {
+	starts, seqs := vals[l.Rows.Args[0]], vals[l.Rows.Args[1]]
+	if starts == nil || seqs == nil {
+		return fmt.Errorf("the row count's buffers hold nothing")
+	}
+	S := seqs.Int(0)
+	if S < 0 || S >= starts.Len() {
+		return fmt.Errorf("seqs = %d outside query_start's %d entries", S, starts.Len())
+	}
+	T := starts.Int(S)
+	if T < 0 || T > l.Rows.Max {
+		return fmt.Errorf("query_start[seqs] = %d tokens outside 0..%d", T, l.Rows.Max)
+	}
+	for j, o := range outs {
+		if len(o.Shape) == 0 || int64(o.Shape[0]) != l.Rows.Max {
+			return fmt.Errorf("an output of shape %v has no %d token rows", o.Shape, l.Rows.Max)
+		}
+		// A fresh tensor: an output may be one of the arguments.
+		p := ir.NewTensor(o.DType, o.Shape)
+		kept := T * (o.Len() / l.Rows.Max)
+		for i := range o.Len() {
+			switch {
+			case !o.DType.IsInt() && i < kept:
+				p.Set(i, o.At(i))
+			case o.DType.IsFloat():
+				p.Set(i, math.NaN())
+			case i < kept:
+				p.SetInt(i, o.Int(i))
+			case o.DType.IsInt():
+				p.SetInt(i, -o.DType.MaxInt()-1)
+			}
+		}
+		outs[j] = p
+	}
+	return nil
 }

@@ -78,6 +78,9 @@ type Launch struct {
 	// Class is the e-class the launch computes (for comments and
 	// reports); copies made for outputs have none.
 	Class egraph.ClassID
+	// Rows, when set, says the launch computes the tokens present alone
+	// (a serving step's row-wise kernel): see Rows and Params.
+	Rows *Rows
 }
 
 // Window places a launch's output inside a larger buffer: the body's
