@@ -78,7 +78,13 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("  __shared__ long long Rs[%d][%d];\n", warps, cost.PagedTile)
 	w("  const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;\n")
 	w("  const long long seqs = %s;\n", meta(3, "0"))
-	w("  for (long long bt = blockIdx.x; bt < %dLL; bt += gridDim.x) {\n", pairs)
+	bound := fmt.Sprintf("%dLL", pairs)
+	if k.count != nil && k.count.Max == p.T {
+		// The tokens present, as the kernel reads them anyway.
+		bound = fmt.Sprintf("%s * %dLL", meta(2, "seqs"), p.Hkv)
+		k.Rows = &RowGrid{Dim: 0, Num: p.Hkv, Den: 1}
+	}
+	w("  for (long long bt = blockIdx.x; bt < %s; bt += gridDim.x) {\n", bound)
 	w("    const long long t = bt / %dLL, kh = bt %% %dLL;\n", p.Hkv, p.Hkv)
 	w("    // The query rows of the group and their outputs: heads kh * %d on.\n", G)
 	w("    const long long qo = (t * %dLL + kh * %dLL) * %dLL;\n", p.Hq, G, D)

@@ -96,8 +96,16 @@ func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 		if err := checkPagedMetadata(prog, launches[i], feeds); err != nil {
 			return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 		}
-		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
-		for _, id := range append(append([]int(nil), launches[i].Args...), launches[i].Outs...) {
+		grid := k.Grid
+		if k.Rows != nil {
+			T, err := TokensPresent(prog, launches[i], feeds)
+			if err != nil {
+				return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+			}
+			grid = k.Rows.Of(grid, T)
+		}
+		l := emu.Launch{Kernel: k.Name, Grid: grid, Block: k.Block}
+		for _, id := range launches[i].Params() {
 			l.Args = append(l.Args, e.where[id])
 		}
 		e.Launches = append(e.Launches, l)

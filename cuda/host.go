@@ -86,15 +86,18 @@ func newHost(prog *lower.Program, kernels []*Kernel, ptx string, cubin []byte, a
 	index := map[string]int{}
 	for i, k := range kernels {
 		l := h.launches[i]
-		if len(k.Params) != len(l.Args)+len(l.Outs) {
-			return nil, fmt.Errorf("kernel %s has %d parameters for launch %s's %d buffers", k.Name, len(k.Params), l.Name, len(l.Args)+len(l.Outs))
+		if len(k.Params) != len(l.Params()) {
+			return nil, fmt.Errorf("kernel %s has %d parameters for launch %s's %d buffers", k.Name, len(k.Params), l.Name, len(l.Params()))
+		}
+		if k.Rows != nil && (l.Rows == nil || k.Rows.Dim < 0 || k.Rows.Dim > 2 || k.Rows.Num < 1 || k.Rows.Den < 1) {
+			return nil, fmt.Errorf("kernel %s: a grid that follows the tokens present (%+v) for launch %s, which has no row count", k.Name, *k.Rows, l.Name)
 		}
 		for d := range 3 {
 			if k.Grid[d] < 1 || k.Block[d] < 1 {
 				return nil, fmt.Errorf("kernel %s: launch shape grid %v block %v", k.Name, k.Grid, k.Block)
 			}
 		}
-		for _, id := range slices.Concat(l.Args, l.Outs) {
+		for _, id := range l.Params() {
 			if id < 0 || id >= len(prog.Buffers) {
 				return nil, fmt.Errorf("launch %s names buffer %d of %d", l.Name, id, len(prog.Buffers))
 			}
@@ -371,7 +374,7 @@ func (h *host) source() string {
 	n := 0
 	for i, l := range h.launches {
 		first[i] = n
-		ids := slices.Concat(l.Args, l.Outs)
+		ids := l.Params()
 		s := make([]string, len(ids))
 		for j, id := range ids {
 			s[j] = strconv.Itoa(id)
@@ -384,10 +387,14 @@ func (h *host) source() string {
 	b.WriteString("const LaunchDesc kLaunches[kNumLaunches + 1] = {\n")
 	for i, l := range h.launches {
 		k := h.kernels[i]
-		fmt.Fprintf(&b, "    {%d, {%du, %du, %du}, {%du, %du, %du}, %d, %d},  // %s: %s\n", h.kernelOf[i],
-			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], first[i], len(l.Args)+len(l.Outs), commentText(k.Name), l.Form)
+		rows := RowGrid{Dim: -1, Num: 1, Den: 1}
+		if k.Rows != nil {
+			rows = *k.Rows
+		}
+		fmt.Fprintf(&b, "    {%d, {%du, %du, %du}, {%du, %du, %du}, %d, %d, %d, %dLL, %dLL},  // %s: %s\n", h.kernelOf[i],
+			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], first[i], len(l.Params()), rows.Dim, rows.Num, rows.Den, commentText(k.Name), l.Form)
 	}
-	b.WriteString("    {-1, {0u, 0u, 0u}, {0u, 0u, 0u}, 0, 0},\n};\n\n")
+	b.WriteString("    {-1, {0u, 0u, 0u}, {0u, 0u, 0u}, 0, 0, -1, 1LL, 1LL},\n};\n\n")
 
 	b.WriteString("// The compiled module: the PTX text (NUL-terminated) and the CUBIN for kArch.\n")
 	if h.ptx == "" {

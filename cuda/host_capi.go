@@ -139,6 +139,7 @@ int lum_run(lum_model* m, char* err, size_t errlen) {
         if (rc != LUM_OK) {
             return rc;  // before any launch: no cache slot changed
         }
+        m->tokens = stepAt(m, kStarts, stepAt(m, kSeqs, 0));
     }
     for (int p = 0; p < kNumPaged; p++) {
         // Before any launch: a block past the pool would be read.

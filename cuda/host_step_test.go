@@ -112,10 +112,22 @@ func TestHostLibraryChecksStepMetadata(t *testing.T) {
 	require.Equal(t, len(cases)-1, refused, "every case but the good one breaks the contract")
 	exe := buildHostWith(t, header, source, hostStepProgram(cases))
 	out := runHost(t, exe, "LD_LIBRARY_PATH="+fake)
-	launches := expectedLaunches(lp, ks, len(lp.Prep), len(ks))
+	scaled := 0
+	for i, k := range ks[len(lp.Prep):] {
+		if k.Rows != nil {
+			scaled++
+			require.NotNil(t, lp.Run[i].Rows, "%s: a grid for the tokens present on a launch without a row count", k.Name)
+		}
+	}
+	require.Greater(t, scaled, len(lp.Run)/2, "most launches' grids follow the tokens present")
 	for _, c := range cases {
 		got := runSection(out, "run "+c.name)
 		if c.want == "" {
+			b, err := lp.Step.Unpad(c.feeds)
+			require.NoError(t, err)
+			require.Less(t, b.Tokens(), lp.Step.MaxTokens, "the good batch leaves rows past T")
+			launches := expectedLaunchesAt(lp, ks, len(lp.Prep), len(ks), int64(b.Tokens()))
+			assert.NotEqual(t, expectedLaunches(lp, ks, len(lp.Prep), len(ks)), launches, "grids for T differ from those for the maximum")
 			assert.Equal(t, launches, got, "run %s: the run's launches", c.name)
 			continue
 		}

@@ -236,6 +236,8 @@ struct LaunchDesc {
     int kernel;                   // in kKernelNames
     unsigned int grid[3], block[3];
     int first, count;             // its buffers in kLaunchArgs
+    int rowDim;                   // -1, or the grid axis that follows a step's T:
+    long long rowNum, rowDen;     // ceil(T * rowNum / rowDen) blocks, at most grid[rowDim]
 };
 
 struct StoredDesc {

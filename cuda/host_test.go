@@ -402,6 +402,13 @@ func needCompilers(t *testing.T) {
 // expectedLaunches are the lines the fake driver prints for launches
 // [from, to): allocation 0 is the arena, then each other buffer in order.
 func expectedLaunches(lp *lower.Program, ks []*Kernel, from, to int) []string {
+	return expectedLaunchesAt(lp, ks, from, to, -1)
+}
+
+// expectedLaunchesAt is expectedLaunches for a serving step of T tokens
+// present (T < 0: not a step): the grids of its row-wise launches follow
+// T.
+func expectedLaunchesAt(lp *lower.Program, ks []*Kernel, from, to int, T int64) []string {
 	alloc := map[int]int{}
 	for _, b := range lp.Buffers {
 		if b.Kind != lower.Temp {
@@ -412,8 +419,12 @@ func expectedLaunches(lp *lower.Program, ks []*Kernel, from, to int) []string {
 	var lines []string
 	for i := from; i < to; i++ {
 		k := ks[i]
-		line := fmt.Sprintf("launch %s grid %d %d %d block %d %d %d:", k.Name, k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2])
-		for _, id := range slices.Concat(launches[i].Args, launches[i].Outs) {
+		grid := k.Grid
+		if T >= 0 {
+			grid = k.Rows.Of(grid, T)
+		}
+		line := fmt.Sprintf("launch %s grid %d %d %d block %d %d %d:", k.Name, grid[0], grid[1], grid[2], k.Block[0], k.Block[1], k.Block[2])
+		for _, id := range launches[i].Params() {
 			if b := lp.Buffers[id]; b.Kind == lower.Temp {
 				line += fmt.Sprintf(" a0+%d", b.Offset)
 			} else {

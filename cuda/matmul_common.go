@@ -179,3 +179,20 @@ func normPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int6
 	}
 	return reducedAt, nil
 }
+
+// setMatmulRows sizes a matmul kernel's grid for the tokens present when
+// it was printed with a row count and its rows are the tokens: the M
+// tiles of a matrix over the tokens (grid y, BM rows a block), or the
+// batches of one whose outermost batch axis is the tokens (grid z). The
+// rows of the last tile past T are computed from whatever the rows past T
+// hold and land in rows past T, which nothing reads.
+func setMatmulRows(k *Kernel, g matmulGeom, BM int) {
+	rc := k.count
+	switch {
+	case rc == nil:
+	case g.batch == 1 && g.r == 2 && g.M == rc.Max:
+		k.Rows = &RowGrid{Dim: 1, Num: 1, Den: int64(BM)}
+	case g.batch > 1 && int64(g.out[0]) == rc.Max && g.batch%rc.Max == 0:
+		k.Rows = &RowGrid{Dim: 2, Num: g.batch / rc.Max, Den: 1}
+	}
+}

@@ -36,11 +36,15 @@ type Kernel struct {
 	Name string
 	// Text is its CUDA source (no prelude).
 	Text string
-	// Params are the body's inputs in order, then its outputs.
+	// Params are the body's inputs in order, then (with a RowCount) the
+	// two that carry the tokens present, then its outputs; Inputs counts
+	// all but the outputs.
 	Params []Param
 	Inputs int
-	// Grid and Block are the launch shape.
+	// Grid and Block are the launch shape, Grid for every row the body
+	// has; Rows, when set, sizes Grid for the tokens present instead.
 	Grid, Block [3]int
+	Rows        *RowGrid
 	// Vector says the kernel moves 16 bytes per load and store.
 	Vector bool
 	// Helpers names the helper functions it calls, which Source prints
@@ -55,7 +59,8 @@ type Kernel struct {
 	Estimate     *cost.Estimate
 	Alternatives []cost.Estimate
 
-	comment string // without the schedule line, for reprinting
+	comment string    // without the schedule line, for reprinting
+	count   *RowCount // what it was printed with, for reprinting
 }
 
 // paramName is the parameter a body value is read from or written to.
@@ -79,7 +84,15 @@ func PrintKernel(name, comment string, body *ir.Graph) (*Kernel, error) {
 // is the form's default. A schedule the form cannot run is an error naming
 // it, never a kernel that ignores it.
 func PrintKernelWith(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel, error) {
-	k, err := printKernel(name, comment, body, s)
+	return PrintKernelRows(name, comment, body, s, nil)
+}
+
+// PrintKernelRows prints a kernel as PrintKernelWith does, for a serving
+// step's row-wise launch when rc is not nil: the kernel takes the tokens
+// present through rc's parameters and, where its form can, works on them
+// alone (Kernel.Rows). Every row it computes is computed as without rc.
+func PrintKernelRows(name, comment string, body *ir.Graph, s cost.Schedule, rc *RowCount) (*Kernel, error) {
+	k, err := printKernel(name, comment, body, s, rc)
 	if err != nil {
 		return nil, fmt.Errorf("print kernel %s: %w", name, err)
 	}
@@ -89,7 +102,7 @@ func PrintKernelWith(name, comment string, body *ir.Graph, s cost.Schedule) (*Ke
 // printKernel prints body in the form cost.FormOf names, the one the cost
 // model priced and rules.Legal admitted, its composite ops decomposed as
 // cost.Decompose writes them.
-func printKernel(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel, error) {
+func printKernel(name, comment string, body *ir.Graph, s cost.Schedule, rc *RowCount) (*Kernel, error) {
 	form, err := cost.FormOf(body)
 	if err != nil {
 		return nil, fmt.Errorf("no kernel form computes this body: %w", err)
@@ -97,8 +110,8 @@ func printKernel(name, comment string, body *ir.Graph, s cost.Schedule) (*Kernel
 	if body, err = cost.Decompose(body); err != nil {
 		return nil, err
 	}
-	k := &Kernel{Name: name}
-	setParams(k, body)
+	k := &Kernel{Name: name, count: rc}
+	setParams(k, body, rc)
 	var text string
 	switch form {
 	case cost.FormAttention:
@@ -146,7 +159,13 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 	if vectorizable(body) && len(body.Outputs) == 1 && windowVectorizable(outShape, windows[0]) {
 		k.Vector = true
 		quads := elems / 4
-		loop = fmt.Sprintf("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < %dLL; q += (long long)gridDim.x * blockDim.x)", quads)
+		bound := fmt.Sprintf("%dLL", quads)
+		if perToken, ok := rowsOf(k.count, outShape, elems); ok {
+			// A quad may straddle token rows: the one that holds
+			// row T's first elements is the last.
+			bound, k.Rows = fmt.Sprintf("(lum_t * %dLL + 3) / 4", perToken), &RowGrid{Dim: 0, Num: perToken, Den: 4 * int64(threads)}
+		}
+		loop = fmt.Sprintf("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < %s; q += (long long)gridDim.x * blockDim.x)", bound)
 		if err := e.vector(); err != nil {
 			return "", err
 		}
@@ -157,7 +176,11 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 		}
 		k.Grid = [3]int{int(min(max((quads+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	} else {
-		loop = fmt.Sprintf("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %dLL; i += (long long)gridDim.x * blockDim.x)", elems)
+		bound := fmt.Sprintf("%dLL", elems)
+		if perToken, ok := rowsOf(k.count, outShape, elems); ok {
+			bound, k.Rows = fmt.Sprintf("lum_t * %dLL", perToken), &RowGrid{Dim: 0, Num: perToken, Den: int64(threads)}
+		}
+		loop = fmt.Sprintf("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %s; i += (long long)gridDim.x * blockDim.x)", bound)
 		ix := make(index, len(outShape))
 		for d, x := range split(outShape, "i") {
 			if x == "0" {
@@ -185,6 +208,9 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 		k.Grid = [3]int{int(min(max((elems+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	}
 	var b strings.Builder
+	if k.Rows != nil {
+		b.WriteString(rowCountLine)
+	}
 	fmt.Fprintf(&b, "  %s {\n", loop)
 	for _, l := range e.lines {
 		b.WriteString("  " + l + "\n")
@@ -193,12 +219,15 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 	return b.String(), nil
 }
 
-// setParams declares a kernel's parameters: the body's inputs, then its
-// outputs.
-func setParams(k *Kernel, body *ir.Graph) {
+// setParams declares a kernel's parameters: the body's inputs, the row
+// count's, then its outputs.
+func setParams(k *Kernel, body *ir.Graph, rc *RowCount) {
 	for i, v := range body.Inputs() {
 		n := body.Node(v)
 		k.Params = append(k.Params, Param{Name: fmt.Sprintf("in%d", i), Type: "const " + storageType(n.DType) + "*"})
+	}
+	if rc != nil {
+		k.Params = append(k.Params, rowCountParams(rc)...)
 	}
 	k.Inputs = len(k.Params)
 	for i, o := range body.Outputs {

@@ -34,12 +34,19 @@ func PrintProgramWith(prog *lower.Program, rank Ranker) ([]*Kernel, error) {
 	var out []*Kernel
 	byBody := map[string]*Kernel{}
 	for _, l := range append(append([]*lower.Launch(nil), prog.Prep...), prog.Run...) {
+		rc, err := RowCountOf(prog, l)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", prog.Name, err)
+		}
 		key := l.Body.String()
+		if rc != nil {
+			key += fmt.Sprintf("\nrows of %d tokens, metadata %s %s", rc.Max, rc.Starts, rc.Seqs)
+		}
 		if k, ok := byBody[key]; ok {
 			out = append(out, k)
 			continue
 		}
-		k, err := printRanked(l.Name, launchComment(prog, l), l.Body, rank)
+		k, err := printRanked(l.Name, launchComment(prog, l), l.Body, rank, rc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", prog.Name, err)
 		}
@@ -54,9 +61,9 @@ func PrintProgramWith(prog *lower.Program, rank Ranker) ([]*Kernel, error) {
 // prints in every schedule the cost model lists (the tests hold the
 // printer to that, over every op and dtype and over random legal bodies),
 // so a refusal here is a bug, reported as one with the body it broke on.
-func printRanked(name, comment string, body *ir.Graph, rank Ranker) (*Kernel, error) {
+func printRanked(name, comment string, body *ir.Graph, rank Ranker, rc *RowCount) (*Kernel, error) {
 	if rank == nil {
-		k, err := PrintKernel(name, comment, body)
+		k, err := PrintKernelRows(name, comment, body, cost.Schedule{}, rc)
 		if err != nil {
 			return nil, bug.New(body.String(), fmt.Errorf("a lowered kernel does not print in its form's default schedule: %w", err))
 		}
@@ -67,7 +74,7 @@ func printRanked(name, comment string, body *ir.Graph, rank Ranker) (*Kernel, er
 		return nil, bug.New(body.String(), fmt.Errorf("the cost model prices no schedule of lowered kernel %s: %w", name, err))
 	}
 	best := ranked[0]
-	k, err := PrintKernelWith(name, comment+"\nschedule "+best.Schedule.String(), body, best.Schedule)
+	k, err := PrintKernelRows(name, comment+"\nschedule "+best.Schedule.String(), body, best.Schedule, rc)
 	if err != nil {
 		return nil, bug.New(body.String(), fmt.Errorf("the cost model's best schedule does not print (a printer or cost-model bug): %w", err))
 	}
@@ -105,4 +112,28 @@ func launchComment(prog *lower.Program, l *lower.Launch) string {
 		c += fmt.Sprintf(", e-class %d", l.Class)
 	}
 	return c + "\nreads " + name(l.Args) + "\nwrites " + name(l.Outs)
+}
+
+// RowCountOf is the row count a launch's kernel is printed with: nil for
+// a launch without lower.Rows, else the step's maximum and the dtypes of
+// the buffers it reads T from.
+func RowCountOf(prog *lower.Program, l *lower.Launch) (*RowCount, error) {
+	if l.Rows == nil {
+		return nil, nil
+	}
+	if len(l.Rows.Args) != 2 {
+		return nil, fmt.Errorf("launch %s: %d buffers for the tokens present; want query_start and seqs", l.Name, len(l.Rows.Args))
+	}
+	var dts [2]ir.DType
+	for i, id := range l.Rows.Args {
+		if id < 0 || id >= len(prog.Buffers) {
+			return nil, fmt.Errorf("launch %s: the tokens present are read from buffer %d of %d", l.Name, id, len(prog.Buffers))
+		}
+		b := prog.Buffers[id]
+		if !b.DType.IsInt() || len(b.Shape) != 1-i {
+			return nil, fmt.Errorf("launch %s: the tokens present are read from %s %s%v; want integers, query_start a vector and seqs a scalar", l.Name, b.Name, b.DType, b.Shape)
+		}
+		dts[i] = b.DType
+	}
+	return &RowCount{Max: l.Rows.Max, Starts: dts[0], Seqs: dts[1]}, nil
 }

@@ -82,7 +82,7 @@ func Rerank(prog *lower.Program, kernels []*Kernel, compile Compiler, price Pric
 		cands[k] = []candidate{{k, k.Schedule}}
 		all = append(all, k)
 		for i, a := range k.Alternatives {
-			alt, err := PrintKernelWith(fmt.Sprintf("%s_alt%d", k.Name, i+1), k.comment, bodies[k], a.Schedule)
+			alt, err := PrintKernelRows(fmt.Sprintf("%s_alt%d", k.Name, i+1), k.comment, bodies[k], a.Schedule, k.count)
 			if err != nil {
 				return nil, 0, fmt.Errorf("rerank %s: %w", prog.Name, err)
 			}
@@ -126,7 +126,7 @@ func Rerank(prog *lower.Program, kernels []*Kernel, compile Compiler, price Pric
 		chosen := ranked[best]
 		nk := k
 		if chosen.Schedule != k.Schedule {
-			nk, err = PrintKernelWith(k.Name, k.comment+"\nschedule "+chosen.Schedule.String(), bodies[k], chosen.Schedule)
+			nk, err = PrintKernelRows(k.Name, k.comment+"\nschedule "+chosen.Schedule.String(), bodies[k], chosen.Schedule, k.count)
 			if err != nil {
 				return nil, 0, fmt.Errorf("rerank %s: %w", prog.Name, err)
 			}

@@ -102,14 +102,26 @@ func printRow(k *Kernel, body *ir.Graph, s cost.Schedule) ([]string, string, err
 	k.Block = [3]int{s.Threads, 1, 1}
 	lane, stride := "threadIdx.x", "blockDim.x"
 	var b strings.Builder
+	bound := fmt.Sprintf("%dLL", rows)
+	perToken, scaled := rowsOf(k.count, rowShape, rows)
+	if scaled {
+		b.WriteString(rowCountLine)
+		bound = fmt.Sprintf("lum_t * %dLL", perToken)
+	}
 	if warpRows {
 		k.Grid = [3]int{int(min(max((rows+int64(s.Rows)-1)/int64(s.Rows), 1), maxGrid)), 1, 1}
 		lane, stride = "(threadIdx.x & 31)", "32"
-		fmt.Fprintf(&b, "  for (long long r = (long long)blockIdx.x * %d + (threadIdx.x >> 5); r < %dLL; r += (long long)gridDim.x * %d) {\n", s.Rows, rows, s.Rows)
+		fmt.Fprintf(&b, "  for (long long r = (long long)blockIdx.x * %d + (threadIdx.x >> 5); r < %s; r += (long long)gridDim.x * %d) {\n", s.Rows, bound, s.Rows)
+		if scaled {
+			k.Rows = &RowGrid{Dim: 0, Num: perToken, Den: int64(s.Rows)}
+		}
 	} else {
 		k.Grid = [3]int{int(min(max(rows, 1), maxGrid)), 1, 1}
 		fmt.Fprintf(&b, "  __shared__ float lum_scratch[32];\n")
-		fmt.Fprintf(&b, "  for (long long r = blockIdx.x; r < %dLL; r += gridDim.x) {\n", rows)
+		fmt.Fprintf(&b, "  for (long long r = blockIdx.x; r < %s; r += gridDim.x) {\n", bound)
+		if scaled {
+			k.Rows = &RowGrid{Dim: 0, Num: perToken, Den: 1}
+		}
 	}
 	redVars := map[ir.Value]string{}
 	var helpers []string

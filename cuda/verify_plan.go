@@ -83,7 +83,11 @@ func (p *verifyPlan) atEdge(edge int) *verifyPlan {
 
 func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, error) {
 	inputs := body.Inputs()
-	if len(inputs) != k.Inputs || len(inputs)+len(body.Outputs) != len(k.Params) {
+	counted := 0
+	if k.count != nil {
+		counted = len(rowCountParams(k.count))
+	}
+	if len(inputs)+counted != k.Inputs || k.Inputs+len(body.Outputs) != len(k.Params) {
 		return nil, fmt.Errorf("verify kernel %s: the body has %d inputs and %d outputs, the kernel %d inputs and %d parameters",
 			k.Name, len(inputs), len(body.Outputs), k.Inputs, len(k.Params))
 	}
@@ -248,6 +252,15 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
 			discard = append(discard, len(bufs))
 			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
+		}
+		if rc := p.k.count; rc != nil {
+			// Every token present: the kernel computes what its
+			// body does, row for row (a step's run computes fewer).
+			for _, data := range allTokens(rc) {
+				l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
+				discard = append(discard, len(bufs))
+				bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
+			}
 		}
 		for j, o := range p.outs {
 			outAt[i] = append(outAt[i], len(bufs))

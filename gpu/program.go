@@ -30,6 +30,9 @@ type Program struct {
 	// one, which computes the constants; constants are their values.
 	lowered   *lower.Program
 	constants map[string]*ir.Tensor
+	// tokens is a serving step's T, the last run's (the maximum before
+	// any): the grids of its row-wise launches follow it.
+	tokens int64
 }
 
 // LoadProgram loads a lowered program's kernels (PrintProgram's, compiled
@@ -56,6 +59,9 @@ func LoadPlan(c *Context, name string, pl *plan.Plan, image []byte) (p *Program,
 		return nil, fmt.Errorf("load %s: %w", name, err)
 	}
 	p = &Program{ctx: c, plan: pl, name: name, funcs: map[string]*Function{}, bufs: make([]*Buffer, len(pl.Buffers))}
+	if pl.Step != nil {
+		p.tokens = int64(pl.Step.MaxTokens)
+	}
 	for _, b := range pl.Buffers {
 		vt, err := b.Type()
 		if err != nil {
@@ -222,9 +228,11 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 	if p.plan.Step != nil {
 		// A serving step's metadata is checked as a batch before
 		// anything is uploaded: bad metadata changes no cache slot.
-		if _, err := p.plan.Step.Unpad(inputs); err != nil {
+		b, err := p.plan.Step.Unpad(inputs)
+		if err != nil {
 			return nil, fmt.Errorf("run %s: %w", p.name, err)
 		}
+		p.tokens = int64(b.Tokens())
 	}
 	// Paged attention's kernels trust its metadata: a block past the
 	// pool would be read out of bounds.
@@ -277,10 +285,10 @@ func (p *Program) launchRun(stream *Stream) error {
 func (p *Program) launch(ls []plan.Launch, stream *Stream) error {
 	for _, l := range ls {
 		var args []any
-		for _, id := range append(slices.Clone(l.Args), l.Outs...) {
+		for _, id := range l.Params() {
 			args = append(args, p.Pointer(id))
 		}
-		if err := p.funcs[l.Kernel].Launch(l.Grid, l.Block, 0, stream, args...); err != nil {
+		if err := p.funcs[l.Kernel].Launch(l.GridFor(p.tokens), l.Block, 0, stream, args...); err != nil {
 			return fmt.Errorf("launch %s (kernel %s): %w", l.Name, l.Kernel, err)
 		}
 	}

@@ -228,6 +228,9 @@ type Launch struct {
 	Block [3]int `json:"block"`
 	Args  []int  `json:"args"`
 	Outs  []int  `json:"outs"`
+	// Rows, for a serving step's row-wise launch (lower.Rows), says how
+	// its kernel learns the tokens present and how its grid follows them.
+	Rows *Rows `json:"rows,omitempty"`
 	// Predicted is the cost model's time for the launch, in seconds.
 	Predicted float64 `json:"predicted_s"`
 	// Registers, Shared, Spills and Stack are NVRTC's (ptxas's) report for
@@ -254,6 +257,36 @@ type Launch struct {
 type Alternative struct {
 	Schedule  string  `json:"schedule"`
 	Predicted float64 `json:"predicted_s"`
+}
+
+// Rows is a launch's row count: the kernel computes the first T of Max
+// token rows, T read as query_start[seqs] from the buffers Args (passed
+// after the body's inputs); along grid axis GridAxis (-1: none) it
+// launches ceil(T*Num/Den) blocks, at least 1 and at most Grid's.
+type Rows struct {
+	Max      int64 `json:"max_tokens"`
+	Args     []int `json:"args"`
+	GridAxis int   `json:"grid_axis"`
+	Num      int64 `json:"num,omitempty"`
+	Den      int64 `json:"den,omitempty"`
+}
+
+// GridFor is the grid of launch l over T tokens present.
+func (l Launch) GridFor(T int64) [3]int {
+	if l.Rows == nil || l.Rows.GridAxis < 0 {
+		return l.Grid
+	}
+	r := cuda.RowGrid{Dim: l.Rows.GridAxis, Num: l.Rows.Num, Den: l.Rows.Den}
+	return r.Of(l.Grid, T)
+}
+
+// Params are the buffers launch l passes its kernel, in parameter order.
+func (l Launch) Params() []int {
+	var rows []int
+	if l.Rows != nil {
+		rows = l.Rows.Args
+	}
+	return slices.Concat(l.Args, rows, l.Outs)
 }
 
 // Build describes a lowered program and its printed kernels (one per
@@ -292,6 +325,12 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 		k := ks[i]
 		pl := Launch{Name: l.Name, Kernel: k.Name, Form: l.Form.String(), Body: l.Body.String(), Grid: k.Grid, Block: k.Block,
 			Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs), Schedule: k.Schedule.String()}
+		if l.Rows != nil {
+			pl.Rows = &Rows{Max: l.Rows.Max, Args: slices.Clone(l.Rows.Args), GridAxis: -1}
+			if k.Rows != nil {
+				pl.Rows.GridAxis, pl.Rows.Num, pl.Rows.Den = k.Rows.Dim, k.Rows.Num, k.Rows.Den
+			}
+		}
 		est := k.Estimate
 		if est == nil && m != nil {
 			if e, err := m.Kernel(l.Body); err == nil {
@@ -394,7 +433,17 @@ func (p *Plan) Validate() error {
 			if t := l.Block[0] * l.Block[1] * l.Block[2]; t > 1024 {
 				return fmt.Errorf("%s launch %d (%s): %d threads per block", group.name, i, l.Kernel, t)
 			}
-			for _, id := range append(slices.Clone(l.Args), l.Outs...) {
+			if r := l.Rows; r != nil {
+				if group.name == "prep" || len(r.Args) != 2 || r.Max < 1 || r.GridAxis < -1 || r.GridAxis > 2 || r.GridAxis >= 0 && (r.Num < 1 || r.Den < 1) {
+					return fmt.Errorf("%s launch %d (%s): a row count %+v; want a run's launch, the buffers of query_start and seqs, a grid axis -1..2 and a positive ratio", group.name, i, l.Kernel, *r)
+				}
+				for j, id := range r.Args {
+					if id < 0 || id >= len(p.Buffers) || p.Buffers[id].Kind != lower.Input.String() || len(p.Buffers[id].Shape) != 1-j {
+						return fmt.Errorf("%s launch %d (%s): the row count reads buffer %d, not the input query_start and the scalar seqs", group.name, i, l.Kernel, id)
+					}
+				}
+			}
+			for _, id := range l.Params() {
 				if id < 0 || id >= len(p.Buffers) {
 					return fmt.Errorf("%s launch %d (%s): buffer %d of %d", group.name, i, l.Kernel, id, len(p.Buffers))
 				}
@@ -631,6 +680,9 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 			}
 		}
 		ll := &lower.Launch{Name: l.Name, Body: body, Form: rules.FormOf(body), Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs)}
+		if l.Rows != nil {
+			ll.Rows = &lower.Rows{Max: l.Rows.Max, Args: slices.Clone(l.Rows.Args)}
+		}
 		if i < len(p.Prep) {
 			lp.Prep = append(lp.Prep, ll)
 		} else {

@@ -159,9 +159,16 @@ func reprint(pl *plan.Plan, lp *lower.Program, src, srcPath string) ([]*cuda.Ker
 		if err != nil {
 			return nil, fmt.Errorf("launch %d (%s): %w", i, l.Kernel, err)
 		}
-		k, err := cuda.PrintKernelWith(l.Kernel, "", launches[i].Body, s)
+		rc, err := cuda.RowCountOf(lp, launches[i])
+		if err != nil {
+			return nil, err
+		}
+		k, err := cuda.PrintKernelRows(l.Kernel, "", launches[i].Body, s, rc)
 		if err != nil {
 			return nil, fmt.Errorf("launch %d (%s): %w", i, l.Kernel, err)
+		}
+		if (k.Rows == nil) != (l.Rows == nil || l.Rows.GridAxis < 0) || k.Rows != nil && (k.Rows.Dim != l.Rows.GridAxis || k.Rows.Num != l.Rows.Num || k.Rows.Den != l.Rows.Den) {
+			return nil, fmt.Errorf("launch %d (%s): the plan's grid for the tokens present (%+v) is not its kernel's (%+v)", i, l.Kernel, l.Rows, k.Rows)
 		}
 		if k.Grid != l.Grid || k.Block != l.Block {
 			return nil, fmt.Errorf("launch %d (%s): the plan launches grid %v block %v, its kernel needs grid %v block %v", i, l.Kernel, l.Grid, l.Block, k.Grid, k.Block)

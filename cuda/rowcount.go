@@ -1,0 +1,93 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+)
+
+// RowCount tells a kernel of a serving step's row-wise launch
+// (lower.Rows) how it learns the tokens present: T is query_start[seqs],
+// read through two parameters after the body's inputs, lum_starts and
+// lum_seqs, of the metadata's dtypes. A kernel over Max token rows then
+// computes the first T of them, its grid sized for T (Kernel.Rows).
+type RowCount struct {
+	Max          int64
+	Starts, Seqs ir.DType
+}
+
+// RowGrid says how a kernel's grid follows the tokens present: along
+// Dim, ceil(T*Num/Den) blocks, at least 1 and at most the printed grid's
+// (which is sized for Max). A kernel without one launches its printed
+// grid whatever T is.
+type RowGrid struct {
+	Dim      int
+	Num, Den int64
+}
+
+// Of is the grid of a launch over T tokens.
+func (r *RowGrid) Of(grid [3]int, T int64) [3]int {
+	if r == nil {
+		return grid
+	}
+	n := (T*r.Num + r.Den - 1) / r.Den
+	grid[r.Dim] = int(min(max(n, 1), int64(grid[r.Dim])))
+	return grid
+}
+
+// rowCountParams are the parameters that carry the tokens present.
+func rowCountParams(rc *RowCount) []Param {
+	return []Param{
+		{Name: "lum_starts", Type: "const " + storageType(rc.Starts) + "*"},
+		{Name: "lum_seqs", Type: "const " + storageType(rc.Seqs) + "*"},
+	}
+}
+
+// rowCountLine declares lum_t, the tokens present, for a kernel that
+// bounds its loops by it.
+const rowCountLine = "  const long long lum_t = (long long)lum_starts[(long long)lum_seqs[0]];\n"
+
+// rowsOf says whether a kernel printed with rc (nil: none) may follow T on
+// a loop space of shape space (its first axis the tokens): the per-token
+// count of a space of total elements.
+func rowsOf(rc *RowCount, space ir.Shape, total int64) (perToken int64, ok bool) {
+	if rc == nil || len(space) == 0 || int64(space[0]) != rc.Max || rc.Max <= 0 || total%rc.Max != 0 {
+		return 0, false
+	}
+	return total / rc.Max, true
+}
+
+// TokensPresent is T for a launch with lower.Rows, query_start[seqs] read
+// from feeds (by the buffers' names), checked against the launch's
+// maximum: a kernel bounds its loops by it.
+func TokensPresent(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Tensor) (int64, error) {
+	if l.Rows == nil || len(l.Rows.Args) != 2 {
+		return 0, fmt.Errorf("launch %s has no row count", l.Name)
+	}
+	starts, seqs := feeds[prog.Buffers[l.Rows.Args[0]].Name], feeds[prog.Buffers[l.Rows.Args[1]].Name]
+	if starts == nil || seqs == nil || seqs.Len() != 1 {
+		return 0, fmt.Errorf("launch %s: no query_start and seqs to read the tokens present from", l.Name)
+	}
+	S := seqs.Int(0)
+	if S < 0 || S >= starts.Len() {
+		return 0, fmt.Errorf("launch %s: seqs = %d, outside query_start's %d entries", l.Name, S, starts.Len())
+	}
+	T := starts.Int(S)
+	if T < 0 || T > l.Rows.Max {
+		return 0, fmt.Errorf("launch %s: query_start[seqs] = %d tokens, outside 0..%d", l.Name, T, l.Rows.Max)
+	}
+	return T, nil
+}
+
+// allTokens are the contents of a row count's parameters that say every
+// row is present: query_start [0, Max] and seqs 1.
+func allTokens(rc *RowCount) [][]byte {
+	starts, err1 := ir.TensorOfInts(rc.Starts, ir.Shape{2}, 0, rc.Max)
+	seqs, err2 := ir.TensorOfInts(rc.Seqs, ir.Shape{}, 1)
+	if err1 != nil || err2 != nil {
+		// RowCountOf took integer dtypes, which hold these.
+		panic(fmt.Sprintf("row count metadata: %v %v", err1, err2))
+	}
+	return [][]byte{EncodeTensor(starts), EncodeTensor(seqs)}
+}
