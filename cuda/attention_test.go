@@ -252,6 +252,7 @@ func llamaAttention(t testing.TB, dt ir.DType) *ir.Graph {
 // TestNVRTCCompilesEverySchedule; NVRTC takes about a second a kernel on
 // these index expressions, so the set is kept small.)
 func TestNVRTCCompilesAttention(t *testing.T) {
+	skipLong(t)
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
 	t.Parallel()

@@ -29,7 +29,12 @@ func TestEveryLegalKernelPrints(t *testing.T) {
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
 	model := cost.NewModel(dev, cost.Defaults(dev))
-	for _, name := range []string{"tiny-llama:layer", "tiny-gpt2:block", "tiny-llama:decode", "tiny-qwen2:layer", "tiny-mistral:layer"} {
+	names := []string{"tiny-llama:layer", "tiny-gpt2:block", "tiny-llama:decode", "tiny-qwen2:layer", "tiny-mistral:layer"}
+	if testing.Short() {
+		// The long test command sweeps them all.
+		names = names[:2]
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			pays := corpusKernels(t, name, ir.F32)
 			failures := map[string]int{}

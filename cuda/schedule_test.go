@@ -164,6 +164,7 @@ func scheduledKernels(t *testing.T) ([]*Kernel, []*ir.Graph) {
 // TestNVRTCCompilesEverySchedule compiles every scheduled test kernel for
 // sm_90: no schedule may print CUDA that NVRTC rejects or that spills.
 func TestNVRTCCompilesEverySchedule(t *testing.T) {
+	skipLong(t)
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
 	t.Parallel()

@@ -163,6 +163,7 @@ func TestPrintTensorCore(t *testing.T) {
 // with wait_group for plain operands, f16x2/bf16x2 conversions for
 // computed ones; no spills.
 func TestNVRTCCompilesTensorCore(t *testing.T) {
+	skipLong(t)
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
 	t.Parallel()

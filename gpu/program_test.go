@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -125,8 +126,20 @@ func TestStepRunRefusesBadMetadata(t *testing.T) {
 		require.NoError(t, err)
 		launches[len(shapes)] = launchLines(f.Log())
 	}
-	assert.Equal(t, launches[1], launches[8], "the step at 8 sequences makes the launches it makes at 1")
+	grids := regexp.MustCompile(`grid=\S+ `)
+	assert.Equal(t, grids.ReplaceAllString(launches[1], ""), grids.ReplaceAllString(launches[8], ""),
+		"the step at 8 sequences makes the launches it makes at 1, but for the grids")
 	assert.Equal(t, len(lp.Run), strings.Count(launches[8], "\n"), "one launch per kernel, none per sequence")
+	// The grids follow T: 1 token, then 12 (the maximum).
+	for T, log := range map[int64]string{1: launches[1], 12: launches[8]} {
+		var want []string
+		for _, l := range p.plan.Run {
+			g := l.GridFor(T)
+			want = append(want, fmt.Sprintf("grid=%d,%d,%d ", g[0], g[1], g[2]))
+		}
+		assert.Equal(t, want, grids.FindAllString(log, -1), "the grids of a step of %d tokens", T)
+	}
+	assert.NotEqual(t, launches[1], launches[8], "a step of one token launches fewer blocks")
 }
 
 // launchLines keeps the launch lines of a fake driver's log.

@@ -65,6 +65,7 @@ func checkPlan(t *testing.T, prog *Program) {
 // reference interpreter, with the arena simulated: they must compute what
 // the graphs do.
 func TestLowerCorpus(t *testing.T) {
+	skipLong(t)
 	for _, name := range []string{"tiny-llama:layer", "tiny-llama:decode", "tiny-gpt2:block", "tiny-llama:model", "tiny-gpt2:model"} {
 		t.Run(name, func(t *testing.T) {
 			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})

@@ -99,6 +99,7 @@ func TestRegionMemoPerEGraph(t *testing.T) {
 // the residual add has no launch of its own; random extractions compute
 // the same.
 func TestRegionStatisticsBesideResidual(t *testing.T) {
+	skipLong(t)
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
 	t.Parallel()

@@ -18,6 +18,7 @@ import (
 // naive program for a model: the same kernels per run and the same
 // predicted time (NaiveProgram's), whatever limits the search had.
 func TestNaiveProgramAgrees(t *testing.T) {
+	skipLong(t)
 	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
 	naiveLine := regexp.MustCompile(`the naive program: (\d+) kernels, ([0-9.e+-]+ (?:s|ms|µs))`)
 	build := corpus.Options{Seq: 4, Past: -1}

@@ -57,6 +57,7 @@ type nodeOutcome struct {
 // builds are cached across runs. LUMSEARCH_NODE_CASES=a,b,... runs only
 // the cases named.
 func TestEveryConformingNodeCaseCompiles(t *testing.T) {
+	skipLong(t)
 	dir := filepath.Join(shareddata.Dir(t), "onnx-node")
 	if testing.Short() {
 		t.Skip("compiles every ONNX node case (minutes on a cold g++ cache); skipped under -short")

@@ -50,6 +50,7 @@ func readTree(t *testing.T, dir string) map[string]string {
 // size), plan.json carries the run's provenance, and the report compares
 // the program with the naive one.
 func TestOptimizeEndToEnd(t *testing.T) {
+	skipLong(t)
 	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
 	for _, model := range []string{"tiny-llama:layer", "tiny-gpt2:decode"} {
 		t.Run(model, func(t *testing.T) {
@@ -240,6 +241,7 @@ func resultOf(t *testing.T, stdout string) search.Summary {
 // same model, so it is not predicted slower than that run, while the same
 // tight run without the kept plan is.
 func TestOptimizeStartsFromPreviousRun(t *testing.T) {
+	skipLong(t)
 	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
 	t.Setenv(tunedb.EnvPath, db)
 	args := func(limit string) []string {

@@ -16,6 +16,7 @@ import (
 // is the next step's input, and positions outside the range, a missing
 // position and a missing input are refused with what is wrong.
 func TestRunFolder(t *testing.T) {
+	skipLong(t)
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("run needs g++ for the CPU emulation")
 	}
