@@ -79,7 +79,7 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("  const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;\n")
 	w("  const long long seqs = %s;\n", meta(3, "0"))
 	bound := fmt.Sprintf("%dLL", pairs)
-	if k.count != nil && k.count.Max == p.T {
+	if k.count != nil && !k.count.Sequences && k.count.Max == p.T {
 		// The tokens present, as the kernel reads them anyway.
 		bound = fmt.Sprintf("%s * %dLL", meta(2, "seqs"), p.Hkv)
 		k.Rows = &RowGrid{Dim: 0, Num: p.Hkv, Den: 1}

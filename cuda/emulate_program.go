@@ -98,7 +98,7 @@ func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 		}
 		grid := k.Grid
 		if k.Rows != nil {
-			T, err := TokensPresent(prog, launches[i], feeds)
+			T, err := RowsPresent(prog, launches[i], feeds)
 			if err != nil {
 				return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 			}

@@ -37,6 +37,13 @@ func TestEmulateCorpusPrograms(t *testing.T) {
 		{"tiny-llama:layer", true}, {"tiny-gpt2:block", true}, {"tiny-llama:decode", true}, {"tiny-qwen2:layer", true}, {"tiny-mistral:layer", true}, {"tiny-gpt2:decode", true},
 		{"tiny-llama:mlp", true}, {"tiny-gpt2:mlp", true}, {"tiny-llama:rmsnorm", true}, {"tiny-gpt2:layernorm", true}, {"tiny-llama:rotary", true},
 	}
+	if testing.Short() {
+		// The long test command emulates them all.
+		tests = []struct {
+			name  string
+			fused bool
+		}{{"tiny-llama:layer", false}, {"tiny-llama:decode", true}, {"tiny-mistral:layer", true}, {"tiny-gpt2:block", true}}
+	}
 	for _, tt := range tests {
 		t.Run(map[bool]string{true: "fused/", false: "naive/"}[tt.fused]+tt.name, func(t *testing.T) {
 			var g *ir.Graph

@@ -391,10 +391,11 @@ func (h *host) source() string {
 		if k.Rows != nil {
 			rows = *k.Rows
 		}
-		fmt.Fprintf(&b, "    {%d, {%du, %du, %du}, {%du, %du, %du}, %d, %d, %d, %dLL, %dLL},  // %s: %s\n", h.kernelOf[i],
-			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], first[i], len(l.Params()), rows.Dim, rows.Num, rows.Den, commentText(k.Name), l.Form)
+		seqs := l.Rows != nil && l.Rows.Seqs
+		fmt.Fprintf(&b, "    {%d, {%du, %du, %du}, {%du, %du, %du}, %d, %d, %d, %dLL, %dLL, %t},  // %s: %s\n", h.kernelOf[i],
+			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], first[i], len(l.Params()), rows.Dim, rows.Num, rows.Den, seqs, commentText(k.Name), l.Form)
 	}
-	b.WriteString("    {-1, {0u, 0u, 0u}, {0u, 0u, 0u}, 0, 0, -1, 1LL, 1LL},\n};\n\n")
+	b.WriteString("    {-1, {0u, 0u, 0u}, {0u, 0u, 0u}, 0, 0, -1, 1LL, 1LL, false},\n};\n\n")
 
 	b.WriteString("// The compiled module: the PTX text (NUL-terminated) and the CUBIN for kArch.\n")
 	if h.ptx == "" {

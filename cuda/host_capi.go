@@ -139,7 +139,8 @@ int lum_run(lum_model* m, char* err, size_t errlen) {
         if (rc != LUM_OK) {
             return rc;  // before any launch: no cache slot changed
         }
-        m->tokens = stepAt(m, kStarts, stepAt(m, kSeqs, 0));
+        m->seqs = stepAt(m, kSeqs, 0);
+        m->tokens = stepAt(m, kStarts, m->seqs);
     }
     for (int p = 0; p < kNumPaged; p++) {
         // Before any launch: a block past the pool would be read.

@@ -22,7 +22,7 @@ struct lum_model {
     CUdeviceptr ptr[kNumBuffers + 1];    // every buffer's address
     unsigned char ready[kNumBuffers + 1];  // weights loaded, inputs set
     unsigned char* shadow[kNumBuffers + 1];  // host copies of metadata inputs: paged attention's (kPaged), a serving step's (kStep)
-    long long tokens;  // a serving step's T, once checkStep accepted its metadata: the grids of kLaunches' rows follow it
+    long long tokens, seqs;  // a serving step's T and S, once checkStep accepted its metadata: the grids of kLaunches' rows follow them
     bool prepared;
 };
 
@@ -142,8 +142,9 @@ int launch(lum_model* m, int i, const char* caller, char* err, size_t errlen) {
     unsigned int grid[3] = {l.grid[0], l.grid[1], l.grid[2]};
     if (l.rowDim >= 0) {
         // A row-wise kernel of a serving step: blocks for the T tokens
-        // present, never more than its grid for the maximum.
-        long long n = (m->tokens * l.rowNum + l.rowDen - 1) / l.rowDen;
+        // (or S sequences) present, never more than its grid for the
+        // maximum.
+        long long n = ((l.rowSeqs ? m->seqs : m->tokens) * l.rowNum + l.rowDen - 1) / l.rowDen;
         grid[l.rowDim] = (unsigned int)(n < 1 ? 1 : n < (long long)grid[l.rowDim] ? n : (long long)grid[l.rowDim]);
     }
     CUresult r = m->d.cuLaunchKernel(m->fn[l.kernel], grid[0], grid[1], grid[2], l.block[0], l.block[1], l.block[2],

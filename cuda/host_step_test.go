@@ -126,7 +126,7 @@ func TestHostLibraryChecksStepMetadata(t *testing.T) {
 			b, err := lp.Step.Unpad(c.feeds)
 			require.NoError(t, err)
 			require.Less(t, b.Tokens(), lp.Step.MaxTokens, "the good batch leaves rows past T")
-			launches := expectedLaunchesAt(lp, ks, len(lp.Prep), len(ks), int64(b.Tokens()))
+			launches := expectedLaunchesAt(lp, ks, len(lp.Prep), len(ks), int64(b.Tokens()), int64(b.Seqs()))
 			assert.NotEqual(t, expectedLaunches(lp, ks, len(lp.Prep), len(ks)), launches, "grids for T differ from those for the maximum")
 			assert.Equal(t, launches, got, "run %s: the run's launches", c.name)
 			continue

@@ -236,8 +236,9 @@ struct LaunchDesc {
     int kernel;                   // in kKernelNames
     unsigned int grid[3], block[3];
     int first, count;             // its buffers in kLaunchArgs
-    int rowDim;                   // -1, or the grid axis that follows a step's T:
+    int rowDim;                   // -1, or the grid axis that follows a step's T (S with rowSeqs):
     long long rowNum, rowDen;     // ceil(T * rowNum / rowDen) blocks, at most grid[rowDim]
+    bool rowSeqs;
 };
 
 struct StoredDesc {

@@ -402,13 +402,13 @@ func needCompilers(t *testing.T) {
 // expectedLaunches are the lines the fake driver prints for launches
 // [from, to): allocation 0 is the arena, then each other buffer in order.
 func expectedLaunches(lp *lower.Program, ks []*Kernel, from, to int) []string {
-	return expectedLaunchesAt(lp, ks, from, to, -1)
+	return expectedLaunchesAt(lp, ks, from, to, -1, -1)
 }
 
-// expectedLaunchesAt is expectedLaunches for a serving step of T tokens
-// present (T < 0: not a step): the grids of its row-wise launches follow
-// T.
-func expectedLaunchesAt(lp *lower.Program, ks []*Kernel, from, to int, T int64) []string {
+// expectedLaunchesAt is expectedLaunches for a serving step of T tokens of
+// S sequences present (T < 0: not a step): the grids of its row-wise
+// launches follow them.
+func expectedLaunchesAt(lp *lower.Program, ks []*Kernel, from, to int, T, S int64) []string {
 	alloc := map[int]int{}
 	for _, b := range lp.Buffers {
 		if b.Kind != lower.Temp {
@@ -420,8 +420,12 @@ func expectedLaunchesAt(lp *lower.Program, ks []*Kernel, from, to int, T int64) 
 	for i := from; i < to; i++ {
 		k := ks[i]
 		grid := k.Grid
-		if T >= 0 {
-			grid = k.Rows.Of(grid, T)
+		if r := launches[i].Rows; T >= 0 && r != nil {
+			n := T
+			if r.Seqs {
+				n = S
+			}
+			grid = k.Rows.Of(grid, n)
 		}
 		line := fmt.Sprintf("launch %s grid %d %d %d block %d %d %d:", k.Name, grid[0], grid[1], grid[2], k.Block[0], k.Block[1], k.Block[2])
 		for _, id := range launches[i].Params() {

@@ -209,7 +209,7 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 	}
 	var b strings.Builder
 	if k.Rows != nil {
-		b.WriteString(rowCountLine)
+		b.WriteString(k.count.line())
 	}
 	fmt.Fprintf(&b, "  %s {\n", loop)
 	for _, l := range e.lines {

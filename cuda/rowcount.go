@@ -8,12 +8,14 @@ import (
 )
 
 // RowCount tells a kernel of a serving step's row-wise launch
-// (lower.Rows) how it learns the tokens present: T is query_start[seqs],
-// read through two parameters after the body's inputs, lum_starts and
-// lum_seqs, of the metadata's dtypes. A kernel over Max token rows then
-// computes the first T of them, its grid sized for T (Kernel.Rows).
+// (lower.Rows) how it learns the rows present: T is query_start[seqs] (S,
+// with Sequences, is seqs), read through two parameters after the body's
+// inputs, lum_starts and lum_seqs, of the metadata's dtypes. A kernel
+// over Max rows then computes the first T (or S) of them, its grid sized
+// for them (Kernel.Rows).
 type RowCount struct {
 	Max          int64
+	Sequences    bool
 	Starts, Seqs ir.DType
 }
 
@@ -44,9 +46,14 @@ func rowCountParams(rc *RowCount) []Param {
 	}
 }
 
-// rowCountLine declares lum_t, the tokens present, for a kernel that
-// bounds its loops by it.
-const rowCountLine = "  const long long lum_t = (long long)lum_starts[(long long)lum_seqs[0]];\n"
+// line declares lum_t, the rows present, for a kernel that bounds its
+// loops by it.
+func (rc *RowCount) line() string {
+	if rc.Sequences {
+		return "  const long long lum_t = (long long)lum_seqs[0];\n"
+	}
+	return "  const long long lum_t = (long long)lum_starts[(long long)lum_seqs[0]];\n"
+}
 
 // rowsOf says whether a kernel printed with rc (nil: none) may follow T on
 // a loop space of shape space (its first axis the tokens): the per-token
@@ -58,10 +65,11 @@ func rowsOf(rc *RowCount, space ir.Shape, total int64) (perToken int64, ok bool)
 	return total / rc.Max, true
 }
 
-// TokensPresent is T for a launch with lower.Rows, query_start[seqs] read
-// from feeds (by the buffers' names), checked against the launch's
-// maximum: a kernel bounds its loops by it.
-func TokensPresent(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Tensor) (int64, error) {
+// RowsPresent is T for a launch with lower.Rows, query_start[seqs] read
+// from feeds (by the buffers' names), or S (seqs) for one over the
+// sequences, checked against the launch's maximum: a kernel bounds its
+// loops by it.
+func RowsPresent(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Tensor) (int64, error) {
 	if l.Rows == nil || len(l.Rows.Args) != 2 {
 		return 0, fmt.Errorf("launch %s has no row count", l.Name)
 	}
@@ -74,8 +82,11 @@ func TokensPresent(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Te
 		return 0, fmt.Errorf("launch %s: seqs = %d, outside query_start's %d entries", l.Name, S, starts.Len())
 	}
 	T := starts.Int(S)
+	if l.Rows.Seqs {
+		T = S
+	}
 	if T < 0 || T > l.Rows.Max {
-		return 0, fmt.Errorf("launch %s: query_start[seqs] = %d tokens, outside 0..%d", l.Name, T, l.Rows.Max)
+		return 0, fmt.Errorf("launch %s: %d rows present (seqs = %d), outside 0..%d", l.Name, T, S, l.Rows.Max)
 	}
 	return T, nil
 }

@@ -105,7 +105,7 @@ func printRow(k *Kernel, body *ir.Graph, s cost.Schedule) ([]string, string, err
 	bound := fmt.Sprintf("%dLL", rows)
 	perToken, scaled := rowsOf(k.count, rowShape, rows)
 	if scaled {
-		b.WriteString(rowCountLine)
+		b.WriteString(k.count.line())
 		bound = fmt.Sprintf("lum_t * %dLL", perToken)
 	}
 	if warpRows {

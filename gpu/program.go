@@ -30,9 +30,9 @@ type Program struct {
 	// one, which computes the constants; constants are their values.
 	lowered   *lower.Program
 	constants map[string]*ir.Tensor
-	// tokens is a serving step's T, the last run's (the maximum before
-	// any): the grids of its row-wise launches follow it.
-	tokens int64
+	// tokens and seqs are a serving step's T and S, the last run's (the
+	// maxima before any): the grids of its row-wise launches follow them.
+	tokens, seqs int64
 }
 
 // LoadProgram loads a lowered program's kernels (PrintProgram's, compiled
@@ -60,7 +60,7 @@ func LoadPlan(c *Context, name string, pl *plan.Plan, image []byte) (p *Program,
 	}
 	p = &Program{ctx: c, plan: pl, name: name, funcs: map[string]*Function{}, bufs: make([]*Buffer, len(pl.Buffers))}
 	if pl.Step != nil {
-		p.tokens = int64(pl.Step.MaxTokens)
+		p.tokens, p.seqs = int64(pl.Step.MaxTokens), int64(pl.Step.MaxSeqs)
 	}
 	for _, b := range pl.Buffers {
 		vt, err := b.Type()
@@ -232,7 +232,7 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 		if err != nil {
 			return nil, fmt.Errorf("run %s: %w", p.name, err)
 		}
-		p.tokens = int64(b.Tokens())
+		p.tokens, p.seqs = int64(b.Tokens()), int64(b.Seqs())
 	}
 	// Paged attention's kernels trust its metadata: a block past the
 	// pool would be read out of bounds.
@@ -288,7 +288,7 @@ func (p *Program) launch(ls []plan.Launch, stream *Stream) error {
 		for _, id := range l.Params() {
 			args = append(args, p.Pointer(id))
 		}
-		if err := p.funcs[l.Kernel].Launch(l.GridFor(p.tokens), l.Block, 0, stream, args...); err != nil {
+		if err := p.funcs[l.Kernel].Launch(l.GridFor(p.tokens, p.seqs), l.Block, 0, stream, args...); err != nil {
 			return fmt.Errorf("launch %s (kernel %s): %w", l.Name, l.Kernel, err)
 		}
 	}

@@ -130,11 +130,12 @@ func TestStepRunRefusesBadMetadata(t *testing.T) {
 	assert.Equal(t, grids.ReplaceAllString(launches[1], ""), grids.ReplaceAllString(launches[8], ""),
 		"the step at 8 sequences makes the launches it makes at 1, but for the grids")
 	assert.Equal(t, len(lp.Run), strings.Count(launches[8], "\n"), "one launch per kernel, none per sequence")
-	// The grids follow T: 1 token, then 12 (the maximum).
+	// The grids follow T and S: 1 token of 1 sequence, then 12 of 8
+	// (the maxima).
 	for T, log := range map[int64]string{1: launches[1], 12: launches[8]} {
 		var want []string
 		for _, l := range p.plan.Run {
-			g := l.GridFor(T)
+			g := l.GridFor(T, min(T, 8))
 			want = append(want, fmt.Sprintf("grid=%d,%d,%d ", g[0], g[1], g[2]))
 		}
 		assert.Equal(t, want, grids.FindAllString(log, -1), "the grids of a step of %d tokens", T)

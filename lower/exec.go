@@ -157,7 +157,7 @@ func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window, at *ir.Ten
 }
 
 // poisonPastRows stands for a launch with Rows not computing the rows past
-// the tokens present: those rows of its outputs become NaN (an integer
+// those present (T tokens or S sequences): those rows of its outputs become NaN (an integer
 // output's the dtype's lowest value), so that a reader that needs them
 // (a reduction over the tokens, an index) is seen to read garbage.
 func poisonPastRows(l *Launch, vals []*ir.Tensor, outs []*ir.Tensor) error {
@@ -170,8 +170,11 @@ func poisonPastRows(l *Launch, vals []*ir.Tensor, outs []*ir.Tensor) error {
 		return fmt.Errorf("seqs = %d outside query_start's %d entries", S, starts.Len())
 	}
 	T := starts.Int(S)
+	if l.Rows.Seqs {
+		T = S
+	}
 	if T < 0 || T > l.Rows.Max {
-		return fmt.Errorf("query_start[seqs] = %d tokens outside 0..%d", T, l.Rows.Max)
+		return fmt.Errorf("%d rows present, outside 0..%d", T, l.Rows.Max)
 	}
 	for j, o := range outs {
 		if len(o.Shape) == 0 || int64(o.Shape[0]) != l.Rows.Max {

@@ -7,16 +7,21 @@ import (
 	"github.com/lumsearch/lumsearch/step"
 )
 
-// Rows says that a launch of a serving step's program works on the T
-// tokens present, not on the MaxTokens its buffers hold: the body's
-// outputs have the token rows on their first axis, row t computed from row
-// t of the token-row inputs alone (a row-wise kernel), so the rows past T,
-// which belong to no sequence, need not be computed. The kernel reads T as
-// query_start[seqs] through two extra parameters, the buffers Args (after
-// the body's inputs, before its outputs), and its grid follows T.
+// Rows says that a launch of a serving step's program works on the rows
+// present, not on the maximum its buffers hold: the T tokens (of
+// MaxTokens) or, with Seqs, the S sequences (of MaxSeqs). The body's
+// outputs have those rows on their first axis, row r computed from row r
+// of its row inputs alone (a row-wise kernel), so the rows past T (or S),
+// which belong to no sequence, need not be computed. The kernel reads T
+// as query_start[seqs] (S as seqs) through two extra parameters, the
+// buffers Args (after the body's inputs, before its outputs), and its grid
+// follows them.
 type Rows struct {
-	// Max is the token rows' extent in the buffers (the step's MaxTokens).
+	// Max is the rows' extent in the buffers: the step's MaxTokens, or
+	// its MaxSeqs with Seqs.
 	Max int64
+	// Seqs says the rows are the sequences, not the tokens.
+	Seqs bool
 	// Args are the buffers of query_start and of the seqs symbol.
 	Args []int
 }
@@ -32,31 +37,57 @@ func (l *Launch) Params() []int {
 	return slices.Concat(l.Args, rows, l.Outs)
 }
 
-// rowClass is what a value is to the token rows.
+// rowClass is what a value is to the rows of the step.
 type rowClass uint8
 
 const (
-	// free values depend on no token row (weights, constants, the KV
-	// pools, metadata other than the token-row inputs).
+	// free values depend on no row (weights, constants, the KV pools,
+	// metadata other than the token-row inputs).
 	free rowClass = iota
 	// tokenRows values have the tokens on their first axis, row t
 	// depending on row t of token-row values and on free values alone.
 	tokenRows
-	// mixed values depend on token rows in any other way.
+	// seqRows values have the sequences on their first axis likewise,
+	// from a gather of each sequence's chosen token row on.
+	seqRows
+	// mixed values depend on rows in any other way.
 	mixed
 )
 
+// join is the class of a value computed from values of classes a and b
+// by a node that is row-wise in them.
+func join(a, b rowClass) rowClass {
+	switch {
+	case a == free:
+		return b
+	case b == free || a == b:
+		return a
+	}
+	return mixed
+}
+
+// extents are the step's row extents by class.
+type extents struct{ tokens, seqs int64 }
+
+func (e extents) of(c rowClass) int64 {
+	if c == seqRows {
+		return e.seqs
+	}
+	return e.tokens
+}
+
 // scaleRows sets Rows on the run's launches of a serving step's program
-// that may work on the tokens present alone. Buffers of token rows start
-// at the step's token inputs (ids, positions, slot mapping); a launch is
-// row-wise when each output is a token-row value of its body. A buffer's
-// rows past T stay unwritten when its producer is scaled, so a launch may
-// be scaled only where no reader needs them: a reader that is not
-// row-wise needs every row of what it reads (a reduction over the tokens,
-// say), except as the data of a gather along the rows, whose indices name
-// the rows it reads (the last token of each sequence); and a row-wise
-// reader that is not scaled because its own outputs are needed whole
-// needs its inputs whole too.
+// that may work on the rows present alone. Buffers of token rows start at
+// the step's token inputs (ids, positions, slot mapping), sequence rows at
+// a gather of one token row per sequence (the last token's); a launch is
+// row-wise when its outputs are rows of one extent in its body. A
+// buffer's rows past T (or S) stay unwritten when its producer is scaled,
+// so a launch may be scaled only where no reader needs them: a reader
+// that is not row-wise needs every row of what it reads (a reduction over
+// the tokens, say), except as the data of a gather along the rows, whose
+// indices name the rows it reads; and a row-wise reader that is not
+// scaled because its own outputs are needed whole needs its inputs whole
+// too.
 func (b *builder) scaleRows() {
 	layout := b.prog.Step
 	if layout == nil {
@@ -67,43 +98,44 @@ func (b *builder) scaleRows() {
 	if !okStarts || !okSeqs {
 		return
 	}
-	T := int64(layout.MaxTokens)
+	ext := extents{tokens: int64(layout.MaxTokens), seqs: int64(layout.MaxSeqs)}
 	class := make([]rowClass, len(b.prog.Buffers))
 	for _, name := range []string{step.InputIDs, step.Positions, step.SlotMapping} {
 		if id, ok := b.named[name]; ok && b.prog.Buffers[id].Kind == Input && len(b.prog.Buffers[id].Shape) > 0 &&
-			int64(b.prog.Buffers[id].Shape[0]) == T {
+			int64(b.prog.Buffers[id].Shape[0]) == ext.tokens {
 			class[id] = tokenRows
 		}
 	}
-	// Forward: each launch's outputs' classes, and which of its token-row
-	// inputs it reads row by row.
-	rowWise := make([]bool, len(b.prog.Run))
-	wholeReads := make([][]int, len(b.prog.Run)) // inputs read past their row
+	isRows := func(c rowClass) bool { return c == tokenRows || c == seqRows }
+	// Forward: each launch's outputs' classes (the extent of a row-wise
+	// launch), and which of its row inputs it reads past their row.
+	extent := make([]rowClass, len(b.prog.Run))
+	wholeReads := make([][]int, len(b.prog.Run))
 	for i, l := range b.prog.Run {
 		ins := make([]rowClass, len(l.Args))
 		for j, a := range l.Args {
 			ins[j] = class[a]
 		}
-		outs, whole := bodyRows(l.Body, ins, T)
-		rowWise[i] = true
+		outs, whole := bodyRows(l.Body, ins, ext)
+		extent[i] = outs[0]
 		for j, o := range l.Outs {
 			c := outs[j]
-			if c != tokenRows {
-				rowWise[i] = false
+			if c != extent[i] || !isRows(c) {
+				extent[i] = free
 			}
 			if _, windowed, _ := OutputWindow(l.Body, j); windowed {
 				// Written into a larger buffer (a pool's slots): the
-				// buffer's rows are not token rows; what lands in it is
-				// whole for the tokens present.
+				// buffer's rows are not the step's; what lands in it
+				// is whole for the rows present.
 				if c == mixed {
-					class[o] = max(class[o], mixed)
+					class[o] = mixed
 				}
 				continue
 			}
-			class[o] = max(class[o], c)
+			class[o] = join(class[o], c)
 		}
 		for j, a := range l.Args {
-			if whole[j] && class[a] == tokenRows {
+			if whole[j] && isRows(class[a]) {
 				wholeReads[i] = append(wholeReads[i], a)
 			}
 		}
@@ -112,22 +144,23 @@ func (b *builder) scaleRows() {
 	needed := make([]bool, len(b.prog.Buffers))
 	for i := len(b.prog.Run) - 1; i >= 0; i-- {
 		l := b.prog.Run[i]
-		scaled := rowWise[i]
+		rowWise := extent[i] != free
+		scaled := rowWise
 		for _, o := range l.Outs {
-			if needed[o] || class[o] == tokenRows && b.prog.Buffers[o].Kind != Temp && b.prog.Buffers[o].Kind != Output {
+			if needed[o] || isRows(class[o]) && b.prog.Buffers[o].Kind != Temp && b.prog.Buffers[o].Kind != Output {
 				scaled = false
 			}
 		}
 		if scaled {
-			l.Rows = &Rows{Max: T, Args: []int{starts, seqs}}
+			l.Rows = &Rows{Max: ext.of(extent[i]), Seqs: extent[i] == seqRows, Args: []int{starts, seqs}}
 		}
 		for _, a := range wholeReads[i] {
 			needed[a] = true
 		}
-		if !scaled && rowWise[i] && slices.ContainsFunc(l.Outs, func(o int) bool { return needed[o] }) {
-			for j, a := range l.Args {
-				if class[a] == tokenRows {
-					needed[l.Args[j]] = true
+		if !scaled && rowWise && slices.ContainsFunc(l.Outs, func(o int) bool { return needed[o] }) {
+			for _, a := range l.Args {
+				if isRows(class[a]) {
+					needed[a] = true
 				}
 			}
 		}
@@ -136,65 +169,56 @@ func (b *builder) scaleRows() {
 
 // bodyRows classifies a body's outputs given its inputs' classes: outs[j]
 // for output j, and whole[i] for each input read past its own row.
-func bodyRows(body *ir.Graph, ins []rowClass, T int64) (outs []rowClass, whole []bool) {
+func bodyRows(body *ir.Graph, ins []rowClass, ext extents) (outs []rowClass, whole []bool) {
 	class := make([]rowClass, len(body.Nodes))
 	inputs := body.Inputs()
-	any := false
 	for i, v := range inputs {
 		class[v] = ins[i]
-		if ins[i] != free {
-			any = true
-		}
 	}
-	if !any {
-		return make([]rowClass, len(body.Outputs)), make([]bool, len(ins))
-	}
-	// wholeRead[v]: value v (of token rows) is read past its own row by
-	// a node that is not row-wise in it.
+	// wholeRead[v]: value v (of rows) is read past its own row by a node
+	// that is not row-wise in it.
 	wholeRead := make([]bool, len(body.Nodes))
-	rows := func(v ir.Value) bool {
-		s := body.Node(v).Shape
-		return len(s) > 0 && int64(s[0]) == T
+	readWhole := func(n *ir.Node) {
+		for _, x := range n.Inputs {
+			if c := class[x]; c == tokenRows || c == seqRows {
+				wholeRead[x] = true
+			}
+		}
 	}
 	for i, n := range body.Nodes {
 		v := ir.Value(i)
 		if n.Op.Class() == ir.ClassLeaf {
 			continue
 		}
-		worst := free
+		c := free
 		for _, x := range n.Inputs {
-			worst = max(worst, class[x])
+			c = join(c, class[x])
 		}
-		if worst == free {
+		switch {
+		case c == free:
 			continue
-		}
-		if worst == mixed {
+		case c == mixed:
 			class[v] = mixed
-			for _, x := range n.Inputs {
-				if class[x] == tokenRows {
-					wholeRead[x] = true
-				}
-			}
+			readWhole(n)
 			continue
 		}
-		// Token-row operands: is the node row-wise in them?
-		ok := rows(v) && rowWiseNode(body, n, class)
-		if n.Op == ir.OpGather && class[n.Inputs[0]] == tokenRows && n.Attrs.Axis == 0 && class[n.Inputs[1]] == free {
-			// A gather of chosen rows: its indices say which rows it
-			// reads (by the step's contract, rows of tokens present).
+		if n.Op == ir.OpGather && n.Attrs.Axis == 0 && class[n.Inputs[0]] == tokenRows && class[n.Inputs[1]] == free {
+			// A gather of chosen token rows: its indices say which
+			// rows it reads (by the step's contract, rows of tokens
+			// present). One a sequence (each one's last token) makes
+			// the sequences' rows.
 			class[v] = free
-			continue
-		}
-		if !ok {
-			class[v] = mixed
-			for _, x := range n.Inputs {
-				if class[x] == tokenRows {
-					wholeRead[x] = true
-				}
+			if s := n.Shape; len(s) > 0 && int64(s[0]) == ext.seqs && len(body.Node(n.Inputs[1]).Shape) == 1 {
+				class[v] = seqRows
 			}
 			continue
 		}
-		class[v] = tokenRows
+		if s := n.Shape; len(s) == 0 || int64(s[0]) != ext.of(c) || !rowWiseNode(body, n, class) {
+			class[v] = mixed
+			readWhole(n)
+			continue
+		}
+		class[v] = c
 	}
 	outs = make([]rowClass, len(body.Outputs))
 	for j, o := range body.Outputs {

@@ -62,10 +62,10 @@ func withPooled(t *testing.T, g *ir.Graph, v ir.Value) *ir.Graph {
 }
 
 // TestStepLaunchesWorkOnTheTokensPresent lowers serving steps (naive and
-// fused) and checks which launches compute the tokens present alone: the
-// row-wise ones (projections, norms, rotary, the pool writes, paged
-// attention) do; the last-token gather and the LM head over the sequences
-// do not; and a reader of every token row (a sum over the tokens) keeps
+// fused) and checks which launches compute the rows present alone: the
+// row-wise ones over the tokens (projections, norms, rotary, the pool
+// writes, paged attention) on T, the last-token gather and the LM head on
+// the S sequences (T with all logits); and a reader of every token row (a sum over the tokens) keeps
 // whole the launches it depends on. Executed with the rows past T
 // poisoned, each program computes what its graph does, and a row count
 // planted on a launch whose rows are needed is caught.
@@ -112,12 +112,18 @@ func TestStepLaunchesWorkOnTheTokensPresent(t *testing.T) {
 				switch {
 				case paged:
 					assert.NotNil(t, ln.Rows, "%s: paged attention works on the tokens present", ln.Name)
-				case logits && !tt.allLogits:
-					assert.Nil(t, ln.Rows, "%s: the LM head works on sequences", ln.Name)
+				case logits:
+					if assert.NotNil(t, ln.Rows, "%s: the LM head works on the rows present", ln.Name) {
+						assert.Equal(t, !tt.allLogits, ln.Rows.Seqs, "%s: the LM head works on sequences, or with all logits on tokens", ln.Name)
+					}
 				}
 				if ln.Rows != nil {
 					scaled++
-					assert.Equal(t, int64(l.MaxTokens), ln.Rows.Max)
+					want := l.MaxTokens
+					if ln.Rows.Seqs {
+						want = l.MaxSeqs
+					}
+					assert.Equal(t, int64(want), ln.Rows.Max)
 					assert.Len(t, ln.Params(), len(ln.Args)+2+len(ln.Outs))
 				}
 			}

@@ -261,20 +261,25 @@ type Alternative struct {
 
 // Rows is a launch's row count: the kernel computes the first T of Max
 // token rows, T read as query_start[seqs] from the buffers Args (passed
-// after the body's inputs); along grid axis GridAxis (-1: none) it
-// launches ceil(T*Num/Den) blocks, at least 1 and at most Grid's.
+// after the body's inputs), or with Seqs the first S = seqs of Max
+// sequence rows; along grid axis GridAxis (-1: none) it launches
+// ceil(T*Num/Den) blocks (S*Num/Den), at least 1 and at most Grid's.
 type Rows struct {
-	Max      int64 `json:"max_tokens"`
+	Max      int64 `json:"max"`
+	Seqs     bool  `json:"seqs,omitempty"`
 	Args     []int `json:"args"`
 	GridAxis int   `json:"grid_axis"`
 	Num      int64 `json:"num,omitempty"`
 	Den      int64 `json:"den,omitempty"`
 }
 
-// GridFor is the grid of launch l over T tokens present.
-func (l Launch) GridFor(T int64) [3]int {
+// GridFor is the grid of launch l over T tokens of S sequences present.
+func (l Launch) GridFor(T, S int64) [3]int {
 	if l.Rows == nil || l.Rows.GridAxis < 0 {
 		return l.Grid
+	}
+	if l.Rows.Seqs {
+		T = S
 	}
 	r := cuda.RowGrid{Dim: l.Rows.GridAxis, Num: l.Rows.Num, Den: l.Rows.Den}
 	return r.Of(l.Grid, T)
@@ -326,7 +331,7 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 		pl := Launch{Name: l.Name, Kernel: k.Name, Form: l.Form.String(), Body: l.Body.String(), Grid: k.Grid, Block: k.Block,
 			Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs), Schedule: k.Schedule.String()}
 		if l.Rows != nil {
-			pl.Rows = &Rows{Max: l.Rows.Max, Args: slices.Clone(l.Rows.Args), GridAxis: -1}
+			pl.Rows = &Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Args: slices.Clone(l.Rows.Args), GridAxis: -1}
 			if k.Rows != nil {
 				pl.Rows.GridAxis, pl.Rows.Num, pl.Rows.Den = k.Rows.Dim, k.Rows.Num, k.Rows.Den
 			}
@@ -681,7 +686,7 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 		}
 		ll := &lower.Launch{Name: l.Name, Body: body, Form: rules.FormOf(body), Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs)}
 		if l.Rows != nil {
-			ll.Rows = &lower.Rows{Max: l.Rows.Max, Args: slices.Clone(l.Rows.Args)}
+			ll.Rows = &lower.Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Args: slices.Clone(l.Rows.Args)}
 		}
 		if i < len(p.Prep) {
 			lp.Prep = append(lp.Prep, ll)

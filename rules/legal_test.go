@@ -168,7 +168,11 @@ func TestCorpusKernelBars(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
 	t.Parallel()
-	for _, name := range []string{"llama-3-8b:layer", "gpt2:block"} {
+	names := []string{"llama-3-8b:layer", "gpt2:block"}
+	if testing.Short() {
+		names = names[:1] // the long test command checks GPT-2's too
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g, err := corpus.Build(name, corpus.Options{Seq: 16})

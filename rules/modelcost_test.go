@@ -41,6 +41,9 @@ func TestModelCostCorpus(t *testing.T) {
 		if raceEnabled && (name == "tiny-llama:model" || name == "tiny-gpt2:decode" || name == "tiny-gpt2:prefill" || name == "tiny-gpt2:step") {
 			continue
 		}
+		if testing.Short() && name != "tiny-llama:step" && name != "tiny-llama:decode" && name != "tiny-gpt2:block" {
+			continue // the long test command prices them all
+		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})

@@ -23,6 +23,9 @@ func TestSaturateModelReplay(t *testing.T) {
 		model, kind string
 		perLayer    int // kernels per run a layer may take at most (a decode step also writes its K and V caches)
 	}{{"tiny-llama", "model", 8}, {"tiny-gpt2", "model", 7}, {"tiny-llama", "decode", 10}} {
+		if testing.Short() && tt.kind != "decode" {
+			continue // the long test command replays the whole models too
+		}
 		t.Run(tt.model+":"+tt.kind, func(t *testing.T) {
 			t.Parallel()
 			cfg, err := corpus.EmbeddedConfig(tt.model)
@@ -63,7 +66,11 @@ func TestReplayedSolution(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
 	t.Parallel()
-	for _, kind := range []string{"model", "decode"} {
+	kinds := []string{"model", "decode"}
+	if testing.Short() {
+		kinds = kinds[1:] // the long test command replays the whole model too
+	}
+	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			cfg, err := corpus.EmbeddedConfig("tiny-llama")
