@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// stepTestOptions are a small step: 24 tokens of up to 6 sequences of up
-// to 32 positions, blocks of 4 in a pool of 64.
+// stepTestOptions are a small step: 24 tokens of up to 8 sequences of up
+// to 32 positions, blocks of 4 in a pool of 80.
 func stepTestOptions(dt ir.DType) corpus.Options {
-	return corpus.Options{DType: dt, Seq: 32, Step: corpus.StepOptions{MaxTokens: 24, MaxSeqs: 6, BlockSize: 4, KVBlocks: 64}}
+	return corpus.Options{DType: dt, Seq: 32, Step: corpus.StepOptions{MaxTokens: 24, MaxSeqs: 8, BlockSize: 4, KVBlocks: 80}}
 }
 
 // stepFixture is a step graph of one tiny model with its weights, and a
@@ -82,7 +82,9 @@ func TestStepMatchesEachSequenceAlone(t *testing.T) {
 				rng := rand.New(rand.NewPCG(11, uint64(len(model))+uint64(dt)))
 				compared, ties := 0, 0
 				for trial := range trials {
-					shapes := f.layout.DrawShapes(rng, 5, f.opt.Seq)
+					// 1 to 7 sequences, and a padding one on odd
+					// trials: S from 1 to 8.
+					shapes := f.layout.DrawShapes(rng, 7, f.opt.Seq)
 					if trial%2 == 1 && len(shapes) < f.layout.MaxSeqs {
 						used := 0
 						for _, s := range shapes {

@@ -279,6 +279,7 @@ func poisonedRows(t *testing.T, x *ir.Tensor, rows, nan int64) *ir.Tensor {
 // runtime-position bodies in every layout for sm_90: no spills and no
 // stack frame (the bound is a few scalars a thread).
 func TestNVRTCCompilesAttentionBound(t *testing.T) {
+	skipLong(t)
 	t.Parallel()
 	lib := nvrtcOrSkip(t)
 	var kernels []*Kernel

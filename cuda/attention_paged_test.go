@@ -555,6 +555,7 @@ func TestPagedAttentionThroughViews(t *testing.T) {
 // at the sampled elements. It takes seconds: the work follows the drawn
 // lengths and the sample, not the pool.
 func TestVerifyLlamaPagedAttention(t *testing.T) {
+	skipLong(t)
 	t.Parallel()
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is missing:", err)

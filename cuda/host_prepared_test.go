@@ -476,6 +476,7 @@ func sanitizerFlags(t *testing.T) []string {
 // load succeeds or fails with LUM_ERR_FILE naming the file, and nothing
 // crashes, reads out of bounds or leaks.
 func TestHostLibraryPreparedMutations(t *testing.T) {
+	skipLong(t)
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
 	t.Parallel()

@@ -43,7 +43,7 @@ func TestCompiledStepMatchesEachSequenceAlone(t *testing.T) {
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s/%s", c.model, c.dt), func(t *testing.T) {
 			ctx := context.Background()
-			opt := corpus.Options{Seq: 24, DType: c.dt, Step: corpus.StepOptions{MaxTokens: 12, MaxSeqs: 5, BlockSize: 4, KVBlocks: 40}}
+			opt := corpus.Options{Seq: 24, DType: c.dt, Step: corpus.StepOptions{MaxTokens: 14, MaxSeqs: 8, BlockSize: 4, KVBlocks: 56}}
 			f := compileFolder(t, c.model+":step", opt)
 			pl, err := readPlan(f.dir)
 			require.NoError(t, err)
@@ -55,7 +55,9 @@ func TestCompiledStepMatchesEachSequenceAlone(t *testing.T) {
 			rng := rand.New(rand.NewPCG(17, uint64(c.dt)))
 			compared, ties := 0, 0
 			for trial := range trials {
-				shapes := l.DrawShapes(rng, 4, opt.Seq)
+				// 1 to 7 sequences, and a padding one on even
+				// trials: S from 1 to 8.
+				shapes := l.DrawShapes(rng, 7, opt.Seq)
 				used := 0
 				for _, s := range shapes {
 					used += s.Tokens
