@@ -79,9 +79,12 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("  const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;\n")
 	w("  const long long seqs = %s;\n", meta(3, "0"))
 	bound := fmt.Sprintf("%dLL", pairs)
-	if k.count != nil && !k.count.Sequences && k.count.Max == p.T {
-		// The tokens present, as the kernel reads them anyway.
-		bound = fmt.Sprintf("%s * %dLL", meta(2, "seqs"), p.Hkv)
+	if k.count != nil && !k.count.Sequences && k.count.Max == p.T && k.count.Axis == 0 {
+		// The tokens present, read from the row count's parameters (in
+		// a step, the same metadata): a token past them belongs to no
+		// sequence and is not written.
+		w("%s", k.count.line())
+		bound = fmt.Sprintf("lum_t * %dLL", p.Hkv)
 		k.Rows = &RowGrid{Dim: 0, Num: p.Hkv, Den: 1}
 	}
 	w("  for (long long bt = blockIdx.x; bt < %s; bt += gridDim.x) {\n", bound)

@@ -66,7 +66,7 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	out, r, M, N, K, batch := g.out, g.r, g.M, g.N, g.K, g.batch
 	k.Block = [3]int{threads, 1, 1}
 	k.Grid = [3]int{int((N + int64(BN) - 1) / int64(BN)), int((M + int64(BM) - 1) / int64(BM)), int(batch)}
-	setMatmulRows(k, g, BM)
+	setMatmulRows(k, body, mm, g, BM)
 	opIndex := g.opIndex
 	var b strings.Builder
 	buf := "" // the shared buffer a step uses: [s] when double-buffered

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
 )
 
 // matmulGeom is what both matmul paths need of a body's matmul: its output
@@ -180,19 +181,59 @@ func normPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int6
 	return reducedAt, nil
 }
 
-// setMatmulRows sizes a matmul kernel's grid for the tokens present when
-// it was printed with a row count and its rows are the tokens: the M
-// tiles of a matrix over the tokens (grid y, BM rows a block), or the
-// batches of one whose outermost batch axis is the tokens (grid z). The
+// setMatmulRows sizes a matmul kernel's grid for the rows present when it
+// was printed with a row count and its matmul's M or outermost batch axis
+// holds them: the M tiles (grid y, BM rows a block; over every batch, as
+// a split-K matmul's partials hold the tokens behind the splits), or the
+// batches (grid z). The matmul's rows are the body's output's where the
+// output is the matmul's shape; through an epilogue that reshapes it
+// (never one that permutes), the outermost axes but for axes of 1. The
 // rows of the last tile past T are computed from whatever the rows past T
 // hold and land in rows past T, which nothing reads.
-func setMatmulRows(k *Kernel, g matmulGeom, BM int) {
+func setMatmulRows(k *Kernel, body *ir.Graph, mm ir.Value, g matmulGeom, BM int) {
 	rc := k.count
+	if rc == nil {
+		return
+	}
+	a := -1
+	if out := body.Node(body.Outputs[0].Value).Shape; out.Equal(g.out) {
+		a = rc.Axis
+	} else if _, ok := lower.Leading(g.out, rc.Max); ok && leadingAxis(out) == rc.Axis && !permutedAfter(body, mm) {
+		a = leadingAxis(g.out)
+	}
 	switch {
-	case rc == nil:
-	case g.batch == 1 && g.r == 2 && g.M == rc.Max:
+	case a < 0 || int64(g.out[a]) != rc.Max:
+	case a == g.r-2:
 		k.Rows = &RowGrid{Dim: 1, Num: 1, Den: int64(BM)}
-	case g.batch > 1 && int64(g.out[0]) == rc.Max && g.batch%rc.Max == 0:
+	case a < g.r-2 && a == leadingAxis(g.out) && g.batch%rc.Max == 0:
 		k.Rows = &RowGrid{Dim: 2, Num: g.batch / rc.Max, Den: 1}
 	}
+}
+
+// permutedAfter says whether a permute reads the matmul mm's result, on
+// the way to an output.
+func permutedAfter(body *ir.Graph, mm ir.Value) bool {
+	after := make([]bool, len(body.Nodes))
+	after[mm] = true
+	for i, n := range body.Nodes {
+		for _, in := range n.Inputs {
+			if after[in] {
+				after[i] = true
+				if n.Op == ir.OpPermute {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// leadingAxis is the first axis of shape whose extent is not 1.
+func leadingAxis(shape ir.Shape) int {
+	for a, d := range shape {
+		if d != 1 {
+			return a
+		}
+	}
+	return 0
 }

@@ -160,7 +160,7 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 		k.Vector = true
 		quads := elems / 4
 		bound := fmt.Sprintf("%dLL", quads)
-		if perToken, ok := rowsOf(k.count, outShape, elems); ok {
+		if perToken, ok := rowsOf(k.count, body, outShape, elems); ok {
 			// A quad may straddle token rows: the one that holds
 			// row T's first elements is the last.
 			bound, k.Rows = fmt.Sprintf("(lum_t * %dLL + 3) / 4", perToken), &RowGrid{Dim: 0, Num: perToken, Den: 4 * int64(threads)}
@@ -177,7 +177,7 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 		k.Grid = [3]int{int(min(max((quads+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	} else {
 		bound := fmt.Sprintf("%dLL", elems)
-		if perToken, ok := rowsOf(k.count, outShape, elems); ok {
+		if perToken, ok := rowsOf(k.count, body, outShape, elems); ok {
 			bound, k.Rows = fmt.Sprintf("lum_t * %dLL", perToken), &RowGrid{Dim: 0, Num: perToken, Den: int64(threads)}
 		}
 		loop = fmt.Sprintf("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %s; i += (long long)gridDim.x * blockDim.x)", bound)

@@ -40,7 +40,7 @@ func PrintProgramWith(prog *lower.Program, rank Ranker) ([]*Kernel, error) {
 		}
 		key := l.Body.String()
 		if rc != nil {
-			key += fmt.Sprintf("\nrows present of %d (sequences %t), metadata %s %s", rc.Max, rc.Sequences, rc.Starts, rc.Seqs)
+			key += fmt.Sprintf("\nrows present of %d on axis %d (sequences %t), metadata %s %s", rc.Max, rc.Axis, rc.Sequences, rc.Starts, rc.Seqs)
 		}
 		if k, ok := byBody[key]; ok {
 			out = append(out, k)
@@ -135,5 +135,5 @@ func RowCountOf(prog *lower.Program, l *lower.Launch) (*RowCount, error) {
 		}
 		dts[i] = b.DType
 	}
-	return &RowCount{Max: l.Rows.Max, Sequences: l.Rows.Seqs, Starts: dts[0], Seqs: dts[1]}, nil
+	return &RowCount{Max: l.Rows.Max, Sequences: l.Rows.Seqs, Axis: l.Rows.Axis, Starts: dts[0], Seqs: dts[1]}, nil
 }

@@ -14,8 +14,10 @@ import (
 // over Max rows then computes the first T (or S) of them, its grid sized
 // for them (Kernel.Rows).
 type RowCount struct {
-	Max          int64
-	Sequences    bool
+	Max       int64
+	Sequences bool
+	// Axis is the axis of the body's outputs that holds the rows.
+	Axis         int
 	Starts, Seqs ir.DType
 }
 
@@ -55,14 +57,21 @@ func (rc *RowCount) line() string {
 	return "  const long long lum_t = (long long)lum_starts[(long long)lum_seqs[0]];\n"
 }
 
-// rowsOf says whether a kernel printed with rc (nil: none) may follow T on
-// a loop space of shape space (its first axis the tokens): the per-token
-// count of a space of total elements.
-func rowsOf(rc *RowCount, space ir.Shape, total int64) (perToken int64, ok bool) {
-	if rc == nil || len(space) == 0 || int64(space[0]) != rc.Max || rc.Max <= 0 || total%rc.Max != 0 {
+// rowsOf says whether a kernel of body printed with rc (nil: none) may
+// follow the rows present on a loop space of shape space: the body's
+// outputs hold the rows on their outermost axis but for axes of 1, and so
+// does the space (lower.Leading). It returns the elements a row holds in
+// a space of total elements.
+func rowsOf(rc *RowCount, body *ir.Graph, space ir.Shape, total int64) (perRow int64, ok bool) {
+	if rc == nil || total != space.NumElements() {
 		return 0, false
 	}
-	return total / rc.Max, true
+	for _, o := range body.Outputs {
+		if s := body.Node(o.Value).Shape; leadingAxis(s) != rc.Axis {
+			return 0, false
+		}
+	}
+	return lower.Leading(space, rc.Max)
 }
 
 // RowsPresent is T for a launch with lower.Rows, query_start[seqs] read
@@ -92,10 +101,15 @@ func RowsPresent(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Tens
 }
 
 // allTokens are the contents of a row count's parameters that say every
-// row is present: query_start [0, Max] and seqs 1.
+// row is present: query_start [0, Max] and seqs 1 (seqs Max for rows of
+// sequences, whose kernels read no query_start).
 func allTokens(rc *RowCount) [][]byte {
+	S := int64(1)
+	if rc.Sequences {
+		S = rc.Max
+	}
 	starts, err1 := ir.TensorOfInts(rc.Starts, ir.Shape{2}, 0, rc.Max)
-	seqs, err2 := ir.TensorOfInts(rc.Seqs, ir.Shape{}, 1)
+	seqs, err2 := ir.TensorOfInts(rc.Seqs, ir.Shape{}, S)
 	if err1 != nil || err2 != nil {
 		// RowCountOf took integer dtypes, which hold these.
 		panic(fmt.Sprintf("row count metadata: %v %v", err1, err2))

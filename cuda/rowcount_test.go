@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,6 +108,29 @@ func TestStepKernelsComputeTheRowsPresent(t *testing.T) {
 		return mismatches
 	}
 	require.Empty(t, check(ks))
+
+	// Each kernel alone, at every row (its row count saying all are
+	// present), against its body: those over the sequences too.
+	var distinct []*Kernel
+	var bodies []*ir.Graph
+	seen := map[*Kernel]bool{}
+	seqs := 0
+	for i, k := range ks {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		distinct, bodies = append(distinct, k), append(bodies, slices.Concat(lp.Prep, lp.Run)[i].Body)
+		if k.count != nil && k.count.Sequences && k.Rows != nil {
+			seqs++
+		}
+	}
+	require.Positive(t, seqs, "a kernel over the sequences present")
+	checks, err := VerifyKernels(context.Background(), distinct, bodies, VerifyOptions{Seed: 3})
+	require.NoError(t, err)
+	for _, c := range checks {
+		assert.Nil(t, c.Mismatch, "%s: %v", c.Kernel, c.Mismatch)
+	}
 
 	// One row short in the first kernel that bounds its loop by T.
 	broken := make([]*Kernel, len(ks))

@@ -103,7 +103,9 @@ func printRow(k *Kernel, body *ir.Graph, s cost.Schedule) ([]string, string, err
 	lane, stride := "threadIdx.x", "blockDim.x"
 	var b strings.Builder
 	bound := fmt.Sprintf("%dLL", rows)
-	perToken, scaled := rowsOf(k.count, rowShape, rows)
+	perRowElems, scaled := rowsOf(k.count, body, rowShape, rowShape.NumElements())
+	perToken := perRowElems / max(L, 1) // the rows of the form a token (or sequence) holds
+	scaled = scaled && perToken*max(L, 1) == perRowElems
 	if scaled {
 		b.WriteString(k.count.line())
 		bound = fmt.Sprintf("lum_t * %dLL", perToken)

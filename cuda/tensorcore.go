@@ -72,7 +72,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	out, r, M, N, K, batch := g.out, g.r, g.M, g.N, g.K, g.batch
 	k.Block = [3]int{threads, 1, 1}
 	k.Grid = [3]int{int((N + int64(BN) - 1) / int64(BN)), int((M + int64(BM) - 1) / int64(BM)), int(batch)}
-	setMatmulRows(k, g, BM)
+	setMatmulRows(k, body, mm, g, BM)
 	opIndex := g.opIndex
 	var b strings.Builder
 	words := tcBK/2 + tcPad

@@ -10,6 +10,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/plan"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // Program is a compiled program loaded on a device: its kernels' module,
@@ -225,6 +226,7 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 			}
 		}
 	}
+	var batch *step.Batch
 	if p.plan.Step != nil {
 		// A serving step's metadata is checked as a batch before
 		// anything is uploaded: bad metadata changes no cache slot.
@@ -233,6 +235,7 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 			return nil, fmt.Errorf("run %s: %w", p.name, err)
 		}
 		p.tokens, p.seqs = int64(b.Tokens()), int64(b.Seqs())
+		batch = b
 	}
 	// Paged attention's kernels trust its metadata: a block past the
 	// pool would be read out of bounds.
@@ -259,6 +262,15 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 			return nil, fmt.Errorf("run %s: output %s: %w", p.name, name, err)
 		}
 		out[name] = t
+	}
+	if batch != nil {
+		// The logits of the sequences present: the rows past them
+		// belong to none.
+		present, err := p.plan.Step.Present(out, batch)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", p.name, err)
+		}
+		return present, nil
 	}
 	return out, nil
 }

@@ -176,20 +176,25 @@ func poisonPastRows(l *Launch, vals []*ir.Tensor, outs []*ir.Tensor) error {
 	if T < 0 || T > l.Rows.Max {
 		return fmt.Errorf("%d rows present, outside 0..%d", T, l.Rows.Max)
 	}
+	a := l.Rows.Axis
 	for j, o := range outs {
-		if len(o.Shape) == 0 || int64(o.Shape[0]) != l.Rows.Max {
-			return fmt.Errorf("an output of shape %v has no %d token rows", o.Shape, l.Rows.Max)
+		if a < 0 || a >= len(o.Shape) || int64(o.Shape[a]) != l.Rows.Max {
+			return fmt.Errorf("an output of shape %v has no %d rows on axis %d", o.Shape, l.Rows.Max, a)
 		}
 		// A fresh tensor: an output may be one of the arguments.
 		p := ir.NewTensor(o.DType, o.Shape)
-		kept := T * (o.Len() / l.Rows.Max)
+		inner := int64(1) // elements a row holds within one index of the axes before
+		for _, d := range o.Shape[a+1:] {
+			inner *= int64(d)
+		}
 		for i := range o.Len() {
+			kept := i/inner%l.Rows.Max < T
 			switch {
-			case !o.DType.IsInt() && i < kept:
+			case !o.DType.IsInt() && kept:
 				p.Set(i, o.At(i))
 			case o.DType.IsFloat():
 				p.Set(i, math.NaN())
-			case i < kept:
+			case kept:
 				p.SetInt(i, o.Int(i))
 			case o.DType.IsInt():
 				p.SetInt(i, -o.DType.MaxInt()-1)

@@ -22,6 +22,10 @@ type Rows struct {
 	Max int64
 	// Seqs says the rows are the sequences, not the tokens.
 	Seqs bool
+	// Axis is the axis of every body output that holds the rows (the
+	// outermost but for axes of 1, or a matmul's rows behind a batch of
+	// split-K partials).
+	Axis int
 	// Args are the buffers of query_start and of the seqs symbol.
 	Args []int
 }
@@ -76,18 +80,47 @@ func (e extents) of(c rowClass) int64 {
 	return e.tokens
 }
 
+// rowsAt is a value's class and, for rows, the axis that holds them.
+type rowsAt struct {
+	class rowClass
+	axis  int
+}
+
+func (r rowsAt) isRows() bool { return r.class == tokenRows || r.class == seqRows }
+
+// Leading says whether a value of shape lies on rows of extent max as
+// its outermost axis that is not 1 (the rows of a kernel's loop space
+// whose grid can follow them), and how many elements a row holds.
+func Leading(shape ir.Shape, max int64) (perRow int64, ok bool) {
+	for _, d := range shape {
+		if d == 1 {
+			continue
+		}
+		if int64(d) != max || max <= 0 {
+			return 0, false
+		}
+		return shape.NumElements() / max, true
+	}
+	return 0, false
+}
+
 // scaleRows sets Rows on the run's launches of a serving step's program
 // that may work on the rows present alone. Buffers of token rows start at
 // the step's token inputs (ids, positions, slot mapping), sequence rows at
 // a gather of one token row per sequence (the last token's); a launch is
-// row-wise when its outputs are rows of one extent in its body. A
-// buffer's rows past T (or S) stay unwritten when its producer is scaled,
-// so a launch may be scaled only where no reader needs them: a reader
-// that is not row-wise needs every row of what it reads (a reduction over
-// the tokens, say), except as the data of a gather along the rows, whose
+// row-wise when its outputs are rows of one extent in its body, on one
+// axis (a split-K matmul's partials hold the tokens on their second); its
+// kernel sizes its grid for the rows present where its form can (Kernel
+// printers: cuda's RowGrid), and computes the rest of its rows past them
+// from rows past them otherwise. A buffer's
+// rows past T (or S) stay unwritten when its producer is scaled, so a
+// launch may be scaled only where no reader needs them: a reader that is
+// not row-wise needs every row of what it reads (a reduction over the
+// tokens, say), except as the data of a gather along the rows, whose
 // indices name the rows it reads; and a row-wise reader that is not
 // scaled because its own outputs are needed whole needs its inputs whole
-// too.
+// too. A row-wise reader that is not scaled for its form computes rows
+// past T from rows past T alone.
 func (b *builder) scaleRows() {
 	layout := b.prog.Step
 	if layout == nil {
@@ -99,43 +132,48 @@ func (b *builder) scaleRows() {
 		return
 	}
 	ext := extents{tokens: int64(layout.MaxTokens), seqs: int64(layout.MaxSeqs)}
-	class := make([]rowClass, len(b.prog.Buffers))
+	at := make([]rowsAt, len(b.prog.Buffers))
 	for _, name := range []string{step.InputIDs, step.Positions, step.SlotMapping} {
 		if id, ok := b.named[name]; ok && b.prog.Buffers[id].Kind == Input && len(b.prog.Buffers[id].Shape) > 0 &&
 			int64(b.prog.Buffers[id].Shape[0]) == ext.tokens {
-			class[id] = tokenRows
+			at[id] = rowsAt{class: tokenRows}
 		}
 	}
-	isRows := func(c rowClass) bool { return c == tokenRows || c == seqRows }
-	// Forward: each launch's outputs' classes (the extent of a row-wise
-	// launch), and which of its row inputs it reads past their row.
-	extent := make([]rowClass, len(b.prog.Run))
+	// Forward: each launch's outputs' classes, whether it is row-wise
+	// (its outputs' rows of one extent on one axis), and which of its row
+	// inputs it reads past their row.
+	rowWise := make([]rowClass, len(b.prog.Run)) // free: not row-wise
+	axis := make([]int, len(b.prog.Run))
 	wholeReads := make([][]int, len(b.prog.Run))
 	for i, l := range b.prog.Run {
-		ins := make([]rowClass, len(l.Args))
+		ins := make([]rowsAt, len(l.Args))
 		for j, a := range l.Args {
-			ins[j] = class[a]
+			ins[j] = at[a]
 		}
 		outs, whole := bodyRows(l.Body, ins, ext)
-		extent[i] = outs[0]
+		rowWise[i], axis[i] = outs[0].class, outs[0].axis
 		for j, o := range l.Outs {
-			c := outs[j]
-			if c != extent[i] || !isRows(c) {
-				extent[i] = free
+			r := outs[j]
+			if r.class != rowWise[i] || !r.isRows() || r.axis != outs[0].axis {
+				rowWise[i] = free
 			}
 			if _, windowed, _ := OutputWindow(l.Body, j); windowed {
 				// Written into a larger buffer (a pool's slots): the
 				// buffer's rows are not the step's; what lands in it
 				// is whole for the rows present.
-				if c == mixed {
-					class[o] = mixed
+				if r.class == mixed {
+					at[o] = rowsAt{class: mixed}
 				}
 				continue
 			}
-			class[o] = join(class[o], c)
+			if c := join(at[o].class, r.class); c != r.class || at[o].isRows() && at[o].axis != r.axis {
+				at[o] = rowsAt{class: mixed}
+			} else {
+				at[o] = r
+			}
 		}
 		for j, a := range l.Args {
-			if whole[j] && isRows(class[a]) {
+			if whole[j] && at[a].isRows() {
 				wholeReads[i] = append(wholeReads[i], a)
 			}
 		}
@@ -144,22 +182,22 @@ func (b *builder) scaleRows() {
 	needed := make([]bool, len(b.prog.Buffers))
 	for i := len(b.prog.Run) - 1; i >= 0; i-- {
 		l := b.prog.Run[i]
-		rowWise := extent[i] != free
-		scaled := rowWise
+		isRowWise := rowWise[i] != free
+		scaled := isRowWise
 		for _, o := range l.Outs {
-			if needed[o] || isRows(class[o]) && b.prog.Buffers[o].Kind != Temp && b.prog.Buffers[o].Kind != Output {
+			if needed[o] || at[o].isRows() && b.prog.Buffers[o].Kind != Temp && b.prog.Buffers[o].Kind != Output {
 				scaled = false
 			}
 		}
 		if scaled {
-			l.Rows = &Rows{Max: ext.of(extent[i]), Seqs: extent[i] == seqRows, Args: []int{starts, seqs}}
+			l.Rows = &Rows{Max: ext.of(rowWise[i]), Seqs: rowWise[i] == seqRows, Axis: axis[i], Args: []int{starts, seqs}}
 		}
 		for _, a := range wholeReads[i] {
 			needed[a] = true
 		}
-		if !scaled && rowWise && slices.ContainsFunc(l.Outs, func(o int) bool { return needed[o] }) {
+		if !scaled && isRowWise && slices.ContainsFunc(l.Outs, func(o int) bool { return needed[o] }) {
 			for _, a := range l.Args {
-				if isRows(class[a]) {
+				if at[a].isRows() {
 					needed[a] = true
 				}
 			}
@@ -169,18 +207,18 @@ func (b *builder) scaleRows() {
 
 // bodyRows classifies a body's outputs given its inputs' classes: outs[j]
 // for output j, and whole[i] for each input read past its own row.
-func bodyRows(body *ir.Graph, ins []rowClass, ext extents) (outs []rowClass, whole []bool) {
-	class := make([]rowClass, len(body.Nodes))
+func bodyRows(body *ir.Graph, ins []rowsAt, ext extents) (outs []rowsAt, whole []bool) {
+	at := make([]rowsAt, len(body.Nodes))
 	inputs := body.Inputs()
 	for i, v := range inputs {
-		class[v] = ins[i]
+		at[v] = ins[i]
 	}
 	// wholeRead[v]: value v (of rows) is read past its own row by a node
 	// that is not row-wise in it.
 	wholeRead := make([]bool, len(body.Nodes))
 	readWhole := func(n *ir.Node) {
 		for _, x := range n.Inputs {
-			if c := class[x]; c == tokenRows || c == seqRows {
+			if at[x].isRows() {
 				wholeRead[x] = true
 			}
 		}
@@ -192,37 +230,37 @@ func bodyRows(body *ir.Graph, ins []rowClass, ext extents) (outs []rowClass, who
 		}
 		c := free
 		for _, x := range n.Inputs {
-			c = join(c, class[x])
+			c = join(c, at[x].class)
 		}
 		switch {
 		case c == free:
 			continue
 		case c == mixed:
-			class[v] = mixed
+			at[v] = rowsAt{class: mixed}
 			readWhole(n)
 			continue
 		}
-		if n.Op == ir.OpGather && n.Attrs.Axis == 0 && class[n.Inputs[0]] == tokenRows && class[n.Inputs[1]] == free {
-			// A gather of chosen token rows: its indices say which
-			// rows it reads (by the step's contract, rows of tokens
-			// present). One a sequence (each one's last token) makes
-			// the sequences' rows.
-			class[v] = free
-			if s := n.Shape; len(s) > 0 && int64(s[0]) == ext.seqs && len(body.Node(n.Inputs[1]).Shape) == 1 {
-				class[v] = seqRows
+		if d := at[n.Inputs[0]]; n.Op == ir.OpGather && d.isRows() && d.axis == n.Attrs.Axis && at[n.Inputs[1]].class == free {
+			// A gather of chosen rows: its indices say which rows it
+			// reads (by the step's contract, rows present). One token
+			// a sequence (each one's last) makes the sequences' rows.
+			at[v] = rowsAt{}
+			if d.class == tokenRows && d.axis == 0 && len(body.Node(n.Inputs[1]).Shape) == 1 && len(n.Shape) > 0 && int64(n.Shape[0]) == ext.seqs {
+				at[v] = rowsAt{class: seqRows}
 			}
 			continue
 		}
-		if s := n.Shape; len(s) == 0 || int64(s[0]) != ext.of(c) || !rowWiseNode(body, n, class) {
-			class[v] = mixed
+		axis, ok := rowAxis(body, n, at)
+		if !ok || axis < 0 || axis >= len(n.Shape) || int64(n.Shape[axis]) != ext.of(c) {
+			at[v] = rowsAt{class: mixed}
 			readWhole(n)
 			continue
 		}
-		class[v] = c
+		at[v] = rowsAt{class: c, axis: axis}
 	}
-	outs = make([]rowClass, len(body.Outputs))
+	outs = make([]rowsAt, len(body.Outputs))
 	for j, o := range body.Outputs {
-		outs[j] = class[o.Value]
+		outs[j] = at[o.Value]
 	}
 	whole = make([]bool, len(ins))
 	for i, v := range inputs {
@@ -231,67 +269,103 @@ func bodyRows(body *ir.Graph, ins []rowClass, ext extents) (outs []rowClass, who
 	return outs, whole
 }
 
-// rowWiseNode says whether node n, whose result has the token rows on its
-// first axis, computes row t from row t of its token-row operands: every
-// operand with rows on its first axis keeps them there, and nothing moves,
-// mixes or reduces along it.
-func rowWiseNode(body *ir.Graph, n *ir.Node, class []rowClass) bool {
+// rowAxis is the axis of node n's result that holds the rows when n is
+// row-wise in its row operands (each on one axis, at[...]): slice r of the
+// result along it is computed from slice r of each row operand along its
+// own and from operands that hold no rows. ok is false for a node that
+// moves, mixes or reduces along the rows.
+func rowAxis(body *ir.Graph, n *ir.Node, at []rowsAt) (axis int, ok bool) {
 	in := func(i int) ir.Shape { return body.Node(n.Inputs[i]).Shape }
-	isFree := func(i int) bool { return class[n.Inputs[i]] == free }
-	keeps := func(i int) bool { s := in(i); return len(s) > 0 && s[0] == n.Shape[0] }
+	op := func(i int) rowsAt { return at[n.Inputs[i]] }
+	// same is the one axis of every row operand, if they agree.
+	same := func() (int, bool) {
+		axis := -1
+		for i := range n.Inputs {
+			if r := op(i); r.isRows() {
+				if axis >= 0 && r.axis != axis {
+					return 0, false
+				}
+				axis = r.axis
+			}
+		}
+		return axis, axis >= 0
+	}
 	switch c := n.Op.Class(); {
 	case c == ir.ClassUnary || c == ir.ClassBinary || c == ir.ClassCompare || c == ir.ClassSelect:
-		for i := range n.Inputs {
-			if !keeps(i) {
-				return false
-			}
-		}
-		return true
+		return same()
 	case c == ir.ClassReduce:
-		return n.Attrs.Axis != 0 && keeps(0)
+		a, ok := same()
+		return a, ok && n.Attrs.Axis != a
 	}
+	a := op(0).axis
 	switch n.Op {
-	case ir.OpCast:
-		return keeps(0)
-	case ir.OpReshape, ir.OpExpand:
-		return keeps(0)
-	case ir.OpPermute:
-		return len(n.Attrs.Perm) > 0 && n.Attrs.Perm[0] == 0
-	case ir.OpSlice:
-		return len(n.Attrs.Starts) > 0 && n.Attrs.Starts[0] == 0 && n.Attrs.Steps[0] == 1 && keeps(0)
-	case ir.OpPad:
-		return len(n.Attrs.Before) > 0 && n.Attrs.Before[0] == 0 && n.Attrs.After[0] == 0
-	case ir.OpConcat:
-		if n.Attrs.Axis == 0 {
-			return false
-		}
-		for i := range n.Inputs {
-			if !keeps(i) {
-				return false
+	case ir.OpCast, ir.OpExpand:
+		return a, op(0).isRows() && in(0)[a] == n.Shape[a]
+	case ir.OpSoftmax:
+		return a, op(0).isRows() && n.Attrs.Axis != a
+	case ir.OpRMSNorm, ir.OpLayerNorm:
+		for i := 1; i < len(n.Inputs); i++ {
+			if op(i).class != free {
+				return 0, false
 			}
 		}
-		return true
+		return a, op(0).isRows() && a != len(n.Shape)-1
+	case ir.OpPermute:
+		return slices.Index(n.Attrs.Perm, a), op(0).isRows()
+	case ir.OpReshape:
+		// The rows' axis survives whole, with the same extents before
+		// it.
+		s, before := in(0), int64(1)
+		for _, d := range in(0)[:a] {
+			before *= int64(d)
+		}
+		p := int64(1)
+		for b, d := range n.Shape {
+			if p == before && d == s[a] {
+				return b, op(0).isRows()
+			}
+			p *= int64(d)
+		}
+		return 0, false
+	case ir.OpSlice:
+		return a, op(0).isRows() && n.Attrs.Starts[a] == 0 && n.Attrs.Steps[a] == 1 && n.Shape[a] == in(0)[a]
+	case ir.OpPad:
+		return a, op(0).isRows() && n.Attrs.Before[a] == 0 && n.Attrs.After[a] == 0
+	case ir.OpConcat:
+		a, ok := same()
+		return a, ok && n.Attrs.Axis != a
 	case ir.OpGather:
-		if n.Attrs.Axis == 0 {
-			// Rows of a table chosen by token-row indices (an
-			// embedding): the indices' rows are the result's.
-			return isFree(0) && keeps(1)
+		g := n.Attrs.Axis
+		switch data, idx := op(0), op(1); {
+		case data.isRows() && idx.class == free && g > data.axis:
+			return data.axis, true
+		case data.isRows() && idx.class == free && g < data.axis:
+			return data.axis + len(in(1)) - 1, true
+		case data.class == free && idx.isRows():
+			return g + idx.axis, true
 		}
-		// Along another axis, the data's rows are the result's.
-		return keeps(0) && isFree(1)
-	case ir.OpSoftmax:
-		return n.Attrs.Axis != 0 && keeps(0)
-	case ir.OpRMSNorm, ir.OpLayerNorm:
-		return len(n.Shape) > 1 && keeps(0)
+		return 0, false
 	case ir.OpMatMul:
-		// [M, K] x [K, N] with M the rows, or a batch on the rows.
-		a, w := in(0), in(1)
-		if len(a) == 2 {
-			return keeps(0) && len(w) == 2 && isFree(1)
+		r := len(n.Shape)
+		A, B := op(0), op(1)
+		switch {
+		case A.isRows() && B.isRows():
+			return A.axis, A.axis == B.axis && A.axis < r-2
+		case A.isRows():
+			return A.axis, A.axis <= r-2
+		case B.isRows() && B.axis < r-2:
+			return B.axis, true
+		case B.isRows() && B.axis == r-1:
+			return r - 1, true
 		}
-		return len(a) > 2 && keeps(0) && (len(w) < len(a) || w[0] == a[0])
+		return 0, false
 	case ir.OpPagedAttention:
-		return keeps(0) && keeps(1) && keeps(2) && !slices.ContainsFunc([]int{3, 4, 5, 6, 7, 8}, func(i int) bool { return !isFree(i) })
+		for i := 3; i < len(n.Inputs); i++ {
+			if op(i).class != free {
+				return 0, false
+			}
+		}
+		return 0, op(0).isRows() && op(0).axis == 0 && op(1).isRows() && op(1).axis == 0 && op(2).isRows() && op(2).axis == 0
 	}
-	return false
+	return 0, false
 }

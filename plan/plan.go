@@ -262,11 +262,13 @@ type Alternative struct {
 // Rows is a launch's row count: the kernel computes the first T of Max
 // token rows, T read as query_start[seqs] from the buffers Args (passed
 // after the body's inputs), or with Seqs the first S = seqs of Max
-// sequence rows; along grid axis GridAxis (-1: none) it launches
+// sequence rows (on axis Axis of the body's outputs); along grid axis
+// GridAxis (-1: none) it launches
 // ceil(T*Num/Den) blocks (S*Num/Den), at least 1 and at most Grid's.
 type Rows struct {
 	Max      int64 `json:"max"`
 	Seqs     bool  `json:"seqs,omitempty"`
+	Axis     int   `json:"axis,omitempty"`
 	Args     []int `json:"args"`
 	GridAxis int   `json:"grid_axis"`
 	Num      int64 `json:"num,omitempty"`
@@ -331,7 +333,7 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 		pl := Launch{Name: l.Name, Kernel: k.Name, Form: l.Form.String(), Body: l.Body.String(), Grid: k.Grid, Block: k.Block,
 			Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs), Schedule: k.Schedule.String()}
 		if l.Rows != nil {
-			pl.Rows = &Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Args: slices.Clone(l.Rows.Args), GridAxis: -1}
+			pl.Rows = &Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Axis: l.Rows.Axis, Args: slices.Clone(l.Rows.Args), GridAxis: -1}
 			if k.Rows != nil {
 				pl.Rows.GridAxis, pl.Rows.Num, pl.Rows.Den = k.Rows.Dim, k.Rows.Num, k.Rows.Den
 			}
@@ -439,7 +441,7 @@ func (p *Plan) Validate() error {
 				return fmt.Errorf("%s launch %d (%s): %d threads per block", group.name, i, l.Kernel, t)
 			}
 			if r := l.Rows; r != nil {
-				if group.name == "prep" || len(r.Args) != 2 || r.Max < 1 || r.GridAxis < -1 || r.GridAxis > 2 || r.GridAxis >= 0 && (r.Num < 1 || r.Den < 1) {
+				if group.name == "prep" || len(r.Args) != 2 || r.Max < 1 || r.Axis < 0 || r.GridAxis < -1 || r.GridAxis > 2 || r.GridAxis >= 0 && (r.Num < 1 || r.Den < 1) {
 					return fmt.Errorf("%s launch %d (%s): a row count %+v; want a run's launch, the buffers of query_start and seqs, a grid axis -1..2 and a positive ratio", group.name, i, l.Kernel, *r)
 				}
 				for j, id := range r.Args {
@@ -686,7 +688,7 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 		}
 		ll := &lower.Launch{Name: l.Name, Body: body, Form: rules.FormOf(body), Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs)}
 		if l.Rows != nil {
-			ll.Rows = &lower.Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Args: slices.Clone(l.Rows.Args)}
+			ll.Rows = &lower.Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Axis: l.Rows.Axis, Args: slices.Clone(l.Rows.Args)}
 		}
 		if i < len(p.Prep) {
 			lp.Prep = append(lp.Prep, ll)

@@ -10,6 +10,7 @@ import (
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/safetensors"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // RunOptions say what RunFolder feeds a compiled folder and where the results go.
@@ -96,10 +97,11 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 			return withKind(KindOption, fmt.Errorf("run %s: %w", dir, err))
 		}
 	}
+	var batch *step.Batch
 	if pl.Step != nil {
 		// A serving step's metadata is checked as a batch before
 		// anything runs: bad metadata changes no cache slot.
-		if _, err := pl.Step.Unpad(feeds); err != nil {
+		if batch, err = pl.Step.Unpad(feeds); err != nil {
 			return withKind(KindInput, fmt.Errorf("run %s: %s: %w", dir, o.Inputs, err))
 		}
 	}
@@ -123,6 +125,13 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 	outs, states, err := cuda.EmulateProgram(ctx, lp, ks, feeds, emu.Options{})
 	if err != nil {
 		return fmt.Errorf("run %s: %w", dir, err)
+	}
+	if batch != nil {
+		// The logits of the sequences present: the rows past them
+		// belong to none.
+		if outs, err = pl.Step.Present(outs, batch); err != nil {
+			return fmt.Errorf("run %s: %w", dir, err)
+		}
 	}
 	result := map[string]*ir.Tensor{}
 	maps.Copy(result, outs)

@@ -262,3 +262,32 @@ func TestPointsCoverTheExtents(t *testing.T) {
 		assert.Equal(t, min(l.MaxTokens, l.MaxSeqs*l.MaxLen()), byName["maxima"].Tokens())
 	}
 }
+
+// TestPresentKeepsTheRowsOfTheBatch: a step's logits trimmed to the
+// sequences present (the tokens with all logits), other outputs kept, a
+// logits output of the wrong extent refused.
+func TestPresentKeepsTheRowsOfTheBatch(t *testing.T) {
+	b := goodBatch()
+	for _, all := range []bool{false, true} {
+		l := testLayout
+		l.AllLogits = all
+		rows, want := l.MaxSeqs, b.Seqs()
+		if all {
+			rows, want = l.MaxTokens, b.Tokens()
+		}
+		logits := ir.NewTensor(ir.F32, ir.Shape{ir.Dim(rows), 3})
+		for i := range logits.Len() {
+			logits.Set(i, float64(i))
+		}
+		other := ir.NewTensor(ir.F32, ir.Shape{2})
+		got, err := l.Present(map[string]*ir.Tensor{Logits: logits, "other": other}, b)
+		require.NoError(t, err)
+		assert.Same(t, other, got["other"])
+		require.Equal(t, ir.Shape{ir.Dim(want), 3}, got[Logits].Shape)
+		for i := range got[Logits].Len() {
+			assert.Equal(t, float64(i), got[Logits].At(i))
+		}
+		_, err = l.Present(map[string]*ir.Tensor{Logits: ir.NewTensor(ir.F32, ir.Shape{ir.Dim(rows + 1), 3})}, b)
+		assert.ErrorContains(t, err, "compiled for")
+	}
+}

@@ -149,3 +149,37 @@ func (l Layout) Unpad(in map[string]*ir.Tensor) (*Batch, error) {
 func clamp32(v int64) int32 {
 	return int32(min(max(v, -1<<31), 1<<31-1))
 }
+
+// Logits names a step program's output: the logits of each sequence's last
+// token [max seqs, vocab], or with AllLogits of every token [max tokens,
+// vocab].
+const Logits = "logits"
+
+// Present trims a step's outputs to the rows of b: the logits of its S
+// sequences (of its T tokens with AllLogits). The rows past them belong to
+// no sequence; the program leaves whatever it leaves there. Outputs
+// without those rows are an error naming them.
+func (l Layout) Present(outputs map[string]*ir.Tensor, b *Batch) (map[string]*ir.Tensor, error) {
+	n, max := b.Seqs(), l.MaxSeqs
+	if l.AllLogits {
+		n, max = b.Tokens(), l.MaxTokens
+	}
+	out := make(map[string]*ir.Tensor, len(outputs))
+	for name, t := range outputs {
+		if name != Logits {
+			out[name] = t
+			continue
+		}
+		if len(t.Shape) == 0 || int(t.Shape[0]) != max {
+			return nil, fmt.Errorf("step output %s has shape %v; the program was compiled for %d rows", name, t.Shape, max)
+		}
+		shape := t.Shape.Clone()
+		shape[0] = ir.Dim(n)
+		rows := ir.NewTensor(t.DType, shape)
+		for i := range rows.Len() {
+			rows.Set(i, t.At(i))
+		}
+		out[name] = rows
+	}
+	return out, nil
+}
