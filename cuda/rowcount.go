@@ -103,16 +103,18 @@ func RowsPresent(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Tens
 // allTokens are the contents of a row count's parameters that say every
 // row is present: query_start [0, Max] and seqs 1 (seqs Max for rows of
 // sequences, whose kernels read no query_start).
-func allTokens(rc *RowCount) [][]byte {
+func allTokens(rc *RowCount) ([][]byte, error) {
 	S := int64(1)
 	if rc.Sequences {
 		S = rc.Max
 	}
-	starts, err1 := ir.TensorOfInts(rc.Starts, ir.Shape{2}, 0, rc.Max)
-	seqs, err2 := ir.TensorOfInts(rc.Seqs, ir.Shape{}, S)
-	if err1 != nil || err2 != nil {
-		// RowCountOf took integer dtypes, which hold these.
-		panic(fmt.Sprintf("row count metadata: %v %v", err1, err2))
+	starts, err := ir.TensorOfInts(rc.Starts, ir.Shape{2}, 0, rc.Max)
+	if err != nil {
+		return nil, fmt.Errorf("the row count's query_start: %w", err)
 	}
-	return [][]byte{EncodeTensor(starts), EncodeTensor(seqs)}
+	seqs, err := ir.TensorOfInts(rc.Seqs, ir.Shape{}, S)
+	if err != nil {
+		return nil, fmt.Errorf("the row count's seqs: %w", err)
+	}
+	return [][]byte{EncodeTensor(starts), EncodeTensor(seqs)}, nil
 }

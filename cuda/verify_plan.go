@@ -35,8 +35,10 @@ type verifyPlan struct {
 	// maxCompare bounds the elements a sampled run compares.
 	maxCompare int
 	bytes      int64 // of its inputs and outputs
-	got        [][]byte
-	err        error
+	// rowCount is the content of a row count's parameters (allTokens).
+	rowCount [][]byte
+	got      [][]byte
+	err      error
 	// edge, for a kernel that reads a runtime position, says where the
 	// plan puts it: 0 random within its range, positionLow its lowest,
 	// positionHigh its highest. The edges run as plans of their own.
@@ -96,6 +98,12 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 	}
 	seed := kernelSeed(opt.Seed, k.Name)
 	p := &verifyPlan{k: k, body: body, seed: seed, reduction: ReductionLength(body), maxCompare: opt.MaxCompare}
+	if k.count != nil {
+		var err error
+		if p.rowCount, err = allTokens(k.count); err != nil {
+			return nil, fmt.Errorf("verify kernel %s: %w", k.Name, err)
+		}
+	}
 	var elems int64
 	for _, v := range inputs {
 		n := body.Node(v)
@@ -253,10 +261,10 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 			discard = append(discard, len(bufs))
 			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
 		}
-		if rc := p.k.count; rc != nil {
-			// Every token present: the kernel computes what its
-			// body does, row for row (a step's run computes fewer).
-			for _, data := range allTokens(rc) {
+		if p.rowCount != nil {
+			// Every row present: the kernel computes what its body
+			// does, row for row (a step's run computes fewer).
+			for _, data := range p.rowCount {
 				l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
 				discard = append(discard, len(bufs))
 				bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})
