@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -141,46 +140,104 @@ type candidate struct {
 	rank, pos, id int
 }
 
+// candHeap is a binary min-heap of candidates, typed rather than through
+// container/heap, whose interface boxing dominated long-word profiles.
 type candHeap []candidate
 
-func (h candHeap) Len() int { return len(h) }
-func (h candHeap) Less(i, j int) bool {
+func (h candHeap) less(i, j int) bool {
 	// Lowest rank first; among equal ranks the leftmost, as Hugging Face.
 	if h[i].rank != h[j].rank {
 		return h[i].rank < h[j].rank
 	}
 	return h[i].pos < h[j].pos
 }
-func (h candHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *candHeap) Push(x any)   { *h = append(*h, x.(candidate)) }
-func (h *candHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *candHeap) push(c candidate) {
+	*h = append(*h, c)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *candHeap) pop() candidate {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && q.less(l, m) {
+			m = l
+		}
+		if l+1 < n && q.less(l+1, m) {
+			m = l + 1
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
+}
+
+// shortWord is the length up to which a plain scan for the best pair beats
+// the heap; both give the same merges.
+const shortWord = 24
+
+// mergeShort merges a short word by repeatedly scanning for the best pair.
+func (m *bpeModel) mergeShort(ids []int, out []int) []int {
+	var buf [shortWord]int
+	w := append(buf[:0], ids...)
+	for len(w) > 1 {
+		best, at := merge{rank: -1}, -1
+		for i := 0; i+1 < len(w); i++ {
+			if mg, ok := m.merges[pairKey(w[i], w[i+1])]; ok && (at < 0 || mg.rank < best.rank) {
+				best, at = mg, i
+			}
+		}
+		if at < 0 {
+			break
+		}
+		w[at] = best.id
+		w = append(w[:at+1], w[at+2:]...)
+	}
+	return append(out, w...)
 }
 
 // mergeSymbols applies the ranked merges to a word's initial symbol ids and
 // appends the resulting ids to out. A heap of candidate merges over a linked
 // list keeps a long word O(n log n) instead of the naive O(n^2).
 func (m *bpeModel) mergeSymbols(ids []int, out []int) []int {
-	if len(ids) < 2 {
-		return append(out, ids...)
+	if len(ids) <= shortWord {
+		return m.mergeShort(ids, out)
 	}
+	return m.mergeLong(ids, out)
+}
+
+// mergeLong is mergeSymbols for long words.
+func (m *bpeModel) mergeLong(ids []int, out []int) []int {
 	syms := make([]symbol, len(ids))
-	var h candHeap
+	h := make(candHeap, 0, len(ids))
 	for i, id := range ids {
 		syms[i] = symbol{id: id, prev: i - 1, next: i + 1}
 		if i > 0 {
 			if mg, ok := m.merges[pairKey(ids[i-1], id)]; ok {
-				h = append(h, candidate{mg.rank, i - 1, mg.id})
+				h.push(candidate{mg.rank, i - 1, mg.id})
 			}
 		}
 	}
 	syms[len(ids)-1].next = -1
-	heap.Init(&h)
-	for h.Len() > 0 {
-		c := heap.Pop(&h).(candidate)
+	for len(h) > 0 {
+		c := h.pop()
 		left := &syms[c.pos]
 		if left.dead || left.next < 0 {
 			continue
@@ -199,12 +256,12 @@ func (m *bpeModel) mergeSymbols(ids []int, out []int) []int {
 		}
 		if left.prev >= 0 {
 			if mg, ok := m.merges[pairKey(syms[left.prev].id, left.id)]; ok {
-				heap.Push(&h, candidate{mg.rank, left.prev, mg.id})
+				h.push(candidate{mg.rank, left.prev, mg.id})
 			}
 		}
 		if left.next >= 0 {
 			if mg, ok := m.merges[pairKey(left.id, syms[left.next].id)]; ok {
-				heap.Push(&h, candidate{mg.rank, c.pos, mg.id})
+				h.push(candidate{mg.rank, c.pos, mg.id})
 			}
 		}
 	}
