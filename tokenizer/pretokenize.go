@@ -134,11 +134,13 @@ func matchLlama3(s string, maxDigits int) int {
 	}
 	//  ?[^\s\p{L}\p{N}]+[\r\n]*
 	isOther := func(r rune) bool { return !isSpace(r) && !isLetter(r) && !isNumber(r) }
-	if start := boolInt(r0 == ' '); true {
-		if n := runWhile(s[start:], isOther, -1); n > 0 {
-			end := start + n
-			return end + runWhile(s[end:], isCRLF, -1)
-		}
+	start := 0
+	if r0 == ' ' {
+		start = 1
+	}
+	if n := runWhile(s[start:], isOther, -1); n > 0 {
+		end := start + n
+		return end + runWhile(s[end:], isCRLF, -1)
 	}
 	if !isSpace(r0) {
 		return w0 // unreachable: every other character matched above
@@ -164,13 +166,6 @@ func matchLlama3(s string, maxDigits int) int {
 	}
 	// \s+
 	return run
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // runWhile returns the byte length of the longest prefix of s whose runes
