@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"encoding/json"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -178,6 +180,34 @@ func TestMergePathsAgree(t *testing.T) {
 				}
 			}
 			require.Equal(t, tk.model.mergeShort(ids, nil), tk.model.mergeLong(ids, nil), "%q", word)
+		}
+	}
+}
+
+// TestSplitRegexDifferential compares the hand-written matchers with a real
+// regex engine's splits of random strings (testdata/split_regex_cases.py).
+func TestSplitRegexDifferential(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "split_regex_cases.json"))
+	require.NoError(t, err)
+	var cases [][3]json.RawMessage
+	require.NoError(t, json.Unmarshal(data, &cases))
+	require.NotEmpty(t, cases)
+	for _, c := range cases {
+		var s string
+		var l3, q []string
+		require.NoError(t, json.Unmarshal(c[0], &s))
+		require.NoError(t, json.Unmarshal(c[1], &l3))
+		require.NoError(t, json.Unmarshal(c[2], &q))
+		for _, k := range []struct {
+			digits int
+			want   []string
+		}{{3, l3}, {1, q}} {
+			var got []string
+			for rest := s; rest != ""; {
+				n := matchLlama3(rest, k.digits)
+				got, rest = append(got, rest[:n]), rest[n:]
+			}
+			require.Equal(t, k.want, got, "%q (digits %d)", s, k.digits)
 		}
 	}
 }
