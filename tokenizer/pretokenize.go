@@ -103,12 +103,11 @@ func (p *preTokenizer) words(s string, f func(string) error) error {
 	return nil
 }
 
-// The character classes come from Go's unicode tables (Unicode 15.0).
-// Hugging Face's engine knows some later code points (such as CJK
-// Extension I, U+2EBF0..U+2EE5D, Unicode 15.1) as letters, so text with
-// characters assigned after 15.0 may split differently there.
-func isLetter(r rune) bool { return unicode.IsLetter(r) }
-func isNumber(r rune) bool { return unicode.IsNumber(r) }
+// The character classes are Unicode 16.0's, as Hugging Face's regex
+// engine has them: Go's tables (Unicode 15.0) plus the later characters
+// in unicode16.go.
+func isLetter(r rune) bool { return unicode.IsLetter(r) || unicode.Is(unicode16Letters, r) }
+func isNumber(r rune) bool { return unicode.IsNumber(r) || unicode.Is(unicode16Numbers, r) }
 func isSpace(r rune) bool  { return unicode.IsSpace(r) }
 func isCRLF(r rune) bool   { return r == '\r' || r == '\n' }
 

@@ -211,3 +211,54 @@ func TestSplitRegexDifferential(t *testing.T) {
 		}
 	}
 }
+
+// TestUnicode16Classes: characters newer than Go's tables split as Hugging
+// Face's engine splits them (a CJK Extension I ideograph and a Garay letter
+// are letters, a Garay digit a number, an unassigned code point neither).
+func TestUnicode16Classes(t *testing.T) {
+	for _, c := range []struct {
+		r              rune
+		letter, number bool
+	}{{0x2EE00, true, false}, {0x10D50, true, false}, {0x10D40, false, true}, {0x15B00, false, false}, {'a', true, false}} {
+		assert.Equal(t, c.letter, isLetter(c.r), "%U", c.r)
+		assert.Equal(t, c.number, isNumber(c.r), "%U", c.r)
+	}
+	s := "\U0002EE00/a"
+	assert.Equal(t, len("\U0002EE00"), matchLlama3(s, 3), "the ideograph is a word of its own, leaving /a")
+}
+
+// TestHuggingFaceDifferential compares with a file of Hugging Face's own
+// encodings and decodings of random texts and ids, written by
+// testdata/hf_differential.js; it runs only when LUMSEARCH_TOKENIZER_DIFF
+// names that file (9,000 cases agreed when it was written).
+func TestHuggingFaceDifferential(t *testing.T) {
+	path := os.Getenv("LUMSEARCH_TOKENIZER_DIFF")
+	if path == "" {
+		t.Skip("set LUMSEARCH_TOKENIZER_DIFF to the output of testdata/hf_differential.js")
+	}
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var c struct {
+			Tokenizer, Text, Decoded string
+			IDs                      []int
+			RandomIDs                []int  `json:"random_ids"`
+			RandomDecoded            string `json:"random_decoded"`
+			RandomDecodedSkip        string `json:"random_decoded_skip"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &c))
+		tk := load(t, c.Tokenizer)
+		ids, err := tk.Encode(c.Text, false)
+		require.NoError(t, err)
+		assert.Equal(t, c.IDs, ids, "%s: %q", c.Tokenizer, c.Text)
+		for _, d := range []struct {
+			ids  []int
+			skip bool
+			want string
+		}{{c.IDs, false, c.Decoded}, {c.RandomIDs, false, c.RandomDecoded}, {c.RandomIDs, true, c.RandomDecodedSkip}} {
+			got, err := tk.Decode(d.ids, d.skip)
+			require.NoError(t, err)
+			assert.Equal(t, d.want, got, "%s: decode %v (skip special %v)", c.Tokenizer, d.ids, d.skip)
+		}
+	}
+}
