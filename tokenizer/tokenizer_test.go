@@ -21,7 +21,15 @@ var tokenizerNames = []string{"llama3", "qwen3", "llama2"}
 // LUMSEARCH_REQUIRE_DATA=1) when the shared data is absent.
 func dataDir(t testing.TB) string {
 	t.Helper()
-	return filepath.Join(shareddata.Dir(t), "tokenizers")
+	dir := filepath.Join(shareddata.Dir(t), "tokenizers")
+	if _, err := os.Stat(filepath.Join(dir, "fixtures.jsonl")); err != nil {
+		// The shared data may predate the tokenizer files.
+		if os.Getenv(shareddata.RequireEnv) == "1" {
+			t.Fatalf("tokenizer data: %v; failing because %s=1", err, shareddata.RequireEnv)
+		}
+		t.Skipf("tokenizer data: %v; skipping (set %s=1 to fail instead)", err, shareddata.RequireEnv)
+	}
+	return dir
 }
 
 var (
