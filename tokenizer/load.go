@@ -105,7 +105,8 @@ func Load(path string) (*Tokenizer, error) {
 }
 
 // SetConfig reads the bos_token and eos_token of a tokenizer_config.json into
-// t.Special. Either may be a string, an AddedToken object, or null.
+// t.Special. Either may be a string, an AddedToken object, or null. Load
+// calls it; call it before sharing t between goroutines.
 func (t *Tokenizer) SetConfig(data []byte) error {
 	var cfg struct {
 		BOS json.RawMessage `json:"bos_token"`

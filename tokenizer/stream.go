@@ -8,7 +8,8 @@ import (
 // StreamDecoder decodes ids one at a time, as a model generates them. The
 // text it returns never ends inside a UTF-8 character (bytes that a later
 // id may complete are held back), and the concatenation of everything Add
-// and Flush return equals Decode of all the ids.
+// and Flush return equals Decode of all the ids. One StreamDecoder serves
+// one sequence and one goroutine.
 type StreamDecoder struct {
 	t           *Tokenizer
 	skipSpecial bool
