@@ -9,6 +9,7 @@ require (
 	github.com/x448/float16 v0.8.4
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
+	golang.org/x/text v0.44.0
 	google.golang.org/protobuf v1.36.12
 )
 

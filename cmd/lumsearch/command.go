@@ -134,8 +134,9 @@ func exitStatuses(name string) []string {
 			"5  DIR cannot be written",
 			"6  nothing was verified within the budget",
 		},
-		"compile": {"3  the model cannot be read or is unsupported (unreadable file, unsupported op, unbound dimension)"},
-		"verify":  {"3  the folder, its plan or its model cannot be read"},
+		"compile":  {"3  the model cannot be read or is unsupported (unreadable file, unsupported op, unbound dimension)"},
+		"verify":   {"3  the folder, its plan or its model cannot be read"},
+		"tokenize": {"3  the tokenizer cannot be read or is unsupported"},
 	}
 	lines := []string{"0  done", "1  the command failed", "2  the command line was wrong"}
 	lines = append(lines, own[name]...)

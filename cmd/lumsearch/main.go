@@ -7,8 +7,8 @@
 // program on a GPU; worker measures candidates for the search; verify
 // re-checks an output folder. The others expose the parts: the e-graph
 // engine (egraph), extraction (extract), the corpus of model graphs
-// (corpus), the rules and their statistics (rules) and the tuning database
-// (tunedb).
+// (corpus), the rules and their statistics (rules), the tuning database
+// (tunedb) and a model's tokenizer (tokenize).
 //
 // Usage:
 //
