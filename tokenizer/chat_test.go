@@ -152,7 +152,7 @@ func TestChatQwen3(t *testing.T) {
 	// Tools: a list of JSON objects dumped with tojson into the system turn.
 	got, err = q3.Render([]ChatMessage{{Role: "user", Content: "Hi"}}, ChatOptions{
 		AddGenerationPrompt: true,
-		Vars: map[string]any{"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}},
+		Vars:                map[string]any{"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}},
 	})
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(got, "<|im_start|>system\n# Tools\n"), got)
