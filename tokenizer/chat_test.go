@@ -365,3 +365,58 @@ func FuzzChatTemplate(f *testing.F) {
 		}
 	})
 }
+
+// The chat templates of Llama 2 and Mistral 7B Instruct v0.1 as their Hugging
+// Face configs carried them (the shared data's llama2 config has none). No
+// reference prompt exists here, so the expected strings are read off the
+// templates; what this checks is that the engine runs them as written
+// (messages[1:], != false, .strip(), raise_exception on bad role order).
+const (
+	chatLlama2Template  = "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+	chatMistralTemplate = "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
+)
+
+func TestChatLlama2Mistral(t *testing.T) {
+	l2, err := ParseChatTemplate(chatLlama2Template, "<s>", "</s>")
+	require.NoError(t, err)
+	got, err := l2.Render([]ChatMessage{
+		{Role: "system", Content: "Be brief."},
+		{Role: "user", Content: " Hi "},
+		{Role: "assistant", Content: "Hello."},
+		{Role: "user", Content: "Bye"},
+	}, ChatOptions{AddGenerationPrompt: true})
+	require.NoError(t, err)
+	// strip() applies to the joined string, so the space before "Hi" stays (as in Python).
+	assert.Equal(t, "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi [/INST] Hello. </s><s>[INST] Bye [/INST]", got)
+	got, err = l2.Render([]ChatMessage{{Role: "user", Content: "Hi"}}, ChatOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "<s>[INST] Hi [/INST]", got)
+
+	mi, err := ParseChatTemplate(chatMistralTemplate, "<s>", "</s>")
+	require.NoError(t, err)
+	got, err = mi.Render([]ChatMessage{
+		{Role: "user", Content: "Hi"},
+		{Role: "assistant", Content: "Hello"},
+		{Role: "user", Content: "Again"},
+	}, ChatOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "<s>[INST] Hi [/INST]Hello</s> [INST] Again [/INST]", got)
+
+	_, err = mi.Render([]ChatMessage{{Role: "system", Content: "x"}}, ChatOptions{})
+	var raised *ChatRaiseError
+	require.ErrorAs(t, err, &raised)
+	assert.Equal(t, "Conversation roles must alternate user/assistant/user/assistant/...", raised.Message)
+	_, err = mi.Render([]ChatMessage{{Role: "user", Content: "x"}, {Role: "tool", Content: "y"}}, ChatOptions{})
+	require.ErrorAs(t, err, &raised)
+	assert.Equal(t, "Only user and assistant roles are supported!", raised.Message)
+}
+
+// TestChatStrftimeNow checks the engine's strftime_now, which Llama 3.1+
+// templates call for the "Today Date" line.
+func TestChatStrftimeNow(t *testing.T) {
+	tmpl, err := ParseChatTemplate(`{{ strftime_now('%Y') }}`, "", "")
+	require.NoError(t, err)
+	got, err := tmpl.Render(nil, ChatOptions{})
+	require.NoError(t, err)
+	assert.Regexp(t, `^20\d\d$`, got)
+}
