@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -40,7 +41,7 @@ type ChatOptions struct {
 
 // ChatReservedVars are the variables Render provides to every template; a
 // ChatOptions.Vars entry with one of these names is an error.
-var ChatReservedVars = []string{"messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception"}
+var ChatReservedVars = []string{"messages", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "format"}
 
 // ChatErrNoTemplate is returned (wrapped) by LoadChatTemplate when the
 // tokenizer_config.json has no chat_template, as base models' configs do.
@@ -234,6 +235,10 @@ func (t *ChatTemplate) Render(messages []ChatMessage, opts ChatOptions) (out str
 	// ours is a typed error so that callers can tell a template's refusal
 	// from a broken template. User variables shadow the engine's builtins.
 	data["raise_exception"] = jinja.NewCallable("raise_exception", chatRaiseException)
+	// The engine lacks Jinja's format filter ("%s: %d"|format(a, b)); it
+	// looks filters it does not know up as callables in scope, so ours goes
+	// there.
+	data["format"] = jinja.NewCallable("format", chatFormatFilter)
 	out, err = t.tmpl.RenderValues(data)
 	if err != nil {
 		return "", fmt.Errorf("render %s: %w", t.Name, err)
@@ -253,4 +258,94 @@ func chatRaiseException(args []jinja.Value, _ map[string]jinja.Value) (jinja.Val
 		msg = args[0].AsString()
 	}
 	return jinja.Undefined(), &ChatRaiseError{Message: msg}
+}
+
+// chatFormatFilter implements Jinja's format filter, Python's printf-style
+// str % args: conversions s, r, d, i, f, F, e, E, g, G, x, X, o, c and %%, with
+// flags, width and precision.
+func chatFormatFilter(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+	if len(args) == 0 || !args[0].IsString() {
+		return jinja.Undefined(), errors.New("format: the filtered value must be a string")
+	}
+	f, rest := args[0].AsString(), args[1:]
+	var b strings.Builder
+	for i := 0; i < len(f); i++ {
+		if f[i] != '%' {
+			b.WriteByte(f[i])
+			continue
+		}
+		j := i + 1
+		for j < len(f) && strings.IndexByte("-+ #0123456789.", f[j]) >= 0 {
+			j++
+		}
+		if j == len(f) {
+			return jinja.Undefined(), fmt.Errorf("format: incomplete format %q", f[i:])
+		}
+		spec, conv := f[i+1:j], f[j]
+		i = j
+		if conv == '%' {
+			b.WriteByte('%')
+			continue
+		}
+		if len(rest) == 0 {
+			return jinja.Undefined(), errors.New("format: not enough arguments for format string")
+		}
+		v := rest[0]
+		rest = rest[1:]
+		var arg any
+		verb := conv
+		switch conv {
+		case 's':
+			arg = chatPyStr(v)
+		case 'r':
+			arg, verb = v.String(), 's'
+		case 'd', 'i', 'x', 'X', 'o', 'c':
+			switch {
+			case v.IsInt():
+				arg = v.AsInt()
+			case v.IsFloat():
+				arg = int64(v.AsFloat())
+			case v.IsBool() && v.AsBool():
+				arg = int64(1)
+			case v.IsBool():
+				arg = int64(0)
+			default:
+				return jinja.Undefined(), fmt.Errorf("format: %%%c needs a number, not %s", conv, v.String())
+			}
+			if conv == 'i' {
+				verb = 'd'
+			}
+		case 'f', 'F', 'e', 'E', 'g', 'G':
+			switch {
+			case v.IsInt():
+				arg = float64(v.AsInt())
+			case v.IsFloat():
+				arg = v.AsFloat()
+			default:
+				return jinja.Undefined(), fmt.Errorf("format: %%%c needs a number, not %s", conv, v.String())
+			}
+			if conv == 'F' {
+				verb = 'f'
+			}
+			if !strings.Contains(spec, ".") && (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'E') {
+				spec += ".6" // Python's default precision; Go's %e differs.
+			}
+		default:
+			return jinja.Undefined(), fmt.Errorf("format: unsupported conversion %%%c", conv)
+		}
+		fmt.Fprintf(&b, "%"+spec+string(verb), arg)
+	}
+	if len(rest) > 0 {
+		return jinja.Undefined(), errors.New("format: not all arguments converted during string formatting")
+	}
+	return jinja.NewString(b.String()), nil
+}
+
+// chatPyStr is Python's str(v): strings as they are, other values as the
+// engine prints them (None, True, [1, 'a'], ...).
+func chatPyStr(v jinja.Value) string {
+	if v.IsString() {
+		return v.AsString()
+	}
+	return v.String()
 }

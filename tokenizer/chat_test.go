@@ -188,6 +188,8 @@ func TestChatTemplateFeatures(t *testing.T) {
 			"sysbTrue", ChatOptions{}},
 		{"tokens and generation prompt", `{{ bos_token }}{% for m in messages[1:2] %}{{ m.content }}{{ eos_token }}{% endfor %}{% if add_generation_prompt %}GO{% endif %}`,
 			"<s>a</s>GO", ChatOptions{AddGenerationPrompt: true}},
+		{"format filter", `{{ "%s has %d turns, %.1f%% %r"|format(messages[1].role, messages|length, 12.34, 'q') }}`,
+			"user has 4 turns, 12.3% 'q'", ChatOptions{}},
 		{"extra variables", `{% if flag is defined and flag is false %}off{% endif %}{{ n + 1 }}`,
 			"off3", ChatOptions{Vars: map[string]any{"flag": false, "n": 2}}},
 	}
@@ -291,6 +293,22 @@ func TestChatLoadConfigForms(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
+func TestChatFormatErrors(t *testing.T) {
+	for src, want := range map[string]string{
+		`{{ "%d"|format('a') }}`:    "needs a number",
+		`{{ "%s %s"|format('a') }}`: "not enough arguments",
+		`{{ "%s"|format('a', 1) }}`: "not all arguments converted",
+		`{{ "%q"|format(1) }}`:      "unsupported conversion",
+		`{{ "%5"|format(1) }}`:      "incomplete format",
+		`{{ 3|format(1) }}`:         "must be a string",
+	} {
+		tmpl, err := ParseChatTemplate(src, "", "")
+		require.NoError(t, err, src)
+		_, err = tmpl.Render(nil, ChatOptions{})
+		require.ErrorContains(t, err, want, src)
+	}
+}
+
 func TestChatReservedVars(t *testing.T) {
 	tmpl, err := ParseChatTemplate(`{{ bos_token }}`, "<s>", "")
 	require.NoError(t, err)
@@ -368,6 +386,7 @@ func FuzzChatTemplate(f *testing.F) {
 		`{% if add_generation_prompt %}{{ bos_token ~ eos_token }}{% endif %}`,
 		`{{ 'a b'.split(' ')[-1].upper() }}{{ range(3)|list }}`,
 		`{% macro f(x) %}{{ x }}{% endmacro %}{{ f(1) }}`,
+		`{{ "%s %5.2f %x %%"|format('a', 1, 255) }}`,
 		`{% for`, `{{`, `{#`, `{% if %}`, `{{ 1/0 }}`, `{{ messages[99] }}`,
 	}
 	for _, s := range seeds {
