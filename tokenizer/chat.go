@@ -68,6 +68,13 @@ func (e *ChatRaiseError) Error() string {
 // ChatTemplate is a parsed chat template with the special-token strings it
 // refers to. It is immutable after parsing, so Render may be called from
 // several goroutines at once.
+//
+// Templates are trusted input (they come with the model): the engine,
+// ardanlabs/jinja v1.8.0, kills the process with a Go stack overflow, which
+// no recover can catch, on a macro that calls itself without end or on
+// printing a value that contains itself ({% set ns.a = ns %}{{ ns }}), and
+// it bounds neither loops nor output. Do not render templates that users
+// send.
 type ChatTemplate struct {
 	// Name says where the template came from (file and template name), for
 	// error messages.
