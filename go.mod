@@ -3,6 +3,7 @@ module github.com/lumsearch/lumsearch
 go 1.26.0
 
 require (
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/dave/jennifer v1.7.1
 	github.com/ebitengine/purego v0.11.3
 	github.com/stretchr/testify v1.12.1
