@@ -189,25 +189,32 @@ func TestMergePathsAgree(t *testing.T) {
 func TestSplitRegexDifferential(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("testdata", "split_regex_cases.json"))
 	require.NoError(t, err)
-	var cases [][3]json.RawMessage
+	var cases [][4]json.RawMessage
 	require.NoError(t, json.Unmarshal(data, &cases))
 	require.NotEmpty(t, cases)
 	for _, c := range cases {
 		var s string
-		var l3, q []string
+		var l3, q, g []string
 		require.NoError(t, json.Unmarshal(c[0], &s))
 		require.NoError(t, json.Unmarshal(c[1], &l3))
 		require.NoError(t, json.Unmarshal(c[2], &q))
+		require.NoError(t, json.Unmarshal(c[3], &g))
+		require.NotEmpty(t, g, "every case has GPT-2's split too")
 		for _, k := range []struct {
-			digits int
-			want   []string
-		}{{3, l3}, {1, q}} {
+			name  string
+			split splitFunc
+			want  []string
+		}{
+			{"llama3", knownRegexes[llama3Regex], l3},
+			{"qwen2", knownRegexes[qwen2Regex], q},
+			{"gpt2", matchGPT2, g},
+		} {
 			var got []string
 			for rest := s; rest != ""; {
-				n := matchLlama3(rest, k.digits)
+				n := k.split(rest)
 				got, rest = append(got, rest[:n]), rest[n:]
 			}
-			require.Equal(t, k.want, got, "%q (digits %d)", s, k.digits)
+			require.Equal(t, k.want, got, "%q (%s)", s, k.name)
 		}
 	}
 }
