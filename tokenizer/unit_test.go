@@ -67,7 +67,10 @@ func TestParseRefusesUnsupported(t *testing.T) {
 		{"post-processor", "post_processor", map[string]any{"type": "RobertaProcessing"}, `"RobertaProcessing"`},
 		{"decoder", "decoder", map[string]any{"type": "WordPiece"}, `"WordPiece"`},
 		{"dropout", "model.dropout", 0.1, "dropout"},
-		{"lstrip", "added_tokens", []any{map[string]any{"id": 300, "content": "<m>", "lstrip": true}}, "lstrip"},
+		{"double split", "pre_tokenizer", map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": llama3Regex}, "behavior": "Isolated"},
+			map[string]any{"type": "ByteLevel", "use_regex": true},
+		}}, "use_regex after a Split"},
 		{"not json", "", nil, "parse"},
 	}
 	for _, c := range cases {
