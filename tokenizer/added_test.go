@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,5 +140,32 @@ func TestTinyCases(t *testing.T) {
 		ids, err := tk.Encode(c.Text, false)
 		require.NoError(t, err)
 		assert.Equal(t, c.IDs, ids, "%s %q", c.Tokenizer, c.Text)
+	}
+}
+
+// TestAddedSplitKeepsText: cutting at added tokens loses no text but the
+// whitespace that lstrip and rstrip absorb, on random texts of token
+// fragments, words and spaces.
+func TestAddedSplitKeepsText(t *testing.T) {
+	tk, err := Parse(tinyTokenizers(t)["gpt2"])
+	require.NoError(t, err)
+	parts := []string{"<ls>", "<rs>", "<lsrs>", "si", "<si>", "no", "nolsrs", "<|end|>", "<", ">", "s", "i", "x", " ", "  ", "\t", "\n", "\u3000", "_", "é"}
+	rng := rand.New(rand.NewSource(1))
+	noSpace := func(s string) string { return strings.Join(strings.Fields(s), "") }
+	for range 2000 {
+		var b strings.Builder
+		for range rng.Intn(12) {
+			b.WriteString(parts[rng.Intn(len(parts))])
+		}
+		text := b.String()
+		var joined strings.Builder
+		for _, seg := range tk.added.raw.split(text, nil) {
+			joined.WriteString(seg.text)
+			if seg.id < 0 {
+				require.NotEmpty(t, seg.text, "%q", text)
+			}
+		}
+		require.Equal(t, noSpace(text), noSpace(joined.String()), "%q", text)
+		require.LessOrEqual(t, len(joined.String()), len(text), "%q", text)
 	}
 }
