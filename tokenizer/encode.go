@@ -27,7 +27,9 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int, error) {
 	return ids, nil
 }
 
-// EncodeTokens is Encode returning the pieces beside the ids.
+// EncodeTokens is Encode returning the pieces beside the ids. An added
+// token's piece is its content, where Hugging Face reports the text matched
+// (with the whitespace lstrip/rstrip absorbed, or normalized).
 func (t *Tokenizer) EncodeTokens(text string, addSpecial bool) ([]int, []string, error) {
 	ids, err := t.Encode(text, addSpecial)
 	if err != nil {
