@@ -348,7 +348,10 @@ func (m *tokenMatcher) split(text string, out []segment) []segment {
 			out = append(out, segment{text: text[done:start], id: -1})
 		}
 		out = append(out, segment{text: c.content, id: c.id})
-		done = max(done, stop)
+		// Not max(done, stop): after a token found inside the whitespace
+		// an rstrip absorbed, Hugging Face encodes the rest of that
+		// whitespace again, and so must this.
+		done = stop
 	}
 	if done < len(text) {
 		out = append(out, segment{text: text[done:], id: -1})

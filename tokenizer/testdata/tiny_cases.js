@@ -16,7 +16,7 @@ const texts = [
   "si", " si ", "xsi", "six", "x si y", "_si", "si_", "1si", "si2", "²si", "si½", "e\u0301si", "si\u0301", "\u200dsi",
   "(si)", "si.si", "sisi", "<si>", "a<si>b", "a <si> b", "<si><si>",
   "no", " no", "a no b", "ano", "noa", "nono", "<no>", "a<no>b", "a <no> b", "x nolsrs y", "x  nolsrs  y", "lsno", " lsno", "a   lsno",
-  "no <|end|> no", "<rs> no", "the<ls>world<rs> the",
+  "no <|end|> no", "<rs> no", "the<ls>world<rs> the", "<rs>\t\t x", "<rs> \t x", "<lsrs>\t\t<ls>", "a \t<ls>",
 ];
 (async () => {
   const out = [];
