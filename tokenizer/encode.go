@@ -11,7 +11,7 @@ import (
 // add_special_tokens does.
 func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int, error) {
 	ids := []int{} // empty text encodes to an empty, non-nil slice
-	for _, seg := range t.added.split(text) {
+	for _, seg := range t.added.raw.split(text, nil) {
 		if seg.id >= 0 {
 			ids = append(ids, seg.id)
 			continue
@@ -27,7 +27,9 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) ([]int, error) {
 	return ids, nil
 }
 
-// EncodeTokens is Encode returning the pieces beside the ids.
+// EncodeTokens is Encode returning the pieces beside the ids. An added
+// token's piece is its content, where Hugging Face reports the text matched
+// (with the whitespace lstrip/rstrip absorbed, or normalized).
 func (t *Tokenizer) EncodeTokens(text string, addSpecial bool) ([]int, []string, error) {
 	ids, err := t.Encode(text, addSpecial)
 	if err != nil {
@@ -40,9 +42,26 @@ func (t *Tokenizer) EncodeTokens(text string, addSpecial bool) ([]int, []string,
 	return ids, toks, nil
 }
 
-// encodeText encodes a stretch of text holding no added token.
+// encodeText encodes a stretch of text holding no raw-matched added token:
+// it normalizes it, cuts it at the normalized added tokens, and encodes the
+// pieces between them.
 func (t *Tokenizer) encodeText(text string, ids []int) ([]int, error) {
-	text = t.norm.apply(text)
+	var err error
+	for _, seg := range t.added.norm.split(t.norm.apply(text), nil) {
+		if seg.id >= 0 {
+			ids = append(ids, seg.id)
+			continue
+		}
+		if ids, err = t.encodeNormalized(seg.text, ids); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// encodeNormalized pre-tokenizes and encodes normalized text holding no
+// added token.
+func (t *Tokenizer) encodeNormalized(text string, ids []int) ([]int, error) {
 	var buf []int
 	err := t.pre.words(text, func(w string) error {
 		if !t.pre.byteLevel {

@@ -24,12 +24,16 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"decoder":{"type":"ByteLevel"}}`))
 	f.Add([]byte(strings.Replace(string(base), `"ignore_merges":true`, `"ignore_merges":false,"byte_fallback":true`, 1)))
 	f.Add([]byte(strings.Replace(string(base), `"NFC"`, `"Prepend","prepend":"▁"`, 1)))
+	tiny := tinyTokenizers(f) // GPT-2's split, added-token flags
+	for _, name := range []string{"gpt2", "gpt2_prefix", "llama2"} {
+		f.Add(tiny[name])
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tk, err := Parse(data)
 		if err != nil {
 			return
 		}
-		ids, err := tk.Encode("hello world <|eot|> 123 日本 😀", true)
+		ids, err := tk.Encode("hello world <|eot|> 123 日本 😀 <ls> si <rs>  no <|end|>", true)
 		if err != nil {
 			return
 		}

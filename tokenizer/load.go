@@ -4,8 +4,9 @@
 // back to text, whole or incrementally while a model streams tokens.
 //
 // Only the components the supported model families use are implemented
-// (byte-level BPE with the Llama 3 / Qwen split regexes, SentencePiece-style
-// BPE with byte fallback). Any other model, normalizer, pre-tokenizer,
+// (byte-level BPE with the Llama 3 / Qwen split regexes or GPT-2's ByteLevel
+// split, SentencePiece-style BPE with byte fallback, added tokens with
+// Hugging Face's lstrip, rstrip, single_word and normalized flags). Any other model, normalizer, pre-tokenizer,
 // post-processor, decoder or split regex is refused by name when loading,
 // because encoding it approximately would silently feed a model wrong ids.
 package tokenizer
@@ -18,6 +19,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Tokenizer encodes and decodes text for one model. It is immutable after
@@ -169,6 +172,9 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.norm, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, fmt.Errorf("tokenizer: normalizer: %w", err)
 	}
+	if err := t.added.finish(t.norm); err != nil {
+		return nil, fmt.Errorf("tokenizer: added_tokens: %w", err)
+	}
 	if t.pre, err = parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, fmt.Errorf("tokenizer: pre_tokenizer: %w", err)
 	}
@@ -197,7 +203,8 @@ func Parse(data []byte) (*Tokenizer, error) {
 
 // addTokens registers the added tokens: they extend the id space beyond the
 // model's vocabulary (or name existing entries) and are matched in the raw
-// text before normalisation.
+// text before normalisation, or in the normalized text when marked
+// "normalized".
 func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 	size := len(t.model.pieces)
 	for _, a := range list {
@@ -217,14 +224,6 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 		if a.Content == "" {
 			return fmt.Errorf("token %d is empty", *a.ID)
 		}
-		if a.SingleWord || a.LStrip || a.RStrip {
-			return fmt.Errorf("token %q: single_word, lstrip and rstrip are not supported", a.Content)
-		}
-		if a.Normalized {
-			// Normalized added tokens are matched in the normalized text,
-			// which this package does not implement.
-			return fmt.Errorf("token %q: normalized added tokens are not supported", a.Content)
-		}
 		if old, ok := t.vocab[a.Content]; ok && old != *a.ID {
 			return fmt.Errorf("token %q has id %d but the vocabulary gives it %d", a.Content, *a.ID, old)
 		}
@@ -233,78 +232,175 @@ func (t *Tokenizer) addTokens(list []addedTokenJSON) error {
 		}
 		t.idToToken[*a.ID] = a.Content
 		t.vocab[a.Content] = *a.ID
-		t.added.add(a.Content, *a.ID, a.Special)
+		t.added.add(a)
 	}
 	for id, s := range t.idToToken {
 		if s == "" {
 			return fmt.Errorf("id %d has no token (the id space has a hole)", id)
 		}
 	}
-	t.added.finish()
 	return nil
 }
 
-// addedVocab matches added tokens in raw text, leftmost then longest, as
-// Hugging Face's aho-corasick LeftmostLongest matcher does.
+// addedVocab matches added tokens in text, leftmost then longest, as
+// Hugging Face's aho-corasick LeftmostLongest matchers do: one matcher for
+// the tokens matched in the raw text, one for the "normalized" tokens,
+// matched in each stretch of text after normalisation.
 type addedVocab struct {
+	raw, norm tokenMatcher
+	special   map[int]bool
+}
+
+// tokenMatcher finds one set of added tokens.
+type tokenMatcher struct {
 	byFirst [256][]addedToken // candidates by first byte, longest first
-	special map[int]bool
 	any     bool
 }
 
 type addedToken struct {
-	content string
-	id      int
+	content    string // as matched: normalized tokens' content is normalized
+	id         int
+	lstrip     bool // the match absorbs the whitespace on its left
+	rstrip     bool // the match absorbs the whitespace on its right
+	singleWord bool // the match counts only outside a word
 }
 
-func (a *addedVocab) add(content string, id int, special bool) {
+func (a *addedVocab) add(j addedTokenJSON) {
 	if a.special == nil {
 		a.special = map[int]bool{}
 	}
-	a.byFirst[content[0]] = append(a.byFirst[content[0]], addedToken{content, id})
-	a.special[id] = special
-	a.any = true
-}
-
-func (a *addedVocab) finish() {
-	for i := range a.byFirst {
-		sort.SliceStable(a.byFirst[i], func(x, y int) bool {
-			return len(a.byFirst[i][x].content) > len(a.byFirst[i][y].content)
-		})
+	c := addedToken{content: j.Content, id: *j.ID, lstrip: j.LStrip, rstrip: j.RStrip, singleWord: j.SingleWord}
+	if j.Normalized {
+		a.norm.add(c)
+	} else {
+		a.raw.add(c)
 	}
+	a.special[c.id] = j.Special
 }
 
-// segment is a piece of the input: raw text, or an added token (id >= 0).
+func (m *tokenMatcher) add(c addedToken) {
+	m.byFirst[c.content[0]] = append(m.byFirst[c.content[0]], c)
+	m.any = true
+}
+
+// finish normalizes the normalized tokens' content, as Hugging Face does
+// (with Llama 2's normalizer "x" is matched as "▁x"), and orders the
+// candidates longest first.
+func (a *addedVocab) finish(n normalizer) error {
+	var norm []addedToken
+	for i := range a.norm.byFirst {
+		norm = append(norm, a.norm.byFirst[i]...)
+		a.norm.byFirst[i] = nil
+	}
+	for _, c := range norm {
+		orig := c.content
+		if c.content = n.apply(c.content); c.content == "" {
+			return fmt.Errorf("token %q is empty once normalized", orig)
+		}
+		a.norm.add(c)
+	}
+	for _, m := range []*tokenMatcher{&a.raw, &a.norm} {
+		for i := range m.byFirst {
+			sort.SliceStable(m.byFirst[i], func(x, y int) bool {
+				return len(m.byFirst[i][x].content) > len(m.byFirst[i][y].content)
+			})
+		}
+	}
+	return nil
+}
+
+// segment is a piece of the input: text, or an added token (id >= 0).
 type segment struct {
 	text string
 	id   int
 }
 
-// split cuts text at the added tokens it contains.
-func (a *addedVocab) split(text string) []segment {
-	if !a.any {
-		return []segment{{text: text, id: -1}}
+// split cuts text at the added tokens it contains, appending to out, with
+// the semantics of Hugging Face's AddedVocabulary::find_matches.
+func (m *tokenMatcher) split(text string, out []segment) []segment {
+	if !m.any {
+		return append(out, segment{text: text, id: -1})
 	}
-	var out []segment
-	start := 0
-	for i := 0; i < len(text); i++ {
-		for _, c := range a.byFirst[text[i]] {
-			if strings.HasPrefix(text[i:], c.content) {
-				if i > start {
-					out = append(out, segment{text: text[start:i], id: -1})
-				}
-				out = append(out, segment{text: c.content, id: c.id})
-				i += len(c.content) - 1
-				start = i + 1
-				break
-			}
+	done := 0 // the end of the last token kept
+	for i := 0; i < len(text); {
+		c, ok := m.longestAt(text, i)
+		if !ok {
+			i++
+			continue
 		}
+		start, stop := i, i+len(c.content)
+		// The search resumes after the match even when the match is
+		// discarded or its rstrip absorbs more, as aho-corasick's
+		// non-overlapping iterator does.
+		i = stop
+		if c.singleWord && (endsWithWord(text[:start]) || startsWithWord(text[stop:])) {
+			continue
+		}
+		if c.lstrip {
+			// Never before the previous token, which may have absorbed
+			// the same spaces with rstrip.
+			start = max(done, start-trailingSpace(text[:start]))
+		}
+		if c.rstrip {
+			stop += leadingSpace(text[stop:])
+		}
+		if done < start {
+			out = append(out, segment{text: text[done:start], id: -1})
+		}
+		out = append(out, segment{text: c.content, id: c.id})
+		// Not max(done, stop): after a token found inside the whitespace
+		// an rstrip absorbed, Hugging Face encodes the rest of that
+		// whitespace again, and so must this.
+		done = stop
 	}
-	if start < len(text) {
-		out = append(out, segment{text: text[start:], id: -1})
+	if done < len(text) {
+		out = append(out, segment{text: text[done:], id: -1})
 	}
 	return out
 }
+
+// longestAt returns the longest token that starts text[i:].
+func (m *tokenMatcher) longestAt(text string, i int) (addedToken, bool) {
+	for _, c := range m.byFirst[text[i]] {
+		if strings.HasPrefix(text[i:], c.content) {
+			return c, true
+		}
+	}
+	return addedToken{}, false
+}
+
+// isWordChar is the regex class \w that Hugging Face's single_word test
+// uses: Unicode alphabetic characters, marks, decimal digits, connector
+// punctuation and joiners.
+func isWordChar(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsMark(r) || unicode.In(r, unicode.Nd, unicode.Nl, unicode.Pc, unicode.Other_Alphabetic, unicode.Join_Control)
+}
+
+func endsWithWord(s string) bool {
+	r, w := utf8.DecodeLastRuneInString(s)
+	return w > 0 && isWordChar(r)
+}
+
+func startsWithWord(s string) bool {
+	r, w := utf8.DecodeRuneInString(s)
+	return w > 0 && isWordChar(r)
+}
+
+// trailingSpace is the byte length of the whitespace that ends s.
+func trailingSpace(s string) int {
+	n := len(s)
+	for n > 0 {
+		r, w := utf8.DecodeLastRuneInString(s[:n])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		n -= w
+	}
+	return len(s) - n
+}
+
+// leadingSpace is the byte length of the whitespace that starts s.
+func leadingSpace(s string) int { return runWhile(s, unicode.IsSpace, -1) }
 
 // typeOf reads the "type" field of a component, "" for null.
 func typeOf(raw json.RawMessage) (string, error) {

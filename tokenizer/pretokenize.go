@@ -9,8 +9,9 @@ import (
 
 // preTokenizer cuts normalized text into words that BPE encodes separately.
 type preTokenizer struct {
-	split     splitFunc // nil: the whole text is one word
-	byteLevel bool      // words are mapped byte by byte to GPT-2's printable characters
+	split       splitFunc // nil: the whole text is one word
+	byteLevel   bool      // words are mapped byte by byte to GPT-2's printable characters
+	prefixSpace bool      // ByteLevel add_prefix_space: " " before text not starting with one
 }
 
 // splitFunc returns the length in bytes of the match at the start of s (s is
@@ -23,11 +24,16 @@ type splitFunc func(s string) int
 const (
 	llama3Regex = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	qwen2Regex  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// gpt2Regex is the split a ByteLevel pre-tokenizer with use_regex makes
+	// (GPT-2's): it is not written in tokenizer.json but built into Hugging
+	// Face's ByteLevel.
+	gpt2Regex = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 )
 
 var knownRegexes = map[string]splitFunc{
 	llama3Regex: func(s string) int { return matchLlama3(s, 3) },
 	qwen2Regex:  func(s string) int { return matchLlama3(s, 1) },
+	gpt2Regex:   matchGPT2,
 }
 
 type preJSON struct {
@@ -77,10 +83,19 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 			}
 			p.split = f
 		case s.Type == "ByteLevel" && !p.byteLevel:
-			if s.AddPrefixSpace || s.UseRegex == nil || *s.UseRegex {
-				return p, fmt.Errorf("step %d: ByteLevel with add_prefix_space or use_regex is not supported", i)
+			// Hugging Face defaults use_regex to true when it is absent.
+			if s.UseRegex == nil || *s.UseRegex {
+				if p.split != nil {
+					// Splitting twice is well defined but no supported
+					// model does it, so it is refused rather than untested.
+					return p, fmt.Errorf("step %d: ByteLevel with use_regex after a Split is not supported", i)
+				}
+				p.split = matchGPT2
 			}
-			p.byteLevel = true
+			if s.AddPrefixSpace && p.split == nil {
+				return p, fmt.Errorf("step %d: ByteLevel with add_prefix_space but not use_regex is not supported", i)
+			}
+			p.byteLevel, p.prefixSpace = true, s.AddPrefixSpace
 		default:
 			return p, fmt.Errorf("step %d: pre-tokenizer %q is not supported here", i, s.Type)
 		}
@@ -90,6 +105,11 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 
 // words calls f on each word of s.
 func (p *preTokenizer) words(s string, f func(string) error) error {
+	if p.prefixSpace && s != "" && s[0] != ' ' {
+		// As Hugging Face's ByteLevel does, so that a leading word gets
+		// the "Ġword" id it has inside a sentence.
+		s = " " + s
+	}
 	if p.split == nil {
 		return f(s)
 	}
@@ -160,6 +180,53 @@ func matchLlama3(s string, maxDigits int) int {
 		return lastNL + 1
 	}
 	// \s+(?!\S) : the run, less its last character when a non-space follows.
+	if run == len(s) {
+		return run
+	}
+	_, lw := utf8.DecodeLastRuneInString(s[:run])
+	if run-lw > 0 {
+		return run - lw
+	}
+	// \s+
+	return run
+}
+
+// matchGPT2 matches, at the start of s, GPT-2's split regex (gpt2Regex),
+// trying the alternatives in order as a backtracking regex engine does.
+func matchGPT2(s string) int {
+	r0, w0 := utf8.DecodeRuneInString(s)
+	// 's|'t|'re|'ve|'m|'ll|'d, case-sensitive unlike Llama 3's.
+	if r0 == '\'' && len(s) > 1 {
+		switch s[1] {
+		case 's', 't', 'm', 'd':
+			return 2
+		case 'r', 'v':
+			if len(s) > 2 && s[2] == 'e' {
+				return 3
+			}
+		case 'l':
+			if len(s) > 2 && s[2] == 'l' {
+				return 3
+			}
+		}
+	}
+	//  ?\p{L}+ |  ?\p{N}+ |  ?[^\s\p{L}\p{N}]+
+	start := 0
+	if r0 == ' ' && len(s) > 1 {
+		start = 1
+	}
+	r1, _ := utf8.DecodeRuneInString(s[start:])
+	isOther := func(r rune) bool { return !isSpace(r) && !isLetter(r) && !isNumber(r) }
+	for _, class := range []func(rune) bool{isLetter, isNumber, isOther} {
+		if class(r1) {
+			return start + runWhile(s[start:], class, -1)
+		}
+	}
+	if !isSpace(r0) {
+		return w0 // unreachable: every other character matched above
+	}
+	// \s+(?!\S) : the run, less its last character when a non-space follows.
+	run := runWhile(s, isSpace, -1)
 	if run == len(s) {
 		return run
 	}

