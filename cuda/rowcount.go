@@ -74,30 +74,17 @@ func rowsOf(rc *RowCount, body *ir.Graph, space ir.Shape, total int64) (perRow i
 	return lower.Leading(space, rc.Max)
 }
 
-// RowsPresent is T for a launch with lower.Rows, query_start[seqs] read
-// from feeds (by the buffers' names), or S (seqs) for one over the
-// sequences, checked against the launch's maximum: a kernel bounds its
-// loops by it.
+// RowsPresent is lower.Rows.Present for a launch, its buffers read from
+// feeds by name.
 func RowsPresent(prog *lower.Program, l *lower.Launch, feeds map[string]*ir.Tensor) (int64, error) {
 	if l.Rows == nil || len(l.Rows.Args) != 2 {
 		return 0, fmt.Errorf("launch %s has no row count", l.Name)
 	}
-	starts, seqs := feeds[prog.Buffers[l.Rows.Args[0]].Name], feeds[prog.Buffers[l.Rows.Args[1]].Name]
-	if starts == nil || seqs == nil || seqs.Len() != 1 {
-		return 0, fmt.Errorf("launch %s: no query_start and seqs to read the tokens present from", l.Name)
+	n, err := l.Rows.Present(feeds[prog.Buffers[l.Rows.Args[0]].Name], feeds[prog.Buffers[l.Rows.Args[1]].Name])
+	if err != nil {
+		return 0, fmt.Errorf("launch %s: %w", l.Name, err)
 	}
-	S := seqs.Int(0)
-	if S < 0 || S >= starts.Len() {
-		return 0, fmt.Errorf("launch %s: seqs = %d, outside query_start's %d entries", l.Name, S, starts.Len())
-	}
-	T := starts.Int(S)
-	if l.Rows.Seqs {
-		T = S
-	}
-	if T < 0 || T > l.Rows.Max {
-		return 0, fmt.Errorf("launch %s: %d rows present (seqs = %d), outside 0..%d", l.Name, T, S, l.Rows.Max)
-	}
-	return T, nil
+	return n, nil
 }
 
 // allTokens are the contents of a row count's parameters that say every

@@ -161,20 +161,9 @@ func writeWindow(ctx context.Context, buf, part *ir.Tensor, w Window, at *ir.Ten
 // output's the dtype's lowest value), so that a reader that needs them
 // (a reduction over the tokens, an index) is seen to read garbage.
 func poisonPastRows(l *Launch, vals []*ir.Tensor, outs []*ir.Tensor) error {
-	starts, seqs := vals[l.Rows.Args[0]], vals[l.Rows.Args[1]]
-	if starts == nil || seqs == nil {
-		return fmt.Errorf("the row count's buffers hold nothing")
-	}
-	S := seqs.Int(0)
-	if S < 0 || S >= starts.Len() {
-		return fmt.Errorf("seqs = %d outside query_start's %d entries", S, starts.Len())
-	}
-	T := starts.Int(S)
-	if l.Rows.Seqs {
-		T = S
-	}
-	if T < 0 || T > l.Rows.Max {
-		return fmt.Errorf("%d rows present, outside 0..%d", T, l.Rows.Max)
+	T, err := l.Rows.Present(vals[l.Rows.Args[0]], vals[l.Rows.Args[1]])
+	if err != nil {
+		return err
 	}
 	a := l.Rows.Axis
 	for j, o := range outs {

@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/lumsearch/lumsearch/ir"
@@ -28,6 +29,27 @@ type Rows struct {
 	Axis int
 	// Args are the buffers of query_start and of the seqs symbol.
 	Args []int
+}
+
+// Present is the number of rows present, read from the contents of the
+// buffers Args: T = query_start[seqs], or S = seqs with Seqs; checked
+// against Max, since a kernel bounds its loops by it.
+func (r *Rows) Present(starts, seqs *ir.Tensor) (int64, error) {
+	if starts == nil || seqs == nil || seqs.Len() != 1 {
+		return 0, fmt.Errorf("no query_start and seqs to read the rows present from")
+	}
+	S := seqs.Int(0)
+	if S < 0 || S >= starts.Len() {
+		return 0, fmt.Errorf("seqs = %d, outside query_start's %d entries", S, starts.Len())
+	}
+	n := starts.Int(S)
+	if r.Seqs {
+		n = S
+	}
+	if n < 0 || n > r.Max {
+		return 0, fmt.Errorf("%d rows present (seqs = %d), outside 0..%d", n, S, r.Max)
+	}
+	return n, nil
 }
 
 // Params are the buffers a launch's kernel takes, in parameter order: the
