@@ -1,6 +1,7 @@
 package sample
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -22,12 +23,15 @@ type decision struct {
 	token   int
 	logprob float64
 	greedy  bool
-	// Sampled rows: the draw's target u*M, the cumulative weight of the
+	// Sampled rows: the uniform, the draw's target u*M, the cumulative weight of the
 	// kept tokens before the token, and the token's weight.
-	target, before, weight float64
-	// topPMargin is how far TopP*Z lies from the cumulative weights of
-	// the threshold group and the group above it; +Inf when top-p is off.
-	topPMargin float64
+	u, target, before, weight float64
+	// Top-p rows: the weights after top-k, TopP*Z, and the kept groups
+	// of tied logits in decreasing order: their values and the cumulative
+	// weight down to each.
+	w                []float64
+	topPTarget       float64
+	groupV, groupCum []float64
 	// errScale is the sum over all tokens of w*(1+|x|), x = (l-m)/T, by
 	// which the kernel's f32 weights' error is bounded; rawErrScale and
 	// rawSum the same, and the sum of weights, at temperature 1.
@@ -53,7 +57,7 @@ func decide(logits []float32, p Params, index uint64) decision {
 	if arg < 0 {
 		return bad // every logit is -Inf
 	}
-	d := decision{topPMargin: math.Inf(1)}
+	var d decision
 	for _, v := range logits {
 		x := float64(v) - m
 		if w := math.Exp(x); w > 0 {
@@ -89,71 +93,72 @@ func decide(logits []float32, p Params, index uint64) decision {
 			z += e
 		}
 	}
+	u := Uniform(p.Seed, index)
+	d.u = u
 	if p.TopP < 1 {
-		thr, d.topPMargin = topPThreshold(logits, w, p.TopP*z)
-		for i, v := range logits {
-			if float64(v) < thr {
-				w[i] = 0
+		d.w, d.topPTarget = w, p.TopP*z
+		d.groupV, d.groupCum = topPGroups(logits, w)
+		thr = d.groupV[len(d.groupV)-1]
+		for g, c := range d.groupCum {
+			if c >= d.topPTarget {
+				thr = d.groupV[g]
+				break
 			}
 		}
 	}
-	var mass float64
-	last := -1
-	for i, wi := range w {
-		if wi > 0 {
-			mass += wi
-			last = i
-		}
-	}
-	u := Uniform(p.Seed, index)
-	d.target = u * mass
-	d.token = -1
-	var cum float64
-	for i, wi := range w {
-		if wi > 0 && cum+wi > d.target {
-			d.token, d.before, d.weight = i, cum, wi
-			break
-		}
-		cum += wi
-	}
-	if d.token < 0 { // rounding: u*M at or past the total
-		d.token, d.before, d.weight = last, mass-w[last], w[last]
-	}
+	d.draw(logits, w, thr, u)
 	d.logprob = lp(d.token)
 	return d
 }
 
-// topPThreshold returns the highest logit value v of the tokens of weight
-// w > 0 such that the weight of those with logits >= v reaches target, and
-// how far target lies from that group's cumulative weight and the one
-// above.
-func topPThreshold(logits []float32, w []float64, target float64) (float64, float64) {
-	type group struct{ v, mass float64 }
-	var groups []group
+// draw picks the token from the weights w of the tokens whose logits are
+// at least thr, for the uniform u.
+func (d *decision) draw(logits []float32, w []float64, thr, u float64) {
+	var mass float64
+	last := -1
+	for i, wi := range w {
+		if wi > 0 && float64(logits[i]) >= thr {
+			mass += wi
+			last = i
+		}
+	}
+	d.target = u * mass
+	d.token = -1
+	var cum float64
+	for i, wi := range w {
+		if wi == 0 || float64(logits[i]) < thr {
+			continue
+		}
+		if cum+wi > d.target {
+			d.token, d.before, d.weight = i, cum, wi
+			return
+		}
+		cum += wi
+	}
+	// Rounding left u*M at or past the total.
+	d.token, d.before, d.weight = last, mass-w[last], w[last]
+}
+
+// topPGroups returns the distinct logit values of the tokens of weight
+// w > 0, decreasing, and the cumulative weight of the tokens with logits
+// at least each. The top-p threshold is the first value whose cumulative
+// weight reaches TopP*Z.
+func topPGroups(logits []float32, w []float64) (values, cum []float64) {
+	type tok struct{ v, w float64 }
+	var toks []tok
 	for i, v := range logits {
 		if w[i] > 0 {
-			groups = append(groups, group{float64(v), w[i]})
+			toks = append(toks, tok{float64(v), w[i]})
 		}
 	}
-	slices.SortFunc(groups, func(a, b group) int {
-		if a.v != b.v {
-			if a.v > b.v {
-				return -1
-			}
-			return 1
+	slices.SortFunc(toks, func(a, b tok) int { return cmp.Compare(b.v, a.v) })
+	var c float64
+	for i, t := range toks {
+		c += t.w
+		if i+1 == len(toks) || toks[i+1].v != t.v {
+			values = append(values, t.v)
+			cum = append(cum, c)
 		}
-		return 0
-	})
-	var cum float64
-	for j := 0; j < len(groups); {
-		k, above := j, cum
-		for ; k < len(groups) && groups[k].v == groups[j].v; k++ {
-			cum += groups[k].mass
-		}
-		if cum >= target || k == len(groups) {
-			return groups[j].v, math.Min(math.Abs(cum-target), math.Abs(target-above))
-		}
-		j = k
 	}
-	return math.Inf(-1), math.Inf(1) // unreachable: the maximum has weight 1
+	return values, cum
 }
