@@ -1,14 +1,19 @@
 package sample
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 )
 
 // u32 is f32's unit roundoff.
@@ -147,5 +152,120 @@ func TestKernelMatchesReference(t *testing.T) {
 			t.Logf("vocab %d: %d rows compared, %d within the margin skipped", vocab, compared, skipped)
 			assert.GreaterOrEqual(t, compared, 9*len(rows)/10, "most rows are compared")
 		})
+	}
+}
+
+// TestKernelDistribution draws 1024 tokens from one row in one launch
+// (1024 rows, token indices 0 to 1023) and tests them against wantDist.
+func TestKernelDistribution(t *testing.T) {
+	t.Parallel()
+	const vocab, draws = 40, 1024
+	tests := []struct {
+		name   string
+		logits []float32
+		p      Params
+	}{
+		{"T=0.7 k=12 p=0.9", randLogits(rand.New(rand.NewPCG(5, 6)), vocab, 1.5, 0), Params{Temperature: 0.7, TopK: 12, TopP: 0.9, Seed: 77}},
+		{"ties T=1.3 p=0.7", randLogits(rand.New(rand.NewPCG(7, 8)), vocab, 1.5, 0.5), Params{Temperature: 1.3, TopP: 0.7, Seed: 78}},
+	}
+	for _, tc := range tests {
+		logits := make([]float32, 0, draws*vocab)
+		params := make([]Params, draws)
+		index := make([]uint64, draws)
+		for i := range draws {
+			logits = append(logits, tc.logits...)
+			params[i], index[i] = tc.p, uint64(i)
+		}
+		res := runEmu(t, logits, vocab, params, index)
+		counts := make([]int, vocab)
+		for _, r := range res {
+			counts[r.Token]++
+		}
+		bad, stat, crit := rejects(counts, wantDist(tc.logits, tc.p))
+		assert.False(t, bad, "%s: chi-square %.1f > %.1f", tc.name, stat, crit)
+		// The wrong distribution (top-p ignored) is told apart at this size.
+		noTopP := tc.p
+		noTopP.TopP = 1
+		bad, stat, crit = rejects(counts, wantDist(tc.logits, noTopP))
+		assert.True(t, bad, "%s against the distribution without top-p: chi-square %.1f <= %.1f", tc.name, stat, crit)
+	}
+}
+
+// TestKernelBatchIndependent: a seeded request's token depends on its
+// seed and index alone, not on its batchmates or its row in the batch.
+func TestKernelBatchIndependent(t *testing.T) {
+	t.Parallel()
+	const vocab = 300
+	rng := rand.New(rand.NewPCG(9, 10))
+	mine := randLogits(rng, vocab, 2, 0)
+	p := Params{Temperature: 1, TopK: 100, TopP: 0.9, Seed: 12345}
+	alone := runEmu(t, mine, vocab, []Params{p}, []uint64{17})
+	var logits []float32
+	var params []Params
+	var index []uint64
+	for i := range 6 {
+		if i == 4 {
+			logits, params, index = append(logits, mine...), append(params, p), append(index, 17)
+			continue
+		}
+		logits = append(logits, randLogits(rng, vocab, 3, 0)...)
+		params = append(params, Params{Temperature: float64(i) / 3, TopP: 1, Seed: uint64(i)})
+		index = append(index, uint64(100+i))
+	}
+	batch := runEmu(t, logits, vocab, params, index)
+	assert.Equal(t, alone[0], batch[4])
+	ref, _ := Reference(mine, p, 17)
+	assert.Equal(t, ref, int(alone[0].Token))
+}
+
+func TestRunRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	ok := DefaultParams()
+	ninf := float32(math.Inf(-1))
+	tests := []struct {
+		name   string
+		logits []float32
+		vocab  int
+		params []Params
+		index  []uint64
+		want   string
+	}{
+		{"short logits", make([]float32, 5), 3, []Params{ok, ok}, []uint64{0, 0}, "5 logits are not 2 sequences of 3"},
+		{"long logits", make([]float32, 7), 3, []Params{ok, ok}, []uint64{0, 0}, "7 logits are not 2 sequences of 3"},
+		{"zero vocab", nil, 0, []Params{ok}, []uint64{0}, "vocabulary size 0"},
+		{"indices", make([]float32, 3), 3, []Params{ok}, []uint64{0, 1}, "2 token indices for 1 sequences"},
+		{"bad params", make([]float32, 6), 3, []Params{ok, {Temperature: 3, TopP: 1}}, []uint64{0, 0}, "sequence 1: temperature must be in [0, 2]"},
+		{"NaN logit", []float32{0, float32(math.NaN()), 0}, 3, []Params{ok}, []uint64{0}, "sequence 0: logit 1 is NaN"},
+		{"+Inf logit", []float32{0, 0, float32(math.Inf(1))}, 3, []Params{ok}, []uint64{0}, "logit 2 is +Inf"},
+		{"all -Inf", []float32{0, 0, ninf, ninf}, 2, []Params{ok, ok}, []uint64{0, 0}, "sequence 1: every logit is -Inf"},
+	}
+	for _, tc := range tests {
+		_, err := Run(context.Background(), tc.logits, tc.vocab, tc.params, tc.index, emu.Options{CacheDir: testCache})
+		assert.ErrorContains(t, err, tc.want, tc.name)
+	}
+	res, err := Run(context.Background(), nil, 10, nil, nil, emu.Options{CacheDir: testCache})
+	require.NoError(t, err, "no sequences")
+	assert.Empty(t, res)
+}
+
+// TestKernelNVRTC compiles the kernel with NVRTC for the serving GPUs:
+// it must compile alone (no prelude), with no spills.
+func TestKernelNVRTC(t *testing.T) {
+	t.Parallel()
+	lib, err := nvrtc.Load()
+	if err != nil {
+		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
+			t.Fatalf("LUMSEARCH_REQUIRE_NVRTC=1: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		res, err := lib.Compile(context.Background(), KernelSource(), "sample.cu", nvrtc.Options{Arch: arch})
+		require.NoError(t, err, arch)
+		require.Contains(t, res.Kernels, KernelName, "%s log:\n%s", arch, res.Log)
+		r := res.Kernels[KernelName]
+		t.Logf("%s: %+v", arch, r)
+		assert.Zero(t, r.SpillStores+r.SpillLoads, "%s spills", arch)
+		assert.LessOrEqual(t, r.SharedBytes, 48*1024, arch)
 	}
 }
