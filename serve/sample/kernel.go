@@ -10,24 +10,28 @@ const KernelName = "lum_sample"
 // writes nothing.
 const BlockThreads = 256
 
-// Kernel describes the kernel's parameters for package cuda/emu, in order:
+// EmuKernel describes the kernel's parameters for package cuda/emu, in
+// order:
 // the logits [S, stride] f32 (vocab of each row read), the row stride in
 // elements, the vocabulary size, the per-row temperature (f32, <= 0 means
 // greedy; the caller maps temperatures below MinTemperature to 0), top-k
 // (i32, <= 0 off), top-p (f32, >= 1 off), seed and token index (u64), and
-// the outputs: token id (i32) and raw logprob (f32) per row.
-var Kernel = emu.Kernel{Name: KernelName, Params: []emu.Param{
-	{Name: "logits", Type: "const float*"},
-	{Name: "stride", Type: "long long"},
-	{Name: "vocab", Type: "int"},
-	{Name: "temperature", Type: "const float*"},
-	{Name: "top_k", Type: "const int*"},
-	{Name: "top_p", Type: "const float*"},
-	{Name: "seed", Type: "const unsigned long long*"},
-	{Name: "index", Type: "const unsigned long long*"},
-	{Name: "token", Type: "int*"},
-	{Name: "logprob", Type: "float*"},
-}}
+// the outputs: token id (i32) and raw logprob (f32) per row. Each call
+// returns a fresh copy.
+func EmuKernel() emu.Kernel {
+	return emu.Kernel{Name: KernelName, Params: []emu.Param{
+		{Name: "logits", Type: "const float*"},
+		{Name: "stride", Type: "long long"},
+		{Name: "vocab", Type: "int"},
+		{Name: "temperature", Type: "const float*"},
+		{Name: "top_k", Type: "const int*"},
+		{Name: "top_p", Type: "const float*"},
+		{Name: "seed", Type: "const unsigned long long*"},
+		{Name: "index", Type: "const unsigned long long*"},
+		{Name: "token", Type: "int*"},
+		{Name: "logprob", Type: "float*"},
+	}}
+}
 
 // KernelSource returns the CUDA C text of the sampling kernel: no
 // #include and no asm, so that NVRTC compiles it alone and the emulation

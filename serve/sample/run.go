@@ -11,7 +11,10 @@ import (
 
 // Result is one sequence's sampled token and its raw logprob.
 type Result struct {
-	Token   int32
+	// Token is the sampled token id, in [0, vocab).
+	Token int32
+	// Logprob is the token's raw log-probability, log_softmax(logits)
+	// before temperature and the cuts (see the package comment).
 	Logprob float32
 }
 
@@ -55,7 +58,7 @@ func Run(ctx context.Context, logits []float32, vocab int, params []Params, inde
 		{Buffer: 1}, {Buffer: 2}, {Buffer: 3}, {Buffer: 4}, {Buffer: 5}, {Buffer: 6}, {Buffer: 7},
 	}
 	opt.Discard = []int{0, 1, 2, 3, 4, 5}
-	out, err := emu.Run(ctx, KernelSource(), []emu.Kernel{Kernel}, bufs,
+	out, err := emu.Run(ctx, KernelSource(), []emu.Kernel{EmuKernel()}, bufs,
 		[]emu.Launch{{Kernel: KernelName, Grid: [3]int{s, 1, 1}, Block: [3]int{BlockThreads, 1, 1}, Args: args}}, opt)
 	if err != nil {
 		return nil, fmt.Errorf("sample: run the kernel on %d sequences of %d logits: %w", s, vocab, err)

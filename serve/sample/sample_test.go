@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 }
 
 // runEmu runs the kernel for the test with a generous deadline, skipping
-// the test without a compiler.
+// the test without a compiler. Vary runs the blocks in every thread order
+// the emulation has, so that a missing barrier shows.
 func runEmu(t *testing.T, logits []float32, vocab int, params []Params, index []uint64) []Result {
 	t.Helper()
 	if _, err := exec.LookPath("g++"); err != nil {
@@ -39,7 +40,7 @@ func runEmu(t *testing.T, logits []float32, vocab int, params []Params, index []
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, logits, vocab, params, index, emu.Options{CacheDir: testCache, Shuffle: true, Seed: 1})
+	res, err := Run(ctx, logits, vocab, params, index, emu.Options{CacheDir: testCache, Vary: true, Seed: 1})
 	require.NoError(t, err)
 	return res
 }
