@@ -45,6 +45,12 @@ func EmuKernel() emu.Kernel {
 // selection, no sort, no atomics). The draw splits the vocabulary into
 // BlockThreads contiguous chunks: thread 0 scans the chunks' sums in id
 // order, and the thread whose chunk holds u*M rescans it.
+//
+// Cost: a sampled row with both cuts reads its logits about 68 times (two
+// passes, 32 per threshold search, the draw), each pass ending in a block
+// reduction; greedy rows read them twice. At vocabularies of 10^5 that is
+// tens of MB per row from L2; a radix select (four 8-bit histogram passes
+// per threshold) would cut it when it matters.
 func KernelSource() string { return kernelSource }
 
 const kernelSource = `// lumsearch serve/sample: token sampling, one block per sequence.
