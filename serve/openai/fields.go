@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"strconv"
 )
 
@@ -26,6 +27,12 @@ func readObject(r io.Reader, maxBytes int64) (fields, *Error) {
 	}
 	body, err := io.ReadAll(io.LimitReader(r, maxBytes+1))
 	if err != nil {
+		// A server that wraps the body in http.MaxBytesReader gets the same
+		// 413 as our own limit.
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fields{}, TooLarge(mbe.Limit)
+		}
 		return fields{}, InvalidRequest("", "reading request body: "+err.Error())
 	}
 	if int64(len(body)) > maxBytes {

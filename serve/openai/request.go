@@ -111,14 +111,18 @@ func (p *Params) decode(f *fields) {
 	f.boolean("ignore_eos", &p.IgnoreEOS)
 }
 
-func (p *Params) validate(maxTokensParam string) *Error {
+// validate checks the shared fields; maxParam and limit name the limit that
+// takes effect, which min_tokens must not exceed.
+func (p *Params) validate(maxParam string, limit *int) *Error {
 	switch {
 	case p.MaxTokens != nil && *p.MaxTokens < 1:
-		return invalidf(maxTokensParam, "must be at least 1, got %d", *p.MaxTokens)
+		return invalidf("max_tokens", "must be at least 1, got %d", *p.MaxTokens)
+	case limit != nil && *limit < 1:
+		return invalidf(maxParam, "must be at least 1, got %d", *limit)
 	case p.MinTokens != nil && *p.MinTokens < 0:
 		return invalidf("min_tokens", "must be at least 0, got %d", *p.MinTokens)
-	case p.MinTokens != nil && p.MaxTokens != nil && *p.MinTokens > *p.MaxTokens:
-		return invalidf("min_tokens", "must be at most %s (%d), got %d", maxTokensParam, *p.MaxTokens, *p.MinTokens)
+	case p.MinTokens != nil && limit != nil && *p.MinTokens > *limit:
+		return invalidf("min_tokens", "must be at most %s (%d), got %d", maxParam, *limit, *p.MinTokens)
 	case p.Temperature != nil && (*p.Temperature < 0 || *p.Temperature > 2):
 		return invalidf("temperature", "must be in [0, 2], got %g", *p.Temperature)
 	case p.TopP != nil && (*p.TopP <= 0 || *p.TopP > 1):
@@ -211,7 +215,7 @@ func DecodeCompletion(r io.Reader, maxBytes int64) (*CompletionRequest, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
-	if e := req.validate("max_tokens"); e != nil {
+	if e := req.validate("max_tokens", req.MaxTokens); e != nil {
 		return nil, e
 	}
 	switch {
@@ -358,15 +362,14 @@ func DecodeChat(r io.Reader, maxBytes int64) (*ChatCompletionRequest, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
-	if e := req.validate("max_tokens"); e != nil {
+	maxParam, limit := "max_tokens", req.MaxTokens
+	if req.MaxCompletionTokens != nil {
+		maxParam, limit = "max_completion_tokens", req.MaxCompletionTokens
+	}
+	if e := req.validate(maxParam, limit); e != nil {
 		return nil, e
 	}
-	mct := req.MaxCompletionTokens
 	switch {
-	case mct != nil && *mct < 1:
-		return nil, invalidf("max_completion_tokens", "must be at least 1, got %d", *mct)
-	case mct != nil && req.MinTokens != nil && *req.MinTokens > *mct:
-		return nil, invalidf("min_tokens", "must be at most max_completion_tokens (%d), got %d", *mct, *req.MinTokens)
 	case req.TopLogprobs != nil && (*req.TopLogprobs < 0 || *req.TopLogprobs > MaxTopLogprobs):
 		return nil, invalidf("top_logprobs", "must be in [0, %d], got %d", MaxTopLogprobs, *req.TopLogprobs)
 	case req.TopLogprobs != nil && !req.Logprobs:
@@ -425,24 +428,24 @@ func (req *ChatCompletionRequest) decodeMessages(f *fields) {
 
 // content decodes a message's "content": a string, or an array of text
 // parts. Only an assistant message may leave it out (it had tool calls).
-func (m *fields) content(role string, dst *string) {
-	param := m.param("content")
-	v := m.raw("content")
+func (f *fields) content(role string, dst *string) {
+	param := f.param("content")
+	v := f.raw("content")
 	if v == nil {
-		if m.err == nil && role != RoleAssistant {
-			m.fail(invalidf(param, "is required"))
+		if f.err == nil && role != RoleAssistant {
+			f.fail(invalidf(param, "is required"))
 		}
 		return
 	}
 	if v[0] == '"' {
-		m.decodeString(param, v, dst)
+		f.decodeString(param, v, dst)
 		return
 	}
 	if v[0] != '[' {
-		m.typeErr(param, "a string or an array of content parts", v)
+		f.typeErr(param, "a string or an array of content parts", v)
 		return
 	}
-	parts, ok := m.array(param, v)
+	parts, ok := f.array(param, v)
 	if !ok {
 		return
 	}
@@ -450,10 +453,10 @@ func (m *fields) content(role string, dst *string) {
 	for j, p := range parts {
 		pp := fmt.Sprintf("%s[%d]", param, j)
 		if len(p) == 0 {
-			m.typeErr(pp, "an object", p)
+			f.typeErr(pp, "an object", p)
 			return
 		}
-		part, ok := m.object(pp, p)
+		part, ok := f.object(pp, p)
 		if !ok {
 			return
 		}
@@ -467,7 +470,7 @@ func (m *fields) content(role string, dst *string) {
 		}
 		part.str("text", &text)
 		if part.err != nil {
-			m.fail(part.err)
+			f.fail(part.err)
 			return
 		}
 		texts = append(texts, text)

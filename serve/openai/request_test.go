@@ -2,7 +2,9 @@ package openai
 
 import (
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -70,6 +72,9 @@ func TestDecodeChatSampling(t *testing.T) {
 				{Role: "user", Content: "q", Name: "n"}},
 			Sampling{Temperature: 1, TopP: 1, MaxTokens: 9, Seed: 42, Seeded: true, Stop: []string{"\n"},
 				Logprobs: true, TopLogprobs: 2}},
+		{"max_completion_tokens wins", `{"messages":[{"role":"user","content":"q"}],"max_tokens":2,"max_completion_tokens":10,"min_tokens":5}`,
+			[]Message{{Role: "user", Content: "q"}},
+			Sampling{Temperature: 1, TopP: 1, MaxTokens: 10, MinTokens: 5}},
 		{"max_tokens alone", `{"messages":[{"role":"system","content":""}],"max_tokens":3,"temperature":2,"top_p":1e-3}`,
 			[]Message{{Role: "system"}},
 			Sampling{Temperature: 2, TopP: 1e-3, MaxTokens: 3}},
@@ -221,6 +226,9 @@ func TestDecodeBodyLimits(t *testing.T) {
 			assert.Equal(t, tt.status, asError(t, chatErr).Status)
 		})
 	}
-	_, err := DecodeCompletion(nil, 0)
+	rec := httptest.NewRecorder()
+	_, err := DecodeChat(http.MaxBytesReader(rec, io.NopCloser(strings.NewReader(body)), 10), 1000)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, asError(t, err).Status)
+	_, err = DecodeCompletion(nil, 0)
 	assert.Equal(t, http.StatusBadRequest, asError(t, err).Status)
 }
