@@ -97,6 +97,7 @@ func Percentile(sorted []float64, p float64) float64 {
 // Stats summarises one latency over the requests, in milliseconds.
 type Stats struct {
 	Count int     `json:"count"` // the values summarised
+	Min   float64 `json:"min_ms"`
 	Mean  float64 `json:"mean_ms"`
 	P50   float64 `json:"p50_ms"`
 	P90   float64 `json:"p90_ms"`
@@ -104,8 +105,8 @@ type Stats struct {
 	Max   float64 `json:"max_ms"`
 }
 
-// Summarize returns the mean, percentiles (see Percentile) and maximum of
-// ds in milliseconds; all zero for none.
+// Summarize returns the extremes, mean and percentiles (see Percentile)
+// of ds in milliseconds; all zero for none.
 func Summarize(ds []time.Duration) Stats {
 	if len(ds) == 0 {
 		return Stats{}
@@ -119,6 +120,7 @@ func Summarize(ds []time.Duration) Stats {
 	slices.Sort(ms)
 	return Stats{
 		Count: len(ms),
+		Min:   ms[0],
 		Mean:  sum / float64(len(ms)),
 		P50:   Percentile(ms, 50),
 		P90:   Percentile(ms, 90),
@@ -233,12 +235,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "output tokens:   %d (%.1f tok/s)\n", r.OutputTokens, r.OutputTokenRate)
 	fmt.Fprintf(&b, "total tokens:    %d (%.1f tok/s)\n", r.InputTokens+r.OutputTokens, r.TotalTokenRate)
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "%-10s %6s %9s %9s %9s %9s %9s\n", "(ms)", "count", "mean", "p50", "p90", "p99", "max")
+	fmt.Fprintf(&b, "%-10s %6s %9s %9s %9s %9s %9s %9s\n", "(ms)", "count", "min", "mean", "p50", "p90", "p99", "max")
 	for _, row := range []struct {
 		name string
 		s    Stats
 	}{{"TTFT", r.TTFT}, {"TPOT", r.TPOT}, {"ITL", r.ITL}, {"latency", r.Latency}} {
-		fmt.Fprintf(&b, "%-10s %6d %9.2f %9.2f %9.2f %9.2f %9.2f\n", row.name, row.s.Count, row.s.Mean, row.s.P50, row.s.P90, row.s.P99, row.s.Max)
+		fmt.Fprintf(&b, "%-10s %6d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", row.name, row.s.Count, row.s.Min, row.s.Mean, row.s.P50, row.s.P90, row.s.P99, row.s.Max)
 	}
 	if r.Failed > 0 {
 		fmt.Fprintf(&b, "\nfirst error (%d distinct): %s\n", len(r.Errors), r.FirstError)

@@ -52,7 +52,7 @@ func seq(n int) []float64 {
 
 func TestSummarize(t *testing.T) {
 	got := Summarize([]time.Duration{40 * ms, 10 * ms, 30 * ms, 20 * ms})
-	assert.Equal(t, Stats{Count: 4, Mean: 25, P50: 25, P90: 37, P99: 39.7, Max: 40}, roundStats(got))
+	assert.Equal(t, Stats{Count: 4, Min: 10, Mean: 25, P50: 25, P90: 37, P99: 39.7, Max: 40}, roundStats(got))
 	assert.Equal(t, Stats{}, Summarize(nil))
 }
 
@@ -62,7 +62,7 @@ func roundStats(s Stats) Stats {
 	r := func(x float64) float64 {
 		return float64(time.Duration(x*float64(ms)).Round(time.Microsecond)) / float64(ms)
 	}
-	return Stats{Count: s.Count, Mean: r(s.Mean), P50: r(s.P50), P90: r(s.P90), P99: r(s.P99), Max: r(s.Max)}
+	return Stats{Count: s.Count, Min: r(s.Min), Mean: r(s.Mean), P50: r(s.P50), P90: r(s.P90), P99: r(s.P99), Max: r(s.Max)}
 }
 
 func TestMeasure(t *testing.T) {
@@ -112,10 +112,10 @@ func TestSummarizeSamples(t *testing.T) {
 	assert.InDelta(t, 1.0, r.RequestRate, 1e-9)
 	assert.InDelta(t, 2.5, r.OutputTokenRate, 1e-9)
 	assert.InDelta(t, 9.5, r.TotalTokenRate, 1e-9)
-	assert.Equal(t, Stats{Count: 2, Mean: 150, P50: 150, P90: 190, P99: 199, Max: 200}, roundStats(r.TTFT))
-	assert.Equal(t, Stats{Count: 2, Mean: 25, P50: 25, P90: 37, P99: 39.7, Max: 40}, roundStats(r.TPOT))
-	assert.Equal(t, Stats{Count: 3, Mean: 20, P50: 10, P90: 34, P99: 39.4, Max: 40}, roundStats(r.ITL))
-	assert.Equal(t, Stats{Count: 2, Mean: 180, P50: 180, P90: 228, P99: 238.8, Max: 240}, roundStats(r.Latency))
+	assert.Equal(t, Stats{Count: 2, Min: 100, Mean: 150, P50: 150, P90: 190, P99: 199, Max: 200}, roundStats(r.TTFT))
+	assert.Equal(t, Stats{Count: 2, Min: 10, Mean: 25, P50: 25, P90: 37, P99: 39.7, Max: 40}, roundStats(r.TPOT))
+	assert.Equal(t, Stats{Count: 3, Min: 10, Mean: 20, P50: 10, P90: 34, P99: 39.4, Max: 40}, roundStats(r.ITL))
+	assert.Equal(t, Stats{Count: 2, Min: 120, Mean: 180, P50: 180, P90: 228, P99: 238.8, Max: 240}, roundStats(r.Latency))
 }
 
 // TestSummarizeBoundsErrors: distinct messages past maxErrorKinds are
@@ -143,7 +143,7 @@ func TestReportWrite(t *testing.T) {
 		"endpoint:        http://x/v1/completions\n",
 		"requests:        1 completed, 1 failed (2 sent of 2)\n",
 		"output tokens:   2 (2.0 tok/s)\n",
-		"TTFT            1    100.00    100.00    100.00    100.00    100.00\n",
+		"TTFT            1    100.00    100.00    100.00    100.00    100.00    100.00\n",
 		"first error (1 distinct): HTTP 500: boom\n",
 	} {
 		assert.Contains(t, text.String(), want)
