@@ -83,36 +83,36 @@ func prepare(o Options) (*run, error) {
 	base := strings.TrimSuffix(strings.TrimRight(o.URL, "/"), "/v1")
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("loadgen: url %q: want a base URL such as http://127.0.0.1:8000", o.URL)
+		return nil, optionErrorf("loadgen: url %q: want a base URL such as http://127.0.0.1:8000", o.URL)
 	}
 	if o.Arrivals == "" {
 		o.Arrivals = Poisson
 	}
 	if o.Concurrency < 0 {
-		return nil, fmt.Errorf("loadgen: concurrency %d: want a count >= 0 (0 for no limit)", o.Concurrency)
+		return nil, optionErrorf("loadgen: concurrency %d: want a count >= 0 (0 for no limit)", o.Concurrency)
 	}
 	if math.IsNaN(o.Rate) || o.Rate < 0 {
-		return nil, fmt.Errorf("loadgen: rate %v: want requests per second >= 0 (0 or +Inf for all at once)", o.Rate)
+		return nil, optionErrorf("loadgen: rate %v: want requests per second >= 0 (0 or +Inf for all at once)", o.Rate)
 	}
 	work := o.Workload
 	if len(work) == 0 {
 		work = []Request{{PromptTokens: o.PromptTokens, OutputTokens: o.OutputTokens}}
 		if o.Requests <= 0 {
-			return nil, fmt.Errorf("loadgen: requests %d: want a positive count", o.Requests)
+			return nil, optionErrorf("loadgen: requests %d: want a positive count", o.Requests)
 		}
 	}
 	for i, r := range work {
 		if err := r.validate(); err != nil {
 			if len(o.Workload) == 0 {
-				return nil, fmt.Errorf("loadgen: prompt %d tokens, output %d tokens: %w", o.PromptTokens, o.OutputTokens, err)
+				return nil, optionErrorf("loadgen: prompt %d tokens, output %d tokens: %w", o.PromptTokens, o.OutputTokens, err)
 			}
-			return nil, fmt.Errorf("loadgen: workload request %d: %w", i+1, err)
+			return nil, optionErrorf("loadgen: workload request %d: %w", i+1, err)
 		}
 	}
 	n := o.Requests
 	switch {
 	case n < 0:
-		return nil, fmt.Errorf("loadgen: requests %d: want a count >= 0 (0 for one of each of the workload's)", n)
+		return nil, optionErrorf("loadgen: requests %d: want a count >= 0 (0 for one of each of the workload's)", n)
 	case n == 0:
 		n = len(work)
 	}
@@ -122,7 +122,7 @@ func prepare(o Options) (*run, error) {
 	}
 	offsets, err := Schedule(n, o.Rate, o.Arrivals, o.Seed)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: %w", err)
+		return nil, optionErrorf("loadgen: %w", err)
 	}
 	path := "/v1/completions"
 	if o.Chat {
@@ -144,7 +144,7 @@ func prepare(o Options) (*run, error) {
 // Run drives the server as o says and returns the report. A request's
 // failure (an HTTP error status, an error in the stream, a stream cut
 // short) is counted in the report, not returned; Run's error is for
-// options it cannot use and a model it cannot find.
+// options it cannot use (an *OptionError) and a model it cannot find.
 //
 // When ctx ends, Run stops sending, cancels the requests in flight (counted
 // as canceled) and returns the partial report, marked Interrupted, with an
@@ -220,6 +220,21 @@ send:
 	}
 	wg.Wait()
 	return samples[:sent], int(peak.Load()), time.Since(start)
+}
+
+// OptionError is an Options field Run cannot use: the caller's mistake,
+// not the server's.
+type OptionError struct{ Err error }
+
+// Error returns the message of the wrapped error.
+func (e *OptionError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// optionErrorf makes an OptionError.
+func optionErrorf(format string, a ...any) error {
+	return &OptionError{Err: fmt.Errorf(format, a...)}
 }
 
 // errNoDone is a stream that ended without its closing "data: [DONE]".

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -262,6 +263,8 @@ func TestRunModelFromServer(t *testing.T) {
 				assert.Contains(t, err.Error(), tt.want)
 				assert.Contains(t, err.Error(), "/v1/models")
 				assert.Empty(t, f.requests(), "nothing sent without a model")
+				var opt *OptionError
+				assert.False(t, errors.As(err, &opt), "the server's answer, not an option")
 				return
 			}
 			require.NoError(t, err)
@@ -406,6 +409,8 @@ func TestRunOptionErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, rep)
 			assert.Contains(t, err.Error(), tt.err)
+			var opt *OptionError
+			assert.ErrorAs(t, err, &opt)
 		})
 	}
 }
