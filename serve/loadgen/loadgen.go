@@ -1,5 +1,5 @@
 // Package loadgen owns load generation against an OpenAI-compatible
-// completions server (vLLM, SGLang, lumsearch's own): it sends streamed
+// completions server (vLLM, SGLang, any other): it sends streamed
 // /v1/completions or /v1/chat/completions requests at a rate or all at
 // once under a concurrency limit, times each request's first token and
 // every later one from the server-sent events, and summarises the run in a
