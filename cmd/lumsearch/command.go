@@ -137,6 +137,7 @@ func exitStatuses(name string) []string {
 		"compile":  {"3  the model cannot be read or is unsupported (unreadable file, unsupported op, unbound dimension)"},
 		"verify":   {"3  the folder, its plan or its model cannot be read"},
 		"tokenize": {"3  the tokenizer cannot be read or is unsupported"},
+		"loadgen":  {"3  the workload file cannot be read or is invalid"},
 	}
 	lines := []string{"0  done", "1  the command failed", "2  the command line was wrong"}
 	lines = append(lines, own[name]...)
