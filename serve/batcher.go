@@ -32,6 +32,11 @@ type Request struct {
 	Stop []string
 	// IgnoreEOS keeps generating past the model's end-of-sequence ids.
 	IgnoreEOS bool
+	// MinTokens is how many tokens are generated before an
+	// end-of-sequence id or a stop string may end the generation (vLLM's
+	// min_tokens); an end-of-sequence id drawn earlier is kept as a
+	// token, and its text is empty.
+	MinTokens int
 }
 
 // Output is what a request produced since the caller last looked.
@@ -361,7 +366,8 @@ func (b *Batcher) take(l *live, t Token) {
 		b.metrics.ttft.Observe(now.Sub(l.arrived).Seconds())
 	}
 	b.metrics.generationTokens.Inc()
-	if !l.req.IgnoreEOS && b.text.IsEOS(t.ID) {
+	early := q.Generated() < l.req.MinTokens // before this token is appended
+	if !l.req.IgnoreEOS && !early && b.text.IsEOS(t.ID) {
 		l.emit(l.stops.flush(), &t, "", nil)
 		b.finish(l, "stop", nil)
 		return
@@ -373,13 +379,14 @@ func (b *Batcher) take(l *live, t Token) {
 		b.finish(l, "abort", fmt.Errorf("detokenise token %d: %w", t.ID, err))
 		return
 	}
-	text, hit := l.stops.add(piece)
+	// Before min_tokens a stop string is text like any other.
+	text, hit := l.stops.add(piece, !early)
 	l.emit(text, &t, "", nil)
 	switch {
 	case hit:
 		b.finish(l, "stop", nil)
 	case q.Generated() >= l.req.MaxTokens || len(q.Tokens) >= q.MaxLen:
-		rest, _ := l.stops.add(l.dec.Flush())
+		rest, _ := l.stops.add(l.dec.Flush(), false)
 		l.emit(rest+l.stops.flush(), nil, "", nil)
 		b.finish(l, "length", nil)
 	}

@@ -164,7 +164,7 @@ func TestStopper(t *testing.T) {
 		s := stopper{stops: tc.stops}
 		got, hit := "", false
 		for _, p := range tc.pieces {
-			r, h := s.add(p)
+			r, h := s.add(p, true)
 			got += r
 			if h {
 				hit = true

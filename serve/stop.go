@@ -12,10 +12,11 @@ type stopper struct {
 
 // add appends newly decoded text. It returns the text that is now safe to
 // release and whether a stop string was hit (the text before it is
-// released; the stop string and all after it are dropped).
-func (s *stopper) add(delta string) (release string, hit bool) {
+// released; the stop string and all after it are dropped). With check
+// false no stop string is looked for: everything is released.
+func (s *stopper) add(delta string, check bool) (release string, hit bool) {
 	s.pending += delta
-	if len(s.stops) == 0 {
+	if len(s.stops) == 0 || !check {
 		release, s.pending = s.pending, ""
 		return release, false
 	}
