@@ -59,6 +59,9 @@ type Options struct {
 	// TokenBudget is the most tokens a step carries (0: the program's
 	// maximum).
 	TokenBudget int
+	// KVBlocks is the most of the pool's blocks the scheduler hands out
+	// (0: all of them), as vLLM's num_gpu_blocks_override.
+	KVBlocks int
 	// MaxWaiting bounds the waiting queue; Submit refuses past it with
 	// ErrOverloaded (0: 4096).
 	MaxWaiting int
@@ -98,9 +101,9 @@ type Batcher struct {
 	// waiting (the inbox and the scheduler's queue), as the loop last
 	// saw them.
 	inFlight, queued int
-	wake     chan struct{}
-	stop     chan struct{}
-	done     chan struct{}
+	wake             chan struct{}
+	stop             chan struct{}
+	done             chan struct{}
 }
 
 // live is a request in flight: its sequence, its text state and what its
@@ -124,7 +127,7 @@ type live struct {
 // NewBatcher starts the loop of a batcher over engine, with text for the
 // model's tokenizer and end-of-sequence ids. Close (or Shutdown) stops it.
 func NewBatcher(engine Engine, text *Text, o Options) (*Batcher, error) {
-	sched, err := NewScheduler(engine.Layout(), o.TokenBudget)
+	sched, err := NewScheduler(engine.Layout(), o.TokenBudget, o.KVBlocks)
 	if err != nil {
 		return nil, err
 	}
@@ -307,25 +310,29 @@ func (b *Batcher) loop() {
 			}
 			continue
 		}
+		// The counts first, so that a caller who has its answer sees
+		// the step that made it.
+		b.metrics.preemptions.Add(float64(len(p.Preempted)))
+		b.metrics.stepSeqs.Observe(float64(p.Batch.Seqs()))
+		b.metrics.stepTokens.Observe(float64(p.Batch.Tokens()))
+		b.mu.Lock()
+		b.stats.Steps++
+		b.stats.StepSeqs += p.Batch.Seqs()
+		b.stats.StepTokens += p.Batch.Tokens()
+		b.stats.Preemptions += len(p.Preempted)
+		b.mu.Unlock()
 		b.sched.Commit(p)
 		for i, c := range p.Chunks {
 			if c.Sampled {
 				b.take(b.lives[c.Seq], toks[i])
 			}
 		}
-		b.metrics.preemptions.Add(float64(len(p.Preempted)))
+		b.publish()
 		host += time.Since(after)
-		b.metrics.stepSeqs.Observe(float64(p.Batch.Seqs()))
-		b.metrics.stepTokens.Observe(float64(p.Batch.Tokens()))
 		b.metrics.stepHost.Observe(host.Seconds())
 		b.mu.Lock()
-		b.stats.Steps++
-		b.stats.StepSeqs += p.Batch.Seqs()
-		b.stats.StepTokens += p.Batch.Tokens()
-		b.stats.Preemptions += len(p.Preempted)
 		b.stats.HostTime += host
 		b.mu.Unlock()
-		b.publish()
 	}
 }
 

@@ -77,16 +77,20 @@ type Scheduler struct {
 }
 
 // NewScheduler makes a scheduler for a step program's layout; budget is
-// the most tokens a step carries (0 or more than the program's maximum
-// means the maximum).
-func NewScheduler(l step.Layout, budget int) (*Scheduler, error) {
+// the most tokens a step carries and blocks the most pool blocks it hands
+// out (0, or more than the program has, means the program's).
+func NewScheduler(l step.Layout, budget, blocks int) (*Scheduler, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
 	if budget <= 0 || budget > l.MaxTokens {
 		budget = l.MaxTokens
 	}
-	return &Scheduler{layout: l, blocks: NewBlockAllocator(l.Blocks), budget: budget}, nil
+	if blocks <= 0 || blocks > l.Blocks {
+		blocks = l.Blocks
+	}
+	l.Blocks = blocks
+	return &Scheduler{layout: l, blocks: NewBlockAllocator(blocks), budget: budget}, nil
 }
 
 // Blocks is the allocator of the pool's blocks.

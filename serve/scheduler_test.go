@@ -39,7 +39,7 @@ func TestSchedulerProperties(t *testing.T) {
 			if rng.IntN(2) == 0 {
 				budget = 1 + rng.IntN(l.MaxTokens)
 			}
-			s, err := NewScheduler(l, budget)
+			s, err := NewScheduler(l, budget, 0)
 			require.NoError(t, err)
 			if budget == 0 {
 				budget = l.MaxTokens

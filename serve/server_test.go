@@ -18,7 +18,6 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
 )
 
 const testModel = "tiny-llama2"
@@ -162,10 +161,10 @@ func (ts *testServer) askAll(t testing.TB, rs []clientRequest) []answer {
 // checkConcurrentClients: many clients at once get, greedy or seeded, the
 // answers each gets alone, also from a pool small enough to preempt;
 // steps carry many sequences at once.
-func checkConcurrentClients(t *testing.T, newEngine func(blocks int) Engine, blocks, tightBlocks, clients, alone int) {
+func checkConcurrentClients(t *testing.T, newEngine func() Engine, tightBlocks, clients, alone int) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	rs := drawClientRequests(rng, clients, true)
-	ts := newTestServer(t, newEngine(blocks), Options{})
+	ts := newTestServer(t, newEngine(), Options{})
 	want := make([]answer, alone)
 	for i := range alone {
 		want[i] = ts.askAll(t, rs[i:i+1])[0]
@@ -183,18 +182,18 @@ func checkConcurrentClients(t *testing.T, newEngine func(blocks int) Engine, blo
 	t.Logf("%d clients at once: %d steps, %.1f sequences a step", clients, st.Steps-before.Steps, mean)
 	require.GreaterOrEqual(t, mean, 8.0, "mean sequences a step")
 
-	tight := newTestServer(t, newEngine(tightBlocks), Options{})
+	tight := newTestServer(t, newEngine(), Options{KVBlocks: tightBlocks})
 	require.Equal(t, want, tight.askAll(t, rs)[:alone])
 	require.Positive(t, tight.b.Stats().Preemptions, "the small pool preempted nothing")
 	require.Positive(t, metricValue(t, tight.b, "lumsearch_preemptions_total"))
 }
 
 func TestConcurrentClientsOverSimulatedStep(t *testing.T) {
-	checkConcurrentClients(t, func(blocks int) Engine {
-		eng, err := NewSimulatedEngine(simLayout(blocks), time.Millisecond)
+	checkConcurrentClients(t, func() Engine {
+		eng, err := NewSimulatedEngine(simLayout(256), time.Millisecond)
 		require.NoError(t, err)
 		return eng
-	}, 256, 24, 32, 32)
+	}, 24, 32, 32)
 }
 
 // TestCancelMidStream: a client that leaves mid-stream has its request

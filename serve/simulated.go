@@ -25,8 +25,15 @@ type SimulatedEngine struct {
 
 	mu   sync.Mutex
 	pool []simSlot
-	// Steps counts the steps run; Seqs and Tokens sum their S and T.
-	Steps, Seqs, Tokens int
+	// steps counts the steps run; seqs and tokens sum their S and T.
+	steps, seqs, tokens int
+}
+
+// Counts are the steps run and the sums of their S and T.
+func (e *SimulatedEngine) Counts() (steps, seqs, tokens int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.steps, e.seqs, e.tokens
 }
 
 type simSlot struct {
@@ -97,9 +104,9 @@ func (e *SimulatedEngine) Step(ctx context.Context, b *step.Batch, draws []Draw)
 	for slot, v := range written {
 		e.pool[slot] = v
 	}
-	e.Steps++
-	e.Seqs += b.Seqs()
-	e.Tokens += b.Tokens()
+	e.steps++
+	e.seqs += b.Seqs()
+	e.tokens += b.Tokens()
 	out := make([]Token, b.Seqs())
 	logits := make([]float32, e.layout.Vocab)
 	for s, h := range hashes {
