@@ -73,14 +73,16 @@ func openTiny(t testing.TB) *FolderEngine {
 // each answer equals the same request served alone (greedy and seeded
 // sampling), also when a pool cut to a few blocks forces preemption.
 func TestServeCompiledStep(t *testing.T) {
-	alone := 32
+	// Under -short, the simulated step's test covers preemption and
+	// compares every answer; this one checks the compiled step's wiring.
+	alone, tight := 32, 6
 	if testing.Short() {
-		alone = 4
+		alone, tight = 2, 0
 	}
 	eng := openTiny(t)
 	require.Equal(t, "CPU emulation", eng.Device())
 	require.Equal(t, 32000, eng.Layout().Vocab)
-	checkConcurrentClients(t, func() Engine { return openTiny(t) }, 6, 32, alone)
+	checkConcurrentClients(t, func() Engine { return openTiny(t) }, tight, 32, alone)
 }
 
 // TestServeRefusesWhatDoesNotFit: a folder that is not a step kind, and a
