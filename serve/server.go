@@ -209,7 +209,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g generation, 
 		openai.WriteError(w, openai.InvalidRequest(promptField, err.Error()))
 		return
 	}
-	rs := &response{s: s, g: g, chat: chat, id: openai.NewID(map[bool]string{false: "cmpl", true: "chatcmpl"}[chat]), created: time.Now().Unix()}
+	rs := &response{s: s, g: g, chat: chat, id: openai.NewID(map[bool]string{false: "cmpl-", true: "chatcmpl-"}[chat]), created: time.Now().Unix()}
 	if g.stream {
 		rs.stream(w, r, h)
 		return

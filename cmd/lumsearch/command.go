@@ -138,6 +138,7 @@ func exitStatuses(name string) []string {
 		"verify":   {"3  the folder, its plan or its model cannot be read"},
 		"tokenize": {"3  the tokenizer cannot be read or is unsupported"},
 		"loadgen":  {"3  the workload file cannot be read or is invalid"},
+		"serve":    {"3  the folder or its model cannot be read, or the folder is not a serving step"},
 	}
 	lines := []string{"0  done", "1  the command failed", "2  the command line was wrong"}
 	lines = append(lines, own[name]...)

@@ -34,7 +34,7 @@ func main() {
 		// A second Ctrl-C kills at once: an output folder is swapped in
 		// whole, so it is then left as it was.
 		stop()
-		fmt.Fprintln(os.Stderr, "lumsearch: interrupted: finishing with what is verified so far (Ctrl-C again quits at once and leaves the output folder as it was)")
+		fmt.Fprintln(os.Stderr, "lumsearch: interrupted: finishing what is under way (optimize keeps what is verified so far, serve drains its requests); Ctrl-C again quits at once, leaving an output folder as it was")
 	}()
 	stopProfile := startProfile(os.Getenv("LUMSEARCH_CPUPROFILE"))
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

@@ -34,11 +34,16 @@ template: the tokenizer's, or --chat-template. Without a GPU the step runs
 under the CPU emulation, which the startup line says: fine for tiny models.
 
 SIGTERM or Ctrl-C stops admitting (new requests get 503), lets the requests
-in flight finish within --drain, then exits.`,
+in flight finish within --drain, then exits.
+
+To try it without a GPU, from the repository root, compile the tiny
+random-weight model (the Llama 2 vocabulary) first, then run the example:
+
+  lumsearch compile serve/testdata/tiny-llama2/config.json:step --max-tokens 64 --max-seq 128 -o _tiny/`,
 	example: `
-lumsearch compile serve/testdata/tiny-llama2/config.json:step --max-tokens 64 --max-seq 128 -o _tiny/
 lumsearch serve _tiny/ --tokenizer ../shared/data/tokenizers/llama2 --chat-template serve/testdata/tiny-llama2/chat_template.jinja
-curl -s localhost:8000/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 8}'`,
+curl -s localhost:8000/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 8}'
+lumsearch loadgen --url http://127.0.0.1:8000 --requests 32 --prompt-tokens 24 --output-tokens 16`,
 	setup: func(fs *flag.FlagSet) action {
 		var o serve.FolderOptions
 		fs.StringVar(&o.Host, "host", "", "the `HOST` to listen on (default: every interface)")
