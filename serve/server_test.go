@@ -349,3 +349,26 @@ func TestChatTemplateRequired(t *testing.T) {
 	require.Equal(t, 400, status)
 	require.Contains(t, body, "--chat-template")
 }
+
+// TestDrainDeadline: requests still running at the drain's deadline are
+// aborted (a stream ends with an error event) and Shutdown returns soon
+// after the deadline, not when the requests would have ended.
+func TestDrainDeadline(t *testing.T) {
+	eng, err := NewSimulatedEngine(simLayout(64), 20*time.Millisecond)
+	require.NoError(t, err)
+	ts := newTestServer(t, eng, Options{})
+	s := ts.client.Completions.NewStreaming(context.Background(), oai.CompletionNewParams{Model: testModel,
+		Prompt: oai.CompletionNewParamsPromptUnion{OfString: oai.String("hi")}, MaxTokens: oai.Int(60)}, option.WithJSONSet("ignore_eos", true))
+	require.True(t, s.Next(), "the first token")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = ts.b.Shutdown(ctx)
+	require.ErrorContains(t, err, "1 requests aborted at the deadline")
+	// 60 tokens take 1.2 s; the deadline, 0.1 s (generous: a loaded
+	// machine may be slow to schedule the loop).
+	require.Less(t, time.Since(start), time.Second)
+	for s.Next() {
+	}
+	require.Error(t, s.Err(), "the stream ends with an error, not as if complete")
+}
