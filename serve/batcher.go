@@ -33,9 +33,11 @@ type Request struct {
 	// IgnoreEOS keeps generating past the model's end-of-sequence ids.
 	IgnoreEOS bool
 	// MinTokens is how many tokens are generated before an
-	// end-of-sequence id or a stop string may end the generation (vLLM's
-	// min_tokens); an end-of-sequence id drawn earlier is kept as a
-	// token, and its text is empty.
+	// end-of-sequence id or a stop string may end the generation. Unlike
+	// vLLM's min_tokens, which masks the end-of-sequence ids out of the
+	// draw, an end-of-sequence id drawn earlier is kept as a token whose
+	// text is empty, and a stop string that begins before the boundary
+	// is text.
 	MinTokens int
 }
 
@@ -144,7 +146,9 @@ func NewBatcher(engine Engine, text *Text, o Options) (*Batcher, error) {
 		b.reg = prometheus.NewRegistry()
 		reg = b.reg
 	}
-	b.metrics = newMetrics(reg, sched.Blocks().Total())
+	if b.metrics, err = newMetrics(reg, sched.Blocks().Total()); err != nil {
+		return nil, fmt.Errorf("batcher: metrics: %w", err)
+	}
 	go b.loop()
 	return b, nil
 }
@@ -180,7 +184,7 @@ func (b *Batcher) Submit(ctx context.Context, r Request) (*Handle, error) {
 		return nil, fmt.Errorf("the prompt is empty")
 	case r.MaxTokens < 1:
 		return nil, fmt.Errorf("max_tokens %d; want at least 1", r.MaxTokens)
-	case len(r.Prompt)+r.MaxTokens > b.sched.MaxLen():
+	case r.MaxTokens > b.sched.MaxLen()-len(r.Prompt):
 		return nil, fmt.Errorf("the prompt's %d tokens and max_tokens %d exceed the %d positions a sequence has", len(r.Prompt), r.MaxTokens, b.sched.MaxLen())
 	}
 	vocab := int64(b.engine.Layout().Vocab)
@@ -207,7 +211,6 @@ func (b *Batcher) Submit(ctx context.Context, r Request) (*Handle, error) {
 	b.nextID++
 	l.seq = &Sequence{ID: b.nextID, Tokens: append([]int64(nil), r.Prompt...), Prompt: len(r.Prompt), MaxLen: len(r.Prompt) + r.MaxTokens}
 	b.inbox = append(b.inbox, l)
-	b.metrics.promptTokens.Add(float64(len(r.Prompt)))
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -351,6 +354,7 @@ func (b *Batcher) admit() {
 			continue
 		}
 		b.lives[l.seq] = l
+		b.metrics.promptTokens.Add(float64(len(l.req.Prompt)))
 	}
 }
 
@@ -373,9 +377,14 @@ func (b *Batcher) take(l *live, t Token) {
 		b.metrics.ttft.Observe(now.Sub(l.arrived).Seconds())
 	}
 	b.metrics.generationTokens.Inc()
-	early := q.Generated() < l.req.MinTokens // before this token is appended
-	if !l.req.IgnoreEOS && !early && b.text.IsEOS(t.ID) {
-		l.emit(l.stops.flush(), &t, "", nil)
+	// Before min_tokens neither an end-of-sequence id nor a stop string
+	// ends the generation.
+	check := q.Generated() >= l.req.MinTokens // before this token is appended
+	if !l.req.IgnoreEOS && check && b.text.IsEOS(t.ID) {
+		// The decoder may hold the bytes of a character whose byte
+		// tokens came last: they end the text.
+		text, _ := l.stops.add(l.dec.Flush(), true)
+		l.emit(text+l.stops.flush(), &t, "", nil)
 		b.finish(l, "stop", nil)
 		return
 	}
@@ -386,15 +395,23 @@ func (b *Batcher) take(l *live, t Token) {
 		b.finish(l, "abort", fmt.Errorf("detokenise token %d: %w", t.ID, err))
 		return
 	}
-	// Before min_tokens a stop string is text like any other.
-	text, hit := l.stops.add(piece, !early)
+	t.Text = piece
+	text, hit := l.stops.add(piece, check)
+	length := !hit && (q.Generated() >= l.req.MaxTokens || len(q.Tokens) >= q.MaxLen)
+	if length {
+		// What the decoder holds is the text's end, stop strings
+		// included.
+		rest, hitRest := l.stops.add(l.dec.Flush(), check)
+		text += rest
+		if hit = hitRest; !hit {
+			text += l.stops.flush()
+		}
+	}
 	l.emit(text, &t, "", nil)
 	switch {
 	case hit:
 		b.finish(l, "stop", nil)
-	case q.Generated() >= l.req.MaxTokens || len(q.Tokens) >= q.MaxLen:
-		rest, _ := l.stops.add(l.dec.Flush(), false)
-		l.emit(rest+l.stops.flush(), nil, "", nil)
+	case length:
 		b.finish(l, "length", nil)
 	}
 }
@@ -422,11 +439,10 @@ func (b *Batcher) finish(l *live, reason string, err error) {
 	l.emit("", nil, reason, err)
 }
 
-// failAll ends every request with err.
+// failAll ends every request with err, those still in the inbox too.
 func (b *Batcher) failAll(err error) {
-	admitted := b.lives
 	b.admit()
-	for _, l := range admitted {
+	for _, l := range b.lives {
 		b.finish(l, "abort", err)
 	}
 	b.publish()
@@ -434,13 +450,21 @@ func (b *Batcher) failAll(err error) {
 
 // publish sets the gauges.
 func (b *Batcher) publish() {
+	waiting := b.sched.Waiting()
 	b.mu.Lock()
-	b.queued = b.sched.Waiting()
+	b.queued = waiting
 	b.mu.Unlock()
-	b.metrics.waiting.Set(float64(b.sched.Waiting()))
+	b.metrics.waiting.Set(float64(waiting))
 	b.metrics.running.Set(float64(b.sched.Running()))
 	b.metrics.blocksUsed.Set(float64(b.sched.Blocks().Used()))
 	b.metrics.blocksFree.Set(float64(b.sched.Blocks().Free()))
+}
+
+// Draining says whether the batcher has stopped admitting.
+func (b *Batcher) Draining() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.draining
 }
 
 // Pending counts the requests submitted and not finished.

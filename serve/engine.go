@@ -36,6 +36,10 @@ type Draw struct {
 type Token struct {
 	ID      int64
 	Logprob float64
+	// Text is what the token added to the streamed text (the batcher
+	// fills it): empty for a byte token whose character is not complete
+	// yet, the whole character on the token that completes it.
+	Text string
 }
 
 // checkDraws checks that a step's draws match its batch.

@@ -50,15 +50,28 @@ func (e *FolderEngine) Step(ctx context.Context, b *step.Batch, draws []Draw) ([
 	if err != nil {
 		return nil, err
 	}
-	vocab := e.runner.Layout().Vocab
-	if int(logits.Len()) != len(draws)*vocab {
+	l := e.runner.Layout()
+	vocab := l.Vocab
+	// A program with every token's logits gives T rows: a sequence's
+	// next token is drawn from its last token's row.
+	rows := make([]int, len(draws))
+	for s := range rows {
+		rows[s] = s
+		if l.AllLogits {
+			rows[s] = int(b.QueryStarts[s+1]) - 1
+		}
+	}
+	if n := int(logits.Len()) / max(vocab, 1); int(logits.Len()) != n*vocab || (len(rows) > 0 && rows[len(rows)-1] >= n) {
 		return nil, fmt.Errorf("step: logits %v for %d sequences of a vocabulary of %d", logits.Shape, len(draws), vocab)
 	}
-	flat := logits.F32
-	if flat == nil {
-		flat = make([]float32, logits.Len())
-		for i := range flat {
-			flat[i] = float32(logits.At(int64(i)))
+	flat := make([]float32, len(rows)*vocab)
+	for s, r := range rows {
+		for v := range vocab {
+			if logits.F32 != nil {
+				flat[s*vocab+v] = logits.F32[r*vocab+v]
+			} else {
+				flat[s*vocab+v] = float32(logits.At(int64(r*vocab + v)))
+			}
 		}
 	}
 	params := make([]sample.Params, len(draws))

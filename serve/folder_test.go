@@ -105,3 +105,27 @@ func TestServeRefusesWhatDoesNotFit(t *testing.T) {
 	require.ErrorContains(t, err, "not a serving step")
 	require.Equal(t, search.KindInput, search.KindOf(err))
 }
+
+// TestServeAllLogitsFolder: a step compiled with every token's logits
+// serves too: each sequence's token is drawn from its last token's row,
+// the same as from a step with the last tokens' logits alone.
+func TestServeAllLogitsFolder(t *testing.T) {
+	skipLong(t)
+	build := func(all bool) corpus.Options {
+		return corpus.Options{MaxSeq: 32, Step: corpus.StepOptions{MaxTokens: 16, MaxSeqs: 4, BlockSize: 16, AllLogits: all}}
+	}
+	answers := map[bool][]string{}
+	for _, all := range []bool{false, true} {
+		dir, err := compileInto("testdata/tiny-llama2/config.json:step", build(all))
+		require.NoError(t, err)
+		eng, err := OpenFolder(context.Background(), dir)
+		require.NoError(t, err)
+		defer eng.Close()
+		require.Equal(t, all, eng.Layout().AllLogits)
+		ts := newTestServer(t, eng, Options{})
+		for _, a := range ts.askAll(t, []clientRequest{{prompt: "the quick brown fox", maxTokens: 5, topP: 1}, {prompt: "seven wizards", maxTokens: 4, topP: 1, chat: true}}) {
+			answers[all] = append(answers[all], a.text)
+		}
+	}
+	require.Equal(t, answers[false], answers[true])
+}

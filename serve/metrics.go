@@ -22,7 +22,7 @@ type metrics struct {
 // latencyBuckets span a millisecond to two minutes, as vLLM's do.
 var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 120}
 
-func newMetrics(reg prometheus.Registerer, blocks int) *metrics {
+func newMetrics(reg prometheus.Registerer, blocks int) (*metrics, error) {
 	m := &metrics{
 		waiting:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "lumsearch_requests_waiting", Help: "Requests waiting to be scheduled."}),
 		running:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "lumsearch_requests_running", Help: "Requests holding KV blocks."}),
@@ -39,7 +39,11 @@ func newMetrics(reg prometheus.Registerer, blocks int) *metrics {
 		stepTokens:       prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lumsearch_step_tokens", Help: "Tokens in a step.", Buckets: prometheus.ExponentialBuckets(1, 2, 14)}),
 		stepHost:         prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lumsearch_step_host_seconds", Help: "Host time of a step (scheduling, metadata, detokenisation), the device's excluded.", Buckets: prometheus.ExponentialBuckets(1e-5, 2, 16)}),
 	}
-	reg.MustRegister(m.waiting, m.running, m.blocksUsed, m.blocksFree, m.preemptions, m.promptTokens, m.generationTokens, m.finished, m.ttft, m.tpot, m.e2e, m.stepSeqs, m.stepTokens, m.stepHost)
+	for _, c := range []prometheus.Collector{m.waiting, m.running, m.blocksUsed, m.blocksFree, m.preemptions, m.promptTokens, m.generationTokens, m.finished, m.ttft, m.tpot, m.e2e, m.stepSeqs, m.stepTokens, m.stepHost} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
 	m.blocksFree.Set(float64(blocks))
-	return m
+	return m, nil
 }

@@ -1,7 +1,9 @@
 package serve
 
 import (
+	"errors"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/lumsearch/lumsearch/serve/openai"
 )
@@ -18,16 +20,17 @@ type response struct {
 }
 
 // logprobs renders tokens' log-probabilities in the completions form
-// (advancing the text offset) or the chat form.
+// (advancing the text offset) or the chat form. A token's text is what it
+// added to the stream: a byte token of an unfinished character shows
+// empty, the one that completes it the whole character.
 func (rs *response) logprobs(toks []Token) (*openai.CompletionLogprobs, *openai.ChatLogprobs) {
 	if !rs.g.sampling.Logprobs || len(toks) == 0 {
 		return nil, nil
 	}
-	tok := rs.s.b.Text().Tokenizer
 	if rs.chat {
 		lp := &openai.ChatLogprobs{}
 		for _, t := range toks {
-			piece, _ := tok.Decode([]int{int(t.ID)}, false)
+			piece := t.Text
 			bytes := make([]int, len(piece))
 			for i := range len(piece) {
 				bytes[i] = int(piece[i])
@@ -38,12 +41,12 @@ func (rs *response) logprobs(toks []Token) (*openai.CompletionLogprobs, *openai.
 	}
 	lp := &openai.CompletionLogprobs{}
 	for _, t := range toks {
-		piece, _ := tok.Decode([]int{int(t.ID)}, false)
+		piece := t.Text
 		lp.Tokens = append(lp.Tokens, piece)
 		lp.TokenLogprobs = append(lp.TokenLogprobs, openai.Logprob(t.Logprob))
 		lp.TopLogprobs = append(lp.TopLogprobs, nil)
 		lp.TextOffset = append(lp.TextOffset, rs.offset)
-		rs.offset += len(piece)
+		rs.offset += utf8.RuneCountInString(piece) // OpenAI counts characters
 	}
 	return lp, nil
 }
@@ -78,7 +81,7 @@ func (rs *response) whole(w http.ResponseWriter, r *http.Request, h *Handle) {
 	}
 	if last.Finish == "abort" {
 		if r.Context().Err() == nil {
-			openai.WriteError(w, openai.ServerError(errText(last.Err)))
+			openai.WriteError(w, abortError(last.Err))
 		}
 		return
 	}
@@ -105,7 +108,7 @@ func (rs *response) stream(w http.ResponseWriter, r *http.Request, h *Handle) {
 		}
 		if out.Finish == "abort" {
 			if r.Context().Err() == nil {
-				_ = ew.SendError(openai.ServerError(errText(out.Err)))
+				_ = ew.SendError(abortError(out.Err))
 				_ = ew.Done()
 			}
 			return
@@ -140,10 +143,8 @@ func (rs *response) chunk(ew *openai.EventWriter, out Output, first bool) error 
 		if first {
 			d.Role = openai.RoleAssistant
 		}
-		if out.Text != "" || !first {
-			text := out.Text
-			d.Content = &text
-		}
+		text := out.Text // the role's chunk carries "" as OpenAI's does
+		d.Content = &text
 		return ew.Send(openai.ChatCompletionChunk{ID: rs.id, Object: openai.ObjectChatChunk, Created: rs.created, Model: rs.s.o.Model,
 			Choices: []openai.ChatChunkChoice{{Delta: d, Logprobs: chlp, FinishReason: finishReason(out.Finish)}}})
 	}
@@ -151,9 +152,14 @@ func (rs *response) chunk(ew *openai.EventWriter, out Output, first bool) error 
 		Choices: []openai.CompletionChoice{{Text: out.Text, Logprobs: clp, FinishReason: finishReason(out.Finish)}}})
 }
 
-func errText(err error) string {
-	if err == nil {
-		return "the request was aborted"
+// abortError is the error object of an aborted request: 503 when the
+// server is shutting down, else 500.
+func abortError(err error) *openai.Error {
+	switch {
+	case err == nil:
+		return openai.ServerError("the request was aborted")
+	case errors.Is(err, ErrDraining):
+		return openai.Overloaded(err.Error())
 	}
-	return err.Error()
+	return openai.ServerError(err.Error())
 }

@@ -44,8 +44,11 @@ func NewServer(b *Batcher, o ServerOptions) *Server {
 		o.MaxBody = 4 << 20
 	}
 	s := &Server{b: b, o: o, created: time.Now().Unix(), mux: http.NewServeMux()}
-	g := o.Gatherer
-	if g == nil {
+	var g prometheus.Gatherer
+	switch {
+	case o.Gatherer != nil:
+		g = o.Gatherer
+	case b.Registry() != nil:
 		g = b.Registry()
 	}
 	s.mux.HandleFunc("POST /v1/completions", s.completions)
@@ -69,10 +72,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
-	s.b.mu.Lock()
-	draining := s.b.draining
-	s.b.mu.Unlock()
-	if draining {
+	if s.b.Draining() {
 		openai.WriteError(w, openai.Overloaded("the server is shutting down"))
 		return
 	}
@@ -169,8 +169,8 @@ func (s *Server) request(g generation, promptField string) (Request, *openai.Err
 	if max == 0 {
 		max = maxLen - len(g.prompt)
 	}
-	if len(g.prompt)+max > maxLen {
-		return Request{}, openai.InvalidRequest("max_tokens", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", maxLen, len(g.prompt)+max, len(g.prompt), max))
+	if max > maxLen-len(g.prompt) {
+		return Request{}, openai.InvalidRequest("max_tokens", fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens in the prompt and max_tokens %d. Please reduce the length of the prompt or max_tokens.", maxLen, len(g.prompt), max))
 	}
 	if sm.TopLogprobs > 0 {
 		field := "logprobs"
@@ -209,7 +209,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g generation, 
 		openai.WriteError(w, openai.InvalidRequest(promptField, err.Error()))
 		return
 	}
-	rs := &response{s: s, g: g, chat: chat, id: openai.NewID(map[bool]string{false: "cmpl-", true: "chatcmpl-"}[chat]), created: time.Now().Unix()}
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	rs := &response{s: s, g: g, chat: chat, id: openai.NewID(prefix), created: time.Now().Unix()}
 	if g.stream {
 		rs.stream(w, r, h)
 		return

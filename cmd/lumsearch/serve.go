@@ -15,7 +15,7 @@ import (
 var serveCommand = &command{
 	name:     "serve",
 	summary:  "serve a compiled step folder behind an OpenAI-compatible HTTP API, with continuous batching",
-	synopsis: "serve DIR [--host HOST] [--port N] [--tokenizer PATH] [--chat-template FILE] [--served-model-name NAME] [--max-num-batched-tokens N] [--max-waiting N] [--drain D]",
+	synopsis: "serve DIR [--host HOST] [--port N] [--tokenizer PATH] [--chat-template FILE] [--served-model-name NAME] [--max-num-batched-tokens N] [--num-gpu-blocks-override N] [--max-waiting N] [--drain D]",
 	doc: `
 "serve DIR" serves the program that "compile MODEL:step" (or "optimize")
 wrote into DIR: /v1/completions and /v1/chat/completions (streaming as
@@ -52,6 +52,7 @@ lumsearch loadgen --url http://127.0.0.1:8000 --requests 32 --prompt-tokens 24 -
 		fs.StringVar(&o.ChatTemplate, "chat-template", "", "a Jinja chat template `FILE` (or a tokenizer_config.json), instead of the tokenizer's")
 		fs.StringVar(&o.ServedModelName, "served-model-name", "", "the model's `NAME` in the API (default: the model folder's name)")
 		fs.IntVar(&o.Batcher.TokenBudget, "max-num-batched-tokens", 0, "the most tokens a step carries, `N` (default: the step's maximum)")
+		fs.IntVar(&o.Batcher.KVBlocks, "num-gpu-blocks-override", 0, "use at most `N` of the KV pool's blocks (default: all)")
 		fs.IntVar(&o.Batcher.MaxWaiting, "max-waiting", 4096, "the most requests waiting, `N`; past it requests get 429")
 		fs.DurationVar(&o.Drain, "drain", 30*time.Second, "how long a shutdown lets requests in flight finish, `D`")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
