@@ -215,6 +215,44 @@ func (p *Program) SetState(name string, t *ir.Tensor) error {
 // Run uploads the inputs, launches the run on stream (nil: the default
 // stream), waits for it and returns the outputs by name.
 func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]*ir.Tensor, error) {
+	batch, err := p.RunOnDevice(inputs, stream)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*ir.Tensor{}
+	for name, id := range p.plan.Outputs {
+		t, err := p.download(id)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: output %s: %w", p.name, name, err)
+		}
+		out[name] = t
+	}
+	if batch != nil {
+		// The logits of the sequences present: the rows past them
+		// belong to none.
+		present, err := p.plan.Step.Present(out, batch)
+		if err != nil {
+			return nil, fmt.Errorf("run %s: %w", p.name, err)
+		}
+		return present, nil
+	}
+	return out, nil
+}
+
+// Output is an output's device buffer and type, for a kernel that reads it
+// where the run left it (a serving step's sampler reads the logits).
+func (p *Program) Output(name string) (*Buffer, ir.ValueType, error) {
+	id, ok := p.plan.Outputs[name]
+	if !ok || p.bufs[id] == nil {
+		return nil, ir.ValueType{}, fmt.Errorf("%s has no output %s of its own buffer", p.name, name)
+	}
+	return p.bufs[id], p.types[id], nil
+}
+
+// RunOnDevice is Run without reading the outputs back: they stay in their
+// buffers (see Output). For a serving step it returns the batch its
+// inputs hold, checked.
+func (p *Program) RunOnDevice(inputs map[string]*ir.Tensor, stream *Stream) (*step.Batch, error) {
 	if !p.prepared {
 		return nil, fmt.Errorf("run %s: not prepared", p.name)
 	}
@@ -255,24 +293,7 @@ func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]
 	if err := sync(); err != nil {
 		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
-	out := map[string]*ir.Tensor{}
-	for name, id := range p.plan.Outputs {
-		t, err := p.download(id)
-		if err != nil {
-			return nil, fmt.Errorf("run %s: output %s: %w", p.name, name, err)
-		}
-		out[name] = t
-	}
-	if batch != nil {
-		// The logits of the sequences present: the rows past them
-		// belong to none.
-		present, err := p.plan.Step.Present(out, batch)
-		if err != nil {
-			return nil, fmt.Errorf("run %s: %w", p.name, err)
-		}
-		return present, nil
-	}
-	return out, nil
+	return batch, nil
 }
 
 // State downloads a state's current content: after a run, its updated

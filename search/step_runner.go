@@ -39,6 +39,30 @@ type StepRunner struct {
 // and the pools start zeroed, as lum_create leaves them. A folder that is
 // not a step is a KindInput error.
 func OpenStep(ctx context.Context, dir string) (*StepRunner, error) {
+	sf, err := loadStep(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	r := &StepRunner{dir: dir, fp: sf.fp, model: sf.model, layout: *sf.fp.pl.Step, fixed: sf.fixed, states: map[string]*ir.Tensor{}}
+	g := sf.model.Graph
+	for _, v := range g.States() {
+		n := g.Node(v)
+		r.states[n.Name] = ir.NewTensor(n.DType, n.Shape)
+	}
+	return r, ctx.Err()
+}
+
+// stepFolder is a step folder read for running: its program, the model
+// rebuilt from its plan, and the weights and constants every run reads.
+type stepFolder struct {
+	fp    *folderProgram
+	model *Model
+	fixed map[string]*ir.Tensor
+}
+
+// loadStep reads and checks a step folder as OpenStep describes; the
+// caller closes the model.
+func loadStep(ctx context.Context, dir string) (*stepFolder, error) {
 	pl, err := readPlan(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
@@ -61,7 +85,7 @@ func OpenStep(ctx context.Context, dir string) (*StepRunner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	r := &StepRunner{dir: dir, fp: fp, model: md, layout: *pl.Step, fixed: map[string]*ir.Tensor{}, states: map[string]*ir.Tensor{}}
+	sf := &stepFolder{fp: fp, model: md, fixed: map[string]*ir.Tensor{}}
 	g := md.Graph
 	weights := md.Weights
 	if weights == nil {
@@ -76,14 +100,20 @@ func OpenStep(ctx context.Context, dir string) (*StepRunner, error) {
 			md.Close()
 			return nil, withKind(KindInput, fmt.Errorf("open %s: no value for weight %s", dir, n.Name))
 		}
-		r.fixed[n.Name] = weights[n.Name]
+		sf.fixed[n.Name] = weights[n.Name]
 	}
-	maps.Copy(r.fixed, fp.consts)
-	for _, v := range g.States() {
-		n := g.Node(v)
-		r.states[n.Name] = ir.NewTensor(n.DType, n.Shape)
+	maps.Copy(sf.fixed, fp.consts)
+	return sf, ctx.Err()
+}
+
+// modelFolder is the folder of the Hugging Face model a plan's model
+// names (PATH/config.json:KIND), or "" for a corpus model.
+func modelFolder(model string) string {
+	i := strings.LastIndex(model, ".json:")
+	if i < 0 {
+		return ""
 	}
-	return r, ctx.Err()
+	return filepath.Dir(model[:i+len(".json")])
 }
 
 // Layout is what the step was compiled for.
@@ -96,13 +126,7 @@ func (r *StepRunner) Model() string { return r.fp.model }
 // ModelFolder is the folder of the Hugging Face model the step was
 // compiled from (where its tokenizer.json and generation_config.json
 // are), or "" for a corpus model.
-func (r *StepRunner) ModelFolder() string {
-	i := strings.LastIndex(r.fp.model, ".json:")
-	if i < 0 {
-		return ""
-	}
-	return filepath.Dir(r.fp.model[:i+len(".json")])
-}
+func (r *StepRunner) ModelFolder() string { return modelFolder(r.fp.model) }
 
 // Device says where the runs happen, for labels.
 func (r *StepRunner) Device() string { return "CPU emulation" }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/internal/fakecuda"
 	"github.com/lumsearch/lumsearch/search"
 )
 
@@ -21,6 +22,7 @@ func TestMain(m *testing.M) {
 	if scratch != "" {
 		os.RemoveAll(scratch)
 	}
+	fakecuda.Cleanup()
 	os.Exit(code)
 }
 

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/lumsearch/lumsearch/gpu"
 )
 
 // FolderOptions say how to serve a compiled folder.
@@ -34,6 +36,48 @@ type FolderOptions struct {
 	// Ready, when set, is called with the address once the server
 	// listens.
 	Ready func(addr string)
+	// Device is where the step runs: DeviceGPU, DeviceEmulated, or
+	// DeviceAuto ("": a GPU when there is one, else the emulation).
+	Device string
+}
+
+// Where a served step runs.
+const (
+	DeviceAuto     = "auto"
+	DeviceGPU      = "gpu"
+	DeviceEmulated = "emulated"
+)
+
+// folderEngine is an engine over a compiled folder.
+type folderEngine interface {
+	Engine
+	ModelFolder() string
+	Model() string
+	Close() error
+}
+
+// openEngine opens dir where o says: on auto, the emulation serves when no
+// GPU can (logged, with the reason).
+func openEngine(ctx context.Context, dir, device string, logf func(string, ...any)) (folderEngine, error) {
+	switch device {
+	case DeviceEmulated:
+		return OpenFolder(ctx, dir)
+	case DeviceGPU:
+		return OpenGPU(ctx, dir)
+	case DeviceAuto, "":
+		// Asked first, so that a machine without a GPU reads the folder
+		// once.
+		d, err := gpu.Open()
+		if err == nil {
+			_, err = d.Device(0)
+		}
+		if errors.Is(err, gpu.ErrNoDevice) {
+			logf("no GPU (%v): the step runs under the CPU emulation", err)
+			return OpenFolder(ctx, dir)
+		}
+		return OpenGPU(ctx, dir)
+	}
+	return nil, fmt.Errorf("device %q: want %s, %s or %s", device, DeviceAuto, DeviceGPU, DeviceEmulated)
 }
 
 // ServeFolder serves the compiled step folder dir until ctx ends, then
@@ -41,7 +85,7 @@ type FolderOptions struct {
 // flight finish within o.Drain, aborts the rest and returns. logf reports
 // what it does.
 func ServeFolder(ctx context.Context, dir string, o FolderOptions, logf func(format string, args ...any)) error {
-	eng, err := OpenFolder(ctx, dir)
+	eng, err := openEngine(ctx, dir, o.Device, logf)
 	if err != nil {
 		return err
 	}
@@ -106,7 +150,7 @@ func ServeFolder(ctx context.Context, dir string, o FolderOptions, logf func(for
 
 // servedName is the name a folder's model is served by: its Hugging Face
 // folder's name, else the model plan.json names, without the kind.
-func servedName(e *FolderEngine) string {
+func servedName(e folderEngine) string {
 	if f := e.ModelFolder(); f != "" {
 		return filepath.Base(f)
 	}

@@ -15,7 +15,7 @@ import (
 var serveCommand = &command{
 	name:     "serve",
 	summary:  "serve a compiled step folder behind an OpenAI-compatible HTTP API, with continuous batching",
-	synopsis: "serve DIR [--host HOST] [--port N] [--tokenizer PATH] [--chat-template FILE] [--served-model-name NAME] [--max-num-batched-tokens N] [--num-gpu-blocks-override N] [--max-waiting N] [--drain D]",
+	synopsis: "serve DIR [--host HOST] [--port N] [--tokenizer PATH] [--chat-template FILE] [--served-model-name NAME] [--device auto|gpu|emulated] [--max-num-batched-tokens N] [--num-gpu-blocks-override N] [--max-waiting N] [--drain D]",
 	doc: `
 "serve DIR" serves the program that "compile MODEL:step" (or "optimize")
 wrote into DIR: /v1/completions and /v1/chat/completions (streaming as
@@ -30,8 +30,10 @@ beside the step (greedy, temperature, top_k, top_p, a per-request seed).
 Text goes through the tokenizer of the Hugging Face folder the model was
 compiled from, or --tokenizer (a tokenizer.json or its folder); a tokenizer
 with ids outside the model's vocabulary is refused. Chat needs a chat
-template: the tokenizer's, or --chat-template. Without a GPU the step runs
-under the CPU emulation, which the startup line says: fine for tiny models.
+template: the tokenizer's, or --chat-template. The step runs on GPU 0 (the
+folder's CUBIN, or its PTX on another architecture; the sampling kernel
+compiled by NVRTC beside it), or without a GPU under the CPU emulation,
+which the startup line says: fine for tiny models.
 
 SIGTERM or Ctrl-C stops admitting (new requests get 503), lets the requests
 in flight finish within --drain, then exits.
@@ -54,6 +56,7 @@ lumsearch loadgen --url http://127.0.0.1:8000 --requests 32 --prompt-tokens 24 -
 		fs.IntVar(&o.Batcher.TokenBudget, "max-num-batched-tokens", 0, "the most tokens a step carries, `N` (default: the step's maximum)")
 		fs.IntVar(&o.Batcher.KVBlocks, "num-gpu-blocks-override", 0, "use at most `N` of the KV pool's blocks (default: all)")
 		fs.IntVar(&o.Batcher.MaxWaiting, "max-waiting", 4096, "the most requests waiting, `N`; past it requests get 429")
+		fs.StringVar(&o.Device, "device", serve.DeviceAuto, "where the step runs: `auto` (a GPU when there is one), gpu or emulated (the CPU emulation)")
 		fs.DurationVar(&o.Drain, "drain", 30*time.Second, "how long a shutdown lets requests in flight finish, `D`")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {

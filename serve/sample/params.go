@@ -76,3 +76,14 @@ func (p Params) topP32() float32 {
 	}
 	return min(float32(p.TopP), math.Nextafter32(1, 0))
 }
+
+// KernelArgs is what the kernel receives of p for a vocabulary of vocab
+// ids: the temperature (0 for a greedy request), top-k (0 for off) and
+// top-p (1 for off), as Run passes them; a caller launching the kernel
+// on a device passes the same.
+func (p Params) KernelArgs(vocab int) (temperature float32, topK int32, topP float32) {
+	if !p.greedy() {
+		temperature = float32(p.Temperature)
+	}
+	return temperature, int32(p.topK(vocab)), p.topP32()
+}

@@ -36,11 +36,7 @@ func Run(ctx context.Context, logits []float32, vocab int, params []Params, inde
 	topP := make([]float32, s)
 	seed := make([]uint64, s)
 	for i, p := range params {
-		if !p.greedy() {
-			temp[i] = float32(p.Temperature)
-		}
-		topK[i] = int32(p.topK(vocab))
-		topP[i] = p.topP32()
+		temp[i], topK[i], topP[i] = p.KernelArgs(vocab)
 		seed[i] = p.Seed
 	}
 	bufs := []emu.Buffer{
