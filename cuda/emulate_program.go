@@ -132,6 +132,24 @@ func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel,
 	if err != nil {
 		return nil, nil, err
 	}
+	if opt.Discard == nil {
+		// Only the outputs and the updated states are read back: the
+		// weights' bytes (gigabytes at real shapes) need not return.
+		keep := map[int]bool{}
+		for _, id := range prog.Outputs {
+			keep[e.where[id].Buffer] = true
+		}
+		for _, b := range prog.Buffers {
+			if _, ok := prog.Updates[b.Name]; ok && b.Kind == lower.State {
+				keep[e.where[b.ID].Buffer] = true
+			}
+		}
+		for i := range e.Buffers {
+			if !keep[i] {
+				opt.Discard = append(opt.Discard, i)
+			}
+		}
+	}
 	got, err := e.Run(ctx, e.Launches, opt)
 	if err != nil {
 		return nil, nil, err

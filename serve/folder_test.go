@@ -84,7 +84,7 @@ func TestServeCompiledStep(t *testing.T) {
 	eng := openTiny(t)
 	require.Equal(t, "CPU emulation", eng.Device())
 	require.Equal(t, 32000, eng.Layout().Vocab)
-	checkConcurrentClients(t, func() Engine { return openTiny(t) }, tight, 32, alone)
+	checkConcurrentClients(t, func() Engine { return openTiny(t) }, tight, 32, alone, 12)
 }
 
 // TestServeRefusesWhatDoesNotFit: a folder that is not a step kind, and a

@@ -66,14 +66,14 @@ type answer struct {
 // words are what random prompts are made of.
 var words = strings.Fields("the quick brown fox jumps over a lazy dog while seven wizards quietly hum old songs about rivers mountains and bread")
 
-func drawClientRequests(rng *rand.Rand, n int, sampled bool) []clientRequest {
+func drawClientRequests(rng *rand.Rand, n, maxOut int, sampled bool) []clientRequest {
 	var rs []clientRequest
 	for range n {
 		var p []string
 		for range 1 + rng.IntN(30) {
 			p = append(p, words[rng.IntN(len(words))])
 		}
-		r := clientRequest{prompt: strings.Join(p, " "), chat: rng.IntN(3) == 0, stream: rng.IntN(2) == 0, maxTokens: 1 + rng.IntN(12), topP: 1}
+		r := clientRequest{prompt: strings.Join(p, " "), chat: rng.IntN(3) == 0, stream: rng.IntN(2) == 0, maxTokens: 1 + rng.IntN(maxOut), topP: 1}
 		if sampled && rng.IntN(2) == 0 {
 			r.temp, r.topP, r.topK, r.seed = 0.6+rng.Float64(), 0.7+rng.Float64()*0.3, rng.IntN(40), rng.Int64()
 		}
@@ -161,10 +161,10 @@ func (ts *testServer) askAll(t testing.TB, rs []clientRequest) []answer {
 // checkConcurrentClients: many clients at once get, greedy or seeded, the
 // answers the first alone of them get alone, also from a pool cut to
 // tightBlocks blocks, small enough to preempt (0: not tried); steps carry
-// many sequences at once.
-func checkConcurrentClients(t *testing.T, newEngine func() Engine, tightBlocks, clients, alone int) {
+// many sequences at once. Each asks for 1..maxOut tokens.
+func checkConcurrentClients(t *testing.T, newEngine func() Engine, tightBlocks, clients, alone, maxOut int) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	rs := drawClientRequests(rng, clients, true)
+	rs := drawClientRequests(rng, clients, maxOut, true)
 	ts := newTestServer(t, newEngine(), Options{})
 	want := make([]answer, alone)
 	for i := range alone {
@@ -197,7 +197,7 @@ func TestConcurrentClientsOverSimulatedStep(t *testing.T) {
 		eng, err := NewSimulatedEngine(simLayout(256), time.Millisecond)
 		require.NoError(t, err)
 		return eng
-	}, 24, 32, 32)
+	}, 24, 32, 32, 12)
 }
 
 // TestCancelMidStream: a client that leaves mid-stream has its request
