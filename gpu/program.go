@@ -212,6 +212,20 @@ func (p *Program) SetState(name string, t *ir.Tensor) error {
 	return fmt.Errorf("%s has no state %s", p.name, name)
 }
 
+// ZeroStates zeroes every state on the device (a KV cache's start, as
+// lum_create leaves it) without a host copy, which at real shapes would
+// be gigabytes of zeros.
+func (p *Program) ZeroStates() error {
+	for _, b := range p.plan.Buffers {
+		if b.Kind == state {
+			if err := p.bufs[b.ID].Memset(0, p.bufs[b.ID].Size(), 0); err != nil {
+				return fmt.Errorf("zero %s: %w", b.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Run uploads the inputs, launches the run on stream (nil: the default
 // stream), waits for it and returns the outputs by name.
 func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]*ir.Tensor, error) {

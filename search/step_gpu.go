@@ -79,12 +79,8 @@ func OpenStepGPU(ctx context.Context, dir string) (_ *StepGPU, err error) {
 	if err := s.prog.Prepare(ctx, sf.fixed); err != nil {
 		return nil, errors.Join(fmt.Errorf("open %s: %w", dir, err), s.prog.Close(), c.Release())
 	}
-	g := sf.model.Graph
-	for _, v := range g.States() {
-		n := g.Node(v)
-		if err := s.prog.SetState(n.Name, ir.NewTensor(n.DType, n.Shape)); err != nil {
-			return nil, errors.Join(fmt.Errorf("open %s: %w", dir, err), s.prog.Close(), c.Release())
-		}
+	if err := s.prog.ZeroStates(); err != nil {
+		return nil, errors.Join(fmt.Errorf("open %s: %w", dir, err), s.prog.Close(), c.Release())
 	}
 	return s, nil
 }
