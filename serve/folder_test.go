@@ -79,7 +79,7 @@ func TestServeCompiledStep(t *testing.T) {
 	// compares every answer; this one checks the compiled step's wiring.
 	alone, tight := 32, 6
 	if testing.Short() {
-		alone, tight = 2, 0
+		alone, tight = 1, 0
 	}
 	eng := openTiny(t)
 	require.Equal(t, "CPU emulation", eng.Device())
