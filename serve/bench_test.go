@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -36,12 +37,17 @@ func (e *fixedEngine) Step(_ context.Context, b *step.Batch, draws []Draw) ([]To
 
 // BenchmarkHostStep measures the host's time a step (scheduling, the
 // step's metadata, sampling parameters, detokenisation, stop strings,
-// streaming to the clients) with 128 sequences decoding, the device's
+// streaming to the clients) with 128 and 256 sequences decoding, the device's
 // time excluded (a step here sleeps 1 ms); run it with -cpu 1 for the
 // one-core figure. It also
 // reports the host memory a running request holds.
 func BenchmarkHostStep(b *testing.B) {
-	const running = 128
+	for _, running := range []int{128, 256} {
+		b.Run(fmt.Sprintf("seqs=%d", running), func(b *testing.B) { benchmarkHostStep(b, running) })
+	}
+}
+
+func benchmarkHostStep(b *testing.B, running int) {
 	l := step.Layout{MaxTokens: 256, MaxSeqs: running, BlockSize: 16, Blocks: running * 256, BlocksPerSeq: 256, KVHeads: 8, HeadDim: 128, Layers: 32, Vocab: 32000}
 	txt := llama2Text(b)
 	bt, err := NewBatcher(&fixedEngine{layout: l, delay: time.Millisecond}, txt, Options{})
@@ -88,7 +94,7 @@ func BenchmarkHostStep(b *testing.B) {
 	steps := end.Steps - start.Steps
 	b.ReportMetric(float64((end.HostTime-start.HostTime).Nanoseconds())/float64(steps), "host-ns/step")
 	b.ReportMetric(float64(end.StepSeqs-start.StepSeqs)/float64(steps), "seqs/step")
-	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/running, "heap-B/request")
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(running), "heap-B/request")
 	cancel()
 	wg.Wait()
 }
