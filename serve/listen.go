@@ -82,8 +82,8 @@ func openEngine(ctx context.Context, dir, device string, logf func(string, ...an
 
 // ServeFolder serves the compiled step folder dir until ctx ends, then
 // drains: it stops admitting (new requests get 503), lets the requests in
-// flight finish within o.Drain, aborts the rest and returns. logf reports
-// what it does.
+// flight finish within o.Drain, aborts the rest (and says how many) and
+// returns nil. logf reports what it does.
 func ServeFolder(ctx context.Context, dir string, o FolderOptions, logf func(format string, args ...any)) error {
 	eng, err := openEngine(ctx, dir, o.Device, logf)
 	if err != nil {
@@ -132,7 +132,10 @@ func ServeFolder(ctx context.Context, dir string, o FolderOptions, logf func(for
 	logf("draining: no new requests, %d in flight get up to %s", b.Pending(), drain)
 	dctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
-	derr := b.Shutdown(dctx)
+	if err := b.Shutdown(dctx); err != nil {
+		// A deadline reached is how a drain ends, not a failure.
+		logf("%v", err)
+	}
 	// The streams end once their requests have: Shutdown waits for the
 	// handlers, which the batcher has answered by now.
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -145,7 +148,7 @@ func ServeFolder(ctx context.Context, dir string, o FolderOptions, logf func(for
 		serr = errors.Join(serr, err)
 	}
 	logf("stopped")
-	return errors.Join(derr, serr)
+	return serr
 }
 
 // servedName is the name a folder's model is served by: its Hugging Face
