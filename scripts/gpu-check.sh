@@ -26,7 +26,9 @@
 #      (DECODE, default llama-3.2-1b:decode, --max-seq DECODE_MAX_SEQ,
 #      default 8192) and times it with bench --dim past=P at three
 #      positions (DECODE_POSITIONS, default 128 1024 and the last);
-#   7. prints one table and writes OUT/results.json, OUT/summary.txt and
+#   7. serves the tiny Llama 2-vocabulary model of serve/testdata on the GPU
+#      (lumsearch serve --device gpu) and drives it with lumsearch loadgen;
+#   8. prints one table and writes OUT/results.json, OUT/summary.txt and
 #      the tuning records produced (OUT/tunedb.jsonl).
 # The whole run is capped by --budget-seconds (default 480: 8 minutes).
 set -euo pipefail
@@ -397,6 +399,61 @@ if (($(remaining) > 30)); then
 	done
 fi
 
+# --- serving on the GPU -----------------------------------------------------
+# The tiny random-weight model (Llama 2's vocabulary) compiled as a serving
+# step and served on the GPU (lumsearch serve --device gpu: the step and the
+# sampling kernel on the device), driven by lumsearch loadgen with 32
+# concurrent streamed requests. Needs the repository's serve/testdata and
+# the shared data's Llama 2 tokenizer (SERVE_TOKENIZER); skipped in dry mode.
+serve_status="skipped"
+serve_line=""
+serve_config=${SERVE_CONFIG:-$script_dir/../serve/testdata/tiny-llama2/config.json}
+serve_tokenizer=${SERVE_TOKENIZER:-}
+if [[ -z $serve_tokenizer ]]; then
+	# The shared data sits beside the checkout, or inside a copy of it.
+	for d in "$script_dir/../../shared" "$script_dir/../shared"; do
+		[[ -e $d/data/tokenizers/llama2 ]] && serve_tokenizer="$d/data/tokenizers/llama2" && break
+	done
+fi
+serve_dir="$out/compile-serve"
+if ((dry_run)); then
+	serve_status="skipped (dry run)"
+elif ! "$lumsearch" help serve >/dev/null 2>&1; then
+	serve_status="skipped (this build has no serve)"
+elif [[ ! -f $serve_config || -z $serve_tokenizer ]]; then
+	serve_status="skipped (no $serve_config, or no shared/data/tokenizers/llama2: set SERVE_TOKENIZER)"
+elif (($(remaining) > 60)); then
+	say "compile $serve_config:step -> $serve_dir, serve it on the GPU, loadgen 32 requests"
+	if capped 120 "$lumsearch" compile "$serve_config:step" --max-tokens 256 --max-seqs 32 --max-seq 512 --verify=false -o "$serve_dir" >"$serve_dir.log" 2>&1; then
+		port=${SERVE_PORT:-18123}
+		"$lumsearch" serve "$serve_dir" --device gpu --port "$port" --host 127.0.0.1 --tokenizer "$serve_tokenizer" >"$out/serve.log" 2>&1 &
+		serve_pid=$!
+		for _ in $(seq 1 120); do
+			grep -q "serving " "$out/serve.log" 2>/dev/null && break
+			kill -0 "$serve_pid" 2>/dev/null || break
+			sleep 0.5
+		done
+		if grep -q "serving " "$out/serve.log"; then
+			if r=$(capped 120 "$lumsearch" loadgen --url "http://127.0.0.1:$port" --requests 32 --concurrency 32 --prompt-tokens 64 --output-tokens 64 --json 2>>"$log"); then
+				echo "$r" >"$out/serve-loadgen.json"
+				serve_status="ok"
+				serve_line=" $(json_num completed "$r") of 32 completed, $(json_num output_token_rate "$r") output tok/s"
+			else
+				serve_status="loadgen failed (see log.txt, serve.log)"
+			fi
+		else
+			serve_status="serve did not start (see serve.log)"
+		fi
+		kill -TERM "$serve_pid" 2>/dev/null || true
+		wait "$serve_pid" 2>/dev/null || true
+		cat "$out/serve.log" >>"$log"
+	else
+		serve_status="compile failed (see $(basename "$serve_dir").log)"
+	fi
+	cat "$serve_dir.log" >>"$log" 2>/dev/null || true
+fi
+say "serve: $serve_status$serve_line"
+
 # --- the table ----------------------------------------------------------
 # Ratios are lumsearch's time over the other's (below 1: lumsearch faster).
 # Achieved GB/s and TFLOP/s use lumsearch's time, else eager's, and are set
@@ -436,6 +493,7 @@ elapsed=$((SECONDS - start_s))
 	echo "torch=ls?: whether PyTorch eager and torch.compile, run on the inputs and weights lumsearch bench fed, gave lumsearch's outputs (worst relative L2 error); own inputs: PyTorch drew its own"
 	echo "$table"
 	echo "decode $decode_graph --max-seq $decode_max (one program, compile $decode_status):${decode_line:- not run}"
+	echo "serve tiny-llama2 on the GPU: $serve_status$serve_line"
 } >"$out/summary.txt"
 echo
 cat "$out/summary.txt"
@@ -458,7 +516,7 @@ cat "$out/summary.txt"
 		((i == ${#decode_json[@]} - 1)) && sep=""
 		printf '%s%s' "${decode_json[$i]}" "$sep"
 	done
-	printf ']}\n}\n'
+	printf ']},\n  "serve": {"status": %s, "loadgen": %s}\n}\n' "$(json_str "$serve_status")" "$(cat "$out/serve-loadgen.json" 2>/dev/null || echo null)"
 } >"$out/results.json"
 echo
 echo "wrote $out/results.json, $out/summary.txt and $out/log.txt (tuning records, if any: $LUMSEARCH_TUNEDB)"
