@@ -37,6 +37,61 @@ type Emulation struct {
 // the whole buffer, which its kernel writes at the window's elements
 // alone; the window must fit the buffer.
 func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor) (*Emulation, error) {
+	return newEmulation(ctx, prog, kernels, feeds, nil)
+}
+
+// Encoded holds a program's weights and constants encoded once, by
+// buffer name, for many emulated runs of it (a serving step's): the runs
+// then encode only their inputs and states.
+type Encoded map[string][]byte
+
+// EncodeFixed encodes prog's weights (from feeds) and constants (computed,
+// or from feeds for a buffer without a graph leaf), as NewEmulation would
+// on every run.
+func EncodeFixed(ctx context.Context, prog *lower.Program, feeds map[string]*ir.Tensor) (Encoded, error) {
+	enc := Encoded{}
+	for _, b := range prog.Buffers {
+		if b.Kind != lower.Weight && b.Kind != lower.Constant {
+			continue
+		}
+		data, err := encodeBuffer(ctx, prog, b, feeds)
+		if err != nil {
+			return nil, err
+		}
+		// Padded here, at its exact capacity, so that no run appends to
+		// (and so writes into) the shared bytes.
+		size := int(max(b.Bytes, 1))
+		if len(data) < size {
+			data = append(data[:len(data):len(data)], make([]byte, size-len(data))...)
+		}
+		enc[b.Name] = data[:len(data):len(data)]
+	}
+	return enc, nil
+}
+
+// encodeBuffer is the bytes of an input, weight, state or constant buffer.
+func encodeBuffer(ctx context.Context, prog *lower.Program, b *lower.Buffer, feeds map[string]*ir.Tensor) ([]byte, error) {
+	switch b.Kind {
+	case lower.Input, lower.Weight, lower.State:
+		t, ok := feeds[b.Name]
+		if !ok {
+			return nil, fmt.Errorf("emulate %s: no value for %s %s", prog.Name, b.Kind, b.Name)
+		}
+		return EncodeTensor(t), nil
+	case lower.Constant:
+		t, ok := feeds[b.Name]
+		if b.Leaf != nil || !ok {
+			var err error
+			if t, err = b.Value(ctx); err != nil {
+				return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
+			}
+		}
+		return EncodeTensor(t), nil
+	}
+	return nil, nil
+}
+
+func newEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, enc Encoded) (*Emulation, error) {
 	launches := append(append([]*lower.Launch(nil), prog.Prep...), prog.Run...)
 	if len(launches) != len(kernels) {
 		return nil, fmt.Errorf("emulate %s: %d kernels for %d launches", prog.Name, len(kernels), len(launches))
@@ -57,23 +112,12 @@ func NewEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 			e.where[b.ID] = emu.Arg{Buffer: 0, Offset: int(b.Offset)}
 			continue
 		}
-		var data []byte
-		switch b.Kind {
-		case lower.Input, lower.Weight, lower.State:
-			t, ok := feeds[b.Name]
-			if !ok {
-				return nil, fmt.Errorf("emulate %s: no value for %s %s", prog.Name, b.Kind, b.Name)
+		data, cached := enc[b.Name]
+		if !cached || (b.Kind != lower.Weight && b.Kind != lower.Constant) {
+			var err error
+			if data, err = encodeBuffer(ctx, prog, b, feeds); err != nil {
+				return nil, err
 			}
-			data = EncodeTensor(t)
-		case lower.Constant:
-			t, ok := feeds[b.Name]
-			if b.Leaf != nil || !ok {
-				var err error
-				if t, err = b.Value(ctx); err != nil {
-					return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
-				}
-			}
-			data = EncodeTensor(t)
 		}
 		e.where[b.ID] = emu.Arg{Buffer: len(e.Buffers)}
 		size := int(max(b.Bytes, 1)) // an empty tensor still gets a buffer to point at
@@ -128,7 +172,13 @@ func (e *Emulation) Run(ctx context.Context, launches []emu.Launch, opt emu.Opti
 // out as NewEmulation lays them out, and returns the outputs and the
 // states' new contents.
 func EmulateProgram(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, opt emu.Options) (outputs, states map[string]*ir.Tensor, err error) {
-	e, err := NewEmulation(ctx, prog, kernels, feeds)
+	return EmulateProgramEncoded(ctx, prog, kernels, feeds, nil, opt)
+}
+
+// EmulateProgramEncoded is EmulateProgram with the weights and constants
+// encoded beforehand (EncodeFixed); feeds need not hold those.
+func EmulateProgramEncoded(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, enc Encoded, opt emu.Options) (outputs, states map[string]*ir.Tensor, err error) {
+	e, err := newEmulation(ctx, prog, kernels, feeds, enc)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -25,8 +25,9 @@ type StepRunner struct {
 	fp     *folderProgram
 	model  *Model
 	layout step.Layout
-	// fixed holds the weights and constants every run reads.
-	fixed map[string]*ir.Tensor
+	// fixed holds the weights and constants every run reads, encoded
+	// once.
+	fixed cuda.Encoded
 	// mu guards states: runs are one at a time, as on one stream.
 	mu     sync.Mutex
 	states map[string]*ir.Tensor
@@ -43,7 +44,12 @@ func OpenStep(ctx context.Context, dir string) (*StepRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &StepRunner{dir: dir, fp: sf.fp, model: sf.model, layout: *sf.fp.pl.Step, fixed: sf.fixed, states: map[string]*ir.Tensor{}}
+	fixed, err := cuda.EncodeFixed(ctx, sf.fp.lp, sf.fixed)
+	if err != nil {
+		sf.model.Close()
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	r := &StepRunner{dir: dir, fp: sf.fp, model: sf.model, layout: *sf.fp.pl.Step, fixed: fixed, states: map[string]*ir.Tensor{}}
 	g := sf.model.Graph
 	for _, v := range g.States() {
 		n := g.Node(v)
@@ -141,9 +147,8 @@ func (r *StepRunner) Run(ctx context.Context, b *step.Batch) (*ir.Tensor, error)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	maps.Copy(feeds, r.fixed)
 	maps.Copy(feeds, r.states)
-	outs, states, err := cuda.EmulateProgram(ctx, r.fp.lp, r.fp.ks, feeds, emu.Options{})
+	outs, states, err := cuda.EmulateProgramEncoded(ctx, r.fp.lp, r.fp.ks, feeds, r.fixed, emu.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("step %s: %w", r.dir, err)
 	}
