@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os/exec"
 	"testing"
@@ -70,6 +71,22 @@ func TestEmulateCorpusPrograms(t *testing.T) {
 			outs, states, err := EmulateProgram(context.Background(), lp, ks, feeds, emu.Options{})
 			require.NoError(t, err)
 			t.Logf("%s: %d kernels, arena %d bytes", tt.name, len(ks), lp.ArenaBytes)
+			// With the weights and constants encoded once (as a served
+			// step's are), a run without them in its feeds is the same.
+			enc, err := EncodeFixed(context.Background(), lp, feeds)
+			require.NoError(t, err)
+			rest := maps.Clone(feeds)
+			for _, v := range g.Weights() {
+				delete(rest, g.Node(v).Name)
+			}
+			outs2, states2, err := EmulateProgramEncoded(context.Background(), lp, ks, rest, enc, emu.Options{})
+			require.NoError(t, err)
+			for name, o := range outs {
+				require.Equal(t, o.Float64s(), outs2[name].Float64s(), "output %s with the weights encoded once", name)
+			}
+			for name, o := range states {
+				require.Equal(t, o.Float64s(), states2[name].Float64s(), "state %s with the weights encoded once", name)
+			}
 			for name, w := range want.Outputs {
 				mm, err := ir.Compare(outs[name], w, want.Magnitudes[name], 1024)
 				require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 // the same inputs, weights and pools; a refused batch changes nothing;
 // a folder that is not a step is refused.
 func TestStepRunnerKeepsItsPools(t *testing.T) {
+	skipLong(t) // cuda's TestEmulateCorpusPrograms checks the encoded weights under -short
 	ctx := context.Background()
 	dir := t.TempDir()
 	m, err := LoadModel("tiny-llama:step", ModelOptions{Build: corpus.Options{MaxSeq: 32, Step: corpus.StepOptions{MaxTokens: 12, MaxSeqs: 4, BlockSize: 4, KVBlocks: 24}}})

@@ -102,6 +102,7 @@ func serveAll(t testing.TB, b *Batcher, rs []Request) [][]int64 {
 // give the tokens each gives alone, also from a pool so small that the
 // scheduler preempts; the steps carry many sequences at once.
 func TestBatchedEqualsAlone(t *testing.T) {
+	skipLong(t) // TestConcurrentClientsOverSimulatedStep checks the same through HTTP
 	rng := rand.New(rand.NewPCG(3, 4))
 	rs := drawRequests(rng, 24, 40, 20)
 	alone, _ := newSimBatcher(t, simLayout(256), 0)
