@@ -73,6 +73,47 @@ func (f *folderProgram) rebuild() (*Model, error) {
 	return md, nil
 }
 
+// openFolder reads dir's plan, checks it with check (nil: no check) and
+// the folder's files against their digests, loads its program and
+// rebuilds its model, which the caller closes. Errors do not name dir:
+// callers say what they were doing.
+func openFolder(dir string, check func(*plan.Plan) error) (*folderProgram, *Model, error) {
+	pl, err := readPlan(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if check != nil {
+		if err := check(pl); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := checkFiles(dir, pl); err != nil {
+		return nil, nil, err
+	}
+	src, srcPath, err := readKernelsFile(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	fp, err := loadFolderProgram(dir, pl, src, srcPath)
+	if err != nil {
+		return nil, nil, withKind(KindInput, err)
+	}
+	md, err := fp.rebuild()
+	if err != nil {
+		return nil, nil, err
+	}
+	return fp, md, nil
+}
+
+// modelWeights is the weights a folder's model runs with: its own, or
+// the seeded random weights verify uses for a corpus model.
+func modelWeights(md *Model) (map[string]*ir.Tensor, error) {
+	if md.Weights != nil {
+		return md.Weights, nil
+	}
+	return corpus.RandomWeights(md.Graph, 1)
+}
+
 // planBuild is the corpus build options a plan records.
 func planBuild(pl *plan.Plan) corpus.Options {
 	dt, err := ir.ParseDType(pl.Options.DType)

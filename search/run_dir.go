@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"maps"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/safetensors"
 	"github.com/lumsearch/lumsearch/step"
 )
@@ -42,29 +42,15 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 	if o.Inputs == "" || o.Output == "" {
 		return withKind(KindOption, fmt.Errorf("run %s: needs an inputs file and an output file", dir))
 	}
-	pl, err := readPlan(dir)
+	var pl *plan.Plan
+	fp, md, err := openFolder(dir, func(p *plan.Plan) error {
+		pl = p
+		return checkPlanExtents(p, o.At)
+	})
 	if err != nil {
 		return fmt.Errorf("run %s: %w", dir, err)
-	}
-	if err := checkPlanExtents(pl, o.At); err != nil {
-		return fmt.Errorf("run %s: %w", dir, err)
-	}
-	if err := checkFiles(dir, pl); err != nil {
-		return fmt.Errorf("run %s: %w", dir, err)
-	}
-	src, srcPath, err := readKernelsFile(dir)
-	if err != nil {
-		return fmt.Errorf("run %s: %w", dir, err)
-	}
-	fp, err := loadFolderProgram(dir, pl, src, srcPath)
-	if err != nil {
-		return withKind(KindInput, fmt.Errorf("run %s: %w", dir, err))
 	}
 	lp, ks, consts := fp.lp, fp.ks, fp.consts
-	md, err := fp.rebuild()
-	if err != nil {
-		return fmt.Errorf("run %s: %w", dir, err)
-	}
 	defer md.Close()
 	g := md.Graph
 	// The symbols may come from --dim and the states start zeroed.
@@ -110,11 +96,9 @@ func RunFolder(ctx context.Context, dir string, o RunOptions, events func(Event)
 			feeds[n.Name] = ir.NewTensor(n.DType, n.Shape) // zeroed, as lum_create starts it
 		}
 	}
-	weights := md.Weights
-	if weights == nil {
-		if weights, err = corpus.RandomWeights(g, 1); err != nil {
-			return err
-		}
+	weights, err := modelWeights(md)
+	if err != nil {
+		return err
 	}
 	for _, v := range g.Weights() {
 		if n := g.Node(v); feeds[n.Name] == nil {

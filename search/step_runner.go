@@ -8,10 +8,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/step"
 )
 
@@ -69,36 +69,21 @@ type stepFolder struct {
 // loadStep reads and checks a step folder as OpenStep describes; the
 // caller closes the model.
 func loadStep(ctx context.Context, dir string) (*stepFolder, error) {
-	pl, err := readPlan(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", dir, err)
-	}
-	if pl.Step == nil {
-		return nil, withKind(KindInput, fmt.Errorf("open %s: the folder holds %s, not a serving step: compile MODEL:step", dir, pl.Model))
-	}
-	if err := checkFiles(dir, pl); err != nil {
-		return nil, fmt.Errorf("open %s: %w", dir, err)
-	}
-	src, srcPath, err := readKernelsFile(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", dir, err)
-	}
-	fp, err := loadFolderProgram(dir, pl, src, srcPath)
-	if err != nil {
-		return nil, withKind(KindInput, fmt.Errorf("open %s: %w", dir, err))
-	}
-	md, err := fp.rebuild()
+	fp, md, err := openFolder(dir, func(pl *plan.Plan) error {
+		if pl.Step == nil {
+			return withKind(KindInput, fmt.Errorf("the folder holds %s, not a serving step: compile MODEL:step", pl.Model))
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
 	sf := &stepFolder{fp: fp, model: md, fixed: map[string]*ir.Tensor{}}
 	g := md.Graph
-	weights := md.Weights
-	if weights == nil {
-		if weights, err = corpus.RandomWeights(g, 1); err != nil {
-			md.Close()
-			return nil, fmt.Errorf("open %s: %w", dir, err)
-		}
+	weights, err := modelWeights(md)
+	if err != nil {
+		md.Close()
+		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
 	for _, v := range g.Weights() {
 		n := g.Node(v)

@@ -64,12 +64,13 @@ func (e *FolderEngine) Step(ctx context.Context, b *step.Batch, draws []Draw) ([
 	if n := int(logits.Len()) / max(vocab, 1); int(logits.Len()) != n*vocab || (len(rows) > 0 && rows[len(rows)-1] >= n) {
 		return nil, fmt.Errorf("step: logits %v for %d sequences of a vocabulary of %d", logits.Shape, len(draws), vocab)
 	}
-	flat := make([]float32, len(rows)*vocab)
-	for s, r := range rows {
-		for v := range vocab {
-			if logits.F32 != nil {
-				flat[s*vocab+v] = logits.F32[r*vocab+v]
-			} else {
+	var flat []float32
+	if logits.F32 != nil && !l.AllLogits {
+		flat = logits.F32[:len(rows)*vocab] // the rows are the sequences', in order
+	} else {
+		flat = make([]float32, len(rows)*vocab)
+		for s, r := range rows {
+			for v := range vocab {
 				flat[s*vocab+v] = float32(logits.At(int64(r*vocab + v)))
 			}
 		}

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -126,15 +127,7 @@ func (s *Scheduler) Add(q *Sequence) error {
 
 // insertWaiting puts q in the waiting queue by arrival.
 func (s *Scheduler) insertWaiting(q *Sequence) {
-	i, _ := slices.BinarySearchFunc(s.waiting, q.ID, func(a *Sequence, id uint64) int {
-		switch {
-		case a.ID < id:
-			return -1
-		case a.ID > id:
-			return 1
-		}
-		return 0
-	})
+	i, _ := slices.BinarySearchFunc(s.waiting, q.ID, func(a *Sequence, id uint64) int { return cmp.Compare(a.ID, id) })
 	s.waiting = slices.Insert(s.waiting, i, q)
 }
 
