@@ -32,7 +32,8 @@ const gemvChunkBytes = 32 << 10
 const GEMVSharedLimit = 46 << 10
 
 // GEMVShared is the shared memory of a matrix-vector kernel's chunk of A
-// (M rows of K) and its partial sums (partials sets of M x bn).
+// (M rows of K) and its partial sums (partials sets of M x bn); a norm's
+// statistics take at most 2 KiB more (GEMVSharedLimit).
 func GEMVShared(M, K int64, bn, partials int) int64 {
 	return 4 * (M*GEMVChunk(M, K) + int64(partials)*M*int64(bn))
 }
@@ -45,18 +46,25 @@ func GEMVChunk(M, K int64) int64 {
 	return max(8, min(c, (K+7)/8*8))
 }
 
-// GEMVLayout is how a matrix-vector schedule's warps share its BN columns:
-// cols columns a warp, or split warps a column (each a part of K); false
-// when the warps and the columns do not divide.
+// GEMVLayout is how a matrix-vector schedule over a K-contiguous weight
+// shares its BN columns among its warps: cols columns a warp (TM, or when
+// TM is 0 as many as spread BN over the warps, at least 1), and split
+// warps a group of cols columns, each streaming a split of K (split-K
+// within the block, reduced in shared memory); false when the warps, the
+// columns and TM do not divide.
 func GEMVLayout(s Schedule) (cols, split int, ok bool) {
 	w := s.Threads / 32
-	if w == 0 || s.Threads%32 != 0 || s.BN <= 0 {
+	if w == 0 || s.Threads%32 != 0 || s.BN <= 0 || s.TM < 0 {
 		return 0, 0, false
 	}
-	if s.BN >= w {
-		return s.BN / w, 1, s.BN%w == 0
+	cols = s.TM
+	if cols == 0 {
+		cols = max(1, s.BN/w)
 	}
-	return 1, w / s.BN, w%s.BN == 0
+	if s.BN%cols != 0 || (w*cols)%s.BN != 0 {
+		return 0, 0, false
+	}
+	return cols, w * cols / s.BN, true
 }
 
 // GEMVWeight is the weight of a matmul the matrix-vector kernel can run:
@@ -124,23 +132,36 @@ func GEMVRowLayout(s Schedule, size int) (lanes, rows int, ok bool) {
 	return lanes, s.Threads / lanes, true
 }
 
-// gemvSchedules lists the matrix-vector schedules of a kernel that is one:
-// 1 to 32 columns a block, 2 to 8 warps, 1 to 4 loads in flight per lane
-// and column (at most 8 in all, and 32 accumulators a lane).
+// gemvBlockBytes is the weight a matrix-vector block should stream at
+// least, so that what every block pays once (its prologue's loads of A
+// from L2, its reduction, its first round trip to DRAM) is a small part
+// of its time.
+const gemvBlockBytes = 16 << 10
+
+// gemvSchedules lists the matrix-vector schedules of a kernel that is one.
+// Over a K-contiguous weight: 4 or 8 warps, cols (TM) columns a warp with
+// Stages loads in flight per lane and column, cols x Stages 4 or 8 (at
+// most 32 accumulators a lane), and split warps a group of columns (BN =
+// warps x cols / split): split-K within the block for few columns. Over a
+// row-major one: 8 to 32 lanes across the columns, 2 to 8 loads in flight
+// a thread. Either way a block streams at least gemvBlockBytes of weight
+// (an eighth of the whole for small ones), no pass along K leaves lanes
+// idle, and no group of loads is longer than K.
 func (k *kernelForm) gemvSchedules() []Schedule {
-	M, _, _, _, size, kContiguous, ok := k.gemvShape()
+	M, N, K, _, size, kContiguous, ok := k.gemvShape()
 	if !ok {
 		return nil
 	}
+	vec := 16 / size
+	minBlock := min(gemvBlockBytes, N*K*size/8)
 	var out []Schedule
 	if !kContiguous {
-		// Row-major weight: 8 to 32 lanes across the columns, 1 to 8
-		// loads in flight a thread.
 		for _, lanes := range []int{8, 16, 32} {
-			for _, threads := range []int{64, 128, 256} {
-				for _, stages := range []int{1, 2, 4, 8} {
-					s := Schedule{BM: M, BN: lanes * 16 / size, Threads: threads, Stages: stages, GEMV: true}
-					if M*16/size+4*stages <= 96 {
+			for _, threads := range []int{128, 256} {
+				for _, stages := range []int{2, 4, 8} {
+					bn, rows := lanes*vec, threads/lanes
+					s := Schedule{BM: M, BN: bn, Threads: threads, Stages: stages, GEMV: true}
+					if M*vec+4*stages <= 96 && (stages == 2 || rows*stages <= K) && (bn*K*size >= minBlock || bn >= N) {
 						out = append(out, s)
 					}
 				}
@@ -148,14 +169,19 @@ func (k *kernelForm) gemvSchedules() []Schedule {
 		}
 		return out
 	}
-	for _, bn := range []int{1, 2, 4, 8, 16, 32} {
-		for _, threads := range []int{64, 128, 256} {
-			for _, stages := range []int{1, 2, 4} {
-				s := Schedule{BM: M, BN: bn, Threads: threads, Stages: stages, GEMV: true}
-				cols, _, ok := GEMVLayout(s)
-				if ok && cols*stages <= 8 && cols*M <= 32 {
-					out = append(out, s)
+	for _, threads := range []int{128, 256} {
+		warps := threads / 32
+		for _, cu := range [][2]int{{1, 4}, {1, 8}, {2, 2}, {2, 4}, {4, 1}, {4, 2}, {8, 1}} {
+			cols, stages := cu[0], cu[1]
+			if cols*M > 32 {
+				continue
+			}
+			for _, split := range []int{1, 2, 4, 8} {
+				bn, pass := warps/split*cols, 32*vec*split
+				if warps%split != 0 || split > 1 && pass > K || stages > 1 && pass*stages > K || bn*K*size < minBlock && bn < N {
+					continue
 				}
+				out = append(out, Schedule{BM: M, BN: bn, Threads: threads, Stages: stages, TM: cols, GEMV: true})
 			}
 		}
 	}

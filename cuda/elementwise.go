@@ -27,6 +27,10 @@ type elementwise struct {
 	// index (a matmul's per-row statistics in shared memory).
 	reduced   map[ir.Value]string
 	reducedAt func(v ir.Value, ix index) (string, bool)
+	// inputAt, when set, may serve an input's element from where a
+	// kernel staged it (the matrix-vector prologue's 16-byte loads)
+	// instead of a load of its own.
+	inputAt func(v ir.Value, ix index) (string, bool)
 	lines     []string
 	temps     map[string]string // "node@index" -> temp name, for unguarded values
 	next      int
@@ -282,6 +286,11 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 	case ir.ClassLeaf:
 		switch n.Op {
 		case ir.OpInput:
+			if e.inputAt != nil {
+				if r, ok := e.inputAt(v, ix); ok {
+					return r, nil
+				}
+			}
 			return load(n.DType, fmt.Sprintf("%s[%s]", paramName(e.body, v), linear(n.Shape, ix))), nil
 		case ir.OpConst:
 			if n.Attrs.ConstLen() != 1 {

@@ -84,6 +84,10 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	BN, threads, U := s.BN, s.Threads, s.Stages
 	k.Block = [3]int{threads, 1, 1}
 	k.Grid = [3]int{int((N + int64(BN) - 1) / int64(BN)), 1, int(g.batch)}
+	wt := storageType(body.Node(op.Buf).DType)
+	// The A values a lane multiplies one 16-byte load by sit in two
+	// halves of the chunk (gemvChunk) when they are eight.
+	halves := kContiguous && vec == 8
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "  __shared__ __align__(16) float As[%d][%d];\n", M, chunk)
@@ -96,37 +100,6 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	for d := g.r - 3; d >= 0; d-- {
 		fmt.Fprintf(&b, "  long long b%d = bz %% %dLL; bz /= %dLL;\n", d, g.out[d], g.out[d])
 	}
-	reducedAt, err := normPrologue(&b, body, a.Shape, M, K, int(M), threads/32)
-	if err != nil {
-		return "", err
-	}
-	accCols := cols
-	if !kContiguous {
-		accCols = vec
-		fmt.Fprintf(&b, "  const int cg = threadIdx.x %% %d, kr = threadIdx.x / %d;\n", lanes, lanes)
-	} else {
-		fmt.Fprintf(&b, "  const int part = warp %% %d, col0 = warp / %d * %d;\n", split, split, cols)
-	}
-	fmt.Fprintf(&b, "  float acc[%d][%d];\n", M, accCols)
-	fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int c = 0; c < %d; c++) acc[i][c] = 0.0f;\n", M, accCols)
-	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, chunk)
-	fmt.Fprintf(&b, "    const int kc = (int)(%dLL - k0 < %dLL ? %dLL - k0 : %dLL);\n", K, chunk, K, chunk)
-	b.WriteString("    __syncthreads(); // the last chunk's readers are done with As\n")
-	// A's chunk, computed once for the block.
-	e := &elementwise{body: body, temps: map[string]string{}, reducedAt: reducedAt}
-	av, err := e.value(mn.Inputs[0], g.opIndex(a.Shape, "m", "k"), true)
-	if err != nil {
-		return "", err
-	}
-	fmt.Fprintf(&b, "    for (int t = threadIdx.x; t < %d; t += %d) {\n", M*chunk, threads)
-	fmt.Fprintf(&b, "      const int mm = t / %d, kk = t %% %d;\n", chunk, chunk)
-	b.WriteString("      const long long m = mm, k = k0 + kk;\n")
-	b.WriteString("      if (kk >= kc) { As[mm][kk] = 0.0f; continue; }\n")
-	for _, l := range e.lines {
-		b.WriteString("    " + l + "\n")
-	}
-	fmt.Fprintf(&b, "      As[mm][kk] = %s;\n    }\n", av)
-	b.WriteString("    __syncthreads();\n")
 	src := paramName(body, op.Buf)
 	at := linear(op.BufShape, g.opIndex(op.BufShape, "n", "k"))
 	if op.FoldK != 0 {
@@ -139,56 +112,137 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	if !kContiguous {
 		at = linear(op.BufShape, g.opIndex(op.BufShape, "k", "n"))
 	}
-	unpackAll := func(w, f string) {
-		per := len(unpack(""))
-		for wi, word := range []string{"x", "y", "z", "w"} {
-			for h, x := range unpack(w + "." + word) {
-				fmt.Fprintf(&b, "          %s[%d] = %s;\n", f, wi*per+h, x)
-			}
-		}
-	}
+	// Each thread's weight rows (K-contiguous) or columns (row-major),
+	// their first element: a column past N reads the last one's, whose
+	// sums are never stored, so that no load needs a guard.
+	var step, full string // the main loop's step along K, and whether a whole group of loads is in the chunk
+	var onePass int       // K one load of each thread covers
+	var loadGroup, loadOne func(w, kk string)
+	var consume func(w string, loads int, kk string)
 	if kContiguous {
 		pass := 32 * vec * split // K covered by one load of every lane of a column's warps
-		fmt.Fprintf(&b, "    for (int kk = (part * 32 + lane) * %d; kk < kc; kk += %d) {\n", vec, pass*U)
-		fmt.Fprintf(&b, "      uint4 w[%d][%d];\n", U, cols)
-		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) for (int c = 0; c < %d; c++) {\n", U, cols)
-		fmt.Fprintf(&b, "        const long long n = n0 + col0 + c, k = k0 + kk + u * %d;\n", pass)
-		fmt.Fprintf(&b, "        if (n < %dLL && kk + u * %d < kc) w[u][c] = lum_ld16(%s + %s);\n", N, pass, src, at)
-		b.WriteString("        else w[u][c] = make_uint4(0u, 0u, 0u, 0u);\n      }\n")
-		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) {\n", U)
-		fmt.Fprintf(&b, "        const int kx = kk + u * %d;\n", pass)
-		b.WriteString("        if (kx >= kc) break;\n")
-		fmt.Fprintf(&b, "        for (int c = 0; c < %d; c++) {\n", cols)
-		fmt.Fprintf(&b, "          float f[%d];\n", vec)
-		unpackAll("w[u][c]", "f")
-		fmt.Fprintf(&b, "          for (int i = 0; i < %d; i++) {\n", M)
-		b.WriteString("            const float* ar = &As[i][kx];\n")
-		fmt.Fprintf(&b, "            for (int j = 0; j < %d; j += 4) {\n", vec)
-		b.WriteString("              const float4 a4 = lum_ld4(ar + j);\n")
-		b.WriteString("              acc[i][c] += a4.x * f[j] + a4.y * f[j + 1] + a4.z * f[j + 2] + a4.w * f[j + 3];\n")
-		b.WriteString("            }\n          }\n        }\n      }\n    }\n  }\n")
+		fmt.Fprintf(&b, "  const int part = warp %% %d, col0 = warp / %d * %d, kl = (part * 32 + lane) * %d;\n", split, split, cols, vec)
+		fmt.Fprintf(&b, "  const %s* wp[%d];\n", wt, cols)
+		fmt.Fprintf(&b, "  for (int c = 0; c < %d; c++) {\n", cols)
+		fmt.Fprintf(&b, "    const long long n = min(n0 + col0 + c, %dLL), k = 0;\n", N-1)
+		fmt.Fprintf(&b, "    wp[c] = %s + (%s);\n  }\n", src, at)
+		step, full, onePass = fmt.Sprint(U*pass), fmt.Sprintf("kk + %d < kc", (U-1)*pass), pass
+		loadGroup = func(w, kk string) {
+			fmt.Fprintf(&b, "      #pragma unroll\n      for (int c = 0; c < %d; c++) {\n", cols)
+			fmt.Fprintf(&b, "        const %s* p = wp[c] + k0 + %s;\n", wt, kk)
+			fmt.Fprintf(&b, "        #pragma unroll\n        for (int u = 0; u < %d; u++) %s[u][c] = lum_ld16(p + u * %d);\n      }\n", U, w, pass)
+		}
+		loadOne = func(w, kk string) {
+			fmt.Fprintf(&b, "      #pragma unroll\n      for (int c = 0; c < %d; c++) %s[0][c] = lum_ld16(wp[c] + k0 + %s);\n", cols, w, kk)
+		}
+		consume = func(w string, loads int, kk string) {
+			fmt.Fprintf(&b, "      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n", loads)
+			fmt.Fprintf(&b, "        const int kx = %s + u * %d;\n", kk, pass)
+			fmt.Fprintf(&b, "        float f[%d][%d];\n", cols, vec)
+			fmt.Fprintf(&b, "        #pragma unroll\n        for (int c = 0; c < %d; c++) {\n", cols)
+			unpackAll(&b, unpack, w+"[u][c]", "f[c]")
+			b.WriteString("        }\n")
+			fmt.Fprintf(&b, "        #pragma unroll\n        for (int i = 0; i < %d; i++) {\n", M)
+			if halves {
+				fmt.Fprintf(&b, "          const float4 a0 = lum_ld4(&As[i][kx / 2]), a1 = lum_ld4(&As[i][%d + kx / 2]);\n", chunk/2)
+			} else {
+				b.WriteString("          const float4 a0 = lum_ld4(&As[i][kx]);\n")
+			}
+			fmt.Fprintf(&b, "          #pragma unroll\n          for (int c = 0; c < %d; c++) {\n", cols)
+			b.WriteString("            acc[i][c] += a0.x * f[c][0] + a0.y * f[c][1] + a0.z * f[c][2] + a0.w * f[c][3]")
+			if halves {
+				b.WriteString(" + a1.x * f[c][4] + a1.y * f[c][5] + a1.z * f[c][6] + a1.w * f[c][7]")
+			}
+			b.WriteString(";\n          }\n        }\n      }\n")
+		}
+		fmt.Fprintf(&b, "  uint4 w[%d][%d];\n  int kk = kl;\n", U, cols)
+		fmt.Fprintf(&b, "  float acc[%d][%d];\n", M, cols)
+		fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int c = 0; c < %d; c++) acc[i][c] = 0.0f;\n", M, cols)
+	} else {
+		stride := int64(op.BufShape[len(op.BufShape)-1]) // along K, in elements
+		fmt.Fprintf(&b, "  const int cg = threadIdx.x %% %d, kr = threadIdx.x / %d;\n", lanes, lanes)
+		fmt.Fprintf(&b, "  const %s* wp;\n  {\n", wt)
+		fmt.Fprintf(&b, "    const long long n = min(n0 + cg * %d, %dLL), k = 0;\n", vec, N-int64(vec))
+		fmt.Fprintf(&b, "    wp = %s + (%s);\n  }\n", src, at)
+		step, full, onePass = fmt.Sprint(U*rows), fmt.Sprintf("kk + %d < kc", (U-1)*rows), rows
+		loadGroup = func(w, kk string) {
+			fmt.Fprintf(&b, "      const %s* p = wp + (k0 + %s) * %dLL;\n", wt, kk, stride)
+			fmt.Fprintf(&b, "      #pragma unroll\n      for (int u = 0; u < %d; u++) %s[u][0] = lum_ld16(p + u * %dLL);\n", U, w, int64(rows)*stride)
+		}
+		loadOne = func(w, kk string) {
+			fmt.Fprintf(&b, "      %s[0][0] = lum_ld16(wp + (k0 + %s) * %dLL);\n", w, kk, stride)
+		}
+		consume = func(w string, loads int, kk string) {
+			fmt.Fprintf(&b, "      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n", loads)
+			fmt.Fprintf(&b, "        const int kx = %s + u * %d;\n", kk, rows)
+			fmt.Fprintf(&b, "        float f[%d];\n", vec)
+			unpackAll(&b, unpack, w+"[u][0]", "f")
+			fmt.Fprintf(&b, "        #pragma unroll\n        for (int i = 0; i < %d; i++) {\n", M)
+			b.WriteString("          const float av = As[i][kx];\n")
+			fmt.Fprintf(&b, "          #pragma unroll\n          for (int j = 0; j < %d; j++) acc[i][j] += av * f[j];\n        }\n      }\n", vec)
+		}
+		fmt.Fprintf(&b, "  uint4 w[%d][1];\n  int kk = kr;\n", U)
+		fmt.Fprintf(&b, "  float acc[%d][%d];\n", M, vec)
+		fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) acc[i][j] = 0.0f;\n", M, vec)
+	}
+	// The first chunk's first group of weight loads is issued before the
+	// prologue, which its latency overlaps.
+	b.WriteString("  {\n    const long long k0 = 0;\n")
+	fmt.Fprintf(&b, "    const int kc = %d;\n", min(K, chunk))
+	fmt.Fprintf(&b, "    if (%s) {\n", full)
+	loadGroup("w", "kk")
+	b.WriteString("    }\n  }\n")
+	reducedAt, err := gemvNorm(&b, body, a.Shape, M, K, threads)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "  for (long long k0 = 0; k0 < %dLL; k0 += %d) {\n", K, chunk)
+	fmt.Fprintf(&b, "    const int kc = (int)(%dLL - k0 < %dLL ? %dLL - k0 : %dLL);\n", K, chunk, K, chunk)
+	b.WriteString("    if (k0 > 0) {\n      // The next chunk's first group, in flight while its A is computed.\n")
+	if kContiguous {
+		b.WriteString("      kk = kl;\n")
+	} else {
+		b.WriteString("      kk = kr;\n")
+	}
+	fmt.Fprintf(&b, "      if (%s) {\n", full)
+	loadGroup("w", "kk")
+	b.WriteString("      }\n    }\n")
+	b.WriteString("    __syncthreads(); // the last chunk's readers are done with As\n")
+	aIndex := func(k string) index { return g.opIndex(a.Shape, "m", k) }
+	if err := gemvChunk(&b, body, mn.Inputs[0], aIndex, M, K, chunk, threads, halves, reducedAt); err != nil {
+		return "", err
+	}
+	b.WriteString("    __syncthreads();\n")
+	// The main loop: a whole group of loads in flight, issued together
+	// with no branch between them, consumed, and the next group issued.
+	fmt.Fprintf(&b, "    for (; %s; kk += %s) {\n", full, step)
+	consume("w", U, "kk")
+	fmt.Fprintf(&b, "      if (%s) {\n", strings.Replace(full, "kk", fmt.Sprintf("(kk + %s)", step), 1))
+	loadGroup("w", "kk + "+step)
+	b.WriteString("      }\n    }\n")
+	// The chunk's rest, fewer passes than a group: one load a column at
+	// a time, unrolled (no loop of its own, so that the main loop is the
+	// kernel's innermost loop around its weight loads).
+	if U > 1 {
+		fmt.Fprintf(&b, "    #pragma unroll\n    for (int r = 0; r < %d; r++) {\n", U-1)
+		if kContiguous {
+			fmt.Fprintf(&b, "      if (kk >= kc) break;\n      uint4 w1[1][%d];\n", cols)
+		} else {
+			b.WriteString("      if (kk >= kc) break;\n      uint4 w1[1][1];\n")
+		}
+		loadOne("w1", "kk")
+		consume("w1", 1, "kk")
+		fmt.Fprintf(&b, "      kk += %d;\n", onePass)
+		b.WriteString("    }\n")
+	}
+	b.WriteString("  }\n")
+	if kContiguous {
 		// Reduce: lanes by shuffles, into the split's partials.
 		fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int c = 0; c < %d; c++) {\n", M, cols)
 		b.WriteString("    float v = acc[i][c];\n")
 		b.WriteString("    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n")
 		b.WriteString("    if (lane == 0) Part[part][i][col0 + c] = v;\n  }\n")
 	} else {
-		fmt.Fprintf(&b, "    for (int kk = kr; kk < kc; kk += %d) {\n", rows*U)
-		fmt.Fprintf(&b, "      uint4 w[%d];\n", U)
-		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) {\n", U)
-		fmt.Fprintf(&b, "        const long long n = n0 + cg * %d, k = k0 + kk + u * %d;\n", vec, rows)
-		fmt.Fprintf(&b, "        if (n < %dLL && kk + u * %d < kc) w[u] = lum_ld16(%s + %s);\n", N, rows, src, at)
-		b.WriteString("        else w[u] = make_uint4(0u, 0u, 0u, 0u);\n      }\n")
-		fmt.Fprintf(&b, "      for (int u = 0; u < %d; u++) {\n", U)
-		fmt.Fprintf(&b, "        const int kx = kk + u * %d;\n", rows)
-		b.WriteString("        if (kx >= kc) break;\n")
-		b.WriteString("        {\n")
-		fmt.Fprintf(&b, "          float f[%d];\n", vec)
-		unpackAll("w[u]", "f")
-		fmt.Fprintf(&b, "          for (int i = 0; i < %d; i++) {\n", M)
-		b.WriteString("            const float av = As[i][kx];\n")
-		fmt.Fprintf(&b, "            for (int j = 0; j < %d; j++) acc[i][j] += av * f[j];\n", vec)
-		b.WriteString("          }\n        }\n      }\n    }\n  }\n")
 		// Reduce: the lanes of a warp that share columns by shuffles,
 		// then a partial per warp.
 		fmt.Fprintf(&b, "  for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) {\n", M, vec)
@@ -213,4 +267,15 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	}
 	b.WriteString("  }\n")
 	return b.String(), nil
+}
+
+// unpackAll prints the unpacking of the 16-byte word w into the f32
+// values f[0..] (unpack widens one 32-bit word).
+func unpackAll(b *strings.Builder, unpack func(string) []string, w, f string) {
+	per := len(unpack(""))
+	for wi, word := range []string{"x", "y", "z", "w"} {
+		for h, x := range unpack(w + "." + word) {
+			fmt.Fprintf(b, "          %s[%d] = %s;\n", f, wi*per+h, x)
+		}
+	}
 }

@@ -41,6 +41,18 @@ func gemvBodies(t testing.TB) map[string]*ir.Graph {
 			n := b.Mul(b.BroadcastTo(wn, ir.Shape{1, 1, K}), b.Cast(b.Mul(h, b.BroadcastTo(rs, ir.Shape{1, 1, K})), ir.BF16))
 			return b.Add(b.MatMul(b.Reshape(n, 1, K), b.Permute(w, 1, 0)), res)
 		}),
+		// A decode projection of few columns over a long K in bf16: the
+		// layouts that split K among a block's warps, and groups of 4
+		// and 8 loads in flight.
+		"gemv_bf16_rms_few_columns": build(func(b *ir.Builder) ir.Value {
+			const K, N = 2048, 12
+			x, wn, w := b.Input("$0", ir.BF16, 1, K), b.Input("$1", ir.BF16, K), b.Input("$2", ir.BF16, N, K)
+			h := b.Cast(x, ir.F32)
+			ms := b.Mul(b.Sum(b.Mul(h, h), 1), b.BroadcastTo(b.Scalar(ir.F32, float64(float32(1.0/K))), ir.Shape{1, 1}))
+			rs := b.Rsqrt(b.Add(ms, b.BroadcastTo(b.Scalar(ir.F32, float64(float32(1e-5))), ir.Shape{1, 1})))
+			n := b.Mul(b.BroadcastTo(b.Reshape(wn, 1, K), ir.Shape{1, K}), b.Cast(b.Mul(h, b.BroadcastTo(rs, ir.Shape{1, K})), ir.BF16))
+			return b.MatMul(n, b.Permute(w, 1, 0))
+		}),
 		// Eight rows: A's chunks of 1024 values, the last one short.
 		"gemv_f32_eight_rows_chunks": build(func(b *ir.Builder) ir.Value {
 			x, w := b.Input("$0", ir.F32, 8, 1048), b.Input("$1", ir.F32, 29, 1048)
@@ -165,7 +177,7 @@ func TestEmulatedGEMVMatchesReference(t *testing.T) {
 		}
 	}
 	t.Logf("%d kernels, layouts %v", len(kernels), layouts)
-	for _, l := range []string{"cols=1 split=1", "cols=4 split=1", "cols=1 split=4", "lanes=8", "lanes=16", "lanes=32"} {
+	for _, l := range []string{"cols=1 split=1", "cols=1 split=2", "cols=2 split=2", "cols=4 split=1", "cols=4 split=4", "cols=8 split=1", "lanes=8", "lanes=16", "lanes=32"} {
 		assert.True(t, layouts[l], "no kernel ran layout %s", l)
 	}
 }
@@ -176,12 +188,12 @@ func TestEmulatedGEMVMatchesReference(t *testing.T) {
 // multiple of 8, gets no matrix-vector schedule.
 func TestGEMVPrinted(t *testing.T) {
 	bodies := gemvBodies(t)
-	k, err := PrintKernelWith("g", "", bodies["gemv_bf16_rms_residual"], cost.Schedule{BM: 1, BN: 8, Threads: 128, Stages: 2, GEMV: true})
+	k, err := PrintKernelWith("g", "", bodies["gemv_bf16_rms_residual"], cost.Schedule{BM: 1, BN: 8, Threads: 128, Stages: 2, TM: 2, GEMV: true})
 	require.NoError(t, err)
 	assert.Contains(t, k.Text, "lum_ld16(")
 	assert.Contains(t, k.Text, "uint4 w[2][2]")
 	assert.Equal(t, [3]int{5, 1, 1}, k.Grid)
-	assert.Equal(t, 2, strings.Count(k.Text, "lum_f32_to_bf16("), "two roundings: the graph's own cast in the prologue and C's store")
+	assert.Equal(t, 9, strings.Count(k.Text, "lum_f32_to_bf16("), "two roundings: the graph's own cast in the prologue (once for each of a thread's 8 values) and C's store")
 
 	dev, err := cost.LookupDevice("h200")
 	require.NoError(t, err)
