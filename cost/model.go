@@ -297,6 +297,10 @@ type kernelForm struct {
 type Resources struct {
 	Registers, Shared int
 	LoopInstructions  int
+	// Loop is one iteration of the main loop's instructions per warp by
+	// pipe (cuda.LoopMix; zero when unknown): integer addressing in it
+	// bounds the kernel by the integer pipe's rate.
+	Loop IssueMix
 }
 
 // Resourced prices one schedule of a kernel body with the compiler's

@@ -50,6 +50,23 @@ type Features struct {
 	// clock, a bound under the arithmetic's (the mma and FMA they
 	// include).
 	Instructions float64
+	// InFlight is the DRAM bytes one warp keeps outstanding in the
+	// kernel's main loop: its lanes times the independent loads each
+	// issues before the first is consumed times their bytes (a cp.async
+	// pipeline's stages of tiles, over the block's warps). With the
+	// resident warps and the device's latency it bounds the bandwidth the
+	// kernel draws (Little's law). 0 when the form does not say, and the
+	// occupancy rule (latencyWarps) stands in.
+	InFlight float64
+	// Trips is the dependent memory round trips a block makes outside
+	// its main loop (a prologue's loads its loop waits for, a reduction
+	// between phases, its first load): each round of resident blocks
+	// pays them at the device's latency.
+	Trips float64
+	// Issue is the warp instructions the kernel issues, by pipe: from the
+	// compiler's PTX of the main loop when it was compiled
+	// (Resources.Loop), else the form's count of its emitted loop.
+	Issue IssueMix
 }
 
 // Waves is the number of rounds of blocks each multiprocessor works
@@ -60,12 +77,6 @@ type Features struct {
 func (f Features) Waves(d *Device) int {
 	return max(1, (f.Blocks+d.SMs-1)/d.SMs)
 }
-
-// l2Bandwidth is L2's read bandwidth as a multiple of DRAM's, for tile
-// loads: an assumption (about 17 TB/s on an H100 SXM) that lets a 128x128
-// tensor-core tile reach the tensor cores' rate while a 32x32 one, with a
-// quarter of the reuse, cannot; measurements are to calibrate it.
-const l2Bandwidth = 5.0
 
 // latencyWarps is the resident warps per multiprocessor past which memory
 // and arithmetic latency is hidden; below it a kernel reaches
@@ -135,21 +146,36 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 	if x.Instructions > 0 {
 		comp = math.Max(comp, x.Instructions/issueRate(d))
 	}
-	// L2 serves tile loads at a few times DRAM's rate: l2Bandwidth
-	// times the device's achieved DRAM bandwidth, an assumption until
-	// measurements calibrate it (the device tables give no L2 rate).
-	l2 := x.TileBytes / (l2Bandwidth * d.MemoryBandwidth * f.Memory)
-	mem = math.Max(mem, l2)
+	// The pipes' issue rates bound the instructions the kernel issues,
+	// integer addressing included.
+	comp = math.Max(comp, issueTime(d, x.Issue))
+	// L2 serves tile loads at its bandwidth to the multiprocessors, at
+	// the same achieved fraction as DRAM (an assumption until
+	// measurements fit it apart).
+	l2 := x.TileBytes / (d.l2Rate() * f.Memory)
 	// Shared memory serves at its banks' peak times the same achieved
 	// fraction as DRAM (an assumption until measurements fit it apart; it
 	// keeps the fit's memory term one coefficient).
-	mem = math.Max(mem, sharedTime(d, x.SharedBytes)/f.Memory)
+	shared := sharedTime(d, x.SharedBytes) / f.Memory
 	fill := 1.0
 	if x.Blocks > 0 {
 		fill = float64(x.Blocks) / float64(x.Waves(d)*d.SMs)
 	}
-	t := math.Max(mem, comp) / (fill * x.occupancyShare(d))
-	return t + float64(max(x.Launches, 1))*f.Launch, nil
+	launch := float64(max(x.Launches, 1)) * f.Launch
+	if x.InFlight <= 0 {
+		// The form did not say what it keeps in flight: resident warps
+		// times stages against latencyWarps stand in for Little's law.
+		t := math.Max(math.Max(mem, l2), math.Max(shared, comp)) / (fill * x.occupancyShare(d))
+		return t + launch, nil
+	}
+	// DRAM: at most the achievable bandwidth, and no more than the busy
+	// multiprocessors' bytes in flight over the latency draw; the
+	// multiprocessors' own rates (L2, shared memory, pipes) scale with
+	// how many are busy.
+	t := math.Max(mem, x.littleTime(d, fill))
+	t = math.Max(t, math.Max(l2, shared)/fill)
+	t = math.Max(t, comp/(fill*x.occupancyShare(d)))
+	return t + launch, nil
 }
 
 // schedulersPerSM is the warp schedulers of a multiprocessor (four on
