@@ -127,6 +127,54 @@ func Defaults(d *Device) Factors {
 // multiprocessors idle in its last wave runs as if it filled them) and by
 // too low an occupancy to hide latency, plus the launch overhead.
 func Predict(d *Device, f Factors, x Features) (float64, error) {
+	b, err := Explain(d, f, x)
+	if err != nil {
+		return 0, err
+	}
+	return b.Seconds(), nil
+}
+
+// Bounds are the terms of a prediction, each the time the kernel would
+// take were it bound by that alone (its grid's fill and occupancy
+// applied): the prediction is the largest plus the launch.
+type Bounds struct {
+	// DRAM is the bytes at the achievable bandwidth; Latency the bytes
+	// the kernel's loads in flight draw by Little's law, with its blocks'
+	// serial round trips (0 when the form gives no InFlight).
+	DRAM, Latency float64
+	// L2 and Shared are the tile loads from L2 and the shared-memory
+	// reads at their rates.
+	L2, Shared float64
+	// Arithmetic is the work at each class's achievable peak; Issue the
+	// instructions at the pipes' rates (and the main loop's PTX count).
+	Arithmetic, Issue float64
+	// Launch is the launch overhead, added to the largest bound.
+	Launch float64
+}
+
+// Seconds is the predicted time: the largest bound plus the launch.
+func (b Bounds) Seconds() float64 {
+	return max(b.DRAM, b.Latency, b.L2, b.Shared, b.Arithmetic, b.Issue) + b.Launch
+}
+
+// Bound names the largest bound ("dram", "latency", "l2", "shared",
+// "arithmetic", "issue"), or "launch" when the launch outweighs them all.
+func (b Bounds) Bound() string {
+	name, top := "launch", b.Launch
+	for _, c := range []struct {
+		name string
+		t    float64
+	}{{"dram", b.DRAM}, {"latency", b.Latency}, {"l2", b.L2}, {"shared", b.Shared}, {"arithmetic", b.Arithmetic}, {"issue", b.Issue}} {
+		if c.t > top {
+			name, top = c.name, c.t
+		}
+	}
+	return name
+}
+
+// Explain is Predict's terms: every bound a kernel with features x meets
+// on device d under factors f.
+func Explain(d *Device, f Factors, x Features) (Bounds, error) {
 	mem := x.Bytes / (d.MemoryBandwidth * f.Memory)
 	comp := 0.0
 	for _, w := range x.Work {
@@ -135,7 +183,7 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 		}
 		p, ok := d.Peak(w.Class, w.DType)
 		if !ok {
-			return 0, fmt.Errorf("predict on %s: no peak for %s %s", d.Name, w.Class, w.DType)
+			return Bounds{}, fmt.Errorf("predict on %s: no peak for %s %s", d.Name, w.Class, w.DType)
 		}
 		eff := f.Compute[computeKey(w.Class, w.DType)]
 		if eff <= 0 {
@@ -143,12 +191,12 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 		}
 		comp += w.FLOPs / (p.FLOPS * eff)
 	}
-	if x.Instructions > 0 {
-		comp = math.Max(comp, x.Instructions/issueRate(d))
-	}
 	// The pipes' issue rates bound the instructions the kernel issues,
 	// integer addressing included.
-	comp = math.Max(comp, issueTime(d, x.Issue))
+	issue := issueTime(d, x.Issue)
+	if x.Instructions > 0 {
+		issue = math.Max(issue, x.Instructions/issueRate(d))
+	}
 	// L2 serves tile loads at its bandwidth to the multiprocessors, at
 	// the same achieved fraction as DRAM (an assumption until
 	// measurements fit it apart).
@@ -161,21 +209,23 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 	if x.Blocks > 0 {
 		fill = float64(x.Blocks) / float64(x.Waves(d)*d.SMs)
 	}
-	launch := float64(max(x.Launches, 1)) * f.Launch
+	b := Bounds{Launch: float64(max(x.Launches, 1)) * f.Launch}
 	if x.InFlight <= 0 {
 		// The form did not say what it keeps in flight: resident warps
 		// times stages against latencyWarps stand in for Little's law.
-		t := math.Max(math.Max(mem, l2), math.Max(shared, comp)) / (fill * x.occupancyShare(d))
-		return t + launch, nil
+		stretch := fill * x.occupancyShare(d)
+		b.DRAM, b.L2, b.Shared, b.Arithmetic, b.Issue = mem/stretch, l2/stretch, shared/stretch, comp/stretch, issue/stretch
+		return b, nil
 	}
 	// DRAM: at most the achievable bandwidth, and no more than the busy
 	// multiprocessors' bytes in flight over the latency draw; the
 	// multiprocessors' own rates (L2, shared memory, pipes) scale with
-	// how many are busy.
-	t := math.Max(mem, x.littleTime(d, fill))
-	t = math.Max(t, math.Max(l2, shared)/fill)
-	t = math.Max(t, comp/(fill*x.occupancyShare(d)))
-	return t + launch, nil
+	// how many are busy, and arithmetic with the warps hiding its
+	// latency too.
+	b.DRAM, b.Latency = mem, x.littleTime(d, fill)
+	b.L2, b.Shared, b.Issue = l2/fill, shared/fill, issue/fill
+	b.Arithmetic = comp / (fill * x.occupancyShare(d))
+	return b, nil
 }
 
 // schedulersPerSM is the warp schedulers of a multiprocessor (four on
