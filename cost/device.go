@@ -69,6 +69,39 @@ type Device struct {
 	LaunchSource string  `json:"launch_source"`
 
 	Peaks []Peak `json:"peaks"`
+
+	// MemoryLatency is the seconds a DRAM load takes to return while the
+	// memory streams (loaded latency, not a pointer chase's idle one).
+	// By Little's law a kernel reaches at most the bytes it keeps in
+	// flight over this latency (Features.InFlight). LatencySource says
+	// where it comes from. 0 in a user's file takes the default of the
+	// device's architecture.
+	MemoryLatency float64 `json:"memory_latency_seconds,omitempty"`
+	LatencySource string  `json:"latency_source,omitempty"`
+	// L2Bandwidth is the bytes per second L2 serves to the
+	// multiprocessors, L2Source where it comes from; 0 in a user's file
+	// takes the default of the architecture per multiprocessor and clock.
+	L2Bandwidth float64 `json:"l2_bandwidth,omitempty"`
+	L2Source    string  `json:"l2_source,omitempty"`
+	// Issue is what each multiprocessor's pipes complete a clock; nil in
+	// a user's file takes the architecture's.
+	Issue *IssueRates `json:"issue,omitempty"`
+}
+
+// IssueRates are a multiprocessor's per-clock throughputs, in thread
+// instructions (a warp instruction is 32 of them), of the pipes an inner
+// loop's instructions go to.
+type IssueRates struct {
+	// FP32 is 32-bit floating-point add, multiply and FMA results.
+	FP32 int `json:"fp32"`
+	// Int32 is 32-bit integer add, compare, logic, shift and
+	// multiply-add results.
+	Int32 int `json:"int32"`
+	// LoadStore is the threads of memory instructions (global, shared,
+	// cp.async, ldmatrix) the load/store units take.
+	LoadStore int `json:"load_store"`
+	// Source says where the rates come from.
+	Source string `json:"source"`
 }
 
 // Peak returns the device's peak for an instruction class and dtype.
@@ -96,6 +129,14 @@ func (d *Device) Validate() error {
 		return fmt.Errorf("device %s: max_threads_per_sm and max_blocks_per_sm must be positive", d.Name)
 	case d.Launch <= 0:
 		return fmt.Errorf("device %s: launch_seconds must be positive", d.Name)
+	}
+	switch {
+	case d.MemoryLatency < 0 || d.MemoryLatency > 1e-4:
+		return fmt.Errorf("device %s: memory_latency_seconds must be in [0, 1e-4] (0 takes the architecture's)", d.Name)
+	case d.L2Bandwidth < 0:
+		return fmt.Errorf("device %s: l2_bandwidth must not be negative (0 takes the architecture's)", d.Name)
+	case d.Issue != nil && (d.Issue.FP32 <= 0 || d.Issue.Int32 <= 0 || d.Issue.LoadStore <= 0):
+		return fmt.Errorf("device %s: issue rates fp32, int32 and load_store must be positive", d.Name)
 	}
 	if _, ok := d.Peak(FMA, "f32"); !ok {
 		return fmt.Errorf("device %s: no fma f32 peak", d.Name)

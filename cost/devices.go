@@ -307,6 +307,10 @@ func (d *Device) clone() *Device {
 	c := *d
 	c.Aliases = slices.Clone(d.Aliases)
 	c.Peaks = slices.Clone(d.Peaks)
+	if d.Issue != nil {
+		issue := *d.Issue
+		c.Issue = &issue
+	}
 	return &c
 }
 

@@ -142,8 +142,19 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	// With the compiler's count of the main loop's instructions, every
 	// warp issues them once per K step.
 	var instructions float64
+	var issue IssueMix
+	warpSteps := float64(batch*tilesM*tilesN*(s.Threads/32)) * float64(ceilDiv(K, s.BK))
 	if k.res != nil && k.res.LoopInstructions > 0 {
-		instructions = float64(batch*tilesM*tilesN*(s.Threads/32)) * float64(ceilDiv(K, s.BK)) * float64(k.res.LoopInstructions)
+		instructions = warpSteps * float64(k.res.LoopInstructions)
 	}
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: stages, TileBytes: tileBytes, SharedBytes: sharedBytes, Instructions: instructions}, true
+	if k.res != nil {
+		issue = k.res.Loop.Scale(warpSteps)
+	}
+	// A block keeps the operand tiles of its pipeline's stages in flight
+	// but the one it multiplies (the scalar path: one step's, waited for
+	// before its barrier), shared among its warps.
+	step := float64((s.BM*s.BK + s.BK*s.BN) * size)
+	inFlight := step * float64(max(stages-1, 1)) / float64(max(s.Threads/32, 1))
+	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tilesM * tilesN, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, Stages: stages,
+		TileBytes: tileBytes, SharedBytes: sharedBytes, Instructions: instructions, InFlight: inFlight, Issue: issue}, true
 }

@@ -94,6 +94,9 @@ type Estimate struct {
 	Schedule Schedule
 	Features Features
 	Measured bool
+	// Bound names what bounds a predicted time (Bounds.Bound); "" for a
+	// measured one.
+	Bound string
 }
 
 // Measurements are measured kernel times, the tuning database's: a time
@@ -238,7 +241,7 @@ func (m *Model) rank(body *ir.Graph) ([]Estimate, error) {
 		e := Estimate{Schedule: s, Features: x}
 		if t, ok := m.measured(spec, s); ok {
 			e.Seconds, e.Measured = t, true
-		} else if e.Seconds, err = Predict(m.Device, m.Factors, x); err != nil {
+		} else if err = m.predict(&e); err != nil {
 			return nil, err
 		}
 		out = append(out, e)
@@ -253,6 +256,16 @@ func (m *Model) rank(body *ir.Graph) ([]Estimate, error) {
 		return out[i].Schedule.String() < out[j].Schedule.String()
 	})
 	return out, nil
+}
+
+// predict sets e's predicted time and bound from its features.
+func (m *Model) predict(e *Estimate) error {
+	b, err := Explain(m.Device, m.Factors, e.Features)
+	if err != nil {
+		return err
+	}
+	e.Seconds, e.Bound = b.Seconds(), b.Bound()
+	return nil
 }
 
 func (m *Model) measured(spec string, s Schedule) (float64, bool) {
@@ -297,6 +310,10 @@ type kernelForm struct {
 type Resources struct {
 	Registers, Shared int
 	LoopInstructions  int
+	// Loop is one iteration of the main loop's instructions per warp by
+	// pipe (cuda.LoopMix; zero when unknown): integer addressing in it
+	// bounds the kernel by the integer pipe's rate.
+	Loop IssueMix
 }
 
 // Resourced prices one schedule of a kernel body with the compiler's
@@ -320,7 +337,7 @@ func (m *Model) Resourced(body *ir.Graph, s Schedule, r Resources) (Estimate, er
 	}
 	if t, ok := m.measured(spec, s); ok {
 		e.Seconds, e.Measured = t, true
-	} else if e.Seconds, err = Predict(m.Device, m.Factors, x); err != nil {
+	} else if err = m.predict(&e); err != nil {
 		return Estimate{}, err
 	}
 	return e, nil

@@ -50,6 +50,23 @@ type Features struct {
 	// clock, a bound under the arithmetic's (the mma and FMA they
 	// include).
 	Instructions float64
+	// InFlight is the DRAM bytes one warp keeps outstanding in the
+	// kernel's main loop: its lanes times the independent loads each
+	// issues before the first is consumed times their bytes (a cp.async
+	// pipeline's stages of tiles, over the block's warps). With the
+	// resident warps and the device's latency it bounds the bandwidth the
+	// kernel draws (Little's law). 0 when the form does not say, and the
+	// occupancy rule (latencyWarps) stands in.
+	InFlight float64
+	// Trips is the dependent memory round trips a block makes outside
+	// its main loop (a prologue's loads its loop waits for, a reduction
+	// between phases, its first load): each round of resident blocks
+	// pays them at the device's latency.
+	Trips float64
+	// Issue is the warp instructions the kernel issues, by pipe: from the
+	// compiler's PTX of the main loop when it was compiled
+	// (Resources.Loop), else the form's count of its emitted loop.
+	Issue IssueMix
 }
 
 // Waves is the number of rounds of blocks each multiprocessor works
@@ -60,12 +77,6 @@ type Features struct {
 func (f Features) Waves(d *Device) int {
 	return max(1, (f.Blocks+d.SMs-1)/d.SMs)
 }
-
-// l2Bandwidth is L2's read bandwidth as a multiple of DRAM's, for tile
-// loads: an assumption (about 17 TB/s on an H100 SXM) that lets a 128x128
-// tensor-core tile reach the tensor cores' rate while a 32x32 one, with a
-// quarter of the reuse, cannot; measurements are to calibrate it.
-const l2Bandwidth = 5.0
 
 // latencyWarps is the resident warps per multiprocessor past which memory
 // and arithmetic latency is hidden; below it a kernel reaches
@@ -116,6 +127,54 @@ func Defaults(d *Device) Factors {
 // multiprocessors idle in its last wave runs as if it filled them) and by
 // too low an occupancy to hide latency, plus the launch overhead.
 func Predict(d *Device, f Factors, x Features) (float64, error) {
+	b, err := Explain(d, f, x)
+	if err != nil {
+		return 0, err
+	}
+	return b.Seconds(), nil
+}
+
+// Bounds are the terms of a prediction, each the time the kernel would
+// take were it bound by that alone (its grid's fill and occupancy
+// applied): the prediction is the largest plus the launch.
+type Bounds struct {
+	// DRAM is the bytes at the achievable bandwidth; Latency the bytes
+	// the kernel's loads in flight draw by Little's law, with its blocks'
+	// serial round trips (0 when the form gives no InFlight).
+	DRAM, Latency float64
+	// L2 and Shared are the tile loads from L2 and the shared-memory
+	// reads at their rates.
+	L2, Shared float64
+	// Arithmetic is the work at each class's achievable peak; Issue the
+	// instructions at the pipes' rates (and the main loop's PTX count).
+	Arithmetic, Issue float64
+	// Launch is the launch overhead, added to the largest bound.
+	Launch float64
+}
+
+// Seconds is the predicted time: the largest bound plus the launch.
+func (b Bounds) Seconds() float64 {
+	return max(b.DRAM, b.Latency, b.L2, b.Shared, b.Arithmetic, b.Issue) + b.Launch
+}
+
+// Bound names the largest bound ("dram", "latency", "l2", "shared",
+// "arithmetic", "issue"), or "launch" when the launch outweighs them all.
+func (b Bounds) Bound() string {
+	name, top := "launch", b.Launch
+	for _, c := range []struct {
+		name string
+		t    float64
+	}{{"dram", b.DRAM}, {"latency", b.Latency}, {"l2", b.L2}, {"shared", b.Shared}, {"arithmetic", b.Arithmetic}, {"issue", b.Issue}} {
+		if c.t > top {
+			name, top = c.name, c.t
+		}
+	}
+	return name
+}
+
+// Explain is Predict's terms: every bound a kernel with features x meets
+// on device d under factors f.
+func Explain(d *Device, f Factors, x Features) (Bounds, error) {
 	mem := x.Bytes / (d.MemoryBandwidth * f.Memory)
 	comp := 0.0
 	for _, w := range x.Work {
@@ -124,7 +183,7 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 		}
 		p, ok := d.Peak(w.Class, w.DType)
 		if !ok {
-			return 0, fmt.Errorf("predict on %s: no peak for %s %s", d.Name, w.Class, w.DType)
+			return Bounds{}, fmt.Errorf("predict on %s: no peak for %s %s", d.Name, w.Class, w.DType)
 		}
 		eff := f.Compute[computeKey(w.Class, w.DType)]
 		if eff <= 0 {
@@ -132,24 +191,41 @@ func Predict(d *Device, f Factors, x Features) (float64, error) {
 		}
 		comp += w.FLOPs / (p.FLOPS * eff)
 	}
+	// The pipes' issue rates bound the instructions the kernel issues,
+	// integer addressing included.
+	issue := issueTime(d, x.Issue)
 	if x.Instructions > 0 {
-		comp = math.Max(comp, x.Instructions/issueRate(d))
+		issue = math.Max(issue, x.Instructions/issueRate(d))
 	}
-	// L2 serves tile loads at a few times DRAM's rate: l2Bandwidth
-	// times the device's achieved DRAM bandwidth, an assumption until
-	// measurements calibrate it (the device tables give no L2 rate).
-	l2 := x.TileBytes / (l2Bandwidth * d.MemoryBandwidth * f.Memory)
-	mem = math.Max(mem, l2)
+	// L2 serves tile loads at its bandwidth to the multiprocessors, at
+	// the same achieved fraction as DRAM (an assumption until
+	// measurements fit it apart).
+	l2 := x.TileBytes / (d.l2Rate() * f.Memory)
 	// Shared memory serves at its banks' peak times the same achieved
 	// fraction as DRAM (an assumption until measurements fit it apart; it
 	// keeps the fit's memory term one coefficient).
-	mem = math.Max(mem, sharedTime(d, x.SharedBytes)/f.Memory)
+	shared := sharedTime(d, x.SharedBytes) / f.Memory
 	fill := 1.0
 	if x.Blocks > 0 {
 		fill = float64(x.Blocks) / float64(x.Waves(d)*d.SMs)
 	}
-	t := math.Max(mem, comp) / (fill * x.occupancyShare(d))
-	return t + float64(max(x.Launches, 1))*f.Launch, nil
+	b := Bounds{Launch: float64(max(x.Launches, 1)) * f.Launch}
+	if x.InFlight <= 0 {
+		// The form did not say what it keeps in flight: resident warps
+		// times stages against latencyWarps stand in for Little's law.
+		stretch := fill * x.occupancyShare(d)
+		b.DRAM, b.L2, b.Shared, b.Arithmetic, b.Issue = mem/stretch, l2/stretch, shared/stretch, comp/stretch, issue/stretch
+		return b, nil
+	}
+	// DRAM: at most the achievable bandwidth, and no more than the busy
+	// multiprocessors' bytes in flight over the latency draw; the
+	// multiprocessors' own rates (L2, shared memory, pipes) scale with
+	// how many are busy, and arithmetic with the warps hiding its
+	// latency too.
+	b.DRAM, b.Latency = mem, x.littleTime(d, fill)
+	b.L2, b.Shared, b.Issue = l2/fill, shared/fill, issue/fill
+	b.Arithmetic = comp / (fill * x.occupancyShare(d))
+	return b, nil
 }
 
 // schedulersPerSM is the warp schedulers of a multiprocessor (four on

@@ -3,6 +3,8 @@ package cuda
 import (
 	"regexp"
 	"strings"
+
+	"github.com/lumsearch/lumsearch/cost"
 )
 
 // Reading NVRTC's PTX for what the cost model cannot know from a body:
@@ -88,4 +90,151 @@ func MainLoopInstructions(ptx, name string) int {
 		}
 	}
 	return ptxInstructions(inner)
+}
+
+// ptxAnyLoop marks a loop worth pricing: one that moves global memory or
+// runs the tensor cores.
+var ptxAnyLoop = regexp.MustCompile(`ld\.global|cp\.async\.(ca|cg)|mma\.sync`)
+
+// LoopMix is the instruction mix of one iteration of kernel name's main
+// loop, per warp and by pipe: the innermost loop around its mma or its
+// 16-byte loads (as MainLoopInstructions), else the innermost loop that
+// loads global memory at all (an attention's key loop). Zero when the
+// kernel has no such loop. It reads PTX, so a 64-bit operation counts as
+// the two 32-bit ones it becomes, and an integer division or remainder
+// as the sequence ptxas expands it to (see ptxWeight).
+func LoopMix(ptx, name string) cost.IssueMix {
+	entry := ptxEntry(ptx, name)
+	marker := ptxVectorLoad
+	if ptxMMA.MatchString(entry) {
+		marker = ptxMMA
+	}
+	loops := ptxLoops(entry, marker)
+	if len(loops) == 0 {
+		loops = ptxLoops(entry, ptxAnyLoop)
+	}
+	if len(loops) == 0 {
+		return cost.IssueMix{}
+	}
+	inner := loops[0]
+	for _, l := range loops[1:] {
+		if len(l) < len(inner) {
+			inner = l
+		}
+	}
+	return PTXMix(inner)
+}
+
+// PTXMix counts a stretch of PTX's instructions by pipe.
+func PTXMix(text string) cost.IssueMix {
+	var m cost.IssueMix
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "$") || strings.HasPrefix(line, "//") || strings.HasPrefix(line, ".") || line == "{" || line == "}" {
+			continue
+		}
+		if strings.HasPrefix(line, "@") { // a guard predicate
+			if i := strings.IndexByte(line, ' '); i > 0 {
+				line = strings.TrimSpace(line[i:])
+			}
+		}
+		op := line
+		if i := strings.IndexAny(op, " \t;"); i >= 0 {
+			op = op[:i]
+		}
+		pipe, n := ptxWeight(op)
+		switch pipe {
+		case pipeInt:
+			m.Int += n
+		case pipeFP:
+			m.FP += n
+		case pipeLoad:
+			m.Load += n
+		case pipeShared:
+			m.Shared += n
+		default:
+			m.Other += n
+		}
+	}
+	return m
+}
+
+type ptxPipe int
+
+const (
+	pipeOther ptxPipe = iota
+	pipeInt
+	pipeFP
+	pipeLoad
+	pipeShared
+)
+
+// Integer division and remainder have no instruction: ptxas expands them.
+// The CUDA C++ Programming Guide ("Integer Arithmetic") says a 32-bit one
+// compiles to up to 20 instructions; a 64-bit one is a called subroutine
+// of several times that (about 70 instructions in the SASS of sm_80 and
+// sm_90 kernels read with cuobjdump, an estimate).
+const (
+	div32Instructions = 20
+	div64Instructions = 70
+)
+
+// ptxWeight is the pipe a PTX opcode (with its type suffixes) issues to
+// and the instructions it weighs there.
+func ptxWeight(op string) (ptxPipe, float64) {
+	parts := strings.Split(op, ".")
+	base := parts[0]
+	has := func(s ...string) bool {
+		for _, p := range parts[1:] {
+			for _, x := range s {
+				if p == x {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	wide := has("s64", "u64", "b64")
+	float := has("f32", "f16", "bf16", "f16x2", "bf16x2", "f64")
+	switch base {
+	case "ld", "st", "atom", "red":
+		switch {
+		case has("shared"):
+			return pipeShared, 1
+		case has("global", "local"):
+			return pipeLoad, 1
+		}
+		return pipeOther, 1 // parameters, constants
+	case "ldmatrix", "stmatrix":
+		return pipeShared, 1
+	case "cp":
+		if has("commit_group", "wait_group", "wait_all") {
+			return pipeOther, 1
+		}
+		return pipeLoad, 1
+	case "div", "rem":
+		switch {
+		case float:
+			return pipeFP, 8 // an approximate reciprocal and its refinement
+		case wide:
+			return pipeInt, div64Instructions
+		}
+		return pipeInt, div32Instructions
+	case "fma", "add", "sub", "mul", "mad", "min", "max", "neg", "abs", "setp", "set", "selp", "testp", "copysign":
+		if float && base != "selp" {
+			return pipeFP, 1
+		}
+		if wide && !has("wide") {
+			return pipeInt, 2
+		}
+		return pipeInt, 1
+	case "ex2", "lg2", "rcp", "sqrt", "rsqrt", "sin", "cos", "tanh":
+		return pipeFP, 1
+	case "and", "or", "xor", "not", "shl", "shr", "bfe", "bfi", "prmt", "popc", "clz", "brev", "mul24", "mad24", "sad", "shf", "lop3", "cvta":
+		if wide {
+			return pipeInt, 2
+		}
+		return pipeInt, 1
+	}
+	return pipeOther, 1
 }

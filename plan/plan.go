@@ -251,6 +251,26 @@ type Launch struct {
 	// (by instruction class and dtype) for the printed schedule.
 	Bytes float64            `json:"bytes,omitempty"`
 	Work  map[string]float64 `json:"work,omitempty"`
+	// InFlight is the DRAM bytes one busy multiprocessor keeps
+	// outstanding under the printed schedule (its resident warps' loads in
+	// flight), which with the device's latency bounds the bandwidth the
+	// kernel draws; 0 where the model does not know it.
+	InFlight float64 `json:"in_flight_per_sm,omitempty"`
+	// Issue is the warp instructions the launch issues by pipe, when the
+	// model counted them (from the kernel's PTX or its form).
+	Issue *Issue `json:"issue,omitempty"`
+	// Bound names what bounds the predicted time: dram, latency (Little's
+	// law), l2, shared, arithmetic, issue or launch.
+	Bound string `json:"bound,omitempty"`
+}
+
+// Issue is a launch's warp instructions by the pipe that executes them.
+type Issue struct {
+	Int    float64 `json:"int"`
+	FP     float64 `json:"fp"`
+	Load   float64 `json:"load"`
+	Shared float64 `json:"shared"`
+	Other  float64 `json:"other"`
 }
 
 // Alternative is a schedule the cost model ranked below the printed one.
@@ -346,6 +366,13 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 		}
 		if est != nil {
 			pl.Predicted, pl.Bytes = est.Seconds, est.Features.Bytes
+			pl.Bound = est.Bound
+			if m != nil {
+				pl.InFlight = est.Features.InFlightPerSM(m.Device)
+			}
+			if is := est.Features.Issue; is.Total() > 0 {
+				pl.Issue = &Issue{Int: is.Int, FP: is.FP, Load: is.Load, Shared: is.Shared, Other: is.Other}
+			}
 			for _, w := range est.Features.Work {
 				if w.FLOPs > 0 {
 					if pl.Work == nil {

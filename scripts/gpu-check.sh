@@ -26,9 +26,14 @@
 #      (DECODE, default llama-3.2-1b:decode, --max-seq DECODE_MAX_SEQ,
 #      default 8192) and times it with bench --dim past=P at three
 #      positions (DECODE_POSITIONS, default 128 1024 and the last);
-#   7. serves the tiny Llama 2-vocabulary model of serve/testdata on the GPU
+#   7. compiles one full-size layer at a prefill's length (PREFILL, default
+#      llama-3-8b:layer, PREFILL_SEQ tokens, default 512) and benches it;
+#      for it and each decode position the summary lists every kernel's
+#      measured time beside the cost model's, what the model says bounds
+#      it, and the bandwidth it achieved (the figures to calibrate from);
+#   8. serves the tiny Llama 2-vocabulary model of serve/testdata on the GPU
 #      (lumsearch serve --device gpu) and drives it with lumsearch loadgen;
-#   8. prints one table and writes OUT/results.json, OUT/summary.txt and
+#   9. prints one table and writes OUT/results.json, OUT/summary.txt and
 #      the tuning records produced (OUT/tunedb.jsonl).
 # The whole run is capped by --budget-seconds (default 480: 8 minutes).
 set -euo pipefail
@@ -399,6 +404,72 @@ if (($(remaining) > 30)); then
 	done
 fi
 
+# --- one prefill layer --------------------------------------------------------
+# A full-size layer at a prefill's length (PREFILL_SEQ tokens), benched
+# without PyTorch: its per-kernel table (below) sets each kernel's measured
+# time beside the cost model's.
+prefill_graph=${PREFILL:-llama-3-8b:layer}
+prefill_seq=${PREFILL_SEQ:-512}
+prefill_dir="$out/compile-prefill"
+prefill_status="skipped"
+prefill_ms=""
+if ((dry_run)); then
+	prefill_status="skipped (dry run)"
+elif (($(remaining) > 30)); then
+	say "compile $prefill_graph --seq $prefill_seq -> $prefill_dir"
+	if capped 180 "$lumsearch" compile "$prefill_graph" --seq "$prefill_seq" --dtype "$dtype" --verify=false -o "$prefill_dir" >"$prefill_dir.log" 2>&1; then
+		prefill_status="ok"
+		if ((have_bench && !dry_run)) && (($(remaining) > 10)); then
+			if b=$(capped 150 "$lumsearch" bench "$prefill_dir" --json 2>>"$log"); then
+				prefill_ms=$(json_num ms "$b")
+				echo "$b" >"$out/bench-prefill.json"
+			else
+				prefill_status="ok, bench failed"
+			fi
+		fi
+	else
+		prefill_status="failed (exit $?; see $(basename "$prefill_dir").log)"
+	fi
+	cat "$prefill_dir.log" >>"$log"
+fi
+say "prefill $prefill_graph --seq $prefill_seq: $prefill_status${prefill_ms:+, $prefill_ms ms}"
+
+# kernel_table FILE prints, per distinct kernel of a bench's JSON (one line,
+# flat kernel objects), its launches, schedule, what the cost model says
+# bounds it, the predicted and measured time of all its launches, their
+# ratio and the bandwidth the measured time achieves on the model's bytes
+# (with the copy ceiling's share when it was measured): the figures that
+# calibrate the cost model kernel by kernel.
+kernel_table() {
+	sed -e 's/.*"kernels":\[//' -e 's/\].*//' "$1" | sed 's/},{/}\n{/g' | awk -v copy="$copy_gbs" '
+	function field(name,   s) {
+		if (match($0, "\"" name "\":\"[^\"]*\"")) { s = substr($0, RSTART, RLENGTH); sub(/^[^:]*:"/, "", s); sub(/"$/, "", s); return s }
+		if (match($0, "\"" name "\":[-0-9.eE+]+")) { s = substr($0, RSTART, RLENGTH); sub(/^[^:]*:/, "", s); return s }
+		return ""
+	}
+	{
+		k = field("kernel")
+		if (k == "") next
+		if (!(k in n)) order[++count] = k
+		n[k]++; pred[k] += field("predicted_ms"); meas[k] += field("median_ms"); bytes[k] += field("bytes")
+		sched[k] = field("schedule"); bound[k] = field("bound")
+	}
+	END {
+		if (count == 0) { print "  (no per-kernel times in this bench)"; exit }
+		printf "  %-8s %4s %-44s %-10s %12s %12s %7s %14s\n", "kernel", "n", "schedule", "bound", "predicted", "measured", "meas/p", "GB/s (%copy)"
+		for (i = 1; i <= count; i++) {
+			k = order[i]
+			r = (pred[k] > 0 && meas[k] > 0) ? sprintf("%.2f", meas[k] / pred[k]) : ""
+			bw = ""
+			if (meas[k] > 0 && bytes[k] > 0) {
+				v = bytes[k] / (meas[k] / 1e3) / 1e9; bw = sprintf("%.0f", v)
+				if (copy != "" && copy > 0) bw = bw sprintf(" (%.0f%%)", 100 * v / copy)
+			}
+			printf "  %-8s %4d %-44s %-10s %9.4f ms %9.4f ms %7s %14s\n", k, n[k], sched[k], bound[k], pred[k], meas[k], r, bw
+		}
+	}'
+}
+
 # --- serving on the GPU -----------------------------------------------------
 # The tiny random-weight model (Llama 2's vocabulary) compiled as a serving
 # step and served on the GPU (lumsearch serve --device gpu: the step and the
@@ -494,6 +565,12 @@ elapsed=$((SECONDS - start_s))
 	echo "$table"
 	echo "decode $decode_graph --max-seq $decode_max (one program, compile $decode_status):${decode_line:- not run}"
 	echo "serve tiny-llama2 on the GPU: $serve_status$serve_line"
+	echo "prefill $prefill_graph --seq $prefill_seq: $prefill_status${prefill_ms:+, $prefill_ms ms}"
+	for f in "$out"/bench-decode-past*.json "$out"/bench-prefill.json; do
+		[[ -f $f ]] || continue
+		echo "kernels of $(basename "$f" .json) (measured against the cost model; sum over each kernel's launches):"
+		kernel_table "$f"
+	done
 } >"$out/summary.txt"
 echo
 cat "$out/summary.txt"
@@ -516,7 +593,9 @@ cat "$out/summary.txt"
 		((i == ${#decode_json[@]} - 1)) && sep=""
 		printf '%s%s' "${decode_json[$i]}" "$sep"
 	done
-	printf ']},\n  "serve": {"status": %s, "loadgen": %s}\n}\n' "$(json_str "$serve_status")" "$(cat "$out/serve-loadgen.json" 2>/dev/null || echo null)"
+	printf ']},\n  "prefill": {"graph": %s, "seq": %s, "status": %s, "lumsearch_ms": %s},\n' \
+		"$(json_str "$prefill_graph")" "$prefill_seq" "$(json_str "$prefill_status")" "${prefill_ms:-null}"
+	printf '  "serve": {"status": %s, "loadgen": %s}\n}\n' "$(json_str "$serve_status")" "$(cat "$out/serve-loadgen.json" 2>/dev/null || echo null)"
 } >"$out/results.json"
 echo
 echo "wrote $out/results.json, $out/summary.txt and $out/log.txt (tuning records, if any: $LUMSEARCH_TUNEDB)"

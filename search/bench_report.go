@@ -26,6 +26,13 @@ type BenchKernel struct {
 	MS   float64 `json:"median_ms"`
 	IQR  float64 `json:"iqr_ms"`
 	Runs int     `json:"runs"`
+	// Bytes is the cost model's DRAM bytes for the launch and GBps what
+	// the measured median makes of them; Bound what the model says bounds
+	// it (dram, latency, l2, shared, arithmetic, issue, launch), so that
+	// a GPU's figures say which of the model's terms was wrong.
+	Bytes float64 `json:"bytes,omitempty"`
+	GBps  float64 `json:"achieved_gb_s,omitempty"`
+	Bound string  `json:"bound,omitempty"`
 }
 
 // BenchReport is what a bench measured; its JSON form is what
@@ -73,11 +80,14 @@ func kernelRows(s *benchSetup, t *benchTimes) []BenchKernel {
 	rows := make([]BenchKernel, len(lp.Run))
 	for i, l := range lp.Run {
 		r := BenchKernel{Launch: l.Name, Kernel: ks[i].Name, Schedule: ks[i].Schedule.String()}
-		if ks[i].Estimate != nil {
-			r.Predicted = ks[i].Estimate.Seconds * 1e3
+		if e := ks[i].Estimate; e != nil {
+			r.Predicted, r.Bytes, r.Bound = e.Seconds*1e3, e.Features.Bytes, e.Bound
 		}
 		if i < len(t.launches) {
 			r.MS, r.IQR, r.Runs = t.launches[i].Median*1e3, t.launches[i].IQR*1e3, len(t.launches[i].Samples)
+			if r.MS > 0 && r.Bytes > 0 {
+				r.GBps = r.Bytes / (r.MS * 1e-3) / 1e9
+			}
 		}
 		rows[i] = r
 	}
@@ -215,9 +225,14 @@ func (r *BenchReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "check: %v\n", r.Outputs)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "LAUNCH\tKERNEL\tSCHEDULE\tPREDICTED (%s)\t%s MEDIAN\tIQR\tRUNS\n", r.Target, label)
+	fmt.Fprintf(tw, "LAUNCH\tKERNEL\tSCHEDULE\tPREDICTED (%s)\tBOUND\t%s MEDIAN\tIQR\tRUNS\tGB/S\n", r.Target, label)
 	for _, k := range r.Kernels {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", k.Launch, k.Kernel, k.Schedule, Seconds(k.Predicted/1e3), Seconds(k.MS/1e3), Seconds(k.IQR/1e3), k.Runs)
+		gbps := "-"
+		if k.GBps > 0 {
+			gbps = fmt.Sprintf("%.0f", k.GBps)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", k.Launch, k.Kernel, k.Schedule, Seconds(k.Predicted/1e3), k.Bound,
+			Seconds(k.MS/1e3), Seconds(k.IQR/1e3), k.Runs, gbps)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

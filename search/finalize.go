@@ -54,7 +54,7 @@ func rerank(ctx context.Context, lib *nvrtc.Library, c *compiled, m *cost.Model,
 		}
 		out := map[string]cost.Resources{}
 		for name, r := range res.Kernels {
-			out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes, LoopInstructions: cuda.MainLoopInstructions(res.PTX, name)}
+			out[name] = cost.Resources{Registers: r.Registers, Shared: r.SharedBytes, LoopInstructions: cuda.MainLoopInstructions(res.PTX, name), Loop: cuda.LoopMix(res.PTX, name)}
 		}
 		return out, nil
 	}
