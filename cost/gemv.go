@@ -192,80 +192,157 @@ func (k *kernelForm) gemvSchedules() []Schedule {
 // a clock (32 banks of 4 bytes), on every architecture the model knows.
 const sharedBandwidthPerSM = 128
 
-// gemvFeatures prices a matrix-vector schedule. The weight is read once
-// (each of its elements by one thread); A's inputs by every block, from
-// L2 past the first; the prologue runs once per block. The loads a thread
-// keeps in flight (cols x Stages over a K-contiguous weight, Stages over a
-// row-major one) are the Stages feature, which with the resident warps is
-// what hides memory latency. Every weight element costs M multiply-adds,
-// and A comes from shared memory: over a K-contiguous weight each 16-byte
-// load reads vec values of each of A's M rows, once for the warp's cols
-// columns; over a row-major one a warp reads one value of each row per
-// load, broadcast to the lanes that share it. With many rows that, not
-// DRAM, can be the bound.
+// GEMVLoop is what one iteration of a matrix-vector schedule's main loop
+// does, as cuda's printGEMV prints it: loads is the independent 16-byte
+// weight loads each lane issues together before the first is used (cols
+// x Stages over a K-contiguous weight, Stages over a row-major one), step
+// the K it advances a lane, and mix its warp instructions by pipe as
+// NVRTC's PTX of it counts them (cuda's TestGEMVLoopMixMatchesPTX holds
+// the two together): per 16-byte load, the unpacking of its values
+// (integer shifts and masks, moves and conversions),
+// A's values from shared memory (two float4 a row over a K-contiguous
+// weight of half types, one otherwise; a scalar a row over a row-major
+// one), an FMA a value and row (and the add into the accumulator over a
+// K-contiguous weight), and the loop's pointer arithmetic and branch.
+// False when the schedule is none the printer takes for body.
+func GEMVLoop(body *ir.Graph, mm ir.Value, s Schedule) (loads, step int, mix IssueMix, ok bool) {
+	_, kContiguous, direct := GEMVWeight(body, mm)
+	if !direct || !s.GEMV || s.Stages < 1 {
+		return 0, 0, IssueMix{}, false
+	}
+	n := body.Node(mm)
+	a, b := body.Node(n.Inputs[0]), body.Node(n.Inputs[1])
+	M := float64(a.Shape[len(a.Shape)-2])
+	size := b.DType.Size()
+	vec := 16 / size
+	// Per value: the integer ops that widen it and the moves or
+	// conversions after (bf16: a shift or a mask, then a move to a float
+	// register; f16: a shift for one half of a word, a narrowing move and
+	// the conversion; f32: a move).
+	intPer, otherPer := 1.0, 1.0
+	switch b.DType {
+	case ir.F32:
+		intPer = 0
+	case ir.F16:
+		intPer, otherPer = 0.5, 2
+	}
+	var cols int
+	if kContiguous {
+		c, split, ok := GEMVLayout(s)
+		if !ok {
+			return 0, 0, IssueMix{}, false
+		}
+		cols, loads, step = c, c*s.Stages, 32*vec*split*s.Stages
+		lds := 1.0
+		if vec == 8 {
+			lds = 2
+		}
+		L := float64(loads)
+		mix = IssueMix{
+			Load:   L,
+			Shared: float64(s.Stages) * M * lds,
+			FP:     L * M * float64(vec+1),
+			Int:    L*float64(vec)*intPer + 6 + 2*float64(cols),
+			Other:  L*float64(vec)*otherPer + 4,
+		}
+		return loads, step, mix, true
+	}
+	_, rows, ok := GEMVRowLayout(s, size)
+	if !ok {
+		return 0, 0, IssueMix{}, false
+	}
+	loads, step = s.Stages, rows*s.Stages
+	L := float64(loads)
+	mix = IssueMix{
+		Load:   L,
+		Shared: L * M,
+		FP:     L * M * float64(vec),
+		Int:    L*float64(vec)*intPer + 8,
+		Other:  L*float64(vec)*otherPer + 4,
+	}
+	return loads, step, mix, true
+}
+
+// gemvFeatures prices a matrix-vector schedule as printGEMV prints it.
+// DRAM: the weight once (each element by one thread), A's inputs once
+// (every block re-reads them from L2: TileBytes), C. Latency: each warp
+// keeps GEMVLoop's loads in flight (InFlight), and a block makes Trips
+// round trips its main loop does not overlap: a norm's pass over A and
+// the chunk computed from its statistics after it (the first group of
+// weight loads is issued before the prologue, so a prologue without a
+// norm hides under that first trip), and an epilogue's loads of its own
+// inputs. Issue: the main loop's mix (the PTX's when compiled, else
+// GEMVLoop's) over every warp's iterations, plus the prologue, a warp
+// instruction per 32 of its values' operations in every block. Shared
+// memory: A's reads in the main loop, a 512-byte float4 read a warp
+// (conflict-free) or a broadcast 128-byte wavefront.
 func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features, bool) {
 	M, N, K, batch, size, kContiguous, ok := k.gemvShape()
 	if !ok || !s.GEMV || s.BM != M || s.Stages < 1 || s.Stages > 8 || s.Tensor || s.Threads > 1024 {
 		return Features{}, false
 	}
+	loads, step, loop, ok := GEMVLoop(k.body, k.matmuls[0], s)
+	if !ok {
+		return Features{}, false
+	}
 	vec := 16 / size
 	warps := s.Threads / 32
-	var inFlight, regs, partials int
-	var padK, padN, sharedBytes float64
-	var iterations float64 // of a warp's main loop
+	var partials, passStep int
+	var padK, padN, ldsBytes float64
 	if kContiguous {
-		cols, split, ok := GEMVLayout(s)
-		if !ok {
-			return Features{}, false
-		}
-		inFlight, regs, partials = cols*s.Stages, 24+M*cols+4*cols*s.Stages+vec, split
-		pass := 32 * vec * split
-		padK, padN = float64(ceilDiv(K, pass)*pass), float64(ceilDiv(N, s.BN)*s.BN)
-		iterations = float64(ceilDiv(K, pass*s.Stages))
-		sharedBytes = float64(batch) * padN * padK * float64(M) * 4 / float64(cols)
+		_, split, _ := GEMVLayout(s)
+		partials, passStep = split, 32*vec*split
+		padN = float64(ceilDiv(N, s.BN) * s.BN)
+		ldsBytes = 512
 	} else {
-		_, rows, ok := GEMVRowLayout(s, size)
-		if !ok {
-			return Features{}, false
-		}
-		iterations = float64(ceilDiv(K, rows*s.Stages))
-		inFlight, regs, partials = s.Stages, 24+M*vec+4*s.Stages+vec, warps
-		padK, padN = float64(ceilDiv(K, rows)*rows), float64(ceilDiv(N, s.BN)*s.BN)
-		// Each warp-wide step (a 16-byte load a lane) reads one value
-		// of each of A's rows per lane, distinct words in distinct
-		// banks or broadcasts: one 128-byte wavefront a row.
-		steps := float64(batch) * padN * padK / float64(vec*32)
-		sharedBytes = steps * float64(M) * 128
+		_, rows, _ := GEMVRowLayout(s, size)
+		partials, passStep = warps, rows
+		padN = float64(ceilDiv(N, s.BN) * s.BN)
+		ldsBytes = 128
 	}
-	reductions := 0
+	padK = float64(ceilDiv(K, passStep) * passStep)
+	// A warp's main loop runs over each chunk's whole groups; the rest
+	// of a chunk (fewer passes than a group) costs a fraction of one.
+	iterations := float64(K) / float64(step)
+	regs := 24 + 4*loads + M*max(loads/s.Stages, vec) + vec
+	reductions, norms := 0, 0
 	for _, n := range k.body.Nodes {
 		if n.Op.Class() == ir.ClassReduce {
 			reductions++
+		}
+		if RowReduction(k.body, n) {
+			norms++
 		}
 	}
 	base := GEMVShared(int64(M), int64(K), s.BN, partials)
 	if base > GEMVSharedLimit {
 		return Features{}, false
 	}
-	shared := int(base) + 4*reductions*M
+	shared := int(base) + 4*reductions*M*(warps+1)
 	per := k.occupancy(d, s.Threads, shared, regs)
 	if per == 0 {
 		return Features{}, false
 	}
 	tilesN := ceilDiv(N, s.BN)
+	blocks := batch * tilesN
 	var bytes, aBytes float64
+	epilogueLoads := false
 	for _, v := range k.body.Inputs() {
 		b := k.bytesOf(v)
-		if k.slots[v]&1 != 0 {
+		switch {
+		case k.slots[v]&1 != 0:
 			aBytes += b
 			b = rereads(b, tilesN, d.SMs, d)
+		case k.slots[v] == 0:
+			epilogueLoads = true
 		}
 		bytes += b
 	}
-	var flops float64
+	var flops, prologueFLOPs float64
 	for i, n := range k.body.Nodes {
 		f := opFLOPs(k.body, n)
 		if k.slots[i]&1 != 0 {
+			prologueFLOPs += f
 			f *= float64(tilesN)
 		}
 		flops += f
@@ -274,21 +351,42 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 	// arithmetic pays for them.
 	flops += 2 * float64(batch) * float64(M) * padN * padK
 	weight := float64(batch) * float64(N) * float64(K) * float64(size)
+	warpIterations := float64(blocks*warps) * iterations
+	mix := loop
+	if k.res != nil && k.res.Loop.Total() > 0 {
+		mix = k.res.Loop
+	}
+	issue := mix.Scale(warpIterations)
+	// The prologue: its operations on A's M x K values in every block,
+	// and about two integer ops a value for unpacking and indices.
+	prologue := float64(blocks) / 32
+	issue.FP += prologue * prologueFLOPs
+	issue.Int += prologue * 2 * float64(M*K)
 	var instructions float64
 	if k.res != nil && k.res.LoopInstructions > 0 {
-		instructions = float64(batch*tilesN*warps) * iterations * float64(k.res.LoopInstructions)
+		instructions = warpIterations * float64(k.res.LoopInstructions)
+	}
+	trips := 0.0
+	if norms > 0 {
+		trips += 2
+	}
+	if epilogueLoads {
+		trips++
 	}
 	return Features{
 		Bytes:         bytes + out,
 		Work:          []Work{{FMA, "f32", flops}},
-		Blocks:        batch * tilesN,
+		Blocks:        blocks,
 		PerSM:         per,
 		WarpsPerBlock: warps,
 		Launches:      1,
-		Stages:        inFlight,
+		Stages:        loads,
 		TileBytes:     weight + float64(tilesN)*aBytes,
-		SharedBytes:   sharedBytes,
+		SharedBytes:   warpIterations * loop.Shared * ldsBytes,
 		Instructions:  instructions,
+		InFlight:      float64(32 * loads * 16),
+		Trips:         trips,
+		Issue:         issue,
 	}, true
 }
 

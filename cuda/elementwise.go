@@ -31,9 +31,9 @@ type elementwise struct {
 	// kernel staged it (the matrix-vector prologue's 16-byte loads)
 	// instead of a load of its own.
 	inputAt func(v ir.Value, ix index) (string, bool)
-	lines     []string
-	temps     map[string]string // "node@index" -> temp name, for unguarded values
-	next      int
+	lines   []string
+	temps   map[string]string // "node@index" -> temp name, for unguarded values
+	next    int
 }
 
 // index is a multi-index as C expressions, one per dimension.

@@ -248,7 +248,12 @@ func gemvNorm(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, t
 		}
 	}
 	lead := split(rowShape[:len(rowShape)-1], "row")
-	fmt.Fprintf(b, "  for (int mm = 0; mm < %d; mm++) {\n", M)
+	// Each row's passes over K: unrolled whole when few, so that every
+	// pass's loads can be issued before the first is used, and without a
+	// branch (a thread past K reads the row's last group again and adds
+	// nothing).
+	passes := (K + int64(threads)*group - 1) / (int64(threads) * group)
+	fmt.Fprintf(b, "  #pragma unroll\n  for (int mm = 0; mm < %d; mm++) {\n", M)
 	fmt.Fprintf(b, "    const long long row = (long long)blockIdx.z * %dLL + mm;\n", M)
 	accs := make([]string, len(reds))
 	for ri, rv := range reds {
@@ -259,7 +264,9 @@ func gemvNorm(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, t
 		}
 		fmt.Fprintf(b, "    float %s = %s;\n", accs[ri], init)
 	}
-	fmt.Fprintf(b, "    #pragma unroll 4\n    for (int kb = threadIdx.x * %d; kb < %d; kb += %d) {\n", group, K, int64(threads)*group)
+	fmt.Fprintf(b, "    %s\n    for (int it = 0; it < %d; it++) {\n", unrollPragma(passes), passes)
+	fmt.Fprintf(b, "      const int kt = (it * %d + threadIdx.x) * %d;\n", threads, group)
+	fmt.Fprintf(b, "      const bool live = kt < %d;\n      const int kb = min(kt, %d);\n", K, K-group)
 	e := &elementwise{body: body, temps: map[string]string{}}
 	st := &gemvStage{body: body, e: e, staged: staged, regs: map[ir.Value]string{}, prefix: "sr"}
 	if group > 1 {
@@ -274,9 +281,9 @@ func gemvNorm(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, t
 				return nil, err
 			}
 			if body.Node(rv).Op == ir.OpMaxReduce {
-				e.emit("%[1]s = (%[1]s != %[1]s || %[1]s > %[2]s) ? %[1]s : %[2]s;", accs[ri], v)
+				e.emit("%[1]s = (!live || %[1]s != %[1]s || %[1]s > %[2]s) ? %[1]s : %[2]s;", accs[ri], v)
 			} else {
-				e.emit("%s += %s;", accs[ri], v)
+				e.emit("%s += live ? %s : 0.0f;", accs[ri], v)
 			}
 		}
 	}
@@ -321,9 +328,15 @@ func gemvChunk(b *strings.Builder, body *ir.Graph, aValue ir.Value, aIndex func(
 		group = 1
 	}
 	groups := chunk / group
-	fmt.Fprintf(b, "    for (int t = threadIdx.x; t < %d; t += %d) {\n", M*groups, threads)
+	// Unrolled whole when few passes, without a branch: a thread past the
+	// chunk computes its last group again and stores nothing; one past kc
+	// computes the chunk's last group and stores zeros.
+	passes := (M*groups + int64(threads) - 1) / int64(threads)
+	fmt.Fprintf(b, "    %s\n    for (int it = 0; it < %d; it++) {\n", unrollPragma(passes), passes)
+	fmt.Fprintf(b, "      const int tt = it * %d + threadIdx.x, t = min(tt, %d);\n", threads, M*groups-1)
 	fmt.Fprintf(b, "      const int mm = t / %d, kg = t %% %d * %d;\n", groups, groups, group)
-	b.WriteString("      const long long m = mm, kb = k0 + kg;\n")
+	fmt.Fprintf(b, "      const bool inK = kg < kc;\n")
+	fmt.Fprintf(b, "      const long long m = mm, kb = k0 + min(kg, kc - %d);\n", group)
 	dst := func(j int) string {
 		if halves && j >= 4 {
 			return fmt.Sprintf("As[mm][%d + kg / 2 + %d]", chunk/2, j-4)
@@ -333,11 +346,6 @@ func gemvChunk(b *strings.Builder, body *ir.Graph, aValue ir.Value, aIndex func(
 		}
 		return fmt.Sprintf("As[mm][kg + %d]", j)
 	}
-	b.WriteString("      if (kg >= kc) {\n")
-	for j := 0; j < int(group); j++ {
-		fmt.Fprintf(b, "        %s = 0.0f;\n", dst(j))
-	}
-	b.WriteString("        continue;\n      }\n")
 	var stop func(ir.Value) bool = func(ir.Value) bool { return false }
 	if reducedAt != nil {
 		stop = func(v ir.Value) bool { return rowReduction(body, body.Node(v)) }
@@ -354,18 +362,32 @@ func gemvChunk(b *strings.Builder, body *ir.Graph, aValue ir.Value, aIndex func(
 		if err != nil {
 			return err
 		}
-		vals[j] = v
+		vals[j] = "(inK ? " + v + " : 0.0f)"
 	}
 	for _, l := range e.lines {
 		b.WriteString("      " + l + "\n")
 	}
+	fmt.Fprintf(b, "      if (tt < %d) {\n", M*groups)
 	if group == 1 {
-		fmt.Fprintf(b, "      %s = %s;\n", dst(0), vals[0])
+		fmt.Fprintf(b, "        %s = %s;\n", dst(0), vals[0])
 	} else {
 		for h := 0; h < 2; h++ {
-			fmt.Fprintf(b, "      lum_st4(&%s, make_float4(%s, %s, %s, %s));\n", dst(4*h), vals[4*h], vals[4*h+1], vals[4*h+2], vals[4*h+3])
+			fmt.Fprintf(b, "        lum_st4(&%s, make_float4(%s, %s, %s, %s));\n", dst(4*h), vals[4*h], vals[4*h+1], vals[4*h+2], vals[4*h+3])
 		}
 	}
-	b.WriteString("    }\n")
+	b.WriteString("      }\n    }\n")
 	return nil
+}
+
+// gemvUnrollPasses is the most passes of a prologue loop unrolled whole.
+const gemvUnrollPasses = 16
+
+// unrollPragma unrolls a prologue loop of n passes whole when they are
+// few (no loop left in the PTX: the kernel's innermost loop around its
+// 16-byte loads stays the main loop, which LoopMix reads), by 4 otherwise.
+func unrollPragma(n int64) string {
+	if n <= gemvUnrollPasses {
+		return "#pragma unroll"
+	}
+	return "#pragma unroll 4"
 }

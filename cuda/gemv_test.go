@@ -266,13 +266,113 @@ func TestNVRTCCompilesGEMV(t *testing.T) {
 			require.NotEmpty(t, entry, "%s: entry %s", arch, k.Name)
 			assert.False(t, strings.Contains(entry, ".local"), "%s %s: local memory", arch, k.Name)
 			assert.True(t, vectorLoad.MatchString(entry), "%s %s: no 16-byte weight loads", arch, k.Name)
-			// A reduction of a few passes unrolls whole; a long one
+			// A reduction of a few groups unrolls whole; a long one
 			// keeps its loop, whose instructions rerank reads.
-			a := bodies[ki].Node(bodies[ki].Node(matmulOf(bodies[ki])).Inputs[0]).Shape
-			if a[len(a)-1] >= 1024 {
+			body := bodies[ki]
+			a := body.Node(body.Node(matmulOf(body)).Inputs[0]).Shape
+			loads, step, _, ok := cost.GEMVLoop(body, matmulOf(body), k.Schedule)
+			require.True(t, ok, "%s %s", k.Name, k.Schedule)
+			if int(a[len(a)-1]) >= 3*step {
 				assert.Positive(t, MainLoopInstructions(res.PTX, k.Name), "%s %s: no main loop around the weight loads", arch, k.Name)
 			}
+			if loop := gemvMainLoop(entry); loop != "" {
+				assert.Equal(t, loads, longestLoadRun(loop), "%s %s (%s): the main loop's group of 16-byte loads, issued with no branch between them", arch, k.Name, k.Schedule)
+			}
 		}
+	}
+}
+
+// gemvMainLoop is the innermost loop of a PTX entry around 16-byte global
+// loads ("" when none), the loop LoopMix reads.
+func gemvMainLoop(entry string) string {
+	loops := ptxLoops(entry, vectorLoad)
+	if len(loops) == 0 {
+		return ""
+	}
+	inner := loops[0]
+	for _, l := range loops[1:] {
+		if len(l) < len(inner) {
+			inner = l
+		}
+	}
+	return inner
+}
+
+// longestLoadRun is the most 16-byte global loads of a stretch of PTX that
+// no label or branch separates (one basic block's: loads the warp has in
+// flight together).
+func longestLoadRun(ptx string) int {
+	best, run := 0, 0
+	for _, line := range strings.Split(ptx, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case vectorLoad.MatchString(line):
+			run++
+			best = max(best, run)
+		case strings.HasPrefix(line, "$") || strings.Contains(line, "bra"):
+			run = 0
+		}
+	}
+	return best
+}
+
+// TestGEMVLoopMixMatchesPTX: the instruction mix cost.GEMVLoop estimates
+// for a matrix-vector schedule's main loop agrees with LoopMix's count of
+// the loop in NVRTC's PTX, pipe by pipe, and a loop with one 16-byte load
+// in flight per thread has one load in a basic block where the repaired
+// one has eight. Decode shapes (K = 4096, the loop kept), a sample of
+// layouts and weight types.
+func TestGEMVLoopMixMatchesPTX(t *testing.T) {
+	lib := nvrtcOrSkip(t)
+	build := func(dt ir.DType, rowMajor bool, M int) *ir.Graph {
+		b := ir.NewBuilder("kernel")
+		const K, N = 4096, 64
+		x := b.Input("$0", ir.F32, ir.Dim(M), K)
+		var w ir.Value
+		if rowMajor {
+			w = b.Input("$1", dt, K, N)
+		} else {
+			w = b.Permute(b.Input("$1", dt, N, K), 1, 0)
+		}
+		b.Output("out0", b.MatMul(b.Cast(x, dt), w))
+		g, err := b.Build()
+		require.NoError(t, err)
+		return g
+	}
+	cases := []struct {
+		name     string
+		body     *ir.Graph
+		s        cost.Schedule
+		inFlight int
+	}{
+		{"bf16 one load in flight", build(ir.BF16, false, 1), cost.Schedule{BM: 1, BN: 4, Threads: 128, Stages: 1, TM: 1, GEMV: true}, 1},
+		{"bf16 eight a column", build(ir.BF16, false, 1), cost.Schedule{BM: 1, BN: 4, Threads: 128, Stages: 8, TM: 1, GEMV: true}, 8},
+		{"bf16 four columns, two each", build(ir.BF16, false, 1), cost.Schedule{BM: 1, BN: 8, Threads: 256, Stages: 2, TM: 4, GEMV: true}, 8},
+		{"bf16 split-K, two rows", build(ir.BF16, false, 2), cost.Schedule{BM: 2, BN: 8, Threads: 256, Stages: 2, TM: 2, GEMV: true}, 4},
+		{"f16 two columns", build(ir.F16, false, 1), cost.Schedule{BM: 1, BN: 8, Threads: 128, Stages: 2, TM: 2, GEMV: true}, 4},
+		{"f32 eight rows", build(ir.F32, false, 8), cost.Schedule{BM: 8, BN: 8, Threads: 256, Stages: 4, TM: 1, GEMV: true}, 4},
+		{"bf16 row-major", build(ir.BF16, true, 1), cost.Schedule{BM: 1, BN: 64, Threads: 128, Stages: 8, GEMV: true}, 8},
+	}
+	var kernels []*Kernel
+	for i, c := range cases {
+		k, err := PrintKernelWith(fmt.Sprintf("mix%d", i), c.name, c.body, c.s)
+		require.NoError(t, err, c.name)
+		kernels = append(kernels, k)
+	}
+	res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(kernels), "kernels.cu", nvrtc.Options{Arch: "sm_90"})
+	require.NoError(t, err)
+	for i, c := range cases {
+		loads, _, est, ok := cost.GEMVLoop(c.body, matmulOf(c.body), c.s)
+		require.True(t, ok, c.name)
+		assert.Equal(t, c.inFlight, loads, c.name)
+		got := LoopMix(res.PTX, kernels[i].Name)
+		require.Positive(t, got.Total(), "%s: no main loop", c.name)
+		assert.Equal(t, c.inFlight, longestLoadRun(gemvMainLoop(ptxEntry(res.PTX, kernels[i].Name))), "%s: loads in one basic block", c.name)
+		assert.Equal(t, got.Load, est.Load, "%s: global loads", c.name)
+		assert.Equal(t, got.Shared, est.Shared, "%s: shared loads", c.name)
+		assert.InDelta(t, got.FP, est.FP, 0.1*got.FP+2, "%s: FP (PTX %+v, estimate %+v)", c.name, got, est)
+		assert.InDelta(t, got.Int, est.Int, 0.2*got.Int+6, "%s: integer (PTX %+v, estimate %+v)", c.name, got, est)
+		assert.InDelta(t, got.Other, est.Other, 0.2*got.Other+6, "%s: other (PTX %+v, estimate %+v)", c.name, got, est)
 	}
 }
 
