@@ -128,6 +128,7 @@ func gemvKernels(t *testing.T) ([]*Kernel, []*ir.Graph) {
 			cols, split, _ := cost.GEMVLayout(e.Schedule)
 			fresh := key("cols", cols)
 			fresh = key("split", split) || fresh
+			fresh = key(fmt.Sprintf("cols=%d split", cols), split) || fresh
 			fresh = key("stages", e.Schedule.Stages) || fresh
 			fresh = key("bn", e.Schedule.BN) || fresh
 			fresh = key("threads", e.Schedule.Threads) || fresh
@@ -384,4 +385,39 @@ func matmulOf(body *ir.Graph) ir.Value {
 		}
 	}
 	return -1
+}
+
+// TestGEMVSchedulesMatchPrinter: every matrix-vector schedule the h200
+// model offers for the test bodies prints, with the group of loads
+// GEMVLoop prices (uint4 w[Stages][cols]), the grid and block the
+// features price; printing only, so every schedule is checked cheaply
+// (the emulation and NVRTC tests run a sample).
+func TestGEMVSchedulesMatchPrinter(t *testing.T) {
+	dev, err := cost.LookupDevice("h200")
+	require.NoError(t, err)
+	model := cost.NewModel(dev, cost.Defaults(dev))
+	bodies := gemvBodies(t)
+	for _, name := range sortedNames(bodies) {
+		body := bodies[name]
+		ranked, err := model.Ranked(body)
+		require.NoError(t, err, name)
+		for _, e := range ranked {
+			s := e.Schedule
+			if !s.GEMV {
+				continue
+			}
+			k, err := PrintKernelWith("g", "", body, s)
+			require.NoError(t, err, "%s %s", name, s)
+			loads, _, _, ok := cost.GEMVLoop(body, matmulOf(body), s)
+			require.True(t, ok, "%s %s", name, s)
+			cols := 1
+			if _, kContiguous, _ := cost.GEMVWeight(body, matmulOf(body)); kContiguous {
+				cols, _, _ = cost.GEMVLayout(s)
+			}
+			assert.Contains(t, k.Text, fmt.Sprintf("uint4 w[%d][%d];", s.Stages, cols), "%s %s", name, s)
+			assert.Equal(t, loads, s.Stages*cols, "%s %s", name, s)
+			assert.Equal(t, e.Features.Blocks, k.Grid[0]*k.Grid[1]*k.Grid[2], "%s %s", name, s)
+			assert.Equal(t, e.Features.WarpsPerBlock*32, k.Block[0], "%s %s", name, s)
+		}
+	}
 }
