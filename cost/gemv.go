@@ -9,16 +9,18 @@ import (
 // The matrix-vector form of a matmul (package cuda, gemv.go): a decode
 // step multiplies a few rows of activations by a weight matrix that is
 // read once and dwarfs everything else, so the kernel is built to stream
-// the weight at the memory's rate rather than to reuse tiles. A block owns
-// BN output columns, a warp cols of them (or, with fewer columns than
-// warps, a split of the reduction of one); every lane loads 16 bytes of a
-// weight row at a time, Stages loads per column in flight, and multiplies
-// them with all of A's rows, which the block computes once per chunk of K
-// into shared memory in f32 (the prologue: a norm, a gate) from its row
-// statistics. Lanes and the warps of a split reduce in f32 through
-// shuffles and shared memory, and the epilogue is applied as C is written.
-// The weight must be a direct right operand (DirectOperand): a weight the
-// kernel would compute element by element is not streamed.
+// the weight at the memory's rate rather than to reuse tiles: each lane
+// keeps a group of 4 or 8 independent 16-byte weight loads in flight, a
+// warp cols (TM) columns of Stages loads each, and a block enough columns
+// to stream at least gemvBlockBytes, so that its prologue (A computed
+// once for the block into shared memory in f32, through a norm from its
+// row statistics) and its reductions are a small part of its time. With
+// few columns, a block's warps split K (split-K within the block, reduced
+// in shared memory). The model prices what the printer prints (GEMVLoop,
+// gemvFeatures): the loads in flight, the round trips outside the main
+// loop, the instructions by pipe. The weight must be a direct right
+// operand (DirectOperand): a weight the kernel would compute element by
+// element is not streamed.
 
 // GEMVRows is the most rows of A the matrix-vector kernel takes.
 const GEMVRows = 8

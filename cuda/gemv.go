@@ -9,24 +9,29 @@ import (
 )
 
 // The matmul kernel form, matrix-vector path (cost's gemv.go says when the
-// model picks it): C[b] = A[b] x B[b] for A of at most cost.GEMVRows rows
-// and B a weight that is a plain buffer (cost.GEMVWeight), a decode step's
-// projections. The weight is streamed once, 16 bytes a load, Stages loads
-// a thread issued before any is used so that enough bytes are in flight
-// to cover memory latency. Over a K-contiguous weight (an nn.Linear
-// weight [N, K] read transposed) a block owns BN columns of C, each warp
-// cols of them (or a part of K of one, with fewer columns than warps),
-// the lanes side by side along a weight row. Over a row-major weight
-// ([K, N], N contiguous: a weight stored transposed, or a split-K batch)
-// lanes side by side cover the block's BN columns, vec each, and the
-// block's rows groups of them take every rows-th k. A is computed
-// by the whole block, chunk by chunk of K, into shared memory in f32
-// (through the prologue: casts, a gate, a norm from its row statistics,
-// which normPrologue computes once per block), so each weight value meets
-// every row of A without a global load. The lanes' f32 partial sums are
-// reduced by shuffles, a split's warps' through shared memory in a fixed
-// order, and the epilogue is applied as C is written. Nothing is rounded
-// to a narrower type before C's own store.
+// model picks it and how it prices it): C[b] = A[b] x B[b] for A of at
+// most cost.GEMVRows rows and B a weight that is a plain buffer
+// (cost.GEMVWeight), a decode step's projections, which stream the weight
+// once and are bound by how many bytes each multiprocessor keeps in
+// flight. Every thread issues a group of independent 16-byte weight loads
+// together, with no branch between them (a column past N reads the last
+// column's row, whose sums are never stored; K's rest, fewer passes than
+// a group, goes one load at a time after the main loop), and consumes
+// them before issuing the next group. Over a K-contiguous weight (an
+// nn.Linear weight [N, K] read transposed) a block owns BN columns, each
+// warp cols (TM) of them with Stages loads in flight per column, and split
+// warps share a group of columns, each a split of K (split-K within the
+// block, for few columns). Over a row-major weight ([K, N], N contiguous:
+// a weight stored transposed, or a split-K batch) lanes side by side cover
+// the block's BN columns, vec each, and the block's rows groups of them
+// take every rows-th k, Stages loads in flight a thread. The first group
+// is issued before the prologue (gemv_prologue.go: a norm's statistics,
+// then A's chunk of K in f32 into shared memory, both with 16-byte loads
+// by every thread), which its latency overlaps; the block computes A once
+// for all its columns. The lanes' f32 partial sums are reduced by
+// shuffles, a split's warps' through shared memory in a fixed order, and
+// the epilogue is applied as C is written. Nothing is rounded to a
+// narrower type before C's own store.
 func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string, error) {
 	mn := body.Node(mm)
 	a, bb := body.Node(mn.Inputs[0]), body.Node(mn.Inputs[1])
