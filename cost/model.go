@@ -532,17 +532,21 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 			}
 		} else if dt == ir.F16 || dt == ir.BF16 {
 			for _, bm := range []int{16, 32, 64, 128} {
-				for _, bn := range []int{32, 64, 128} {
+				for _, bn := range []int{32, 64, 128, 256} {
 					warps := max(bm/32, 1) * bn / 32
-					for _, stages := range []int{2, 3} {
+					for _, stages := range []int{2, 3, 4} {
 						s := Schedule{BM: bm, BN: bn, BK: 32, Threads: 32 * warps, Stages: stages, Tensor: true}
-						if TensorTileShared(s) <= StaticShared {
+						// 32x32 warp patches up to 128 columns (256 would
+						// take 16 warps of a 64-row tile, 32 of a 128-row
+						// one).
+						if bn <= 128 && TensorShared(k.body, s) <= StaticShared {
 							out = append(out, s)
 						}
-						// 64x64 warp patches where the tile holds them.
+						// 64x64 warp patches where the tile holds them:
+						// 128x256 is 8 warps.
 						if bm%64 == 0 && bn%64 == 0 {
 							s.Warp, s.Threads = 64, 32*(bm/64)*(bn/64)
-							if TensorTileShared(s) <= StaticShared {
+							if TensorShared(k.body, s) <= StaticShared {
 								out = append(out, s)
 							}
 						}
