@@ -301,6 +301,9 @@ type kernelForm struct {
 	// res, when set, is the compiler's report for the schedule priced,
 	// used in place of the model's register and shared-memory guesses.
 	res *Resources
+	// need is what the outputs demand of every value (demands), traced
+	// when readBytes first asks.
+	need []box
 }
 
 // Resources are what the compiler reports of one compiled kernel: its
@@ -413,11 +416,20 @@ func (k *kernelForm) bytesOf(v ir.Value) float64 {
 	return numel(n.Shape) * float64(n.DType.Size())
 }
 
-// readBytes is the DRAM traffic of reading input v once: all of it, but
-// for a table read only through gathers (an embedding) just the rows they
-// take, since a decode step's gather reads one row of a table of
-// gigabytes.
+// readBytes is the DRAM traffic of reading input v once: what the
+// kernel's outputs demand of it (demands: an input read through a slice
+// is read where the slice looks), and for a table read only through
+// gathers (an embedding) just the rows they take, since a decode step's
+// gather reads one row of a table of gigabytes.
 func (k *kernelForm) readBytes(v ir.Value) float64 {
+	if k.need == nil {
+		k.need = demands(k.body)
+	}
+	return math.Min(k.gatheredBytes(v), k.need[v].volume()*float64(k.body.Node(v).DType.Size()))
+}
+
+// gatheredBytes is readBytes' gather rule alone.
+func (k *kernelForm) gatheredBytes(v ir.Value) float64 {
 	full := k.bytesOf(v)
 	size := float64(k.body.Node(v).DType.Size())
 	gathered := 0.0
