@@ -51,9 +51,24 @@ const StaticShared = 48 << 10
 
 // TensorTileShared is the shared memory of a tensor-core matmul's tiles:
 // Stages buffers of BM rows of A and BN columns of B, BK values of 2 bytes
-// a row plus 4 words of padding (package cuda, tensorcore.go).
+// a row, swizzled rather than padded (package cuda, tensorcore.go), so
+// that three stages of 128x128 tiles fit the static 48 KiB.
 func TensorTileShared(s Schedule) int {
-	return (s.BM + s.BN) * (s.BK/2 + 4) * 4 * max(s.Stages, 1)
+	return (s.BM + s.BN) * (s.BK / 2) * 4 * max(s.Stages, 1)
+}
+
+// TensorShared is the shared memory a tensor-core matmul kernel of body
+// declares under s: its tiles, and a norm prologue's row statistics (a
+// float per row of the block for each reduction of the body; the printer
+// keeps those of row reductions, a subset).
+func TensorShared(body *ir.Graph, s Schedule) int {
+	reds := 0
+	for _, n := range body.Nodes {
+		if n.Op.Class() == ir.ClassReduce {
+			reds++
+		}
+	}
+	return TensorTileShared(s) + 4*reds*s.BM
 }
 
 func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Features, bool) {
@@ -70,7 +85,7 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	size := dt.Size()
 	shared := (s.BM*s.BK + s.BK*s.BN) * size * max(s.Stages, 1)
 	if s.Tensor {
-		if shared = TensorTileShared(s); shared > StaticShared {
+		if shared = TensorShared(body, s); shared > StaticShared {
 			return Features{}, false
 		}
 	}

@@ -301,6 +301,9 @@ type kernelForm struct {
 	// res, when set, is the compiler's report for the schedule priced,
 	// used in place of the model's register and shared-memory guesses.
 	res *Resources
+	// need is what the outputs demand of every value (demands), traced
+	// when readBytes first asks.
+	need []box
 }
 
 // Resources are what the compiler reports of one compiled kernel: its
@@ -413,11 +416,20 @@ func (k *kernelForm) bytesOf(v ir.Value) float64 {
 	return numel(n.Shape) * float64(n.DType.Size())
 }
 
-// readBytes is the DRAM traffic of reading input v once: all of it, but
-// for a table read only through gathers (an embedding) just the rows they
-// take, since a decode step's gather reads one row of a table of
-// gigabytes.
+// readBytes is the DRAM traffic of reading input v once: what the
+// kernel's outputs demand of it (demands: an input read through a slice
+// is read where the slice looks), and for a table read only through
+// gathers (an embedding) just the rows they take, since a decode step's
+// gather reads one row of a table of gigabytes.
 func (k *kernelForm) readBytes(v ir.Value) float64 {
+	if k.need == nil {
+		k.need = demands(k.body)
+	}
+	return math.Min(k.gatheredBytes(v), k.need[v].volume()*float64(k.body.Node(v).DType.Size()))
+}
+
+// gatheredBytes is readBytes' gather rule alone.
+func (k *kernelForm) gatheredBytes(v ir.Value) float64 {
 	full := k.bytesOf(v)
 	size := float64(k.body.Node(v).DType.Size())
 	gathered := 0.0
@@ -532,17 +544,21 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 			}
 		} else if dt == ir.F16 || dt == ir.BF16 {
 			for _, bm := range []int{16, 32, 64, 128} {
-				for _, bn := range []int{32, 64, 128} {
+				for _, bn := range []int{32, 64, 128, 256} {
 					warps := max(bm/32, 1) * bn / 32
-					for _, stages := range []int{2, 3} {
+					for _, stages := range []int{2, 3, 4} {
 						s := Schedule{BM: bm, BN: bn, BK: 32, Threads: 32 * warps, Stages: stages, Tensor: true}
-						if TensorTileShared(s) <= StaticShared {
+						// 32x32 warp patches up to 128 columns (256 would
+						// take 16 warps of a 64-row tile, 32 of a 128-row
+						// one).
+						if bn <= 128 && TensorShared(k.body, s) <= StaticShared {
 							out = append(out, s)
 						}
-						// 64x64 warp patches where the tile holds them.
+						// 64x64 warp patches where the tile holds them:
+						// 128x256 is 8 warps.
 						if bm%64 == 0 && bn%64 == 0 {
 							s.Warp, s.Threads = 64, 32*(bm/64)*(bn/64)
-							if TensorTileShared(s) <= StaticShared {
+							if TensorShared(k.body, s) <= StaticShared {
 								out = append(out, s)
 							}
 						}

@@ -3,6 +3,7 @@ package cost
 import (
 	"testing"
 
+	"github.com/lumsearch/lumsearch/ir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -113,4 +114,46 @@ func TestDeviceLatencyAndPipes(t *testing.T) {
 	assert.InEpsilon(t, 12.39e12, d.l2Rate(), 0.01)
 	d.MemoryLatency = -1
 	assert.ErrorContains(t, d.Validate(), "memory_latency_seconds")
+}
+
+// TestTwoWarpGEMMRanksBelowLargeTiles is the held check on a GEMM made
+// to be bad: 128x64 tiles of two warps and two stages (what prefill's
+// projections ran with) re-read their operands from L2 twice as often as
+// 128x128 tiles and keep fewer tiles in flight. It is priced no faster
+// than its tiles' L2 traffic at L2's rate and its DRAM bytes' Little's
+// law allow, and below the large-tile schedules that repair it.
+func TestTwoWarpGEMMRanksBelowLargeTiles(t *testing.T) {
+	d, err := LookupDevice("h100")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	bad := Schedule{BM: 128, BN: 64, BK: 32, Threads: 64, Stages: 2, Tensor: true, Warp: 64}
+	for _, c := range []struct {
+		M, K, N ir.Dim
+		l2      float64 // seconds: the bad tiles' L2 traffic at L2's rate
+	}{
+		// 4096^3: 2048 tiles each loading (128+64) x 4096 x 2 bytes.
+		{4096, 4096, 4096, 2048 * 192 * 4096 * 2 / (12.39e12 * 0.9)},
+		// A prefill's gate projection: 512 tokens, 4096 -> 14336.
+		{512, 4096, 14336, 896 * 192 * 4096 * 2 / (12.39e12 * 0.9)},
+	} {
+		ranked, err := m.Ranked(linearBody(t, ir.BF16, c.M, c.K, c.N))
+		require.NoError(t, err)
+		var badE, repaired *Estimate
+		for i := range ranked {
+			e := &ranked[i]
+			switch s := e.Schedule; {
+			case s == bad:
+				badE = e
+			case s.Tensor && s.BM == 128 && s.BN >= 128 && repaired == nil:
+				repaired = e
+			}
+		}
+		require.NotNil(t, badE, "%dx%dx%d: the two-warp schedule is listed", c.M, c.K, c.N)
+		require.NotNil(t, repaired, "%dx%dx%d: a large-tile schedule is listed", c.M, c.K, c.N)
+		assert.GreaterOrEqual(t, badE.Seconds, c.l2*0.999, "%dx%dx%d: under its L2 traffic", c.M, c.K, c.N)
+		x := badE.Features
+		little := x.Bytes * d.latency() / (float64(d.SMs) * x.InFlightPerSM(d))
+		assert.GreaterOrEqual(t, badE.Seconds, little, "%dx%dx%d: under Little's law", c.M, c.K, c.N)
+		assert.Greater(t, badE.Seconds, repaired.Seconds, "%dx%dx%d: %s (%.1f us) against %s (%.1f us)", c.M, c.K, c.N, bad, badE.Seconds*1e6, repaired.Schedule, repaired.Seconds*1e6)
+	}
 }

@@ -89,14 +89,16 @@ func TestEveryScheduleMatchesReference(t *testing.T) {
 		"bm=16,bn=32,bk=32,threads=32,stages=2,mma", "bm=128,bn=64,bk=32,threads=256,stages=2,mma", "bm=1,bn=32,threads=64"} {
 		assert.True(t, forms[s], "no kernel ran schedule %s", s)
 	}
-	// And every tensor-core and matrix-vector variant: three stages, 64x64
-	// warp patches with two and three, several loads in flight.
+	// And every tensor-core and matrix-vector variant: three and four
+	// stages, 64x64 warp patches with two to four, several loads in
+	// flight.
 	ran := map[string]bool{}
 	for _, k := range kernels {
 		s := k.Schedule
 		ran[fmt.Sprintf("tensor=%v stages=%d warp=%d gemv=%v", s.Tensor, s.Stages, s.Warp, s.GEMV && s.Stages > 1)] = true
 	}
-	for _, v := range []string{"tensor=true stages=3 warp=0 gemv=false", "tensor=true stages=2 warp=64 gemv=false", "tensor=true stages=3 warp=64 gemv=false"} {
+	for _, v := range []string{"tensor=true stages=3 warp=0 gemv=false", "tensor=true stages=2 warp=64 gemv=false", "tensor=true stages=3 warp=64 gemv=false",
+		"tensor=true stages=4 warp=0 gemv=false", "tensor=true stages=4 warp=64 gemv=false"} {
 		assert.True(t, ran[v], "no kernel ran a schedule with %s", v)
 	}
 	gemv := false
@@ -196,8 +198,8 @@ func TestPrintRefusesForeignSchedules(t *testing.T) {
 		{"attention_prefill", cost.Schedule{BM: 16, BN: 64, Threads: 128, Tensor: true}},
 		// Tensor-core variants the printer does not implement.
 		{"tc_f16_linear", cost.Schedule{BM: 32, BN: 64, BK: 32, Threads: 32, Stages: 2, Tensor: true, Warp: 64}},
-		{"tc_f16_linear", cost.Schedule{BM: 64, BN: 64, BK: 32, Threads: 128, Stages: 4, Tensor: true}},
-		{"tc_f16_linear", cost.Schedule{BM: 128, BN: 128, BK: 32, Threads: 512, Stages: 3, Tensor: true}}, // 61 KiB of tiles
+		{"tc_f16_linear", cost.Schedule{BM: 64, BN: 64, BK: 32, Threads: 128, Stages: 5, Tensor: true}},
+		{"tc_f16_linear", cost.Schedule{BM: 128, BN: 128, BK: 32, Threads: 512, Stages: 4, Tensor: true}}, // 64 KiB of tiles
 		// Matrix-vector schedules on bodies that are not, or do not fit.
 		{"silu_mul", cost.Schedule{BM: 1, BN: 4, Threads: 128, Stages: 1, GEMV: true}},
 		{"tc_f16_linear", cost.Schedule{BM: 70, BN: 4, Threads: 128, Stages: 1, GEMV: true}},

@@ -19,10 +19,13 @@ import (
 // the warps multiply one, the next is filled. Shared memory holds the
 // operands rounded to the operand dtype, two K-adjacent values per 32-bit
 // word, the lower k in the low half, which is exactly a fragment register
-// (A: [64 rows][16 + 4 words] row-major; B: [64 columns][16 + 4 words],
-// K-contiguous per column, the "col" layout mma takes; the 4 words of
-// padding make the fragment reads free of bank conflicts and keep rows
-// 16-byte aligned).
+// (A: [64 rows][16 words] row-major; B: [64 columns][16 words],
+// K-contiguous per column, the "col" layout mma takes). Rows are swizzled
+// rather than padded (tcSwizzle): the 16-byte chunk w / 4 of row r is
+// stored at chunk (w / 4) ^ ((r / 2) % 4), so that the eight rows an
+// ldmatrix phase reads at one chunk, and the eight 16-byte copies a
+// quarter-warp of cp.async lands, fall in eight distinct groups of four
+// banks, and no shared memory goes to padding.
 //
 // An operand that is a plain buffer with K contiguous in memory and K a
 // multiple of 8 (a row-major A, an nn.Linear weight [N, K] used
@@ -33,10 +36,19 @@ import (
 // (lum_pack_f16x2/_bf16x2). Tiles past M, N or K are zero-filled. The
 // epilogue is applied to the accumulators as C is written, as in the f32
 // path.
-const (
-	tcBM, tcBN, tcBK = 64, 64, 32 // the default tile
-	tcPad            = 4          // words of padding per shared row
-)
+const tcBM, tcBN, tcBK = 64, 64, 32 // the default tile
+
+// tcSwizzle is the word at which a tile stores logical word w of row r
+// (16 words a row): the 16-byte chunk w / 4 XORed with (r / 2) % 4, the
+// word within the chunk kept. Rows are 64 bytes, so rows r and r + 1 share
+// a 128-byte line of banks and r + 2 starts the next; the XOR gives each
+// of 8 consecutive rows its own 16-byte group of banks.
+func tcSwizzle(r, w int) int { return ((w>>2)^((r>>1)&3))<<2 | w&3 }
+
+// tcSwz prints tcSwizzle of the C expressions r and w.
+func tcSwz(r, w string) string {
+	return fmt.Sprintf("((((%s) >> 2) ^ (((%s) >> 1) & 3)) << 2 | ((%s) & 3))", w, r, w)
+}
 
 // printTensorCore prints the body of a matmul kernel whose operands are
 // both f16 or both bf16.
@@ -61,10 +73,10 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	// wN grid of patches.
 	mi, nj := cost.WarpPatch(s)
 	wM, wN := s.BM/(16*mi), s.BN/(8*nj)
-	if !s.Tensor || s.BK != tcBK || (s.Stages != 2 && s.Stages != 3) || s.Rows != 0 || (s.Warp != 0 && s.Warp != 64) || s.BM%(16*mi) != 0 || s.BN%(8*nj) != 0 || s.BN == 0 || s.Threads != 32*wM*wN || s.Threads > 1024 {
-		return "", fmt.Errorf("tensor-core matmul: schedule %s: the tensor-core path takes BM 16 or a multiple of 32, BN a multiple of 32, BK 32, two or three stages, mma and a warp per 32x32 (16x32) patch, or per 64x64 with warp=64 and BM, BN multiples of 64", s)
+	if !s.Tensor || s.BK != tcBK || s.Stages < 2 || s.Stages > 4 || s.Rows != 0 || (s.Warp != 0 && s.Warp != 64) || s.BM%(16*mi) != 0 || s.BN%(8*nj) != 0 || s.BN == 0 || s.Threads != 32*wM*wN || s.Threads > 1024 {
+		return "", fmt.Errorf("tensor-core matmul: schedule %s: the tensor-core path takes BM 16 or a multiple of 32, BN a multiple of 32, BK 32, two to four stages, mma and a warp per 32x32 (16x32) patch, or per 64x64 with warp=64 and BM, BN multiples of 64", s)
 	}
-	if bytes := cost.TensorTileShared(s); bytes > cost.StaticShared {
+	if bytes := cost.TensorShared(body, s); bytes > cost.StaticShared {
 		return "", fmt.Errorf("tensor-core matmul: schedule %s: its %d stages of tiles take %d bytes of shared memory, past the %d a block declares", s, s.Stages, bytes, cost.StaticShared)
 	}
 	k.Schedule = s
@@ -75,7 +87,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	setMatmulRows(k, body, mm, g, BM)
 	opIndex := g.opIndex
 	var b strings.Builder
-	words := tcBK/2 + tcPad
+	words := tcBK / 2
 	S := s.Stages
 	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned As[%d][%d][%d];\n", S, BM, words)
 	fmt.Fprintf(&b, "  __shared__ __align__(16) unsigned Bs[%d][%d][%d];\n", S, BN, words)
@@ -125,8 +137,9 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 			if n*R > tileRows {
 				fmt.Fprintf(w, "        if (rr >= %d) break;\n", tileRows)
 			}
-			fmt.Fprintf(w, "        if (rr < %[1]srows && k0 + %[1]skc < %[2]dLL) lum_cp_async16(&%[3]s[s][rr][%[1]skc / 2], %[1]ssrc + (long long)j * %[4]dLL + k0);\n", x, K, dst, int64(R)*K)
-			fmt.Fprintf(w, "        else for (int w = 0; w < 4; w++) %s[s][rr][%skc / 2 + w] = 0u;\n", dst, x)
+			fmt.Fprintf(w, "        const int sw = %s;\n", tcSwz("rr", x+"kc / 2"))
+			fmt.Fprintf(w, "        if (rr < %[1]srows && k0 + %[1]skc < %[2]dLL) lum_cp_async16(&%[3]s[s][rr][sw], %[1]ssrc + (long long)j * %[4]dLL + k0);\n", x, K, dst, int64(R)*K)
+			fmt.Fprintf(w, "        else for (int w = 0; w < 4; w++) %s[s][rr][sw + w] = 0u;\n", dst)
 			w.WriteString("      }\n")
 			return nil
 		}
@@ -168,7 +181,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		}
 		fmt.Fprintf(w, "        const float lo = %s;\n", vals[0])
 		fmt.Fprintf(w, "        const float hi = %s;\n", vals[1])
-		fmt.Fprintf(w, "        %s[s][rr][kp] = lum_pack_%sx2(lo, hi);\n      }\n", dst, suffix)
+		fmt.Fprintf(w, "        %s[s][rr][%s] = lum_pack_%sx2(lo, hi);\n      }\n", dst, tcSwz("rr", "kp"), suffix)
 		return nil
 	}
 	// The pipeline: tiles 0 .. S-2 are in flight before the loop; step kt
@@ -208,10 +221,10 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	fmt.Fprintf(&b, "    for (int ks = 0; ks < %d; ks += 8) {\n", tcBK/2)
 	fmt.Fprintf(&b, "      unsigned af[%d][4], bf[%d][2];\n", mi, nj)
 	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++)\n", mi)
-	b.WriteString("        lum_ldmatrix_x4(af[i], &As[s][wm + i * 16 + lane / 8 % 2 * 8 + lane % 8][ks + lane / 16 * 4]);\n")
+	fmt.Fprintf(&b, "        { const int ar = wm + i * 16 + lane / 8 %% 2 * 8 + lane %% 8; lum_ldmatrix_x4(af[i], &As[s][ar][%s]); }\n", tcSwz("ar", "ks + lane / 16 * 4"))
 	fmt.Fprintf(&b, "      for (int j = 0; j < %d; j += 2) {\n", nj)
 	b.WriteString("        unsigned r[4];\n")
-	b.WriteString("        lum_ldmatrix_x4(r, &Bs[s][wn + j * 8 + lane / 16 * 8 + lane % 8][ks + lane / 8 % 2 * 4]);\n")
+	fmt.Fprintf(&b, "        const int br = wn + j * 8 + lane / 16 * 8 + lane %% 8;\n        lum_ldmatrix_x4(r, &Bs[s][br][%s]);\n", tcSwz("br", "ks + lane / 8 % 2 * 4"))
 	b.WriteString("        bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];\n")
 	b.WriteString("      }\n")
 	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", mi, nj, suffix)

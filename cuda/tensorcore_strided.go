@@ -62,8 +62,9 @@ func printStridedTile(w, setup *strings.Builder, body *ir.Graph, op cost.Strided
 	if n*int64(R) > t.tileRows {
 		fmt.Fprintf(w, "        if (rr >= %d) break;\n", t.tileRows)
 	}
-	fmt.Fprintf(w, "        if (rr < %[1]srows && k0 + %[1]skc < %[2]dLL) lum_cp_async16(&%[3]s[s][rr][%[1]skc / 2], %[1]ssrc + %[1]sro[j] + %[1]sko);\n", x, t.K, t.dst)
-	fmt.Fprintf(w, "        else for (int w = 0; w < 4; w++) %s[s][rr][%skc / 2 + w] = 0u;\n", t.dst, x)
+	fmt.Fprintf(w, "        const int sw = %s;\n", tcSwz("rr", x+"kc / 2"))
+	fmt.Fprintf(w, "        if (rr < %[1]srows && k0 + %[1]skc < %[2]dLL) lum_cp_async16(&%[3]s[s][rr][sw], %[1]ssrc + %[1]sro[j] + %[1]sko);\n", x, t.K, t.dst)
+	fmt.Fprintf(w, "        else for (int w = 0; w < 4; w++) %s[s][rr][sw + w] = 0u;\n", t.dst)
 	w.WriteString("      }\n")
 }
 

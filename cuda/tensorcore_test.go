@@ -270,6 +270,20 @@ func TestEmulatedTensorCoreMatchesReference(t *testing.T) {
 			}
 		}
 	}
+	// The largest tiles and the deepest pipeline, on a plain operand pair
+	// and on an epilogue: 128x256 with 8 warps of 64x64, four stages.
+	large := []cost.Schedule{
+		{BM: 128, BN: 256, BK: 32, Threads: 256, Stages: 2, Warp: 64, Tensor: true},
+		{BM: 64, BN: 64, BK: 32, Threads: 128, Stages: 4, Tensor: true},
+		{BM: 128, BN: 64, BK: 32, Threads: 64, Stages: 4, Warp: 64, Tensor: true},
+	}
+	for _, name := range []string{"tc_bf16_linear", "tc_f16_bias_residual"} {
+		for i, s := range large {
+			n := fmt.Sprintf("%s_l%d", name, i)
+			bodies[n], schedule[n] = bodies[name], s
+			extra = append(extra, n)
+		}
+	}
 	names = append(names, extra...)
 	for i, name := range names {
 		body := bodies[name].body
@@ -401,5 +415,55 @@ func TestEveryLegalHalfMatmulPrints(t *testing.T) {
 			}
 			t.Logf("%d sampled bodies emulated", len(kernels))
 		})
+	}
+}
+
+// TestTensorSwizzleIsConflictFree checks the tiles' swizzle over all 32
+// lanes: shared memory serves a warp's 16-byte accesses a quarter-warp
+// (8 lanes, 128 bytes) at a time, so the 8 lanes of each quarter must
+// touch 8 distinct 16-byte groups of banks. It checks ldmatrix's reads (a
+// lane gives row lane % 8 of matrix lane / 8, at the fragment's chunk),
+// the cp.async copies (thread t copies chunk t % 4 of row t / 4 + j R)
+// and that the swizzle is a permutation of each row's words.
+func TestTensorSwizzleIsConflictFree(t *testing.T) {
+	group := func(row, word int) int { return (row%2*16 + tcSwizzle(row, word)) / 4 } // 16-byte group within a 128-byte line
+	distinct := func(what string, groups []int) {
+		t.Helper()
+		seen := map[int]bool{}
+		for _, g := range groups {
+			assert.False(t, seen[g], "%s: two lanes of a quarter-warp in bank group %d (%v)", what, g, groups)
+			seen[g] = true
+		}
+	}
+	for base := 0; base < 256; base += 8 {
+		// ldmatrix: A's matrices (rows wm+i*16 + lane/8%2*8 + lane%8, chunk
+		// ks/4 + lane/16) and B's (rows wn+j*8 + lane/16*8 + lane%8, chunk
+		// ks/4 + lane/8%2): each quarter-warp reads 8 consecutive rows at
+		// one chunk.
+		for chunk := range 4 {
+			var gs []int
+			for l := range 8 {
+				gs = append(gs, group(base+l, 4*chunk))
+			}
+			distinct(fmt.Sprintf("ldmatrix rows %d..%d chunk %d", base, base+7, chunk), gs)
+		}
+		// cp.async: quarter-warp q of a warp copies rows 2q, 2q+1 (of a
+		// group of 8 rows starting at base), chunks 0..3 each.
+		for q := range 4 {
+			var gs []int
+			for l := range 8 {
+				th := 8*q + l
+				gs = append(gs, group(base+th/4%8, th%4*4))
+			}
+			distinct(fmt.Sprintf("cp.async quarter %d at row %d", q, base), gs)
+		}
+	}
+	for r := range 16 {
+		seen := map[int]bool{}
+		for w := range 16 {
+			p := tcSwizzle(r, w)
+			require.True(t, p >= 0 && p < 16 && !seen[p], "row %d: word %d stored at %d", r, w, p)
+			seen[p] = true
+		}
 	}
 }

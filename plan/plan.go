@@ -262,6 +262,10 @@ type Launch struct {
 	// Bound names what bounds the predicted time: dram, latency (Little's
 	// law), l2, shared, arithmetic, issue or launch.
 	Bound string `json:"bound,omitempty"`
+	// Loop is one iteration of the kernel's main loop, per warp and by
+	// pipe, read from NVRTC's PTX (nil without NVRTC or without a loop
+	// that loads global memory or runs mma).
+	Loop *Issue `json:"loop_per_warp,omitempty"`
 }
 
 // Issue is a launch's warp instructions by the pipe that executes them.

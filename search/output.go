@@ -89,6 +89,17 @@ func buildPlan(src *source, f *final) (*plan.Plan, error) {
 	}
 	pl.Version, pl.Model, pl.Target, pl.Arch = Version(), md.Name, src.m.Device.Name, src.arch
 	pl.NVRTC = f.compiler
+	if f.ptx != "" {
+		// What each kernel's main loop issues, read from NVRTC's PTX: the
+		// integer work per FMA a GPU-less reader checks first.
+		for _, ls := range [][]plan.Launch{pl.Prep, pl.Run} {
+			for i := range ls {
+				if mix := cuda.LoopMix(f.ptx, ls[i].Kernel); mix.Total() > 0 {
+					ls[i].Loop = &plan.Issue{Int: mix.Int, FP: mix.FP, Load: mix.Load, Shared: mix.Shared, Other: mix.Other}
+				}
+			}
+		}
+	}
 	b := md.Options.Build
 	pl.Options = plan.Options{Seq: b.Seq, Past: b.Past, DType: b.DType.String(), Dims: maps.Clone(md.Options.Dims)}
 	if b.Past < 0 {

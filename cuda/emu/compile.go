@@ -22,6 +22,12 @@ const cacheVersion = "lumsearch-emu-1"
 // the guard page below it instead of another fiber's stack.
 var flags = []string{"-std=c++17", "-O1", "-g0", "-pthread", "-fstack-clash-protection"}
 
+// countFlags compile the counting runner's glue (Count): every memory
+// access instrumented by GCC's thread sanitizer, whose entry points
+// count.inc defines in place of libtsan (function entry and exit are not
+// instrumented: the count needs none of them).
+var countFlags = []string{"-DLUM_EMU_COUNT", "-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0"}
+
 var (
 	compiles     atomic.Int64 // g++ runs that produced a runner, for tests
 	compilerIDs  sync.Map     // compiler name -> identity string
@@ -58,7 +64,8 @@ func compilerID(ctx context.Context, cc string) (string, error) {
 
 // compile returns the path of the runner built from source and glue, building
 // it when the cache does not hold it yet.
-func compile(ctx context.Context, source, glueSrc string, opt *Options) (string, error) {
+// With counting, the runner is Count's (countFlags).
+func compile(ctx context.Context, source, glueSrc string, opt *Options, counting bool) (string, error) {
 	cc := opt.Compiler
 	if cc == "" {
 		cc = "g++"
@@ -76,7 +83,11 @@ func compile(ctx context.Context, source, glueSrc string, opt *Options) (string,
 		return "", err
 	}
 	h := sha256.New()
-	for _, part := range []string{cacheVersion, id, strings.Join(flags, " "), header, runnerSource, source, glueSrc} {
+	parts := []string{cacheVersion, id, strings.Join(flags, " "), header, runnerSource, source, glueSrc}
+	if counting {
+		parts = append(parts, strings.Join(countFlags, " "), countSource)
+	}
+	for _, part := range parts {
 		fmt.Fprintf(h, "%d\n%s", len(part), part)
 	}
 	key := hex.EncodeToString(h.Sum(nil))
@@ -95,21 +106,38 @@ func compile(ctx context.Context, source, glueSrc string, opt *Options) (string,
 		return "", fmt.Errorf("emu: cache: %w", err)
 	}
 	defer os.RemoveAll(work)
-	for name, text := range map[string]string{"emu.h": header, "runner.inc": runnerSource, "kernels.cu": source, "glue.cc": glueSrc} {
+	files := map[string]string{"emu.h": header, "runner.inc": runnerSource, "kernels.cu": source, "glue.cc": glueSrc}
+	if counting {
+		files["count.cc"] = countSource
+	}
+	for name, text := range files {
 		if err := os.WriteFile(filepath.Join(work, name), []byte(text), 0o644); err != nil {
 			return "", fmt.Errorf("emu: %w", err)
 		}
 	}
-	args := append(append([]string{}, flags...), "-o", "runner", "glue.cc")
-	cmd := exec.CommandContext(ctx, cc, args...)
-	cmd.Dir = work
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			return "", fmt.Errorf("emu: compile stopped: %w", ctx.Err())
+	var steps [][]string
+	if counting {
+		// Three runs: the glue instrumented, the hooks not, and a link
+		// without libtsan (which -fsanitize=thread would pull in).
+		steps = [][]string{
+			append(append(append([]string{}, flags...), countFlags...), "-c", "-o", "glue.o", "glue.cc"),
+			append(append([]string{}, flags...), "-c", "-o", "count.o", "count.cc"),
+			{"-pthread", "-o", "runner", "glue.o", "count.o"},
 		}
-		return "", &CompileError{Log: log.String()}
+	} else {
+		steps = [][]string{append(append([]string{}, flags...), "-o", "runner", "glue.cc")}
+	}
+	for _, args := range steps {
+		cmd := exec.CommandContext(ctx, cc, args...)
+		cmd.Dir = work
+		var log bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &log, &log
+		if err := cmd.Run(); err != nil {
+			if ctx.Err() != nil {
+				return "", fmt.Errorf("emu: compile stopped: %w", ctx.Err())
+			}
+			return "", &CompileError{Log: log.String()}
+		}
 	}
 	// The rename is atomic, so another process never runs a partial binary.
 	if err := os.Rename(filepath.Join(work, "runner"), bin); err != nil {

@@ -96,6 +96,20 @@
 // between two kernels falls in the earlier kernel's section and is poisoned
 // only for it; generated text prints helpers first.)
 //
+// # Counting bytes
+//
+// Count runs launches through a runner built to count: the same kernel
+// text and emu.h compiled with GCC's -fsanitize=thread instrumentation,
+// whose calls before every memory access (and in place of every atomic)
+// count.inc defines instead of libtsan. Accesses that fall in a buffer's
+// data while a launch runs feed a model of the GPU's L2 (LRU over 128-byte
+// lines, filled and written back by 32-byte sectors, cold at every launch),
+// whose misses and write-backs are the launch's DRAM bytes. It runs one
+// worker: blocks reach L2 in linear order, not in the GPU's concurrent
+// waves, and the threads of a block between two scheduling points one
+// after another, not a warp's lanes together, so a block's working set
+// (not a warp's) must fit L2 for threads to share lines.
+//
 // # Compilation
 //
 // Run generates the glue (a launcher per Kernel and the table the runner

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/lumsearch/lumsearch/internal/mmap"
@@ -19,6 +20,9 @@ var header string
 
 //go:embed runner.inc
 var runnerSource string
+
+//go:embed count.inc
+var countSource string
 
 // Header returns emu.h, the emulation header that the kernel text is compiled
 // against.
@@ -155,24 +159,32 @@ type Options struct {
 // crash) is a *KernelError, a compilation failure a *CompileError; when ctx
 // ends, the runner is killed and the error wraps ctx.Err().
 func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, launches []Launch, opt Options) ([][]byte, error) {
+	res, _, err := runner(ctx, source, kernels, bufs, launches, opt, 0)
+	return res, err
+}
+
+// runner is Run, or with l2 > 0 Count's run through an L2 of l2 bytes.
+func runner(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, launches []Launch, opt Options, l2 int64) ([][]byte, []Traffic, error) {
 	idx, err := validate(kernels, bufs, launches)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if opt.Landing > LandBetween {
-		return nil, fmt.Errorf("emu: Options.Landing is %v, not one of the landings", opt.Landing)
+		return nil, nil, fmt.Errorf("emu: Options.Landing is %v, not one of the landings", opt.Landing)
 	}
 	for _, i := range opt.Discard {
 		if i < 0 || i >= len(bufs) {
-			return nil, fmt.Errorf("emu: Options.Discard names buffer %d of %d", i, len(bufs))
+			return nil, nil, fmt.Errorf("emu: Options.Discard names buffer %d of %d", i, len(bufs))
 		}
 	}
-	bin, err := compile(ctx, placeShared(source, kernels), glue(kernels), &opt)
+	bin, err := compile(ctx, placeShared(source, kernels), glue(kernels), &opt, l2 > 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	workers := opt.Workers
-	if workers <= 0 {
+	if l2 > 0 {
+		workers = 1 // the runner runs one worker when counting
+	} else if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	discard := make([]bool, len(bufs))
@@ -188,20 +200,25 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	// The input and output go through pipes: at real shapes they are
 	// gigabytes, which a file in shared memory would take in 4 KiB pages,
 	// a fault each to write it and again for the runner to read it.
-	cmd := exec.CommandContext(ctx, bin, "-", "-")
+	args := []string{"-", "-"}
+	if l2 > 0 {
+		args = append(args, strconv.FormatInt(l2, 10))
+		total += trafficWords * 8 * len(launches)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 5 * time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, fmt.Errorf("emu: %w", err)
+		return nil, nil, fmt.Errorf("emu: %w", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("emu: %w", err)
+		return nil, nil, fmt.Errorf("emu: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("emu: start the runner: %w", err)
+		return nil, nil, fmt.Errorf("emu: start the runner: %w", err)
 	}
 	written := make(chan error, 1)
 	go func() {
@@ -220,19 +237,19 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 	writeErr := <-written
 	runErr := cmd.Wait()
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("emu: run stopped: %w", ctx.Err())
+		return nil, nil, fmt.Errorf("emu: run stopped: %w", ctx.Err())
 	}
 	if kerr := parseStderr(stderr.Bytes(), launches); kerr != nil {
-		return nil, kerr
+		return nil, nil, kerr
 	}
 	if runErr != nil {
-		return nil, fmt.Errorf("emu: runner failed: %w: %s", runErr, tail(stderr.Bytes(), 4096))
+		return nil, nil, fmt.Errorf("emu: runner failed: %w: %s", runErr, tail(stderr.Bytes(), 4096))
 	}
 	if writeErr != nil {
-		return nil, fmt.Errorf("emu: write the runner's input: %w", writeErr)
+		return nil, nil, fmt.Errorf("emu: write the runner's input: %w", writeErr)
 	}
 	if readErr != nil {
-		return nil, fmt.Errorf("emu: read the runner's output: %w", readErr)
+		return nil, nil, fmt.Errorf("emu: read the runner's output: %w", readErr)
 	}
 	res := make([][]byte, len(bufs))
 	for i, b := range bufs {
@@ -242,7 +259,10 @@ func Run(ctx context.Context, source string, kernels []Kernel, bufs []Buffer, la
 		res[i] = data[:b.Bytes:b.Bytes]
 		data = data[b.Bytes:]
 	}
-	return res, nil
+	if l2 <= 0 {
+		return res, nil, nil
+	}
+	return res, decodeTraffic(data, len(launches)), nil
 }
 
 func tail(b []byte, n int) string {
