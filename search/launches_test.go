@@ -58,9 +58,9 @@ func TestLaunchesPerLayer(t *testing.T) {
 		name, kind string
 		most       float64
 	}{
-		{"tiny-llama", "decode", 8.5},
+		{"tiny-llama", "decode", 7.5},
 		{"tiny-llama", "step", 9.5},
-		{"tiny-qwen2", "decode", 10.5},
+		{"tiny-qwen2", "decode", 8.5},
 		{"tiny-gpt2", "decode", 7.5},
 	}
 	for _, tt := range tests {
