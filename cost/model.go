@@ -51,6 +51,13 @@ type Schedule struct {
 	// results at the end, so that no warp waits while another scores a
 	// tile (a decode step has one query row a head and few heads).
 	SplitKeys bool
+	// KeySplits, when set, selects attention's flash-decoding layout
+	// (attention_decode.go): a block per key head of a batch and per
+	// KeySplits-th of the keys, every query row of the head's group in
+	// it, the blocks' partial softmaxes combined in the same launch. BN is
+	// then the keys a warp takes a step. A decode step has one query row a
+	// head: splitting the keys is what fills the multiprocessors.
+	KeySplits int
 }
 
 // String is the schedule's canonical text, the tuning database's key.
@@ -83,6 +90,9 @@ func (s Schedule) String() string {
 	}
 	if s.SplitKeys {
 		b.WriteString(",splitkeys")
+	}
+	if s.KeySplits > 0 {
+		fmt.Fprintf(&b, ",keysplits=%d", s.KeySplits)
 	}
 	return b.String()
 }
