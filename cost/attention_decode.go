@@ -2,6 +2,7 @@ package cost
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -190,4 +191,270 @@ func gcd(a, b int64) int64 {
 		a, b = b, a%b
 	}
 	return a
+}
+
+// decodeMaxWarps and decodeMaxWorkspace bound the flash-decoding layout
+// as package cuda prints it: the warps whose partials meet in shared
+// memory, and the workspace of the splits' partials.
+const (
+	decodeMaxWarps     = 8
+	decodeMaxWorkspace = 16 << 20
+)
+
+// DecodeLoads is the 16-byte loads of keys (and as many of values) a lane
+// of the flash-decoding layout issues a warp step under schedule s, all
+// before the first is used.
+func DecodeLoads(p DecodeParts, s Schedule) int64 { return int64(s.BN) / p.KeysPerLoad() }
+
+// decodeFits says whether schedule s is one the flash-decoding layout
+// prints for p (cuda's printAttentionDecode refuses the same).
+func decodeFits(p DecodeParts, s Schedule) bool {
+	P, W := p.KeysPerLoad(), s.Threads/32
+	ni := int64(s.BN) / P
+	if s.BM != 1 || int64(s.BN)%P != 0 || ni < 1 || ni > 8 || s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.GEMV || s.SplitKeys ||
+		s.TM != 0 || s.Warp != 0 || s.Threads%32 != 0 || W < 1 || W > decodeMaxWarps || s.KeySplits < 1 || s.KeySplits > 256 {
+		return false
+	}
+	if decodeShared(p, W) > StaticShared {
+		return false
+	}
+	ws := int64(0)
+	if s.KeySplits > 1 {
+		ws = p.Heads()*int64(s.KeySplits)*p.Rows()*(p.D+2)*4 + p.Heads()*4
+	}
+	return ws <= decodeMaxWorkspace
+}
+
+// decodeShared is the flash-decoding block's static shared memory: the
+// query rows, and each warp's partial (accumulators, max and sum).
+func decodeShared(p DecodeParts, warps int) int64 {
+	return 4 * (p.Rows()*p.D + int64(warps)*p.Rows()*(p.D+2))
+}
+
+// DecodeScores is the instructions of a score's epilogue in the
+// flash-decoding loop: Key once a key (the mask's integer work, the same
+// for every row of the block, which the compiler computes once), KeyRow
+// once a key and row (the scale, an additive mask).
+type DecodeScores struct {
+	Key, KeyRow IssueMix
+}
+
+// DecodeStepMix is the warp instructions one step of the flash-decoding
+// layout's main loop issues (BN keys of every row of the block), by pipe,
+// as NVRTC's PTX counts them (cuda.LoopMix; a test holds the two
+// together on three shapes). With keyRows the keys a lane scores a step
+// times the rows, h the halvings that reduce a key row's partial dot
+// products across its lanes, and exps the exponentials (one a key and
+// row, one a row for the rescaling), it counts:
+//   - loads: a key and a value load a lane and key load;
+//   - the widening to f32: a shift or mask (bf16) or a shift a pair
+//     (f16) on the integer pipe, a move (bf16, f32) or two conversions
+//     (f16) an element;
+//   - FP: the dot products' and the accumulation's FMAs (vec a key row
+//     and lane each), the reduction's adds, the scores' epilogue, the
+//     NaN-aware running max (two compares a key), the sum, the rescaling
+//     of the accumulators, and about nine a CUDA expf (its range
+//     reduction and ex2, the -inf guard);
+//   - integer: an expf's exponent shift and guard select, the max's
+//     predicate or, the mask's work a key, and about twenty for the
+//     loop's pointers, bound and branch;
+//   - other: a shuffle and two moves a halving, two moves an expf, nine
+//     moves a key and row (PTX's copies of the scores and running values,
+//     which ptxas mostly folds away), a branch and a saturating convert
+//     an expf, the key index's widening.
+func DecodeStepMix(p DecodeParts, s Schedule, sc DecodeScores) IssueMix {
+	ni := float64(DecodeLoads(p, s))
+	R, vec := float64(p.Rows()), float64(p.Vec())
+	h := 0.0
+	for l := p.Lanes(); l > 1; l /= 2 {
+		h++
+	}
+	keyRows := ni * R
+	exps := keyRows + R
+	elems := 2 * ni * vec // key and value elements a lane widens
+	var m IssueMix
+	m.Load = 2 * ni
+	switch p.DType {
+	case ir.BF16:
+		m.Int += elems
+		m.Other += elems
+	case ir.F16:
+		m.Int += elems / 2
+		m.Other += 2 * elems
+	default:
+		m.Other += elems
+	}
+	m.FP += 2*keyRows*vec + R*vec + keyRows*(h+3) + 9*exps + 2*R
+	m.Int += 2*exps + keyRows + 20
+	m.Other += 3*keyRows*h + 2*exps + 9*keyRows + 2*exps + 1 + 7 + ni
+	return m.Add(sc.Key.Scale(ni)).Add(sc.KeyRow.Scale(keyRows))
+}
+
+// DecodeMaskMix estimates the instructions of the scores' epilogue of
+// attention parts p: float ops that read the dot product one a key and
+// row; the rest (a mask's integer positions and comparisons) once a key,
+// two for a 64-bit integer op or compare, the key index's remainder by
+// the keys four (a shift and a mask) or, for keys not a power of two, six
+// (a multiply-high sequence).
+func DecodeMaskMix(body *ir.Graph, p AttentionParts) DecodeScores {
+	fromQK := make([]bool, len(body.Nodes))
+	var m DecodeScores
+	seen := make([]bool, len(body.Nodes))
+	var walk func(v ir.Value)
+	walk = func(v ir.Value) {
+		if seen[v] {
+			return
+		}
+		seen[v] = true
+		if v == p.QK {
+			fromQK[v] = true
+			return
+		}
+		n := body.Node(v)
+		for _, in := range n.Inputs {
+			walk(in)
+			fromQK[v] = fromQK[v] || fromQK[in]
+		}
+		class := n.Op.Class()
+		arith := (class == ir.ClassBinary || class == ir.ClassUnary) && n.Op != ir.OpCast
+		switch {
+		case fromQK[v]:
+			if arith && n.DType.IsFloat() {
+				m.KeyRow.FP++
+			}
+		case n.Op == ir.OpIota:
+			if e := n.Shape[n.Attrs.Axis]; e&(e-1) == 0 {
+				m.Key.Int += 4
+			} else {
+				m.Key.Int += 6
+			}
+		case arith && !n.DType.IsFloat(), class == ir.ClassCompare:
+			m.Key.Int += 2
+		}
+	}
+	walk(p.Scores)
+	return m
+}
+
+// decodeFeatures prices the flash-decoding layout (cuda's
+// printAttentionDecode) under schedule s: Heads x KeySplits blocks of
+// s.Threads/32 warps, each warp keeping BN/(keys a load) key loads and as
+// many value loads of 16 bytes a lane in flight. DRAM reads every key
+// and value row the rows see once (a key head's query heads share it),
+// the query side once per split from L2, and writes the output; the
+// splits' partials go through L2. The main loop's instructions are
+// DecodeStepMix a warp step (or the compiler's count, when rerank passes
+// it) over every step the grid takes, plus the prologue and the combine.
+// A block makes its round trips serially: the position and query rows
+// before its loop, the partials before the combine.
+func (k *kernelForm) decodeFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	p, err := Attention(k.body)
+	if err != nil {
+		return Features{}, false
+	}
+	dp, err := DecodeAttention(k.body, p)
+	if err != nil || !decodeFits(dp, s) {
+		return Features{}, false
+	}
+	W, n := s.Threads/32, s.KeySplits
+	R, D, H, vec := dp.Rows(), dp.D, dp.Heads(), dp.Vec()
+	ni := DecodeLoads(dp, s)
+	shared := int(decodeShared(dp, W))
+	// Registers: the query pieces and accumulators, the loads in
+	// flight, the scores of a step, addressing.
+	regs := int(2*R*vec+8*ni+ni*R) + 40
+	per := k.occupancy(d, s.Threads, shared, regs)
+	if per == 0 {
+		return Features{}, false
+	}
+	keys := float64(dp.T)
+	if k.keys != nil {
+		keys, _ = k.keys.perBlock(dp.S, dp.T, int(dp.S), 1)
+	}
+	size := float64(dp.DType.Size())
+	// Every split's chunk is whole warp steps but the last one's.
+	steps := math.Ceil(keys / float64(s.BN))
+	var bytes float64
+	for _, in := range k.body.Inputs() {
+		b := k.bytesOf(in)
+		switch in {
+		case dp.K, dp.V:
+			b *= keys / float64(dp.T) // the rows the position reaches
+			bytes += b
+		default:
+			bytes += rereads(b, n, d.SMs, d) // the query side, read by every split
+		}
+	}
+	kvBytes := float64(H) * keys * 2 * float64(D) * size
+	partials := 0.0
+	if n > 1 {
+		partials = 2 * float64(H) * float64(n) * float64(R) * float64(D+2) * 4
+	}
+	mix := DecodeStepMix(dp, s, DecodeMaskMix(k.body, p))
+	if k.res != nil && k.res.Loop.Total() > 0 {
+		mix = k.res.Loop
+	}
+	issue := mix.Scale(float64(H) * steps)
+	// The prologue (the query rows, their pieces into registers) and the
+	// combines (lanes, warps, splits) a block: small beside the loop at
+	// long contexts, what a split costs at short ones.
+	// Every block combines its warps (about four instructions an
+	// accumulator and warp, over the block's threads) and its lanes'
+	// rows (shuffles); the last block of a head combines the splits.
+	blocks := float64(H) * float64(n)
+	perBlock := IssueMix{FP: float64(R*D) * 4 / 32, Shared: float64(R*D) * float64(W+1) / float64(32*W), Other: float64(R*vec) * 4}
+	issue = issue.Add(perBlock.Scale(blocks * float64(W)))
+	if n > 1 {
+		perHead := IssueMix{FP: float64(R*D) * float64(n) * 4 / 32, Load: float64(R*D) * float64(n) * 2 / 32}
+		issue = issue.Add(perHead.Scale(float64(H)))
+	}
+	flops := 2 * float64(H) * float64(R) * steps * float64(s.BN) * 2 * float64(D)
+	for i, n := range k.body.Nodes {
+		if k.slots[i]&1 != 0 { // the query rows' prologue, once per split
+			flops += opFLOPs(k.body, n) * float64(s.KeySplits)
+		}
+	}
+	// The position and the query rows before the key loop, its first
+	// loads, and with splits the partials' round trip through L2 (about
+	// half DRAM's latency) before the combine.
+	trips := 2.0
+	if n > 1 {
+		trips += 0.5
+	}
+	return Features{
+		Bytes: bytes + out, Work: []Work{{FMA, "f32", flops}},
+		Blocks: int(H) * n, PerSM: per, WarpsPerBlock: W, Launches: 1,
+		TileBytes: kvBytes + partials,
+		// Each lane's key and value loads of a step are independent
+		// chains the warp keeps going at once.
+		Stages:   int(ni),
+		InFlight: 32 * float64(2*ni) * 16,
+		Trips:    trips,
+		Issue:    issue,
+	}, true
+}
+
+// decodeSchedules are the flash-decoding layout's schedules for a body it
+// prints: 2 or 4 warps, 4 key and 4 value loads a lane in flight, and 1 to
+// 32 splits of the keys (the grid is key heads x splits); none for a body
+// it does not.
+func (k *kernelForm) decodeSchedules() []Schedule {
+	p, err := Attention(k.body)
+	if err != nil {
+		return nil
+	}
+	dp, err := DecodeAttention(k.body, p)
+	if err != nil {
+		return nil
+	}
+	var out []Schedule
+	for _, t := range []int{64, 128} {
+		for _, n := range []int{1, 2, 4, 8, 16, 32} {
+			s := Schedule{BM: 1, BN: int(4 * dp.KeysPerLoad()), Threads: t, KeySplits: n}
+			if decodeFits(dp, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }

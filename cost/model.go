@@ -493,7 +493,9 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     threads sharing the value columns, or 128 to 1024 threads whose
 //     warps share the keys (SplitKeys); or 4 to 16 query rows a block
 //     in f32, a warp per 1 to 4 of them; or for f16 and bf16 tensor cores,
-//     a warp per 16 query rows, keys 32 or 64 a tile;
+//     a warp per 16 query rows, keys 32 or 64 a tile; or, where keys and
+//     values are inputs read in 16-byte rows, flash-decoding: a block
+//     per key head and split of the keys, 1 to 32 splits;
 //   - paged attention: a block per token and key head, 2 to 32 warps
 //     sharing its keys (paged.go).
 func (k *kernelForm) schedules(d *Device) []Schedule {
@@ -560,6 +562,9 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 		for _, t := range []int{128, 256, 512, 1024} {
 			out = append(out, Schedule{BM: 1, BN: 32, Threads: t, SplitKeys: true})
 		}
+		// Flash-decoding (attention_decode.go), where the keys and values
+		// are inputs read in 16-byte rows.
+		out = append(out, k.decodeSchedules()...)
 		// BM query rows a block in f32, BM/warps of them a warp;
 		// attentionFeatures refuses those the shapes do not fit.
 		for _, r := range [][2]int{{4, 128}, {8, 128}, {8, 256}, {16, 128}, {16, 256}} {

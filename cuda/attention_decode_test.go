@@ -9,6 +9,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -115,4 +116,54 @@ func TestAttentionDecodeMatchesReference(t *testing.T) {
 		assert.Equal(t, first[i][0].Float64s(), second[i][0].Float64s(), "%s (%s) at position %d: the result depends on the blocks' order", r.kernel.Name, r.kernel.Schedule, r.pos)
 	}
 	t.Logf("%d kernels emulated", len(runs))
+}
+
+// TestDecodeStepMixMatchesPTX: the cost model's count of the
+// flash-decoding main loop's instructions (cost.DecodeStepMix, from the
+// kernel form) agrees with NVRTC's PTX of the printed kernel
+// (LoopMix) for llama-3-8b's decode attention (bf16, 4 query heads a key
+// head, head dim 128) and two other shapes: the loads exactly, integer
+// and floating-point instructions within 20%, the rest within 35% (moves
+// and shuffles, which ptxas partly folds away). And the loop's integer
+// work stays a fraction of its FMAs: no 64-bit division per element.
+func TestDecodeStepMixMatchesPTX(t *testing.T) {
+	t.Parallel()
+	lib := nvrtcOrSkip(t)
+	cases := []struct {
+		c boundCase
+		s cost.Schedule
+	}{
+		{boundCase{name: "llama_bf16", dt: ir.BF16, mask: boundOp, heads: 32, kvHeads: 8, s: 1, tk: 1024, d: 128}, cost.Schedule{BM: 1, BN: 8, Threads: 128, KeySplits: 16}},
+		{boundCase{name: "f32_d64", dt: ir.F32, mask: boundOp, heads: 8, kvHeads: 4, s: 1, tk: 512, d: 64}, cost.Schedule{BM: 1, BN: 8, Threads: 64, KeySplits: 4}},
+		{boundCase{name: "f16_d64_mha", dt: ir.F16, mask: boundOp, heads: 4, kvHeads: 4, s: 1, tk: 300, d: 64, window: 0}, cost.Schedule{BM: 1, BN: 16, Threads: 128, KeySplits: 1}},
+	}
+	var kernels []*Kernel
+	var want []cost.IssueMix
+	for _, tc := range cases {
+		body := tc.c.body(t)
+		k, err := PrintKernelWith("mix_"+tc.c.name, "", body, tc.s)
+		require.NoError(t, err)
+		kernels = append(kernels, k)
+		dec, err := cost.Decompose(body)
+		require.NoError(t, err)
+		p, err := cost.Attention(dec)
+		require.NoError(t, err)
+		dp, err := cost.DecodeAttention(dec, p)
+		require.NoError(t, err)
+		want = append(want, cost.DecodeStepMix(dp, tc.s, cost.DecodeMaskMix(dec, p)))
+	}
+	res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(kernels), "decode_mix.cu", nvrtc.Options{Arch: "sm_90"})
+	require.NoError(t, err)
+	for i, k := range kernels {
+		got := LoopMix(res.PTX, k.Name)
+		t.Logf("%s: PTX %+v, model %+v", k.Name, got, want[i])
+		assert.Equal(t, want[i].Load, got.Load, "%s: 16-byte loads a step", k.Name)
+		assert.InEpsilon(t, got.Int, want[i].Int, 0.2, "%s: integer instructions a step", k.Name)
+		assert.InEpsilon(t, got.FP, want[i].FP, 0.2, "%s: floating-point instructions a step", k.Name)
+		assert.InEpsilon(t, got.Other, want[i].Other, 0.35, "%s: other instructions a step", k.Name)
+		assert.Less(t, got.IntPerFP(), 1.0, "%s: integer work per floating-point instruction", k.Name)
+		r := res.Kernels[k.Name]
+		assert.Zero(t, r.SpillStores, "%s spills", k.Name)
+		assert.Zero(t, r.StackBytes, "%s keeps a stack frame", k.Name)
+	}
 }
