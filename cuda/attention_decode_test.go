@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/cost"
@@ -71,10 +70,7 @@ func decodeRuns(t *testing.T, cases []decodeCase) []decodeRun {
 			require.Equal(t, [3]int{s.KeySplits, int(c.kvHeads), 1}, k.Grid, "%s %s: a block per key head and split", c.name, s)
 			for pi, pos := range c.positions {
 				args, want := boundFeeds(t, body, pos, uint64(100*ci+pi+1))
-				kk := *k
-				kk.Name = fmt.Sprintf("%s_p%d", name, pi)
-				kk.Text = strings.Replace(k.Text, "void "+name+"(", "void "+kk.Name+"(", 1)
-				runs = append(runs, decodeRun{kernel: &kk, body: body, pos: pos, args: args, want: want})
+				runs = append(runs, decodeRun{kernel: k, body: body, pos: pos, args: args, want: want})
 			}
 		}
 	}
@@ -97,8 +93,8 @@ func emulateDecode(t *testing.T, runs []decodeRun, opt emu.Options) [][]*ir.Tens
 
 // TestAttentionDecodeMatchesReference: the flash-decoding layout, printed
 // for every case and schedule, matches the reference at every position
-// under the emulation, in thread order and with every block in its own
-// thread order and cp.async landing (Vary) on two workers, and the two
+// under the emulation, shuffled on one worker and with every block in
+// its own thread order (Vary) on two workers, and the two
 // runs agree bit for bit: the splits' combine does not depend on which
 // block finishes last.
 func TestAttentionDecodeMatchesReference(t *testing.T) {
@@ -107,7 +103,7 @@ func TestAttentionDecodeMatchesReference(t *testing.T) {
 		t.Skip("g++ is missing:", err)
 	}
 	runs := decodeRuns(t, decodeCases())
-	first := emulateDecode(t, runs, emu.Options{Workers: 1})
+	first := emulateDecode(t, runs, emu.Options{Shuffle: true, Seed: 4, Workers: 1})
 	second := emulateDecode(t, runs, emu.Options{Vary: true, Seed: 9, Workers: 2})
 	for i, r := range runs {
 		mm, err := ir.Compare(first[i][0], r.want.Outputs["out0"], r.want.Magnitudes["out0"], 1024)
@@ -115,7 +111,7 @@ func TestAttentionDecodeMatchesReference(t *testing.T) {
 		assert.Nil(t, mm, "%s (%s) at position %d: %v", r.kernel.Name, r.kernel.Schedule, r.pos, mm)
 		assert.Equal(t, first[i][0].Float64s(), second[i][0].Float64s(), "%s (%s) at position %d: the result depends on the blocks' order", r.kernel.Name, r.kernel.Schedule, r.pos)
 	}
-	t.Logf("%d kernels emulated", len(runs))
+	t.Logf("%d runs emulated", len(runs))
 }
 
 // TestDecodeStepMixMatchesPTX: the cost model's count of the
@@ -165,5 +161,29 @@ func TestDecodeStepMixMatchesPTX(t *testing.T) {
 		r := res.Kernels[k.Name]
 		assert.Zero(t, r.SpillStores, "%s spills", k.Name)
 		assert.Zero(t, r.StackBytes, "%s keeps a stack frame", k.Name)
+	}
+}
+
+// TestVerifySamplesWholeSplitGroups: a sampled verification of a
+// flash-decoding kernel runs every split of the key heads it samples (a
+// head missing one never combines, and its counter would stay raised),
+// and the sampled heads match the reference.
+func TestVerifySamplesWholeSplitGroups(t *testing.T) {
+	t.Parallel()
+	needGXX(t)
+	c := boundCase{name: "fd_verify", dt: ir.BF16, mask: boundOp, heads: 8, kvHeads: 4, s: 1, tk: 40, d: 16}
+	body := c.body(t)
+	k, err := PrintKernelWith("fd_verify", "", body, cost.Schedule{BM: 1, BN: 16, Threads: 64, KeySplits: 3})
+	require.NoError(t, err)
+	require.Equal(t, 3, k.BlockGroup)
+	check, err := VerifyKernel(context.Background(), k, body, VerifyOptions{Seed: 3, MaxElements: 1, MaxBlocks: 4})
+	require.NoError(t, err)
+	require.True(t, check.Sampled)
+	assert.Nil(t, check.Mismatch)
+	assert.Positive(t, check.Elements)
+	require.NotEmpty(t, check.Blocks)
+	assert.Zero(t, len(check.Blocks)%3, "whole groups of splits: %v", check.Blocks)
+	for i := 0; i < len(check.Blocks); i += 3 {
+		assert.Equal(t, []int{check.Blocks[i], check.Blocks[i] + 1, check.Blocks[i] + 2}, check.Blocks[i:i+3], "group %d of %v", i/3, check.Blocks)
 	}
 }
