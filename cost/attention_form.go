@@ -163,6 +163,9 @@ func attentionStructure(body *ir.Graph) error {
 // guess from the accumulators and fragments a thread keeps. Tiles of
 // twice the rows (or keys) there are compute padding and are refused.
 func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	if s.KeySplits > 0 {
+		return k.decodeFeatures(s, d, out)
+	}
 	body := k.body
 	qk, pv := body.Node(k.matmuls[0]), body.Node(k.matmuls[1])
 	q, kt := body.Node(qk.Inputs[0]).Shape, body.Node(qk.Inputs[1]).Shape
@@ -264,7 +267,64 @@ func (k *kernelForm) attentionFeatures(s Schedule, d *Device, out float64) (Feat
 	// Every block streams the keys and values it sees through shared
 	// memory.
 	tileBytes := float64(batch*tiles) * keys * float64(D+Dv) * float64(body.Node(qk.Inputs[1]).DType.Size())
-	return Features{Bytes: bytes + out, Work: work, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tileBytes}, true
+	f := Features{Bytes: bytes + out, Work: work, Blocks: batch * tiles, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tileBytes}
+	if s.BM == 1 && !s.Tensor {
+		k.scalarKeyLoop(&f, s, batch*S, keys, D, Dv)
+	}
+	return f, true
+}
+
+// scalarKeyLoop says what the one-row layouts (BM 1, with or without
+// SplitKeys) keep in flight and issue: a lane scores a key by reading its
+// D elements one scalar load at a time (the loop unrolled about
+// scalarUnroll deep, so that many loads are outstanding), and a lane
+// reads its value columns a key at a time; every element's address is
+// computed from the view's index expression (viewIndexCost integer
+// instructions, the 64-bit divisions and remainders of its reshapes
+// included), and is multiplied in once (an FMA). In the plain BM 1
+// layout one warp scores while the others wait.
+func (k *kernelForm) scalarKeyLoop(f *Features, s Schedule, rows int, keys float64, D, Dv int) {
+	qk, pv := k.body.Node(k.matmuls[0]), k.body.Node(k.matmuls[1])
+	size := float64(k.body.Node(qk.Inputs[1]).DType.Size())
+	kInt, vInt := viewIndexCost(k.body, qk.Inputs[1]), viewIndexCost(k.body, pv.Inputs[1])
+	perKey := IssueMix{
+		Load:  float64(D) + float64(Dv),
+		Int:   float64(D)*kInt + float64(Dv)*vInt,
+		FP:    float64(D) + float64(Dv) + 20, // the dot, the accumulation, the softmax's share
+		Other: 10,
+	}
+	// Per key of a row, in warp instructions: a warp scores 32 keys at
+	// once and its lanes share a value row's columns.
+	f.Issue = perKey.Scale(float64(rows) * keys / 32)
+	f.InFlight = 32 * scalarUnroll * size
+	// The position and the query row before the key loop, the loop's
+	// first loads.
+	f.Trips = 2
+}
+
+// scalarUnroll is the scalar loads NVRTC keeps outstanding a lane in a
+// one-row attention layout's dot-product loop (its unrolling of the loop
+// over the head dim; an estimate from the PTX of llama's decode kernels).
+const scalarUnroll = 4
+
+// viewIndexCost estimates the integer instructions of one element's
+// address when operand v is read through its views as the printer
+// writes them: a 64-bit multiply-add for the address, and for each
+// reshape or expand on the way a 64-bit division and remainder by a
+// constant (about five 64-bit instructions each, ten 32-bit ones).
+func viewIndexCost(body *ir.Graph, v ir.Value) float64 {
+	cost := 4.0
+	for {
+		n := body.Node(v)
+		switch n.Op {
+		case ir.OpReshape, ir.OpExpand:
+			cost += 10
+		case ir.OpPermute, ir.OpSlice, ir.OpCast:
+		default:
+			return cost
+		}
+		v = n.Inputs[0]
+	}
 }
 
 // attnSplitColumns bounds the value columns a lane of the split-keys

@@ -51,6 +51,13 @@ type Schedule struct {
 	// results at the end, so that no warp waits while another scores a
 	// tile (a decode step has one query row a head and few heads).
 	SplitKeys bool
+	// KeySplits, when set, selects attention's flash-decoding layout
+	// (attention_decode.go): a block per key head of a batch and per
+	// KeySplits-th of the keys, every query row of the head's group in
+	// it, the blocks' partial softmaxes combined in the same launch. BN is
+	// then the keys a warp takes a step. A decode step has one query row a
+	// head: splitting the keys is what fills the multiprocessors.
+	KeySplits int
 }
 
 // String is the schedule's canonical text, the tuning database's key.
@@ -83,6 +90,9 @@ func (s Schedule) String() string {
 	}
 	if s.SplitKeys {
 		b.WriteString(",splitkeys")
+	}
+	if s.KeySplits > 0 {
+		fmt.Fprintf(&b, ",keysplits=%d", s.KeySplits)
 	}
 	return b.String()
 }
@@ -508,7 +518,9 @@ func tensorDType(dt ir.DType, tensor bool) (InstrClass, string) {
 //     threads sharing the value columns, or 128 to 1024 threads whose
 //     warps share the keys (SplitKeys); or 4 to 16 query rows a block
 //     in f32, a warp per 1 to 4 of them; or for f16 and bf16 tensor cores,
-//     a warp per 16 query rows, keys 32 or 64 a tile;
+//     a warp per 16 query rows, keys 32 or 64 a tile; or, where keys and
+//     values are inputs read in 16-byte rows, flash-decoding: a block
+//     per key head and split of the keys, 1 to 32 splits;
 //   - paged attention: a block per token and key head, 2 to 32 warps
 //     sharing its keys (paged.go).
 func (k *kernelForm) schedules(d *Device) []Schedule {
@@ -579,6 +591,9 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 		for _, t := range []int{128, 256, 512, 1024} {
 			out = append(out, Schedule{BM: 1, BN: 32, Threads: t, SplitKeys: true})
 		}
+		// Flash-decoding (attention_decode.go), where the keys and values
+		// are inputs read in 16-byte rows.
+		out = append(out, k.decodeSchedules()...)
 		// BM query rows a block in f32, BM/warps of them a warp;
 		// attentionFeatures refuses those the shapes do not fit.
 		for _, r := range [][2]int{{4, 128}, {8, 128}, {8, 256}, {16, 128}, {16, 256}} {

@@ -48,6 +48,8 @@ func ParseSchedule(text string) (Schedule, error) {
 			s.TM = n
 		case "warp":
 			s.Warp = n
+		case "keysplits":
+			s.KeySplits = n
 		default:
 			return Schedule{}, fmt.Errorf("schedule %q: unknown field %q", text, k)
 		}

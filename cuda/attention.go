@@ -110,6 +110,8 @@ func printAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) 
 		s = cost.Schedule{BM: 1, BN: attnTile, Threads: attnThreads}
 	}
 	switch {
+	case s.KeySplits > 0:
+		return printAttentionDecode(k, body, p, s)
 	case s.SplitKeys && (s.BM != 1 || s.Tensor || s.GEMV):
 		return "", fmt.Errorf("attention: schedule %s: the warps share the keys of one query row a block (bm=1) in f32", s)
 	case s.SplitKeys:

@@ -25,12 +25,18 @@ func Emulate(ctx context.Context, kernels []*Kernel, args [][]*ir.Tensor, outSha
 	opt.Discard = append([]int(nil), opt.Discard...) // inputs are added below
 	var eks []emu.Kernel
 	outAt := make([][]int, len(kernels))
+	declared := map[*Kernel]bool{}
 	for i, k := range kernels {
-		ek := emu.Kernel{Name: k.Name}
-		for _, p := range k.Params {
-			ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
+		// A kernel given more than once (several inputs for one kernel)
+		// is compiled once and launched on each.
+		if !declared[k] {
+			declared[k] = true
+			ek := emu.Kernel{Name: k.Name}
+			for _, p := range k.Params {
+				ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
+			}
+			eks = append(eks, ek)
 		}
-		eks = append(eks, ek)
 		l := emu.Launch{Kernel: k.Name, Grid: k.Grid, Block: k.Block}
 		if len(args[i]) != k.Inputs {
 			return nil, fmt.Errorf("emulate %s: %d arguments for %d inputs", k.Name, len(args[i]), k.Inputs)

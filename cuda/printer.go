@@ -58,6 +58,16 @@ type Kernel struct {
 	// schedules, the candidates to measure.
 	Estimate     *cost.Estimate
 	Alternatives []cost.Estimate
+	// Workspace is the bytes of device memory the kernel keeps for itself
+	// across its blocks (attention's flash-decoding partials and
+	// counters: static arrays in its body, initialized when the module
+	// loads); 0 for most kernels.
+	Workspace int64
+	// BlockGroup, when above 1, says the blocks cooperate in groups of
+	// that many consecutive linear block ids (the last of a group to
+	// finish combines the group's work): a run of some of the grid's
+	// blocks must run whole groups.
+	BlockGroup int
 
 	comment string    // without the schedule line, for reprinting
 	count   *RowCount // what it was printed with, for reprinting

@@ -137,6 +137,17 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 			n = int(min(int64(n), max(3, opt.MaxBlockWork/perBlock)))
 		}
 		p.blocks = sampleBlocks(p.grid, n, seed)
+		if g := k.BlockGroup; g > 1 && p.grid%g == 0 {
+			// Blocks that combine their work at the end run whole
+			// groups: a group missing a block never finishes (its
+			// output unwritten, its counter left for the next launch).
+			p.blocks = nil
+			for _, grp := range sampleBlocks(p.grid/g, max(1, n/g), seed) {
+				for b := range g {
+					p.blocks = append(p.blocks, grp*g+b)
+				}
+			}
+		}
 	}
 	return p, nil
 }

@@ -15,7 +15,7 @@
 // __syncthreads; __shfl_sync, __shfl_up_sync, __shfl_down_sync,
 // __shfl_xor_sync (any 32- or 64-bit type, with width), __ballot_sync,
 // __any_sync, __all_sync, __syncwarp, __activemask; the float math functions
-// including rsqrtf and the fast intrinsics (__expf is expf); a few atomics;
+// including rsqrtf and the fast intrinsics (__expf is expf); a few atomics and __ldcg;
 // lum_ld4 and lum_st4, the 16-byte vector load and store, which abort on a
 // misaligned address; and lum_f16 and lum_bf16 (unsigned short, as in the
 // NVRTC prelude) with lum_f16_to_f32, lum_f32_to_f16, lum_bf16_to_f32 and

@@ -1075,6 +1075,10 @@ inline void lum_st4_f16(lum_f16* p, float4 v) {
   const lum_f16 h[4] = {lum_f32_to_f16(v.x), lum_f32_to_f16(v.y), lum_f32_to_f16(v.z), lum_f32_to_f16(v.w)};
   memcpy(p, h, 8);
 }
+// __ldcg, a load that bypasses L1 (data other blocks wrote in this
+// launch, after a fence): the threads here share one coherent memory.
+inline float __ldcg(const float* p) { return *p; }
+inline unsigned __ldcg(const unsigned* p) { return *p; }
 inline uint4 lum_ld16(const void* p) {
   if (uintptr_t(p) & 15) lum_emu::misaligned("lum_ld16", p);
   uint4 v;
