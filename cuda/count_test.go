@@ -295,59 +295,58 @@ type byteDisagreement struct {
 // "short" for the -short program) whose counted bytes disagree with the
 // model's, and why.
 var knownByteDisagreements = map[string]byteDisagreement{
-	// The kernel that applies rotary to K and writes K and V into the
-	// caches reads the K and V columns of the fused QKV output; the
-	// model prices that slice (readBytes follows the demand), and at the
-	// decode programs' few hundred bytes the slice's partial sectors
-	// cost more than its bytes.
-	"tiny-llama:decode k2":  {1.1095, sectorWhy},
-	"tiny-llama:decode k10": {1.1095, sectorWhy},
-	"tiny-qwen2:decode k2":  {1.0888, sectorWhy},
-	"tiny-qwen2:decode k11": {1.0888, sectorWhy},
-	// Attention reads the Q columns of the fused QKV output (a quarter to
-	// a third of it) and, at a pinned position, the cache rows up to it;
-	// the model prices the fused input whole, and at a pinned position
-	// the whole cache.
+	// The one-row attention layouts (gpt2, whose heads the flash-decoding
+	// layout does not take, and the -short program's simple extraction)
+	// read the query columns of a fused QKV output and, at a pinned
+	// position, the cache rows up to it; the model prices the fused
+	// input and the cache whole.
 	"short tiny-llama:decode k4":  {0.7647, attentionWhy},
 	"short tiny-llama:decode k11": {0.7647, attentionWhy},
-	"tiny-llama:decode k4":        {0.9147, attentionWhy},
-	"tiny-llama:decode k12":       {0.9147, attentionWhy},
-	"tiny-llama:prefill k4":       {0.7863, attentionWhy},
-	"tiny-llama:prefill k12":      {0.7863, attentionWhy},
-	"tiny-qwen2:decode k5":        {0.9231, attentionWhy},
-	"tiny-qwen2:decode k14":       {0.9231, attentionWhy},
-	"tiny-qwen2:prefill k5":       {0.7953, attentionWhy},
-	"tiny-qwen2:prefill k14":      {0.7953, attentionWhy},
-	"tiny-gpt2:decode k5":         {0.8820, attentionWhy},
-	"tiny-gpt2:decode k12":        {0.8820, attentionWhy},
+	"tiny-gpt2:decode k5":         {0.7954, attentionWhy},
+	"tiny-gpt2:decode k12":        {0.7954, attentionWhy},
 	"tiny-gpt2:prefill k4":        {0.6439, attentionWhy},
 	"tiny-gpt2:prefill k11":       {0.6439, attentionWhy},
 	// DRAM moves whole 32-byte sectors: operands of a few bytes (a
-	// position, a token id) or not a whole number of sectors cost more
-	// than their bytes. Tens of bytes a kernel, nothing at real shapes.
+	// position, a token id) or slices not a whole number of sectors (the
+	// K and V columns the rotary kernel reads) cost more than their
+	// bytes. Tens of bytes a kernel, nothing at real shapes.
 	"short tiny-llama:decode prep0": {1.2800, sectorWhy},
 	"short tiny-llama:decode prep2": {1.2800, sectorWhy},
 	"short tiny-llama:decode k16":   {1.0722, sectorWhy},
-	"tiny-llama:decode k18":         {1.0722, sectorWhy},
+	"tiny-llama:decode k3":          {1.1095, sectorWhy},
+	"tiny-llama:decode k12":         {1.1095, sectorWhy},
+	"tiny-llama:decode k20":         {1.0722, sectorWhy},
 	"tiny-llama:prefill prep3":      {1.1520, sectorWhy},
-	"tiny-qwen2:decode k20":         {1.0722, sectorWhy},
+	"tiny-qwen2:decode k3":          {1.0746, sectorWhy},
+	"tiny-qwen2:decode k11":         {1.0746, sectorWhy},
+	"tiny-qwen2:decode k18":         {1.0722, sectorWhy},
 	"tiny-qwen2:prefill prep3":      {1.1520, sectorWhy},
 	"tiny-gpt2:decode k0":           {1.1077, sectorWhy},
 	"tiny-gpt2:decode k18":          {1.0722, sectorWhy},
 	"tiny-gpt2:prefill prep1":       {1.1520, sectorWhy},
 	// The preparation that transposes the gate and up weights into one
-	// [64,256] matrix reads a column of the inputs for each output row:
-	// 256 lines, more than the scaled L2's 138, so each line is fetched
-	// again for the next rows. At real shapes a row's 14,336 lines fit
-	// the 50 MiB L2 many times over: L2 scaled by bytes is too small for
-	// a working set that scales with one side of the matrix. An artifact
-	// of the scaling, in a kernel that runs once at load.
+	// matrix reads a column of the inputs for each output row: 256 lines,
+	// more than the scaled L2's 138, so each line is fetched again for
+	// the next rows. At real shapes a row's 14,336 lines fit the 50 MiB
+	// L2 many times over: L2 scaled by bytes is too small for a working
+	// set that scales with one side of the matrix. An artifact of the
+	// scaling, in a kernel that runs once at load.
 	"short tiny-llama:decode prep3": {4.5, transposeWhy},
 	"short tiny-llama:decode prep5": {4.5, transposeWhy},
+	"tiny-llama:decode prep2":       {4.5, transposeWhy},
+	"tiny-llama:decode prep4":       {4.5, transposeWhy},
+	"tiny-llama:prefill prep4":      {4.5, transposeWhy},
+	"tiny-llama:prefill prep6":      {4.5, transposeWhy},
+	// The matrix-vector kernel over 5 rows: every block re-reads A's rows
+	// and the norm's weight, which the model takes from L2 past the
+	// first block; the L2 scaled to 17.6 KB drops some of them between
+	// blocks (an artifact of the scaling; unconfirmed at real shapes).
+	"tiny-llama:prefill k15": {1.0707, scaledL2Why},
 }
 
 const (
 	attentionWhy = "the model prices the fused QKV output whole (and a pinned position's whole cache); the kernel reads the Q columns and the rows up to the position"
 	sectorWhy    = "DRAM moves 32-byte sectors; operands of a few bytes or not whole sectors cost more than their bytes"
 	transposeWhy = "a transpose's working set (a line per input row) exceeds the L2 scaled by bytes; at real shapes it fits"
+	scaledL2Why  = "activations every block re-reads fall out of the L2 scaled to the test shapes between blocks"
 )
