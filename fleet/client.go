@@ -142,7 +142,8 @@ func (c *Client) LiveWorkers(ctx context.Context) (int, error) {
 	for range l.Keys() {
 		n++
 	}
-	return n, l.Stop()
+	// The lister stops itself once it has listed every key.
+	return n, lctx.Err()
 }
 
 // pending is a job sent (or to send) and the indices of Measure's jobs
@@ -346,10 +347,18 @@ func (w *watch) start(ctx context.Context) error {
 	return nil
 }
 
+// stop stops the watchers. Stopping one asks the server to delete its
+// consumer, which waits for a server that is away: then the stop goes on
+// in the background (the server drops the consumer by itself), so that
+// giving up on a lost server is not delayed by it.
 func (w *watch) stop() {
 	for _, kw := range []jetstream.KeyWatcher{w.rw, w.fw} {
-		if kw != nil {
+		switch {
+		case kw == nil:
+		case w.c.h.nc.IsConnected():
 			_ = kw.Stop()
+		default:
+			go kw.Stop()
 		}
 	}
 	w.rw, w.fw, w.recs, w.fails = nil, nil, nil, nil
