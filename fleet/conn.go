@@ -106,13 +106,13 @@ func Connect(u string, o ConnectOptions) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(u, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redact(u), err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(u), err)
 	}
 	return nc, nil
 }
 
-// redact hides the password of a URL for messages.
-func redact(u string) string {
+// Redact hides the passwords of a NATS URL (or list of them), for messages.
+func Redact(u string) string {
 	var out []string
 	for _, one := range strings.Split(u, ",") {
 		if p, err := url.Parse(strings.TrimSpace(one)); err == nil {

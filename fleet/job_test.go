@@ -162,5 +162,5 @@ func TestCheckURL(t *testing.T) {
 	for _, u := range []string{"", "http://host:4222", "127.0.0.1:4222", "nats://"} {
 		assert.Error(t, CheckURL(u), u)
 	}
-	assert.Equal(t, "nats://user:xxxxx@host:4222", redact("nats://user:pw@host:4222"))
+	assert.Equal(t, "nats://user:xxxxx@host:4222", Redact("nats://user:pw@host:4222"))
 }
