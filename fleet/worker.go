@@ -154,6 +154,34 @@ func NewWorker(ctx context.Context, nc *nats.Conn, m Measurer, o WorkerOptions) 
 	return &Worker{h: h, cons: cons, m: m, o: o}, nil
 }
 
+// JoinWorker is NewWorker for a worker started before its fleet: while
+// the server is unreachable or the fleet is not set up, it logs why once
+// and tries again every two seconds, until ctx ends (nil, nil then).
+func JoinWorker(ctx context.Context, nc *nats.Conn, m Measurer, o WorkerOptions) (*Worker, error) {
+	said := false
+	for {
+		w, err := NewWorker(ctx, nc, m, o)
+		switch {
+		case err == nil:
+			return w, nil
+		case ctx.Err() != nil:
+			return nil, nil
+		case !nc.IsConnected() || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders):
+			if !said && o.Log != nil {
+				o.Log("waiting for the fleet: %v", err)
+				said = true
+			}
+		default:
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
 // Name is the worker's name.
 func (w *Worker) Name() string { return w.o.Name }
 
