@@ -153,6 +153,7 @@ type pending struct {
 	data      []byte
 	idx       []int
 	published bool
+	seq       uint64 // in the job stream, once published
 }
 
 // Measure measures jobs on the fleet, calling each (from Measure's
@@ -209,6 +210,15 @@ func (c *Client) Measure(ctx context.Context, jobs []Job, each func(i int, r Res
 	if err := w.start(ctx); err != nil {
 		return unavailable("watch the result bucket: %v", err)
 	}
+	// JetStream's max-deliveries advisories name the jobs it gave up on:
+	// such a job is answered at once, whether or not a dead-letter
+	// handler runs (it moves the job and records the reason too).
+	advisories := make(chan *nats.Msg, 64)
+	sub, err := c.h.nc.ChanSubscribe(AdvisorySubjects, advisories)
+	if err != nil {
+		return unavailable("watch the advisories: %v", err)
+	}
+	defer sub.Unsubscribe()
 	c.sweep(ctx, order, pend, deliver)
 	c.publish(ctx, order, pend, false)
 
@@ -233,6 +243,19 @@ func (c *Client) Measure(ctx context.Context, jobs []Job, each func(i int, r Res
 				key := strings.TrimPrefix(e.Key(), "failed.")
 				if pend[key] != nil {
 					deliver(key, Result{Err: decodeFailure(e.Value())})
+				}
+			}
+		case m := <-advisories:
+			var a advisory
+			if json.Unmarshal(m.Data, &a) != nil {
+				continue
+			}
+			for key, p := range pend {
+				if p.published && p.seq == a.StreamSeq {
+					rctx, cancel := short(ctx, c.o.ServerTimeout)
+					deliver(key, Result{Err: fmt.Errorf("dead letter: %s", deadReason(rctx, c.h, key, a.Deliveries))})
+					cancel()
+					break
 				}
 			}
 		case <-tick.C:
@@ -313,7 +336,7 @@ func (c *Client) publish(ctx context.Context, order []string, pend map[string]*p
 			continue
 		}
 		pctx, cancel := short(ctx, c.o.ServerTimeout)
-		_, err := c.h.js.Publish(pctx, JobSubject(c.o.Kind, c.o.Mode), p.data, jetstream.WithMsgID(key), jetstream.WithExpectStream(JobStream))
+		ack, err := c.h.js.Publish(pctx, JobSubject(c.o.Kind, c.o.Mode), p.data, jetstream.WithMsgID(key), jetstream.WithExpectStream(JobStream))
 		cancel()
 		if err != nil {
 			if !p.published {
@@ -321,7 +344,8 @@ func (c *Client) publish(ctx context.Context, order []string, pend map[string]*p
 			}
 			continue
 		}
-		p.published = true
+		// A duplicate's sequence is the job's already in the stream.
+		p.published, p.seq = true, ack.Sequence
 	}
 }
 

@@ -88,7 +88,11 @@ func Connect(u string, o ConnectOptions) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(o.Name), nats.MaxReconnects(-1), nats.ReconnectWait(wait), nats.Timeout(timeout),
 		// Reconnection is attempted soon after a server restart, with
 		// no more jitter than the wait itself.
-		nats.ReconnectJitter(wait/4, wait/4)}
+		nats.ReconnectJitter(wait/4, wait/4),
+		// Asynchronous errors (a watcher's consumer lost with a
+		// restarting server, which the client recreates) are the
+		// client's to handle; the default handler would print them.
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}
 	if o.Wait {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}

@@ -135,15 +135,7 @@ func deadLetterOne(ctx context.Context, h *handles, m jetstream.Msg, o DeadLette
 		return fmt.Errorf("job #%d: %w", a.StreamSeq, err)
 	}
 	key := raw.Header.Get(nats.MsgIdHdr)
-	reason := fmt.Sprintf("delivered %d times without a result: each worker died, hung past the ack wait or handed it back", a.Deliveries)
-	if jobKeyPattern.MatchString(key) {
-		if e, err := h.state.Get(rctx, attemptKey(key)); err == nil {
-			var at attempt
-			if json.Unmarshal(e.Value(), &at) == nil && at.Reason != "" {
-				reason = fmt.Sprintf("delivered %d times without a result; the last attempt (delivery %d): %s", a.Deliveries, at.Delivery, at.Reason)
-			}
-		}
-	}
+	reason := deadReason(rctx, h, key, a.Deliveries)
 	if err := publishDead(rctx, h.js, raw.Subject, a.StreamSeq, a.Deliveries, raw.Header, raw.Data, reason); err != nil {
 		return fmt.Errorf("job #%d: publish the dead letter: %w", a.StreamSeq, err)
 	}
@@ -158,6 +150,20 @@ func deadLetterOne(ctx context.Context, h *handles, m jetstream.Msg, o DeadLette
 	}
 	o.Log("job #%d (%s) dead-lettered: %s", a.StreamSeq, raw.Subject, reason)
 	return m.Ack()
+}
+
+// deadReason says why the job of key died after deliveries: the last
+// worker's account of its attempt when one was recorded.
+func deadReason(ctx context.Context, h *handles, key string, deliveries uint64) string {
+	if jobKeyPattern.MatchString(key) {
+		if e, err := h.state.Get(ctx, attemptKey(key)); err == nil {
+			var at attempt
+			if json.Unmarshal(e.Value(), &at) == nil && at.Reason != "" {
+				return fmt.Sprintf("delivered %d times without a result; the last attempt (delivery %d): %s", deliveries, at.Delivery, at.Reason)
+			}
+		}
+	}
+	return fmt.Sprintf("delivered %d times without a result: each worker died, hung past the ack wait or handed it back", deliveries)
 }
 
 // DeadLetter is a job in the dead letters.

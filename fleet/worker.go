@@ -260,12 +260,19 @@ func (w *Worker) keepPresence(ctx context.Context) func() {
 		defer close(done)
 		t := time.NewTicker(w.o.Heartbeat)
 		defer t.Stop()
+		away := false // the server is away: said once, and once back
 		for {
 			rctx, rcancel := short(pctx, w.o.Heartbeat)
 			err := w.h.putTTL(rctx, key, entry, 3*w.o.Heartbeat)
 			rcancel()
-			if err != nil && pctx.Err() == nil && !errors.Is(err, nats.ErrConnectionClosed) {
-				w.o.Log("presence: %v", err)
+			switch {
+			case pctx.Err() != nil || errors.Is(err, nats.ErrConnectionClosed):
+			case err != nil && !away:
+				w.o.Log("lost the fleet's server (%v); trying again", err)
+				away = true
+			case err == nil && away:
+				w.o.Log("back on the fleet's server %s", w.h.nc.ConnectedUrlRedacted())
+				away = false
 			}
 			select {
 			case <-pctx.Done():
