@@ -46,7 +46,9 @@ func startTuningServer(t *testing.T) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errs lockedBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"tuning-server", "--port", "0", "--store", t.TempDir()}, &out, &errs) }()
+	go func() {
+		done <- run(ctx, []string{"tuning-server", "--port", "0", "--store", t.TempDir()}, &out, &errs)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		assert.Equal(t, exitOK, <-done, errs.String())
