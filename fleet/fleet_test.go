@@ -3,12 +3,15 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/lumsearch/lumsearch/measure"
 	"github.com/lumsearch/lumsearch/tunedb"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -484,4 +487,52 @@ func TestOtherEnvironmentHandedBack(t *testing.T) {
 	n, _ := old.total()
 	assert.Zero(t, n)
 	assert.Equal(t, 3, w.Stats().Lost)
+}
+
+// gate holds every measurement until want of them are in flight at once
+// (or a while has passed), counting the most in flight.
+type gate struct {
+	want int
+	mu   sync.Mutex
+	now  int
+	most int
+	full chan struct{}
+}
+
+func (g *gate) Measure(ctx context.Context, req measure.Request) (measure.Response, error) {
+	g.mu.Lock()
+	g.now++
+	g.most = max(g.most, g.now)
+	if g.now == g.want {
+		close(g.full)
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.full:
+	case <-time.After(3 * time.Second):
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	g.now--
+	g.mu.Unlock()
+	return measure.Response{ID: req.ID, OK: true, Where: measure.WhereEmulated, Median: 1e-3, Samples: 1}, nil
+}
+
+// TestInFlight: N workers keep min(N, ready jobs) measuring at once, as the
+// requester publishes every job of a round at once.
+func TestInFlight(t *testing.T) {
+	for _, tt := range []struct{ workers, jobs int }{{4, 10}, {4, 2}} {
+		t.Run(fmt.Sprintf("%d workers %d jobs", tt.workers, tt.jobs), func(t *testing.T) {
+			s := newServer(t)
+			g := &gate{want: min(tt.workers, tt.jobs), full: make(chan struct{})}
+			for range tt.workers {
+				runWorker(t, s.URL(), g, fast(testKind))
+			}
+			start := time.Now()
+			_, err := measureAll(t, testContext(t), s.URL(), fastClient(), jobs(t, tt.jobs))
+			require.NoError(t, err)
+			assert.Equal(t, min(tt.workers, tt.jobs), g.most)
+			assert.Less(t, time.Since(start), 3*time.Second, "the gate opened: every worker had a job at once")
+		})
+	}
 }
