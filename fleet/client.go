@@ -86,8 +86,13 @@ func NewClient(ctx context.Context, nc *nats.Conn, o ClientOptions) (*Client, er
 	if o.Log == nil {
 		o.Log = func(string, ...any) {}
 	}
-	h, err := open(ctx, nc)
+	octx, cancel := short(ctx, o.ServerTimeout)
+	defer cancel()
+	h, err := open(octx, nc)
 	if err != nil {
+		if r := refused(nc); r != nil {
+			return nil, r
+		}
 		return nil, err
 	}
 	return &Client{h: h, o: o}, nil
@@ -208,6 +213,9 @@ func (c *Client) Measure(ctx context.Context, jobs []Job, each func(i int, r Res
 	w := &watch{c: c}
 	defer w.stop()
 	if err := w.start(ctx); err != nil {
+		if r := refused(c.h.nc); r != nil {
+			return r
+		}
 		return unavailable("watch the result bucket: %v", err)
 	}
 	// JetStream's max-deliveries advisories name the jobs it gave up on:
@@ -221,6 +229,9 @@ func (c *Client) Measure(ctx context.Context, jobs []Job, each func(i int, r Res
 	defer sub.Unsubscribe()
 	c.sweep(ctx, order, pend, deliver)
 	c.publish(ctx, order, pend, false)
+	if err := refused(c.h.nc); err != nil {
+		return err
+	}
 
 	tick := time.NewTicker(c.o.Poll)
 	defer tick.Stop()
@@ -354,20 +365,29 @@ type watch struct {
 	c           *Client
 	rw, fw      jetstream.KeyWatcher
 	recs, fails <-chan jetstream.KeyValueEntry
+	cancel      context.CancelFunc
 }
 
-// start watches for records and failures stored from now on.
+// start watches for records and failures stored from now on. A watcher
+// lives as long as the context it was made with, which also bounds its
+// making: a context of its own, cancelled when the server has not made it
+// within ServerTimeout, or by stop.
 func (w *watch) start(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(w.c.o.ServerTimeout, cancel)
 	var err error
-	if w.rw, err = w.c.h.results.WatchAll(ctx, jetstream.UpdatesOnly()); err != nil {
+	if w.rw, err = w.c.h.results.WatchAll(wctx, jetstream.UpdatesOnly()); err == nil {
+		w.fw, err = w.c.h.state.Watch(wctx, "failed.>", jetstream.UpdatesOnly())
+	}
+	if !timer.Stop() && err == nil {
+		err = fmt.Errorf("no answer within %v", w.c.o.ServerTimeout)
+	}
+	if err != nil {
+		cancel()
+		w.rw, w.fw = nil, nil
 		return err
 	}
-	if w.fw, err = w.c.h.state.Watch(ctx, "failed.>", jetstream.UpdatesOnly()); err != nil {
-		_ = w.rw.Stop()
-		w.rw = nil
-		return err
-	}
-	w.recs, w.fails = w.rw.Updates(), w.fw.Updates()
+	w.recs, w.fails, w.cancel = w.rw.Updates(), w.fw.Updates(), cancel
 	return nil
 }
 
@@ -385,7 +405,10 @@ func (w *watch) stop() {
 			go kw.Stop()
 		}
 	}
-	w.rw, w.fw, w.recs, w.fails = nil, nil, nil, nil
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.rw, w.fw, w.recs, w.fails, w.cancel = nil, nil, nil, nil, nil
 }
 
 // decodeRecord reads a record of the result bucket.

@@ -16,10 +16,12 @@ import (
 // Environment variables that ConnectOptionsFromEnv reads: how every
 // command authenticates to a secured NATS server, as NATS provides it.
 const (
-	EnvCreds = "LUMSEARCH_NATS_CREDS" // a NATS credentials file (JWT and seed)
-	EnvCA    = "LUMSEARCH_NATS_CA"    // the CA certificates that sign the server's
-	EnvCert  = "LUMSEARCH_NATS_CERT"  // this client's certificate, for mutual TLS
-	EnvKey   = "LUMSEARCH_NATS_KEY"   // its private key
+	EnvUser     = "LUMSEARCH_NATS_USER"     // a user name, with EnvPassword
+	EnvPassword = "LUMSEARCH_NATS_PASSWORD" // its password
+	EnvCreds    = "LUMSEARCH_NATS_CREDS"    // a NATS credentials file (JWT and seed)
+	EnvCA       = "LUMSEARCH_NATS_CA"       // the CA certificates that sign the server's
+	EnvCert     = "LUMSEARCH_NATS_CERT"     // this client's certificate, for mutual TLS
+	EnvKey      = "LUMSEARCH_NATS_KEY"      // its private key
 )
 
 // ConnectOptions say how to reach a NATS server beyond its URL (which may
@@ -28,6 +30,9 @@ const (
 type ConnectOptions struct {
 	// Name is the connection's name, shown by the server's monitoring.
 	Name string
+	// User and Password authenticate by name and password (a URL's own
+	// user:password@ does too).
+	User, Password string
 	// CredsFile is a NATS credentials file; CAFile, CertFile and KeyFile
 	// configure TLS (CertFile and KeyFile together, for mutual TLS).
 	CredsFile, CAFile, CertFile, KeyFile string
@@ -42,10 +47,11 @@ type ConnectOptions struct {
 	Wait bool
 }
 
-// ConnectOptionsFromEnv are the options the environment variables EnvCreds,
-// EnvCA, EnvCert and EnvKey give.
+// ConnectOptionsFromEnv are the options the environment variables EnvUser,
+// EnvPassword, EnvCreds, EnvCA, EnvCert and EnvKey give.
 func ConnectOptionsFromEnv() ConnectOptions {
-	return ConnectOptions{CredsFile: os.Getenv(EnvCreds), CAFile: os.Getenv(EnvCA), CertFile: os.Getenv(EnvCert), KeyFile: os.Getenv(EnvKey)}
+	return ConnectOptions{User: os.Getenv(EnvUser), Password: os.Getenv(EnvPassword), CredsFile: os.Getenv(EnvCreds),
+		CAFile: os.Getenv(EnvCA), CertFile: os.Getenv(EnvCert), KeyFile: os.Getenv(EnvKey)}
 }
 
 // CheckURL says whether u looks like a NATS server's address (or a
@@ -95,6 +101,9 @@ func Connect(u string, o ConnectOptions) (*nats.Conn, error) {
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}
 	if o.Wait {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
+	}
+	if o.User != "" {
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
 	}
 	if o.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
@@ -172,4 +181,14 @@ func (h *handles) putTTL(ctx context.Context, key string, value []byte, ttl time
 // server that is gone longer than d.
 func short(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
+}
+
+// refused is the server's last refusal of a subject to this connection's
+// user (a request to a subject it may not use waits for an answer that
+// never comes; the refusal says why), or nil.
+func refused(nc *nats.Conn) error {
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w (the NATS server does not let this user use it; docs/distributed.md lists what each party needs)", err)
+	}
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 )
 
 // ServerOptions say how StartServer runs the embedded NATS server.
@@ -32,8 +31,11 @@ type ServerOptions struct {
 	MaxPayload int32
 	// Fleet configures the streams and buckets Setup makes.
 	Fleet Config
-	// Log, when set, receives the server's log lines (notices, warnings
-	// and errors).
+	// Connect is how StartServer's own connection authenticates, when
+	// the configuration file asks clients to (ConnectOptionsFromEnv).
+	Connect ConnectOptions
+	// Log, when set, receives the server's warnings and errors (refused
+	// connections, permission violations); its notices are left out.
 	Log func(format string, args ...any)
 }
 
@@ -99,7 +101,9 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 		return nil, fmt.Errorf("embedded NATS server on %s:%d did not start within %v (is the port taken?)", opts.Host, opts.Port, wait.Round(time.Millisecond))
 	}
 	s := &Server{ns: ns}
-	nc, err := nats.Connect(s.URL(), nats.InProcessServer(ns))
+	co := o.Connect
+	co.Name = "lumsearch tuning-server"
+	nc, err := Connect(s.URL(), co)
 	if err != nil {
 		s.Shutdown()
 		return nil, fmt.Errorf("embedded NATS server: %w", err)
@@ -114,6 +118,9 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 
 // URL is the server's client URL, nats://HOST:PORT.
 func (s *Server) URL() string { return s.ns.ClientURL() }
+
+// StoreDir is the folder JetStream keeps the streams in.
+func (s *Server) StoreDir() string { return s.ns.JetStreamConfig().StoreDir }
 
 // Port is the port the server listens on (the one it found with Port -1).
 func (s *Server) Port() int {
@@ -133,9 +140,9 @@ func (s *Server) Shutdown() {
 // logger passes the server's notices, warnings and errors to a function.
 type logger func(format string, args ...any)
 
-func (l logger) Noticef(format string, v ...any) { l(format, v...) }
-func (l logger) Warnf(format string, v ...any)   { l("warning: "+format, v...) }
-func (l logger) Fatalf(format string, v ...any)  { l("fatal: "+format, v...) }
-func (l logger) Errorf(format string, v ...any)  { l("error: "+format, v...) }
-func (l logger) Debugf(string, ...any)           {}
-func (l logger) Tracef(string, ...any)           {}
+func (l logger) Noticef(string, ...any)         {}
+func (l logger) Warnf(format string, v ...any)  { l("warning: "+format, v...) }
+func (l logger) Fatalf(format string, v ...any) { l("fatal: "+format, v...) }
+func (l logger) Errorf(format string, v ...any) { l("error: "+format, v...) }
+func (l logger) Debugf(string, ...any)          {}
+func (l logger) Tracef(string, ...any)          {}

@@ -166,6 +166,8 @@ func JoinWorker(ctx context.Context, nc *nats.Conn, m Measurer, o WorkerOptions)
 			return w, nil
 		case ctx.Err() != nil:
 			return nil, nil
+		case refused(nc) != nil:
+			return nil, refused(nc)
 		case !nc.IsConnected() || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders):
 			if !said && o.Log != nil {
 				o.Log("waiting for the fleet: %v", err)

@@ -39,8 +39,8 @@ vanishes mid-job loses it to another after --ack-wait (while measuring it
 says every third of it that the job is in progress). After --max-deliver
 deliveries the job goes to the dead letters with the reason; a malformed
 job goes there at once. Ctrl-C hands the job in progress back and stops.
-Credentials and TLS come from $` + fleet.EnvCreds + `, $` + fleet.EnvCA + `, $` + fleet.EnvCert + `
-and $` + fleet.EnvKey + `.`,
+Credentials and TLS come from $` + fleet.EnvUser + ` and $` + fleet.EnvPassword + `,
+or $` + fleet.EnvCreds + `, and $` + fleet.EnvCA + `, $` + fleet.EnvCert + ` and $` + fleet.EnvKey + `.`,
 	example: `
 lumsearch tune-worker --nats nats://fleet.example.com:4222 --gpu-kind h100
 CUDA_VISIBLE_DEVICES=1 lumsearch tune-worker --nats nats://127.0.0.1:4222 --gpu-kind h100 --name box1-gpu1

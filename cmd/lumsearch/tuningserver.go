@@ -33,10 +33,11 @@ the next start.
 
 With --nats URL it starts no server: it sets the fleet up on that NATS
 server or cluster (--replicas 3 for a cluster) and handles the dead letters
-there. Credentials and TLS come from $` + fleet.EnvCreds + `, $` + fleet.EnvCA + `,
-$` + fleet.EnvCert + ` and $` + fleet.EnvKey + `; the embedded server takes them, and
-everything else NATS provides, from --config (a nats-server configuration
-file). By default it listens on 127.0.0.1 only: --host 0.0.0.0 opens it to
+there. This command's and every other's credentials and TLS come from
+$` + fleet.EnvUser + ` and $` + fleet.EnvPassword + `, or $` + fleet.EnvCreds + `, and $` + fleet.EnvCA + `,
+$` + fleet.EnvCert + ` and $` + fleet.EnvKey + `; the embedded server's users, TLS and
+everything else NATS provides come from --config (a nats-server
+configuration file). By default it listens on 127.0.0.1 only: --host 0.0.0.0 opens it to
 the network, where it should have authentication (see docs/distributed.md).
 
 tune-workers measure the jobs; "optimize --workers URL" sends them.`,
@@ -87,13 +88,13 @@ lumsearch tuning-server --nats nats://nats-1:4222,nats://nats-2:4222 --replicas 
 				} else if !isSet(fs, "port") && *config != "" {
 					p = 0 // the file's, else NATS's
 				}
-				s, err := fleet.StartServer(ctx, fleet.ServerOptions{ConfigFile: *config, Host: *host, Port: p, StoreDir: dir, MaxPayload: int32(*maxPayload), Fleet: fleet.Config{Replicas: *replicas}})
+				s, err := fleet.StartServer(ctx, fleet.ServerOptions{ConfigFile: *config, Host: *host, Port: p, StoreDir: dir, MaxPayload: int32(*maxPayload), Fleet: fleet.Config{Replicas: *replicas}, Connect: fleet.ConnectOptionsFromEnv(), Log: logf})
 				if err != nil {
 					return err
 				}
 				defer s.Shutdown()
 				serverURL = s.URL()
-				logf("tuning server: %s, JetStream in %s", serverURL, dir)
+				logf("tuning server: %s, JetStream in %s", serverURL, s.StoreDir())
 			}
 			nc, err := fleet.Connect(serverURL, fleet.ConnectOptionsFromEnv())
 			if err != nil {
