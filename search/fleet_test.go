@@ -125,3 +125,32 @@ func TestOptimizeFleetFallback(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchOnFleet: bench --workers measures every distinct kernel of the
+// compiled and the naive program on the fleet and sums their medians.
+func TestBenchOnFleet(t *testing.T) {
+	f := &fleetFake{}
+	url := startFleet(t, 2, f)
+	m, err := LoadModel("tiny-llama:mlp", ModelOptions{Build: corpus.Options{Seq: 4, Past: -1}})
+	require.NoError(t, err)
+	defer m.Close()
+	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
+	rep, err := Bench(context.Background(), m, BenchOptions{Workers: url, TuneDB: db, Fleet: fleet.ClientOptions{Poll: 100 * time.Millisecond}})
+	require.NoError(t, err)
+	assert.Equal(t, url, rep.Fleet)
+	assert.Equal(t, "h100-sxm", rep.Device)
+	require.NotEmpty(t, rep.Kernels)
+	for _, k := range rep.Kernels {
+		assert.InDelta(t, 0.01, k.MS, 1e-12, k.Launch)
+	}
+	assert.InDelta(t, 0.01*float64(len(rep.Kernels)), rep.MS, 1e-9)
+	assert.Greater(t, rep.NaiveMS, rep.MS, "the naive program has more launches")
+	assert.EqualValues(t, f.calls.Load(), rep.Recorded)
+	var text bytes.Buffer
+	require.NoError(t, rep.WriteText(&text))
+	assert.Contains(t, text.String(), "bench tiny-llama:mlp on the fleet at "+url+": the tune-workers of h100-sxm (gpu), driver 12.4, nvrtc 12.4")
+	assert.Contains(t, text.String(), "sum of the kernels' medians (gpu; no whole run on the fleet)")
+
+	_, err = Bench(context.Background(), m, BenchOptions{Workers: url, TuneDB: db, Save: t.TempDir()})
+	assert.ErrorContains(t, err, "--save, --inputs and --outputs need the programs run here")
+}
