@@ -541,3 +541,26 @@ func TestInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestLongJobKeepsItsWorker: a measurement that takes longer than the ack
+// wait keeps its job through in-progress acknowledgements; the other
+// worker never gets it.
+func TestLongJobKeepsItsWorker(t *testing.T) {
+	s := newServer(t)
+	o := fast(testKind)
+	o.AckWait = 1500 * time.Millisecond
+	slow := &fake{delay: 4 * time.Second, started: make(chan string, 1)}
+	runWorker(t, s.URL(), slow, o)
+	ctx := testContext(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := measureAll(t, ctx, s.URL(), fastClient(), jobs(t, 1))
+		done <- err
+	}()
+	<-slow.started
+	idle := &fake{}
+	runWorker(t, s.URL(), idle, o)
+	require.NoError(t, <-done)
+	n, _ := idle.total()
+	assert.Zero(t, n, "the job was not redelivered while its worker measured it")
+}
