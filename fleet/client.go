@@ -26,6 +26,8 @@ type TooLargeError struct {
 	Server    string
 }
 
+// Error says how large the job was, what the server takes, and how to
+// raise it.
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("job of %d bytes not sent: the NATS server at %s takes messages of at most %d bytes (its max_payload; tuning-server --max-payload, or max_payload in a cluster's configuration, raises it)", e.Size, e.Server, e.Max)
 }

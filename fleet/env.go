@@ -22,6 +22,7 @@ type Env struct {
 	Compiler string `json:"compiler"`
 }
 
+// String writes the environment for people: "driver 12.4, nvrtc 12.4".
 func (e Env) String() string {
 	if e.Driver == "" {
 		return e.Compiler

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/internal/timing"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/measure"
@@ -210,7 +211,7 @@ func (r *BenchReport) WriteText(w io.Writer) error {
 		if r.Where == measure.WhereEmulated {
 			label = "EMULATED"
 		}
-		fmt.Fprintf(w, "bench %s on the fleet at %s: the tune-workers of %s (%s), %s\n", r.Model, r.Fleet, r.Device, r.Where, envText(r.Driver, r.Compiler))
+		fmt.Fprintf(w, "bench %s on the fleet at %s: the tune-workers of %s (%s), %s\n", r.Model, r.Fleet, r.Device, r.Where, fleet.Env{Driver: r.Driver, Compiler: r.Compiler})
 	case r.Where == measure.WhereEmulated:
 		label = "EMULATED"
 		fmt.Fprintf(w, "bench %s under the CPU emulation: times are the emulation's wall times, not GPU times\n", r.Model)
@@ -256,12 +257,4 @@ func (r *BenchReport) WriteText(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "tuning database: %d kernel measurements (%s) recorded in %s\n", r.Recorded, r.Where, r.TuneDB)
 	return err
-}
-
-// envText writes a driver and compiler for people.
-func envText(driver, compiler string) string {
-	if driver == "" {
-		return compiler
-	}
-	return "driver " + driver + ", " + compiler
 }
