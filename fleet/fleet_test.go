@@ -564,3 +564,19 @@ func TestLongJobKeepsItsWorker(t *testing.T) {
 	n, _ := idle.total()
 	assert.Zero(t, n, "the job was not redelivered while its worker measured it")
 }
+
+// TestConsumerMadeAgain: a worker whose consumer is deleted under it
+// makes it again and goes on taking jobs.
+func TestConsumerMadeAgain(t *testing.T) {
+	s := newServer(t)
+	runWorker(t, s.URL(), &fake{}, fast(testKind))
+	ctx := testContext(t)
+	js, err := jetstream.New(dial(t, s.URL()))
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteConsumer(ctx, JobStream, ConsumerName(testKind, ModeEmulated)))
+	res, err := measureAll(t, ctx, s.URL(), fastClient(), jobs(t, 2))
+	require.NoError(t, err)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+	}
+}

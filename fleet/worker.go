@@ -130,16 +130,9 @@ func NewWorker(ctx context.Context, nc *nats.Conn, m Measurer, o WorkerOptions) 
 	if err != nil {
 		return nil, err
 	}
-	cons, err := h.js.CreateOrUpdateConsumer(ctx, JobStream, jetstream.ConsumerConfig{
-		Durable:       ConsumerName(o.Kind, o.Mode),
-		Description:   "the tune-workers of " + o.Kind + " measuring on " + o.Mode,
-		FilterSubject: JobSubject(o.Kind, o.Mode),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       o.AckWait,
-		MaxDeliver:    o.MaxDeliver,
-	})
+	cons, err := consumer(ctx, h, o)
 	if err != nil {
-		return nil, fmt.Errorf("worker: consumer %s: %w", ConsumerName(o.Kind, o.Mode), err)
+		return nil, err
 	}
 	env, err := json.Marshal(o.Env)
 	if err != nil {
@@ -152,6 +145,23 @@ func NewWorker(ctx context.Context, nc *nats.Conn, m Measurer, o WorkerOptions) 
 		return nil, fmt.Errorf("worker: record the environment: %w", err)
 	}
 	return &Worker{h: h, cons: cons, m: m, o: o}, nil
+}
+
+// consumer makes (or updates) the durable pull consumer the workers of
+// o's kind and mode share.
+func consumer(ctx context.Context, h *handles, o WorkerOptions) (jetstream.Consumer, error) {
+	cons, err := h.js.CreateOrUpdateConsumer(ctx, JobStream, jetstream.ConsumerConfig{
+		Durable:       ConsumerName(o.Kind, o.Mode),
+		Description:   "the tune-workers of " + o.Kind + " measuring on " + o.Mode,
+		FilterSubject: JobSubject(o.Kind, o.Mode),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.AckWait,
+		MaxDeliver:    o.MaxDeliver,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: consumer %s: %w", ConsumerName(o.Kind, o.Mode), err)
+	}
+	return cons, nil
 }
 
 // JoinWorker is NewWorker for a worker started before its fleet: while
@@ -212,6 +222,24 @@ func (w *Worker) Run(ctx context.Context) error {
 		switch {
 		case errors.Is(err, nats.ErrConnectionClosed):
 			return fmt.Errorf("worker %s: %w", w.o.Name, err)
+		case errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders):
+			// The consumer is gone (deleted, or a server that lost its
+			// store: a pull request then has no one to answer it), or
+			// the server is not ready yet: the workers of the kind make
+			// the consumer again as soon as they can.
+			cons, cerr := consumer(ctx, w.h, w.o)
+			switch {
+			case cerr == nil && !errors.Is(err, nats.ErrNoResponders):
+				w.o.Log("the consumer %s was gone; made it again", ConsumerName(w.o.Kind, w.o.Mode))
+				w.cons = cons
+			case cerr == nil:
+				w.cons = cons
+			case ctx.Err() == nil:
+				select {
+				case <-ctx.Done():
+				case <-time.After(min(w.o.FetchWait, 250*time.Millisecond)):
+				}
+			}
 		case err != nil:
 			if ctx.Err() == nil {
 				// The server is away (restarting, a network cut): try
