@@ -107,7 +107,7 @@ func (c *Client) Measure(ctx context.Context, req Request) (Response, error) {
 	}
 	if _, err := c.stdin.Write(append(line, '\n')); err != nil {
 		c.restart()
-		return failed(req.ID, "worker gone before the request was sent: %v", err), nil
+		return lost(req.ID, "worker gone before the request was sent: %v", err), nil
 	}
 	timeout := c.Timeout
 	if timeout <= 0 {
@@ -120,17 +120,17 @@ func (c *Client) Measure(ctx context.Context, req Request) (Response, error) {
 		if !ok {
 			msg := c.exitReason()
 			c.restart()
-			return failed(req.ID, "worker exited during the request: %s", msg), nil
+			return lost(req.ID, "worker exited during the request: %s", msg), nil
 		}
 		var resp Response
 		if err := json.Unmarshal([]byte(l), &resp); err != nil || resp.ID != req.ID {
 			c.restart()
-			return failed(req.ID, "worker answered out of protocol: %q", l), nil
+			return lost(req.ID, "worker answered out of protocol: %q", l), nil
 		}
 		return resp, nil
 	case <-timer.C:
 		c.restart()
-		return failed(req.ID, "timed out after %v; worker killed", timeout), nil
+		return lost(req.ID, "timed out after %v; worker killed", timeout), nil
 	case <-ctx.Done():
 		c.restart()
 		return Response{}, ctx.Err()

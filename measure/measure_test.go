@@ -97,6 +97,7 @@ func TestEmulatedMeasuring(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, resp.OK)
 		assert.NotEmpty(t, resp.Error)
+		assert.False(t, resp.Lost, "a verdict on the kernel, not a lost worker")
 		assert.Equal(t, bad.ID, resp.ID)
 	}
 	assert.Zero(t, c.Restarts(), "bad requests do not cost the worker")
@@ -117,6 +118,7 @@ func TestHangingWorkerIsKilled(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, resp.OK)
 	assert.Contains(t, resp.Error, "timed out after 500ms; worker killed")
+	assert.True(t, resp.Lost, "the worker, not the kernel, failed")
 	resp, err = c.Measure(ctx, Request{ID: 3})
 	require.NoError(t, err)
 	assert.True(t, resp.OK, resp.Error)
@@ -133,6 +135,7 @@ func TestExitingWorkerIsRestarted(t *testing.T) {
 	assert.False(t, resp.OK)
 	assert.Contains(t, resp.Error, "worker exited during the request: exit status 3")
 	assert.Contains(t, resp.Error, "giving up on request 2")
+	assert.True(t, resp.Lost, "the worker, not the kernel, failed")
 	resp, err = c.Measure(ctx, Request{ID: 4})
 	require.NoError(t, err)
 	assert.True(t, resp.OK, resp.Error)

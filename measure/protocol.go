@@ -53,8 +53,21 @@ type Response struct {
 	Checked int64 `json:"checked_elements,omitempty"`
 	// Schedule is the schedule measured, the form's default filled in.
 	Schedule string `json:"schedule,omitempty"`
+	// Lost says that the worker process, not the kernel's check, failed
+	// on this request: it hung, died or answered out of protocol (the
+	// Client sets it). The kernel's verdict is then unknown, so a caller
+	// with other workers may try the request again elsewhere, where a
+	// verdict (OK false, Lost false) is final.
+	Lost bool `json:"lost,omitempty"`
 }
 
 func failed(id int64, format string, args ...any) Response {
 	return Response{ID: id, Error: fmt.Sprintf(format, args...)}
+}
+
+// lost is a failure of the worker process itself on a request.
+func lost(id int64, format string, args ...any) Response {
+	r := failed(id, format, args...)
+	r.Lost = true
+	return r
 }

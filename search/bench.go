@@ -10,6 +10,7 @@ import (
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/gpu"
 	"github.com/lumsearch/lumsearch/internal/timing"
 	"github.com/lumsearch/lumsearch/ir"
@@ -44,10 +45,20 @@ type BenchOptions struct {
 	// ones, or an inputs file) and what the compiled program's results
 	// are compared with besides the naive program's (an outputs file).
 	Feeds Feeds
+	// Workers, when set, is the NATS URL of a measuring fleet: each
+	// distinct kernel of both programs is measured by the fleet's
+	// tune-workers of the target's kind (each checked against the
+	// reference there), and the programs' times are the sums of their
+	// launches' (see benchOnFleet). Nothing runs here; Save and Feeds'
+	// files, which need the programs run here, cannot be used with it.
+	Workers string
+	// Fleet replaces the fleet client's waits, as Options.Fleet does.
+	Fleet fleet.ClientOptions
 }
 
 func (o BenchOptions) bench() (bench, error) {
-	b := bench{mode: o.Measure, dbPath: o.TuneDB, seed: o.Seed, save: o.Save, feeds: o.Feeds, rule: timing.Rule{Min: timing.DefaultMin, MaxTime: timing.DefaultMaxTime}}
+	b := bench{mode: o.Measure, dbPath: o.TuneDB, seed: o.Seed, save: o.Save, feeds: o.Feeds, rule: timing.Rule{Min: timing.DefaultMin, MaxTime: timing.DefaultMaxTime},
+		workers: o.Workers, fleet: o.Fleet}
 	if err := o.Feeds.checkFiles(); err != nil {
 		return b, err
 	}
@@ -62,6 +73,15 @@ func (o BenchOptions) bench() (bench, error) {
 	}
 	if o.MaxTime > 0 {
 		b.rule.MaxTime = o.MaxTime
+	}
+	if b.workers != "" {
+		if err := fleet.CheckURL(b.workers); err != nil {
+			return b, optionErrorf("--workers: %v", err)
+		}
+		if b.save != "" || o.Feeds.Inputs != "" || o.Feeds.Outputs != "" {
+			return b, optionErrorf("--workers measures kernels one by one on the fleet; --save, --inputs and --outputs need the programs run here")
+		}
+		return b, nil
 	}
 	if b.mode == MeasureGPU {
 		// Say so before minutes of compiling, not after.
@@ -130,6 +150,10 @@ type bench struct {
 	save   string // the folder to save the tensors in, "" for none
 	feeds  Feeds
 	rule   timing.Rule
+	// workers is a fleet's URL ("": measure here), fleet its client's
+	// waits.
+	workers string
+	fleet   fleet.ClientOptions
 }
 
 // benchProgram is one of the two programs bench compares.
@@ -260,6 +284,9 @@ type benchTimes struct {
 // run measures a built bench and reports it.
 func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 	defer s.closeFunc()
+	if b.workers != "" {
+		return b.onFleet(ctx, s)
+	}
 	feeds, err := benchFeeds(s, b.seed, b.feeds)
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", s.model, err)

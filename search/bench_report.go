@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/internal/timing"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/measure"
@@ -65,6 +66,11 @@ type BenchReport struct {
 	// Outputs is the comparison with an outputs file (BenchOptions.Feeds),
 	// nil without one.
 	Outputs *OutputsCheck `json:"outputs_file,omitempty"`
+
+	// Fleet is the fleet the kernels were measured on (BenchOptions.
+	// Workers, its password hidden); "" when they ran here. Then MS and
+	// NaiveMS are sums of kernel medians, not whole runs.
+	Fleet string `json:"fleet,omitempty"`
 
 	// Driver and Compiler are the GPU's driver version and the
 	// compiler's ("" and the emulation's under emulation); Target is the
@@ -210,17 +216,27 @@ func (r *BenchReport) WriteJSON(w io.Writer) error {
 // the check and a line on the whole runs.
 func (r *BenchReport) WriteText(w io.Writer) error {
 	label := "GPU"
-	if r.Where == measure.WhereEmulated {
+	switch {
+	case r.Fleet != "":
+		if r.Where == measure.WhereEmulated {
+			label = "EMULATED"
+		}
+		fmt.Fprintf(w, "bench %s on the fleet at %s: the tune-workers of %s (%s), %s\n", r.Model, r.Fleet, r.Device, r.Where, fleet.Env{Driver: r.Driver, Compiler: r.Compiler})
+	case r.Where == measure.WhereEmulated:
 		label = "EMULATED"
 		fmt.Fprintf(w, "bench %s under the CPU emulation: times are the emulation's wall times, not GPU times\n", r.Model)
-	} else {
+	default:
 		fmt.Fprintf(w, "bench %s on %s (driver %s, %s)\n", r.Model, r.Device, r.Driver, r.Compiler)
 	}
 	if len(r.At) > 0 {
 		fmt.Fprintf(w, "at %s (runtime extents)\n", symbolText(r.At))
 	}
-	fmt.Fprintf(w, "check: the compiled program's outputs match the naive program's (%d elements; relative L2 error %.2g, at most %.2g)\n",
-		r.Checked, r.RelError, r.RelLimit)
+	if r.Fleet != "" {
+		fmt.Fprintf(w, "check: every kernel of both programs against the reference at its real shapes, by the worker that timed it\n")
+	} else {
+		fmt.Fprintf(w, "check: the compiled program's outputs match the naive program's (%d elements; relative L2 error %.2g, at most %.2g)\n",
+			r.Checked, r.RelError, r.RelLimit)
+	}
 	if r.Outputs != nil {
 		fmt.Fprintf(w, "check: %v\n", r.Outputs)
 	}
@@ -241,9 +257,14 @@ func (r *BenchReport) WriteText(w io.Writer) error {
 	if r.Graph {
 		how = "one CUDA graph"
 	}
-	fmt.Fprintf(w, "end to end (%s): compiled %s (IQR %s, %d runs, %s; predicted %s), naive %s (IQR %s, %d runs); speedup %.2fx\n",
-		strings.ToLower(label), Seconds(r.MS/1e3), Seconds(r.IQR/1e3), r.Runs, how, Seconds(r.Predicted/1e3),
-		Seconds(r.NaiveMS/1e3), Seconds(r.NaiveIQR/1e3), r.NaiveRuns, r.Speedup)
+	if r.Fleet != "" {
+		fmt.Fprintf(w, "sum of the kernels' medians (%s; no whole run on the fleet): compiled %s (predicted %s), naive %s; speedup %.2fx\n",
+			strings.ToLower(label), Seconds(r.MS/1e3), Seconds(r.Predicted/1e3), Seconds(r.NaiveMS/1e3), r.Speedup)
+	} else {
+		fmt.Fprintf(w, "end to end (%s): compiled %s (IQR %s, %d runs, %s; predicted %s), naive %s (IQR %s, %d runs); speedup %.2fx\n",
+			strings.ToLower(label), Seconds(r.MS/1e3), Seconds(r.IQR/1e3), r.Runs, how, Seconds(r.Predicted/1e3),
+			Seconds(r.NaiveMS/1e3), Seconds(r.NaiveIQR/1e3), r.NaiveRuns, r.Speedup)
+	}
 	if r.TuneDBWarning != "" {
 		if _, err := fmt.Fprintf(w, "note: %s\n", r.TuneDBWarning); err != nil {
 			return err

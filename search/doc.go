@@ -17,8 +17,9 @@
 // whose layers repeat is searched on two of them and the result replayed
 // on all), extracts the program the cost model of Options.Target predicts
 // fastest, optionally measures the chosen kernels on a GPU or under the
-// CPU emulation (through a worker process, Options.Worker) and extracts
-// again, and finalizes the best program: lowering, CUDA, NVRTC and
+// CPU emulation (through a worker process, Options.Worker, or on the
+// tune-workers of a fleet over NATS JetStream, Options.Workers; see the
+// fleet package) and extracts again, and finalizes the best program: lowering, CUDA, NVRTC and
 // verification under the CPU emulation against the float64 reference.
 // Compile runs the same pipeline once, without a budget or measurement.
 // Both return a Result, whose Write puts the output folder on disk:

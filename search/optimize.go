@@ -11,6 +11,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/gpu"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/measure"
@@ -97,8 +98,15 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	src := &source{model: m, sat: sat, m: cm, arch: o.Arch, feeds: Feeds{Ranges: o.InputRanges}}
 
 	where := ""
-	switch o.Measure {
-	case MeasureGPU, MeasureAuto:
+	switch {
+	case o.Workers != "" && o.Measure == MeasureNone:
+		return nil, optionErrorf("--workers measures on a fleet: give --measure gpu, emulated or auto, not none")
+	case o.Workers != "" && o.Measure == MeasureEmulated:
+		where = measure.WhereEmulated
+	case o.Workers != "":
+		// The fleet's GPUs measure: none is needed here.
+		where = measure.WhereGPU
+	case o.Measure == MeasureGPU || o.Measure == MeasureAuto:
 		if _, err := gpu.Open(); err != nil {
 			if o.Measure == MeasureGPU {
 				return nil, withKind(KindNoDevice, fmt.Errorf("--measure gpu: %w (--measure emulated measures under the CPU emulation instead)", err))
@@ -106,21 +114,38 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 			break
 		}
 		where = measure.WhereGPU
-	case MeasureEmulated:
+	case o.Measure == MeasureEmulated:
 		where = measure.WhereEmulated
 	}
-	var measurer *measure.Client
-	if where != "" {
-		if o.Worker == nil {
-			return nil, optionErrorf("measuring on %s needs Options.Worker (a process serving the measure protocol, such as lumsearch worker)", where)
+	kind := ""
+	if o.Workers != "" {
+		if err := fleet.CheckURL(o.Workers); err != nil {
+			return nil, optionErrorf("--workers: %v", err)
 		}
-		measurer = &measure.Client{Command: func() *exec.Cmd { return o.Worker(where) }, Timeout: 2 * time.Minute}
-		defer measurer.Close()
+		if kind, err = fleet.ResolveKind(cm.Device.Name); err != nil {
+			return nil, optionErrorf("--workers: the target %s: %v", cm.Device.Name, err)
+		}
+	} else if where != "" && o.Worker == nil {
+		return nil, optionErrorf("measuring on %s needs Options.Worker (a process serving the measure protocol, such as lumsearch worker)", where)
 	}
 
 	em := newEmitter(o.Events)
 	em.logf("optimize %s for %s (%s), budget %s, seed %d", model, cm.Device.Name, o.Arch, budgetText(o.Budget), o.Seed)
 	noteTuneDB(em, o.TuneDB)
+	var measurer kernelMeasurer
+	switch {
+	case o.Workers != "":
+		fm := dialFleet(ctx, o.Workers, kind, where, o.Fleet, em)
+		if fm.gone == nil {
+			em.logf("  measuring on the fleet at %s: the tune-workers of %s (%s)", fleetURL(o.Workers), kind, where)
+		}
+		measurer = fm
+	case where != "":
+		measurer = localMeasurer{&measure.Client{Command: func() *exec.Cmd { return o.Worker(where) }, Timeout: 2 * time.Minute}}
+	}
+	if measurer != nil {
+		defer measurer.Close()
+	}
 	var measured []kernelMeasurement
 	cfg := Config{
 		Stages: stages,
@@ -163,7 +188,7 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 		if where == measure.WhereGPU {
 			cfg.Rounds = 3
 		}
-		mr := &measureRounds{g: g, sat: sat, m: cm, client: measurer, o: o, where: where, em: em, done: map[string]bool{}}
+		mr := &measureRounds{g: g, sat: sat, m: cm, measurer: measurer, o: o, where: where, em: em, done: map[string]bool{}}
 		cfg.Measure = func(ctx context.Context, c *Candidate) (*Candidate, error) {
 			next, err := mr.round(ctx, c)
 			measured = mr.measured
@@ -234,7 +259,7 @@ type measureRounds struct {
 	g        *ir.Graph
 	sat      rules.SaturateOptions
 	m        *cost.Model
-	client   *measure.Client
+	measurer kernelMeasurer
 	o        Options
 	where    string
 	em       *emitter
@@ -249,8 +274,19 @@ func (r *measureRounds) round(ctx context.Context, c *Candidate) (*Candidate, er
 	if lc == nil {
 		return c, nil
 	}
-	ms, err := measureKernels(ctx, lc, r.m, r.client, r.o.Candidates, r.o.Seed, r.o.TuneDB, r.done, r.em)
+	ms, err := measureKernels(ctx, lc, r.m, r.measurer, r.o.Candidates, r.o.Seed, r.o.TuneDB, r.done, r.em)
 	r.measured = append(r.measured, ms...)
+	if errors.Is(err, fleet.ErrUnavailable) {
+		// The fleet is gone (or never came): what it measured is kept
+		// and used; the rest is the cost model's. Said here, and in the
+		// report's notes through the search's note on the error.
+		err = fmt.Errorf("%w; the kernels it did not measure are priced by the cost model", err)
+		r.em.logf("  measure: %v", err)
+		if r.where != measure.WhereGPU || len(ms) == 0 {
+			return c, err
+		}
+		err = nil // extract again with the GPU times the fleet gave
+	}
 	if err != nil || r.where != measure.WhereGPU {
 		// Emulated times are CPU times: recorded apart and reported,
 		// never fed back into a GPU's extraction.

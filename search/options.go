@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
 )
@@ -83,6 +84,22 @@ type Options struct {
 	// measure. Required for Measure other than none, unless auto finds no
 	// GPU.
 	Worker func(where string) *exec.Cmd
+	// Workers, when set, is the NATS URL of a measuring fleet (lumsearch
+	// tuning-server; see docs/distributed.md): the chosen kernels are
+	// measured by its tune-workers of the target's kind (the cost
+	// device's name, such as h100-sxm) instead of a local worker, on
+	// their GPUs (Measure auto or gpu) or under their emulation
+	// (Measure emulated), every kernel of a round at once. A kernel the
+	// fleet's shared tuning bucket has measured before is not measured
+	// again. The records are added to TuneDB as well. A fleet that cannot
+	// be reached, or whose server or workers vanish, leaves the kernels
+	// it has not measured to the cost model, and the run says so; the
+	// budget bounds every wait.
+	Workers string
+	// Fleet, when set, replaces the fleet client's waits (how long no
+	// worker of the kind or no server is waited for, how often they are
+	// checked); its Kind and Mode are Optimize's.
+	Fleet fleet.ClientOptions
 	// Ablate has the report's rule table priced without each rule set
 	// and rule file: the last stage saturated again without it, as many
 	// as the budget leaves time for (the command line's --ablate, on by

@@ -20,7 +20,7 @@ import (
 var benchCommand = &command{
 	name:     "bench",
 	summary:  "check a compiled program against the naive one, then time both on a GPU (or under the CPU emulation)",
-	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
+	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--workers URL] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
 	doc: `
 "bench" builds two programs of the same model: the one "compile" makes (the
 search, the cost model's extraction and schedules) and the naive one (each
@@ -53,6 +53,14 @@ times, labelled emulated in the table, in the JSON and in the tuning
 database, which keeps them apart from GPU records. --json prints one JSON
 object instead of the table: {"ms": the compiled program's median, "naive_ms",
 "speedup", "where": "gpu" or "emulated", "kernels": [...], ...}.
+
+With --workers URL nothing runs here: every distinct kernel of both
+programs is a job for the tune-workers of the target's kind on a fleet
+(see tuning-server and docs/distributed.md), on their GPUs (or under
+their emulation with --measure emulated), checked there against the
+reference at its real shapes and timed, or answered from the fleet's
+shared tuning database; each program's time is the sum of its launches'
+medians (no whole run, CUDA graph or whole-program check on the fleet).
 
 --save DIR writes, after the run, what bench fed and what the compiled
 program gave, so that another tool can run the same graph on the same
@@ -94,6 +102,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		maxTime := fs.Duration("max-time", timing.DefaultMaxTime, "stop repeating a measurement after this long once --min-runs are done")
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
 		feeds := feedFlags(fs, "")
+		workers := fs.String("workers", "", "measure every kernel of both programs on the tune-workers of a fleet at `URL` (nats://HOST:4222; see tuning-server) instead of here")
 		save := fs.String("save", "", "after the run, write the tensors fed (inputs.safetensors), the compiled program's outputs (outputs.safetensors) and the graph (graph.txt) into `DIR`")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
@@ -105,7 +114,7 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 			if *minRuns < 1 || *maxTime <= 0 {
 				return usagef("--min-runs and --max-time must be positive")
 			}
-			o := search.BenchOptions{Measure: search.Measure(*mode), TuneDB: *db, Seed: *seed, Save: *save, MinRuns: *minRuns, MaxTime: *maxTime, Target: *target, Arch: *arch, Feeds: *feeds}
+			o := search.BenchOptions{Measure: search.Measure(*mode), TuneDB: *db, Seed: *seed, Save: *save, MinRuns: *minRuns, MaxTime: *maxTime, Target: *target, Arch: *arch, Feeds: *feeds, Workers: *workers}
 			if err := o.Check(); err != nil {
 				return err
 			}

@@ -134,11 +134,12 @@ func exitStatuses(name string) []string {
 			"5  DIR cannot be written",
 			"6  nothing was verified within the budget",
 		},
-		"compile":  {"3  the model cannot be read or is unsupported (unreadable file, unsupported op, unbound dimension)"},
-		"verify":   {"3  the folder, its plan or its model cannot be read"},
-		"tokenize": {"3  the tokenizer cannot be read or is unsupported"},
-		"loadgen":  {"3  the workload file cannot be read or is invalid"},
-		"serve":    {"3  the folder or its model cannot be read, or the folder is not a serving step"},
+		"compile":     {"3  the model cannot be read or is unsupported (unreadable file, unsupported op, unbound dimension)"},
+		"verify":      {"3  the folder, its plan or its model cannot be read"},
+		"tokenize":    {"3  the tokenizer cannot be read or is unsupported"},
+		"loadgen":     {"3  the workload file cannot be read or is invalid"},
+		"serve":       {"3  the folder or its model cannot be read, or the folder is not a serving step"},
+		"tune-worker": {"4  no GPU (or no NVRTC) for --measure gpu"},
 	}
 	lines := []string{"0  done", "1  the command failed", "2  the command line was wrong"}
 	lines = append(lines, own[name]...)
@@ -158,8 +159,12 @@ Usage: lumsearch <command> [arguments]
 
 Commands:
 `)
+	width := 0
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s  %s\n", c.name, c.summary)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprint(w, `
 Run 'lumsearch help <command>' or 'lumsearch <command> -h' for a command's

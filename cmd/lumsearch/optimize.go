@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/search"
 	"github.com/lumsearch/lumsearch/tunedb"
@@ -20,7 +21,7 @@ import (
 var optimizeCommand = &command{
 	name:     "optimize",
 	summary:  "search a model's fastest verified program within a time budget and write it with a report",
-	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET] [...]",
+	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--workers URL] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET] [...]",
 	doc: `
 "optimize" searches the fastest program it can verify for a model within
 --budget, and writes it to DIR. The model is an ONNX file (its symbolic
@@ -46,7 +47,14 @@ with --measure, the chosen kernels' best schedules are measured through a
 worker process (on the GPU, or under the CPU emulation with --measure
 emulated, whose times are CPU times and labelled so) and recorded in the
 tuning database; GPU times override the cost model's predictions and the
-program is extracted again. The last program is finalized as "compile"
+program is extracted again. With --workers URL the kernels are measured by
+the tune-workers of a fleet instead (see tuning-server and
+docs/distributed.md), those of the --target's kind, on their GPUs (or
+under their emulation with --measure emulated), all of a round at once;
+a kernel that the fleet's shared tuning database has measured before, for
+any model, is not measured again. If the fleet cannot be reached, or its
+server or every worker vanishes, the kernels not measured are left to the
+cost model within the budget, and the run says so. The last program is finalized as "compile"
 does it: NVRTC, and verification under the CPU emulation (every distinct
 kernel at its real shapes, and the architecture at a reduced size).
 ` + rulesDoc + ` With --ablate (the default) report.md's rule table
@@ -73,7 +81,8 @@ killed; a DIR that is not empty is replaced only if lumsearch wrote it.`,
 lumsearch optimize llama-3-8b:layer --seq 16 --budget 2m -o _out/
 lumsearch optimize model.onnx --dim batch=1 --dim sequence=128 --target h100 --budget 10m -o out/
 lumsearch optimize ./Llama-3.2-1B/ --kind model --seq 512 --measure gpu -o out/
-lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
+lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/
+lumsearch optimize llama-3-8b:layer --target h100 --workers nats://fleet.example.com:4222 --budget 30m -o out/`,
 	setup: func(fs *flag.FlagSet) action {
 		var o search.Options
 		var out, dtype, kind string
@@ -92,6 +101,7 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 		fs.Uint64Var(&o.Seed, "seed", 1, "seeds random weights, inputs and samples")
 		fs.StringVar((*string)(&o.Measure), "measure", "auto", "where to measure kernels: auto (the GPU when there is one), gpu, emulated or none")
 		fs.IntVar(&o.Candidates, "candidates", 8, "kernels measured (each in its best schedules)")
+		fs.StringVar(&o.Workers, "workers", "", "measure on the tune-workers of a fleet at `URL` (nats://HOST:4222; see tuning-server) instead of here")
 		fs.IntVar(&o.IterLimit, "iter-limit", 0, "saturation iterations per stage (0: 30)")
 		fs.IntVar(&o.NodeLimit, "node-limit", 0, "e-nodes per stage (0: 200,000)")
 		fs.BoolVar(&asJSON, "json", false, "print progress as one JSON event per line")
@@ -123,6 +133,11 @@ lumsearch optimize tiny-llama:layer --iter-limit 8 --json -o out/`,
 			}
 			if o.Budget < 0 {
 				return usagef("--budget %v: want a duration, 0 for none", o.Budget)
+			}
+			if o.Workers != "" {
+				if err := fleet.CheckURL(o.Workers); err != nil {
+					return usagef("--workers: %v", err)
+				}
 			}
 			if err := search.CheckOutputDir(out); err != nil {
 				return exitCodes(err)

@@ -22,7 +22,7 @@ const (
 var commands []*command
 
 func init() {
-	commands = []*command{optimizeCommand, corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand, compileCommand, verifyCommand, runCommand, benchCommand, workerCommand, tokenizeCommand, loadgenCommand, serveCommand}
+	commands = []*command{optimizeCommand, corpusCommand, egraphCommand, extractCommand, rulesCommand, versionCommand, helpCommand, tunedbCommand, compileCommand, verifyCommand, runCommand, benchCommand, workerCommand, tuningServerCommand, tuneWorkerCommand, tokenizeCommand, loadgenCommand, serveCommand}
 }
 
 // lookup returns the subcommand called name, or nil.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -22,6 +23,7 @@ var tunedbFlags = map[string][]string{
 	"device":     {"export", "prune"},
 	"where":      {"export"},
 	"o":          {"export", "calibrate"},
+	"nats":       {"export", "import"},
 	"target":     {"calibrate"},
 	"held-out":   {"calibrate"},
 	"seed":       {"calibrate"},
@@ -34,7 +36,7 @@ var tunedbFlags = map[string][]string{
 var tunedbCommand = &command{
 	name:     "tunedb",
 	summary:  "show, export, import, prune or calibrate from the tuning database of measured kernel times",
-	synopsis: "tunedb stats | export [--device NAME] [--where gpu|cpu-emulation] [-o FILE] | import FILE|- | prune [--keep N] [--older-than AGE] [--device NAME] [--dedup] | calibrate --target NAME [--held-out F] [--seed N] [-o PROFILE]  [--db PATH]",
+	synopsis: "tunedb stats | export [--device NAME] [--where gpu|cpu-emulation] [-o FILE | --nats URL] | import FILE|- | import --nats URL | prune [--keep N] [--older-than AGE] [--device NAME] [--dedup] | calibrate --target NAME [--held-out F] [--seed N] [-o PROFILE]  [--db PATH]",
 	doc: `
 The tuning database holds kernel times measured on a GPU or under CPU
 emulation, keyed by kernel SPEC, schedule, shapes, dtypes, device, driver and
@@ -63,6 +65,13 @@ an export (or another tool's output) and appends those not already present;
 it is strict: a bad line stops it, naming the file and line, and nothing is
 added.
 
+With --nats URL, export and import work with a measuring fleet's shared
+tuning database instead of a file (the bucket lumsearch-tunedb; see
+tuning-server): "export --nats" stores the newest record of each key the
+filters select there, where the bucket keeps the first record of a key
+(create-if-absent), and "import --nats" appends the bucket's records that
+this file lacks.
+
 "tunedb prune" rewrites the file atomically (a temporary file, then a
 rename, under the lock that writers take) without the records it drops:
 all but the newest --keep N of each key and place of measurement, those
@@ -80,6 +89,7 @@ records; -o writes the fitted profile, which rules stats --profile uses.`,
 lumsearch tunedb stats
 lumsearch tunedb export --device h200-sxm -o h200.jsonl
 lumsearch tunedb import h200.jsonl --db other.jsonl
+lumsearch tunedb import --nats nats://fleet.example.com:4222
 lumsearch tunedb prune --keep 3 --older-than 30d
 lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 	setup: func(fs *flag.FlagSet) action {
@@ -87,13 +97,14 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 		device := fs.String("device", "", "export: keep only, prune: drop, the records of device `NAME`")
 		where := fs.String("where", "", "export: only records measured `WHERE`: gpu or cpu-emulation")
 		out := fs.String("o", "", "export: write to `FILE` instead of standard output")
+		natsURL := fs.String("nats", "", "export: to, import: from, the shared tuning database of the fleet at `URL` (nats://HOST:4222)")
 		keep := fs.Int("keep", 0, "prune: keep the newest `N` records of each key and place of measurement")
 		olderThan := fs.String("older-than", "", "prune: drop records measured more than `AGE` ago (720h, 30d)")
 		dedup := fs.Bool("dedup", false, "prune: drop exact copies of a record")
 		target := fs.String("target", "", "calibrate: the device description to fit (a built-in name)")
 		heldOut := fs.Float64("held-out", 0.25, "calibrate: the share of records held out of the fit to test it on")
 		seed := fs.Uint64("seed", 1, "calibrate: the seed of the held-out split")
-		return func(_ context.Context, pos []string, stdout io.Writer) error {
+		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) == 0 {
 				return usagef("want: tunedb stats, export, import FILE, prune or calibrate")
 			}
@@ -119,7 +130,14 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 			if misplaced != nil {
 				return misplaced
 			}
-			if sub == "import" {
+			if *natsURL != "" {
+				if err := fleet.CheckURL(*natsURL); err != nil {
+					return usagef("--nats: %v", err)
+				}
+				if *out != "" || len(args) > 0 {
+					return usagef("tunedb %s --nats takes no file: the fleet's bucket is what it reads or writes", sub)
+				}
+			} else if sub == "import" {
 				if len(args) != 1 {
 					return usagef("want: tunedb import FILE (or - for standard input)")
 				}
@@ -177,6 +195,9 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 				return db.WriteStats(stdout)
 			case "export":
 				f := tunedb.Filter{Device: *device, Where: *where}
+				if *natsURL != "" {
+					return tunedbPush(ctx, stdout, db, *natsURL, fleet.Filter{Device: *device, Where: *where})
+				}
 				if *out == "" {
 					_, err := db.Export(stdout, f)
 					return err
@@ -188,6 +209,9 @@ lumsearch tunedb calibrate --target h200 -o h200-profile.json`,
 				_, err = fmt.Fprintf(stdout, "exported %d records to %s\n", n, *out)
 				return warnSkipped(stdout, db, err)
 			case "import":
+				if *natsURL != "" {
+					return tunedbPull(ctx, stdout, db, *natsURL)
+				}
 				res, err := db.ImportFile(args[0], tunedbStdin)
 				if err != nil {
 					return err
