@@ -59,16 +59,43 @@ func TensorTileShared(s Schedule) int {
 
 // TensorShared is the shared memory a tensor-core matmul kernel of body
 // declares under s: its tiles, and a norm prologue's row statistics (a
-// float per row of the block for each reduction of the body; the printer
-// keeps those of row reductions, a subset).
+// float per row of the block for each row reduction of the body the
+// printer prints, TensorRowStats).
 func TensorShared(body *ir.Graph, s Schedule) int {
-	reds := 0
-	for _, n := range body.Nodes {
-		if n.Op.Class() == ir.ClassReduce {
-			reds++
+	return tensorShared(TensorRowStats(body), s)
+}
+
+func tensorShared(rowStats int, s Schedule) int {
+	return TensorTileShared(s) + 4*rowStats*s.BM
+}
+
+// TensorRowStats is the row reductions a matmul kernel's norm prologue
+// keeps in shared memory: those of the decomposed body (Decompose: a
+// composite RMS norm is one, a layer norm two), which is the body the
+// printer prints. A body Decompose refuses counts two a composite.
+func TensorRowStats(body *ir.Graph) int {
+	d, err := Decompose(body)
+	if err != nil {
+		d = body
+	}
+	n := 0
+	for _, x := range d.Nodes {
+		switch {
+		case RowReduction(d, x):
+			n++
+		case x.Op == ir.OpRMSNorm || x.Op == ir.OpLayerNorm || x.Op == ir.OpSoftmax:
+			n += 2
 		}
 	}
-	return TensorTileShared(s) + 4*reds*s.BM
+	return n
+}
+
+// rowStats is TensorRowStats of the kernel's body, counted once.
+func (k *kernelForm) rowStats() int {
+	if k.stats < 0 {
+		k.stats = TensorRowStats(k.body)
+	}
+	return k.stats
 }
 
 func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Features, bool) {
@@ -85,7 +112,7 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	size := dt.Size()
 	shared := (s.BM*s.BK + s.BK*s.BN) * size * max(s.Stages, 1)
 	if s.Tensor {
-		if shared = TensorShared(body, s); shared > StaticShared {
+		if shared = tensorShared(k.rowStats(), s); shared > StaticShared {
 			return Features{}, false
 		}
 	}

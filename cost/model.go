@@ -314,6 +314,8 @@ type kernelForm struct {
 	// need is what the outputs demand of every value (demands), traced
 	// when readBytes first asks.
 	need []box
+	// stats is TensorRowStats of body, -1 until rowStats counts it.
+	stats int
 }
 
 // Resources are what the compiler reports of one compiled kernel: its
@@ -383,7 +385,7 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 			break
 		}
 	}
-	k := &kernelForm{body: body, form: form, slots: make([]uint8, len(body.Nodes)), pagedCtx: -1}
+	k := &kernelForm{body: body, form: form, slots: make([]uint8, len(body.Nodes)), pagedCtx: -1, stats: -1}
 	for i, n := range body.Nodes {
 		switch {
 		case n.Op == ir.OpMatMul:
@@ -563,14 +565,14 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 						// 32x32 warp patches up to 128 columns (256 would
 						// take 16 warps of a 64-row tile, 32 of a 128-row
 						// one).
-						if bn <= 128 && TensorShared(k.body, s) <= StaticShared {
+						if bn <= 128 && tensorShared(k.rowStats(), s) <= StaticShared {
 							out = append(out, s)
 						}
 						// 64x64 warp patches where the tile holds them:
 						// 128x256 is 8 warps.
 						if bm%64 == 0 && bn%64 == 0 {
 							s.Warp, s.Threads = 64, 32*(bm/64)*(bn/64)
-							if TensorShared(k.body, s) <= StaticShared {
+							if tensorShared(k.rowStats(), s) <= StaticShared {
 								out = append(out, s)
 							}
 						}

@@ -467,3 +467,38 @@ func TestTensorSwizzleIsConflictFree(t *testing.T) {
 		}
 	}
 }
+
+// TestNormPrologueSchedulesPrint: a matmul whose left operand is a
+// composite RMS or layer norm keeps the norm's row statistics in shared
+// memory beside its tiles; every tensor-core schedule the model lists for
+// it (the best included) must fit what the printer declares, which counts
+// the statistics of the decomposed body.
+func TestNormPrologueSchedulesPrint(t *testing.T) {
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	m := cost.NewModel(dev, cost.Defaults(dev))
+	for name, norm := range map[string]func(b *ir.Builder, x ir.Value) ir.Value{
+		"rmsnorm": func(b *ir.Builder, x ir.Value) ir.Value { return b.RMSNorm(x, b.Input("$2", ir.BF16, 1024), 1e-5) },
+		"layernorm": func(b *ir.Builder, x ir.Value) ir.Value {
+			return b.LayerNorm(x, b.Input("$2", ir.BF16, 1024), b.Input("$3", ir.BF16, 1024), 1e-5)
+		},
+	} {
+		b := ir.NewBuilder("kernel")
+		x, w := b.Input("$0", ir.BF16, 512, 1024), b.Input("$1", ir.BF16, 1024, 1024)
+		b.Output("out0", b.MatMul(norm(b, x), w))
+		body, err := b.Build()
+		require.NoError(t, err)
+		ranked, err := m.Ranked(body)
+		require.NoError(t, err, name)
+		tensor := 0
+		for _, e := range ranked {
+			if !e.Schedule.Tensor {
+				continue
+			}
+			tensor++
+			_, err := PrintKernelWith("k", name, body, e.Schedule)
+			assert.NoError(t, err, "%s: %s", name, e.Schedule)
+		}
+		assert.Positive(t, tensor, "%s: tensor-core schedules listed", name)
+	}
+}

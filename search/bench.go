@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
@@ -325,6 +326,9 @@ func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 		for _, sym := range s.g.Symbols {
 			rep.At[sym.Name] = feeds[sym.Name].Int(0)
 		}
+	}
+	if p, ok := rep.At[corpus.PastSymbol]; ok {
+		repriceAt(s, rep, p)
 	}
 	if expect != nil {
 		rep.Outputs = expect.found

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/fleet"
 	"github.com/lumsearch/lumsearch/internal/timing"
 	"github.com/lumsearch/lumsearch/ir"
@@ -98,6 +99,39 @@ func kernelRows(s *benchSetup, t *benchTimes) []BenchKernel {
 		rows[i] = r
 	}
 	return rows
+}
+
+// repriceAt prices each launch of a bench run at decode position past:
+// the compile-time estimates average a runtime position over its range,
+// so an attention's bytes and time there are not the run's. The model's
+// bytes, time and bound at past replace them (and the achieved bandwidth
+// is recomputed), where the target is a built-in description.
+func repriceAt(s *benchSetup, rep *BenchReport, past int64) {
+	d, err := cost.LookupDevice(s.device)
+	if err != nil {
+		return // a user's device file: the compile-time figures stay
+	}
+	m := cost.NewModel(d, cost.Defaults(d)).AtPosition(past)
+	lp, ks := s.opt.lp, s.opt.ks[len(s.opt.lp.Prep):]
+	var predicted float64
+	for i := range rep.Kernels {
+		r := &rep.Kernels[i]
+		ranked, err := m.Ranked(lp.Run[i].Body)
+		if err == nil {
+			for _, e := range ranked {
+				if e.Schedule == ks[i].Schedule {
+					r.Predicted, r.Bytes, r.Bound = e.Seconds*1e3, e.Features.Bytes, e.Bound
+					r.GBps = 0
+					if r.MS > 0 && r.Bytes > 0 {
+						r.GBps = r.Bytes / (r.MS * 1e-3) / 1e9
+					}
+					break
+				}
+			}
+		}
+		predicted += r.Predicted
+	}
+	rep.Predicted = predicted
 }
 
 // record appends one record per distinct kernel of the compiled program
