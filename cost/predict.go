@@ -90,11 +90,7 @@ func (f Features) occupancyShare(d *Device) float64 {
 	if f.WarpsPerBlock <= 0 {
 		return 1
 	}
-	resident := max(f.PerSM, 1)
-	if f.Blocks > 0 {
-		resident = min(resident, (f.Blocks+d.SMs-1)/d.SMs)
-	}
-	return math.Min(1, float64(resident*f.WarpsPerBlock*max(f.Stages, 1))/latencyWarps)
+	return math.Min(1, float64(f.residentWarps(d)*max(f.Stages, 1))/latencyWarps)
 }
 
 // Factors are a device's efficiency factors: the fractions of its peaks

@@ -204,28 +204,11 @@ func (s *gemvStage) at(v ir.Value, ix index) (string, bool) {
 // combined in a fixed order into Red, where the chunk's computation
 // (reducedAt) finds them. It returns nil without reductions.
 func gemvNorm(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, threads int) (func(ir.Value, index) (string, bool), error) {
-	var reds []ir.Value
-	for i, n := range body.Nodes {
-		if rowReduction(body, n) {
-			reds = append(reds, ir.Value(i))
-		}
+	reds, redIndex, err := prologueReductions(body, aShape, K, "matrix-vector")
+	if err != nil || len(reds) == 0 {
+		return nil, err
 	}
-	if len(reds) == 0 {
-		return nil, nil
-	}
-	redIndex := map[ir.Value]int{}
-	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
-	for ri, rv := range reds {
-		redIndex[rv] = ri
-		rn := body.Node(rv)
-		in := body.Node(rn.Inputs[0]).Shape
-		if !in.Equal(rowShape) || (rn.Attrs.Axis != len(in)-1 && rn.Attrs.Axis != -1) || rn.DType != ir.F32 {
-			return nil, fmt.Errorf("matrix-vector prologue with a reduction that is not an f32 row reduction of one row shape")
-		}
-	}
-	if int64(rowShape[len(rowShape)-1]) != K || rowShape.NumElements() != aShape.NumElements() {
-		return nil, fmt.Errorf("matrix-vector prologue reducing rows of %v, not the left operand's %v", rowShape, aShape)
-	}
+	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape // one row shape, checked
 	warps := threads / 32
 	fmt.Fprintf(b, "  __shared__ float Red[%d][%d];\n", len(reds), M)
 	fmt.Fprintf(b, "  __shared__ float RedW[%d][%d][%d];\n", len(reds), warps, M)

@@ -104,11 +104,11 @@ func (g matmulGeom) printEpilogue(b *strings.Builder, body *ir.Graph, mm ir.Valu
 	return nil
 }
 
-// normPrologue prints a norm prologue's row statistics: each reduction
-// over the block's rows of A (blockRows of them, from m0), a warp per row
-// with lanes strided over K and a shuffle tree, into Red in shared memory;
-// it returns where the tile loads find them (nil without reductions).
-func normPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, blockRows, warps int) (func(ir.Value, index) (string, bool), error) {
+// prologueReductions is a matmul prologue's row reductions (a norm's
+// statistics) with each one's index, checked to be f32 reductions of rows
+// of the left operand (aShape, K long); none when the prologue has none.
+// form names the kernel in errors.
+func prologueReductions(body *ir.Graph, aShape ir.Shape, K int64, form string) ([]ir.Value, map[ir.Value]int, error) {
 	var reds []ir.Value
 	for i, n := range body.Nodes {
 		if rowReduction(body, n) {
@@ -116,23 +116,34 @@ func normPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int6
 		}
 	}
 	if len(reds) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	redIndex := map[ir.Value]int{}
+	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
 	for ri, rv := range reds {
 		redIndex[rv] = ri
-	}
-	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape
-	for _, rv := range reds {
 		rn := body.Node(rv)
 		in := body.Node(rn.Inputs[0]).Shape
 		if !in.Equal(rowShape) || (rn.Attrs.Axis != len(in)-1 && rn.Attrs.Axis != -1) || rn.DType != ir.F32 {
-			return nil, fmt.Errorf("matmul prologue with a reduction that is not an f32 row reduction of one row shape")
+			return nil, nil, fmt.Errorf("%s prologue with a reduction that is not an f32 row reduction of one row shape", form)
 		}
 	}
 	if int64(rowShape[len(rowShape)-1]) != K || rowShape.NumElements() != aShape.NumElements() {
-		return nil, fmt.Errorf("matmul prologue reducing rows of %v, not the left operand's %v", rowShape, aShape)
+		return nil, nil, fmt.Errorf("%s prologue reducing rows of %v, not the left operand's %v", form, rowShape, aShape)
 	}
+	return reds, redIndex, nil
+}
+
+// normPrologue prints a norm prologue's row statistics: each reduction
+// over the block's rows of A (blockRows of them, from m0), a warp per row
+// with lanes strided over K and a shuffle tree, into Red in shared memory;
+// it returns where the tile loads find them (nil without reductions).
+func normPrologue(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, blockRows, warps int) (func(ir.Value, index) (string, bool), error) {
+	reds, redIndex, err := prologueReductions(body, aShape, K, "matmul")
+	if err != nil || len(reds) == 0 {
+		return nil, err
+	}
+	rowShape := body.Node(body.Node(reds[0]).Inputs[0]).Shape // one row shape, checked
 	fmt.Fprintf(b, "  __shared__ float Red[%d][%d];\n", len(reds), blockRows)
 	reducedAt := func(v ir.Value, ix index) (string, bool) {
 		ri, ok := redIndex[v]

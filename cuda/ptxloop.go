@@ -74,14 +74,24 @@ var (
 // counts PTX, not SASS: ptxas merges and splits instructions, so it is a
 // measure of the loop's weight, not its exact issue count.
 func MainLoopInstructions(ptx, name string) int {
-	entry := ptxEntry(ptx, name)
+	return ptxInstructions(mainLoop(ptxEntry(ptx, name), false))
+}
+
+// mainLoop is the text of entry's main loop: the innermost loop around its
+// mma (a tensor-core kernel) or its 16-byte global loads, else, with
+// anyLoad, the innermost loop that loads global memory at all; "" when
+// there is none.
+func mainLoop(entry string, anyLoad bool) string {
 	marker := ptxVectorLoad
 	if ptxMMA.MatchString(entry) {
 		marker = ptxMMA
 	}
 	loops := ptxLoops(entry, marker)
+	if len(loops) == 0 && anyLoad {
+		loops = ptxLoops(entry, ptxAnyLoop)
+	}
 	if len(loops) == 0 {
-		return 0
+		return ""
 	}
 	inner := loops[0]
 	for _, l := range loops[1:] {
@@ -89,7 +99,7 @@ func MainLoopInstructions(ptx, name string) int {
 			inner = l
 		}
 	}
-	return ptxInstructions(inner)
+	return inner
 }
 
 // ptxAnyLoop marks a loop worth pricing: one that moves global memory or
@@ -104,25 +114,7 @@ var ptxAnyLoop = regexp.MustCompile(`ld\.global|cp\.async\.(ca|cg)|mma\.sync`)
 // the two 32-bit ones it becomes, and an integer division or remainder
 // as the sequence ptxas expands it to (see ptxWeight).
 func LoopMix(ptx, name string) cost.IssueMix {
-	entry := ptxEntry(ptx, name)
-	marker := ptxVectorLoad
-	if ptxMMA.MatchString(entry) {
-		marker = ptxMMA
-	}
-	loops := ptxLoops(entry, marker)
-	if len(loops) == 0 {
-		loops = ptxLoops(entry, ptxAnyLoop)
-	}
-	if len(loops) == 0 {
-		return cost.IssueMix{}
-	}
-	inner := loops[0]
-	for _, l := range loops[1:] {
-		if len(l) < len(inner) {
-			inner = l
-		}
-	}
-	return PTXMix(inner)
+	return PTXMix(mainLoop(ptxEntry(ptx, name), true))
 }
 
 // PTXMix counts a stretch of PTX's instructions by pipe.

@@ -92,13 +92,20 @@ func kernelRows(s *benchSetup, t *benchTimes) []BenchKernel {
 		}
 		if i < len(t.launches) {
 			r.MS, r.IQR, r.Runs = t.launches[i].Median*1e3, t.launches[i].IQR*1e3, len(t.launches[i].Samples)
-			if r.MS > 0 && r.Bytes > 0 {
-				r.GBps = r.Bytes / (r.MS * 1e-3) / 1e9
-			}
+			r.GBps = achievedGBps(r.Bytes, r.MS)
 		}
 		rows[i] = r
 	}
 	return rows
+}
+
+// achievedGBps is the bandwidth bytes moved in ms milliseconds make, 0
+// when either is unknown.
+func achievedGBps(bytes, ms float64) float64 {
+	if ms <= 0 || bytes <= 0 {
+		return 0
+	}
+	return bytes / (ms * 1e-3) / 1e9
 }
 
 // repriceAt prices each launch of a bench run at decode position past:
@@ -121,10 +128,7 @@ func repriceAt(s *benchSetup, rep *BenchReport, past int64) {
 			for _, e := range ranked {
 				if e.Schedule == ks[i].Schedule {
 					r.Predicted, r.Bytes, r.Bound = e.Seconds*1e3, e.Features.Bytes, e.Bound
-					r.GBps = 0
-					if r.MS > 0 && r.Bytes > 0 {
-						r.GBps = r.Bytes / (r.MS * 1e-3) / 1e9
-					}
+					r.GBps = achievedGBps(r.Bytes, r.MS)
 					break
 				}
 			}
