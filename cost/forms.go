@@ -2,6 +2,7 @@ package cost
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -216,7 +217,18 @@ func matmulStructure(body *ir.Graph, mm ir.Value) error {
 		return fmt.Errorf("a matmul of shapes %v and %v: the matmul form takes matrices", a.Shape, b.Shape)
 	}
 	if err := epilogueStructure(body, mm, "matmul"); err != nil {
-		return err
+		// A matrix-vector kernel may gather its epilogue (gather.go).
+		g, gerr := GatheredEpilogue(body, mm)
+		if gerr != nil {
+			return fmt.Errorf("%w; as a gathered epilogue: %w", err, gerr)
+		}
+		if _, _, ok := GEMVWeight(body, mm); !ok {
+			return fmt.Errorf("%w; a gathered epilogue needs the matrix-vector kernel, whose weight must be a plain f32, f16 or bf16 buffer", err)
+		}
+		k := &kernelForm{body: body, form: FormMatMul, matmuls: []ir.Value{mm}}
+		if !slices.ContainsFunc(k.gemvSchedules(), func(s Schedule) bool { return g.Map.Fits(s.BN, k.gemvVec()) }) {
+			return fmt.Errorf("%w; as a gathered epilogue: no matrix-vector schedule's blocks hold its groups of %d x %d columns", err, g.Map.P, g.Map.I)
+		}
 	}
 	left, right := ancestors(body, mn.Inputs[0]), ancestors(body, mn.Inputs[1])
 	var rowShape ir.Shape

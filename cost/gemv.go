@@ -90,6 +90,9 @@ func GEMVWeight(body *ir.Graph, mm ir.Value) (w DirectLoad, kContiguous, ok bool
 	default:
 		return DirectLoad{}, false, false
 	}
+	if w, kc, ok := concatWeight(body, n.Inputs[1], b.DType, K); ok {
+		return w, kc, true
+	}
 	if w, ok := DirectFoldedOperand(body, n.Inputs[1], b.DType, K); ok {
 		return w, true, true
 	}
@@ -97,6 +100,39 @@ func GEMVWeight(body *ir.Graph, mm ir.Value) (w DirectLoad, kContiguous, ok bool
 		return w, false, true
 	}
 	return DirectLoad{}, false, false
+}
+
+// concatWeight reads a matrix-vector weight that is a concatenation along
+// its columns of direct operands of one layout (each K-contiguous, or
+// each row-major with one row length): the weights of a merged
+// projection, read in place from their own buffers, each column from its
+// part's (the kernel picks a column's part once, outside its main loop).
+func concatWeight(body *ir.Graph, v ir.Value, dt ir.DType, K int64) (DirectLoad, bool, bool) {
+	n := body.Node(v)
+	if n.Op != ir.OpConcat || len(n.Shape) != 2 || (n.Attrs.Axis != 1 && n.Attrs.Axis != -1) || len(n.Inputs) < 2 {
+		return DirectLoad{}, false, false
+	}
+	var parts []DirectLoad
+	kContiguous := false
+	for i, p := range n.Inputs {
+		cols := int64(body.Node(p).Shape[1])
+		w, kc := DirectOperand(body, p, dt, K, true)
+		if !kc {
+			var ok bool
+			if w, ok = DirectOperand(body, p, dt, cols, false); !ok {
+				return DirectLoad{}, false, false
+			}
+			if i > 0 && (kContiguous || !w.BufShape.Equal(parts[0].BufShape)) {
+				return DirectLoad{}, false, false
+			}
+		} else if i > 0 && !kContiguous {
+			return DirectLoad{}, false, false
+		}
+		kContiguous = kc
+		w.Cols = cols
+		parts = append(parts, w)
+	}
+	return DirectLoad{Buf: parts[0].Buf, BufShape: parts[0].BufShape, Parts: parts}, kContiguous, true
 }
 
 // gemvShape is the matmul a matrix-vector schedule would run: its rows,
@@ -115,6 +151,17 @@ func (k *kernelForm) gemvShape() (M, N, K, batch, size int, kContiguous, ok bool
 	M, K, N = int(a.Shape[len(a.Shape)-2]), int(a.Shape[len(a.Shape)-1]), int(b.Shape[len(b.Shape)-1])
 	batch = max(1, int(numel(mm.Shape))/(M*N))
 	return M, N, K, batch, b.DType.Size(), kContiguous, true
+}
+
+// gemvVec is the columns one 16-byte weight load of a matrix-vector
+// kernel covers: vec over a row-major weight, 1 over a K-contiguous one
+// (a lane's load runs along K).
+func (k *kernelForm) gemvVec() int {
+	_, _, _, _, size, kContiguous, ok := k.gemvShape()
+	if !ok || kContiguous {
+		return 1
+	}
+	return 16 / size
 }
 
 // GEMVRowLayout is how a matrix-vector schedule over a row-major weight

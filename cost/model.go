@@ -316,6 +316,10 @@ type kernelForm struct {
 	need []box
 	// stats is TensorRowStats of body, -1 until rowStats counts it.
 	stats int
+	// gather is a matmul's gathered epilogue (gather.go), nil when the
+	// epilogue keeps every element in place: only matrix-vector
+	// schedules whose blocks hold its column groups print it.
+	gather *Gathered
 }
 
 // Resources are what the compiler reports of one compiled kernel: its
@@ -395,6 +399,11 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 			// a softmax along another axis, is a loop per output element.
 			in := body.Node(n.Inputs[0]).Shape
 			k.rowLen = max(k.rowLen, int(in[len(in)-1]))
+		}
+	}
+	if form == FormMatMul && len(k.matmuls) == 1 && (epilogueStructure(body, k.matmuls[0], "matmul") != nil || windowed(body)) {
+		if k.gather, err = GatheredEpilogue(body, k.matmuls[0]); err != nil {
+			return nil, fmt.Errorf("cost: kernel body %s: %w", body.Name, err)
 		}
 	}
 	if len(k.matmuls) == 2 {
@@ -543,6 +552,14 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 		}
 	case FormMatMul:
 		mm := k.body.Node(k.matmuls[0])
+		if k.gather != nil {
+			for _, s := range k.gemvSchedules() {
+				if k.gather.Map.Fits(s.BN, k.gemvVec()) {
+					out = append(out, s)
+				}
+			}
+			break
+		}
 		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F32 {
 			for _, bm := range []int{16, 32, 64, 128} {
 				for _, bn := range []int{32, 64, 128} {
@@ -706,7 +723,13 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 		return Features{Bytes: in + out, Work: []Work{{FMA, "f32", flops}}, Blocks: blocks, PerSM: per, WarpsPerBlock: s.Threads / 32, Launches: 1}, true
 	case FormMatMul:
 		if s.GEMV {
+			if k.gather != nil && !k.gather.Map.Fits(s.BN, k.gemvVec()) {
+				return Features{}, false
+			}
 			return k.gemvFeatures(s, d, out)
+		}
+		if k.gather != nil {
+			return Features{}, false // only the matrix-vector kernel gathers
 		}
 		return k.matmulFeatures(s, d, out)
 	case FormPagedAttention:

@@ -18,6 +18,13 @@ type DirectLoad struct {
 	// linear index of b... in the operand's batch axes. Only
 	// DirectFoldedOperand returns such loads.
 	FoldK int64
+	// Parts, when set, says the operand is a concatenation along its
+	// columns of direct operands (a merged projection's weights read in
+	// place from their own buffers: cost.GEMVWeight), in order; each
+	// part's Cols is its column count. Buf and BufShape are then the
+	// first part's.
+	Parts []DirectLoad
+	Cols  int64
 }
 
 // DirectOperand reports whether matmul operand v (of dtype dt, K its

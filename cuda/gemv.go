@@ -36,8 +36,18 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	mn := body.Node(mm)
 	a, bb := body.Node(mn.Inputs[0]), body.Node(mn.Inputs[1])
 	g, err := matmulGeometry(body, mm)
-	if err != nil {
-		return "", err
+	var gath *cost.Gathered
+	if err != nil || hasWindows(body) {
+		// An epilogue that reads other columns than its own, or writes
+		// through windows, is gathered (gemv_gather.go).
+		var gerr error
+		if gath, gerr = cost.GatheredEpilogue(body, mm); gerr != nil {
+			if err == nil {
+				err = gerr
+			}
+			return "", err
+		}
+		g = matmulShape(body, mm)
 	}
 	M, N, K := g.M, g.N, g.K
 	if !s.GEMV || s.Tensor || int64(s.BM) != M || M > cost.GEMVRows || s.Stages < 1 || s.Stages > 8 || s.Threads > 1024 || s.Threads%32 != 0 {
@@ -81,6 +91,17 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 		}
 		partials = s.Threads / 32
 	}
+	colMap := gemvColumns{bn: int64(s.BN), N: N}
+	if gath != nil {
+		colMap.m = gath.Map
+		v := 1
+		if !kContiguous {
+			v = vec
+		}
+		if !colMap.m.Fits(s.BN, v) {
+			return "", fmt.Errorf("matrix-vector matmul: schedule %s: its blocks do not hold the column groups (%d x %d) its epilogue reads together", s, gath.Map.P, gath.Map.I)
+		}
+	}
 	chunk := cost.GEMVChunk(M, K)
 	if bytes := cost.GEMVShared(M, K, s.BN, partials); bytes > cost.GEMVSharedLimit {
 		return "", fmt.Errorf("matrix-vector matmul: schedule %s: A's chunk and the partials take %d bytes of shared memory, past the %d a block declares for them", s, bytes, cost.GEMVSharedLimit)
@@ -117,6 +138,32 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	if !kContiguous {
 		at = linear(op.BufShape, g.opIndex(op.BufShape, "k", "n"))
 	}
+	// col declares the weight column n of local column lc and points dst
+	// at its first element; a concatenated weight (op.Parts) picks the
+	// column's part once here, outside the main loop.
+	col := func(dst, lc string, clamp int64) string {
+		if len(op.Parts) == 0 {
+			return fmt.Sprintf("%s\n    const long long k = 0;\n    %s = %s + (%s);", colMap.decl("n", lc, clamp), dst, src, at)
+		}
+		var c strings.Builder
+		fmt.Fprintf(&c, "%s\n    const long long k = 0;\n    ", colMap.decl("n_", lc, clamp))
+		off := int64(0)
+		for i, p := range op.Parts {
+			pat := linear(p.BufShape, g.opIndex(p.BufShape, "n", "k"))
+			if !kContiguous {
+				pat = linear(p.BufShape, g.opIndex(p.BufShape, "k", "n"))
+			}
+			if i < len(op.Parts)-1 {
+				fmt.Fprintf(&c, "if (n_ < %dLL) ", off+p.Cols)
+			}
+			fmt.Fprintf(&c, "{ const long long n = n_ - %dLL; %s = %s + (%s); }", off, dst, paramName(body, p.Buf), pat)
+			if i < len(op.Parts)-1 {
+				c.WriteString(" else ")
+			}
+			off += p.Cols
+		}
+		return c.String()
+	}
 	// Each thread's weight rows (K-contiguous) or columns (row-major),
 	// their first element: a column past N reads the last one's, whose
 	// sums are never stored, so that no load needs a guard.
@@ -129,8 +176,7 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 		fmt.Fprintf(&b, "  const int part = warp %% %d, col0 = warp / %d * %d, kl = (part * 32 + lane) * %d;\n", split, split, cols, vec)
 		fmt.Fprintf(&b, "  const %s* wp[%d];\n", wt, cols)
 		fmt.Fprintf(&b, "  for (int c = 0; c < %d; c++) {\n", cols)
-		fmt.Fprintf(&b, "    const long long n = min(n0 + col0 + c, %dLL), k = 0;\n", N-1)
-		fmt.Fprintf(&b, "    wp[c] = %s + (%s);\n  }\n", src, at)
+		fmt.Fprintf(&b, "    %s\n  }\n", col("wp[c]", "col0 + c", 1))
 		step, full, onePass = fmt.Sprint(U*pass), fmt.Sprintf("kk + %d < kc", (U-1)*pass), pass
 		loadGroup = func(w, kk string) {
 			fmt.Fprintf(&b, "      #pragma unroll\n      for (int c = 0; c < %d; c++) {\n", cols)
@@ -167,8 +213,7 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 		stride := int64(op.BufShape[len(op.BufShape)-1]) // along K, in elements
 		fmt.Fprintf(&b, "  const int cg = threadIdx.x %% %d, kr = threadIdx.x / %d;\n", lanes, lanes)
 		fmt.Fprintf(&b, "  const %s* wp;\n  {\n", wt)
-		fmt.Fprintf(&b, "    const long long n = min(n0 + cg * %d, %dLL), k = 0;\n", vec, N-int64(vec))
-		fmt.Fprintf(&b, "    wp = %s + (%s);\n  }\n", src, at)
+		fmt.Fprintf(&b, "    %s\n  }\n", col("wp", fmt.Sprintf("cg * %d", vec), int64(vec)))
 		step, full, onePass = fmt.Sprint(U*rows), fmt.Sprintf("kk + %d < kc", (U-1)*rows), rows
 		loadGroup = func(w, kk string) {
 			fmt.Fprintf(&b, "      const %s* p = wp + (k0 + %s) * %dLL;\n", wt, kk, stride)
@@ -258,6 +303,12 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 		fmt.Fprintf(&b, "    if (lane < %d) Part[warp][i][cg * %d + j] = v;\n  }\n", lanes, vec)
 	}
 	b.WriteString("  __syncthreads();\n")
+	if gath != nil {
+		if err := printGatheredEpilogue(&b, body, mm, gath, g, colMap, int(M), partials, threads); err != nil {
+			return "", err
+		}
+		return b.String(), nil
+	}
 	// The partials in a fixed order, and the epilogue.
 	fmt.Fprintf(&b, "  for (int t = threadIdx.x; t < %d; t += %d) {\n", int(M)*BN, threads)
 	fmt.Fprintf(&b, "    const int i = t / %d, cc = t %% %d;\n", BN, BN)

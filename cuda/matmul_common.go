@@ -21,12 +21,8 @@ type matmulGeom struct {
 // permutes, and every output has the matmul's size, so that each output
 // element is one of the matmul's (forward finds which).
 func matmulGeometry(body *ir.Graph, mm ir.Value) (matmulGeom, error) {
-	mn := body.Node(mm)
-	a := body.Node(mn.Inputs[0])
-	out := mn.Shape
-	r := len(out)
-	g := matmulGeom{out: out, r: r, M: int64(out[r-2]), N: int64(out[r-1]), K: int64(a.Shape[len(a.Shape)-1])}
-	g.batch = out.NumElements() / (g.M * g.N)
+	g := matmulShape(body, mm)
+	out := g.out
 	after := make([]bool, len(body.Nodes))
 	for i, n := range body.Nodes {
 		for _, in := range n.Inputs {
@@ -47,8 +43,24 @@ func matmulGeometry(body *ir.Graph, mm ir.Value) (matmulGeom, error) {
 		if body.Node(o.Value).Shape.NumElements() != out.NumElements() {
 			return g, fmt.Errorf("matmul kernel output of another size than its matmul")
 		}
+		if strings.Contains(o.Name, " into ") {
+			// Only the matrix-vector kernel's gathered epilogue stores
+			// through windows (gemv_gather.go).
+			return g, fmt.Errorf("matmul kernel output %q written through a window", o.Name)
+		}
 	}
 	return g, nil
+}
+
+// matmulShape is the geometry of body's matmul mm, its epilogue unchecked.
+func matmulShape(body *ir.Graph, mm ir.Value) matmulGeom {
+	mn := body.Node(mm)
+	a := body.Node(mn.Inputs[0])
+	out := mn.Shape
+	r := len(out)
+	g := matmulGeom{out: out, r: r, M: int64(out[r-2]), N: int64(out[r-1]), K: int64(a.Shape[len(a.Shape)-1])}
+	g.batch = out.NumElements() / (g.M * g.N)
+	return g
 }
 
 // opIndex is an operand's index at (row, col): its batch dims follow the

@@ -83,6 +83,8 @@ func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 		b.updateInPlace()
 		b.pairUpdates()
 	}
+	b.mergeEpilogues()
+	b.mergeSiblingMatmuls()
 	b.fuseRowProducers()
 	b.copyStates()
 	b.scaleRows()

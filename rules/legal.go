@@ -2,6 +2,7 @@ package rules
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
@@ -54,7 +55,11 @@ func Legal(body *ir.Graph) bool {
 			args = max(args, len(n.Inputs))
 		}
 	}
-	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > args || len(body.Outputs) == 0 || len(body.Outputs) > maxKernelOutputs {
+	outs := maxKernelOutputs
+	if windowedOutputs(body) {
+		outs = maxWindowedOutputs
+	}
+	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > args || len(body.Outputs) == 0 || len(body.Outputs) > outs {
 		return false
 	}
 	nodes := make([]formNode, len(body.Nodes))
@@ -65,10 +70,13 @@ func Legal(body *ir.Graph) bool {
 			nodes[i].kids[k] = int32(in)
 		}
 	}
-	if len(body.Outputs) > 1 {
+	if len(body.Outputs) > 1 && !windowedOutputs(body) {
 		for _, n := range nodes {
 			if n.kind == formMatMul {
-				return false // a tiled matmul does not write its prologue's values
+				// A tiled matmul does not write its prologue's values; a
+				// matrix-vector one writes the cache rows lowering merged
+				// into its epilogue (windows), which cost.FormOf checks.
+				return false
 			}
 		}
 	}
@@ -112,6 +120,9 @@ type formNode struct {
 	// cross marks a short sum across rows (MaxCrossSum): free, but only
 	// over values computed from the kernel's arguments by free nodes.
 	cross bool
+	// gemv marks a matmul the matrix-vector kernel may run: at most
+	// cost.GEMVRows rows, unbatched.
+	gemv bool
 	// narrow marks a row reduction over f16 or bf16 values: a row kernel
 	// reduces them in f32, but a matmul's norm prologue reduces f32 only.
 	narrow bool
@@ -143,7 +154,8 @@ func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape, dtype
 		// from: a kernel reads through it (rotary's rotate_half).
 		return formNode{kind: formFree, moves: true}
 	case op == ir.OpMatMul:
-		return formNode{kind: formMatMul, left: shape(inputs[0])}
+		left, right := shape(inputs[0]), shape(inputs[1])
+		return formNode{kind: formMatMul, left: left, gemv: gemvShaped(left, right)}
 	case op.Class() == ir.ClassReduce || op == ir.OpSoftmax || op == ir.OpLayerNorm || op == ir.OpRMSNorm:
 		in := shape(inputs[0])
 		ax := axis
@@ -174,6 +186,34 @@ func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape, dtype
 		return formNode{kind: formRow, rowShape: in, narrow: narrow}
 	}
 	return formNode{kind: formOther}
+}
+
+// gemvShaped reports whether a matmul of operands of shapes left and
+// right is one row block of a matrix-vector kernel: at most
+// cost.GEMVRows rows, no batch.
+func gemvShaped(left, right ir.Shape) bool {
+	if len(left) < 2 || len(right) < 2 {
+		return false
+	}
+	M := int64(left[len(left)-2])
+	return M <= cost.GEMVRows && left.NumElements() == M*int64(left[len(left)-1]) &&
+		right.NumElements() == int64(right[len(right)-2])*int64(right[len(right)-1])
+}
+
+// maxWindowedOutputs bounds the outputs of a kernel that writes cache rows
+// through windows: a projection with its keys and values merged in
+// (lowering's epilogue merges).
+const maxWindowedOutputs = 4
+
+// windowedOutputs reports whether some output of body is written through
+// a window (lower.Window's output name, "out0 into ...").
+func windowedOutputs(body *ir.Graph) bool {
+	for _, o := range body.Outputs {
+		if strings.Contains(o.Name, " into ") {
+			return true
+		}
+	}
+	return false
 }
 
 // legalForm decides Legal's forms on classified nodes. A partial body
@@ -237,7 +277,10 @@ func legalForm(nodes []formNode, partial bool) bool {
 	}
 	// Past a matmul (and short of a reduction, whose row statistics may
 	// be broadcast) values keep their positions: a tile's epilogue reads
-	// only the tile's own elements.
+	// only the tile's own elements. A matrix-vector kernel's block holds
+	// its columns' sums, and its epilogue may gather them (cost's
+	// GatheredEpilogue, which cost.FormOf checks).
+	gathers := len(matmuls) == 1 && nodes[matmuls[0]].gemv
 	past := make([]bool, len(nodes))
 	for i, n := range nodes {
 		if n.kind == formRow || n.kind == formSoftmax {
@@ -246,7 +289,7 @@ func legalForm(nodes []formNode, partial bool) bool {
 		for _, k := range n.kids {
 			past[i] = past[i] || past[k] || nodes[k].kind == formMatMul
 		}
-		if past[i] && n.moves {
+		if past[i] && n.moves && !gathers {
 			return false
 		}
 	}

@@ -1,0 +1,129 @@
+package lower
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/rules"
+)
+
+// mergeEpilogues merges an elementwise launch into the matrix-vector
+// matmul launch that produces what it reads, as more of the matmul's
+// epilogue: a decode step's rotary embedding of the new keys and the
+// cache writes of keys and values (one elementwise launch once
+// pairUpdates has paired them) go into the QKV projection's launch, whose
+// blocks hold the columns each output element reads (cost's gathered
+// epilogue). The elementwise launch must be able to move up to the
+// matmul's place: it reads nothing written in between, and nothing in
+// between reads or writes what it writes. The matmul keeps its outputs
+// (others read them: attention its queries); the merged body must be
+// Legal, which holds only where the matrix-vector kernel can gather the
+// epilogue (few rows, unbatched). Merged launches save a launch and the
+// round trip of the projection through memory.
+func (b *builder) mergeEpilogues() {
+	run := b.prog.Run
+	gone := make([]bool, len(run))
+	for j, c := range run {
+		if gone[j] || c.Form.Kind != "elementwise" {
+			continue
+		}
+		for i := j - 1; i >= 0; i-- {
+			a := run[i]
+			if gone[i] || a.Form.Kind != "matmul" {
+				continue
+			}
+			x := -1
+			for _, o := range a.Outs {
+				if slices.Contains(c.Args, o) {
+					x = o
+				}
+			}
+			if x < 0 {
+				continue
+			}
+			if !independent(c, run[i+1:j], gone[i+1:j]) || rules.NaiveKernels(a.Body) < 2 && rules.NaiveKernels(c.Body) < 2 {
+				// Two kernels of one op each are left alone: the naive
+				// program stays one op per launch.
+				break
+			}
+			if m, ok := mergeEpilogue(a, c); ok {
+				run[i], gone[j] = m, true
+			}
+			break
+		}
+	}
+	b.prog.Run = withoutGone(run, gone)
+}
+
+// mergeEpilogue returns the launch doing the work of matmul launch a and
+// then elementwise launch c, which reads some of a's outputs: c's body
+// inlined with those reads replaced by a's values, writing a's outputs
+// then c's (windows renumbered). False when the merged body is not a
+// Legal matmul kernel.
+func mergeEpilogue(a, c *Launch) (*Launch, bool) {
+	ab := newArgBinder(a.Body.Name)
+	nb := ab.nb
+	aIns := a.Body.Inputs()
+	aVals := make([]ir.Value, len(aIns))
+	for k, in := range aIns {
+		aVals[k] = ab.input(a.Args[k], a.Body.Node(in))
+	}
+	produced := nb.Inline(a.Body, aVals)
+	var outs []int
+	name := func(body *ir.Graph, j int, vals []ir.Value) (string, bool) {
+		w, windowed, err := OutputWindow(body, j)
+		if err != nil {
+			return "", false
+		}
+		if !windowed {
+			return fmt.Sprintf("out%d", len(outs)), true
+		}
+		if w.Runtime || w.Slots {
+			// The position's (or slots') input has its own number in
+			// the merged body.
+			if w.Pos = slices.Index(nb.Inputs(), vals[w.Pos]); w.Pos < 0 {
+				return "", false
+			}
+		}
+		return w.OutputName(len(outs)), true
+	}
+	for j, v := range produced {
+		n, ok := name(a.Body, j, aVals)
+		if !ok {
+			return nil, false
+		}
+		nb.Output(n, v)
+		outs = append(outs, a.Outs[j])
+	}
+	cIns := c.Body.Inputs()
+	cVals := make([]ir.Value, len(cIns))
+	for k, in := range cIns {
+		n := c.Body.Node(in)
+		if at := slices.Index(a.Outs, c.Args[k]); at >= 0 {
+			if !nb.Shape(produced[at]).Equal(n.Shape) || nb.DType(produced[at]) != n.DType {
+				return nil, false
+			}
+			cVals[k] = produced[at]
+			continue
+		}
+		cVals[k] = ab.input(c.Args[k], n)
+	}
+	for j, v := range nb.Inline(c.Body, cVals) {
+		n, ok := name(c.Body, j, cVals)
+		if !ok {
+			return nil, false
+		}
+		nb.Output(n, v)
+		outs = append(outs, c.Outs[j])
+	}
+	body, err := nb.Build()
+	if err != nil || !rules.Legal(body) {
+		return nil, false
+	}
+	form := rules.FormOf(body)
+	if form.Kind != "matmul" {
+		return nil, false
+	}
+	return &Launch{Name: a.Name, Body: body, Form: form, Args: ab.args, Outs: outs, Class: a.Class}, true
+}
