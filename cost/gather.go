@@ -419,3 +419,22 @@ func windowed(body *ir.Graph) bool {
 	}
 	return false
 }
+
+// GatheredSchedule is the first matrix-vector schedule, in the order the
+// model lists them, whose blocks hold the column groups of body's
+// gathered epilogue (the schedule such a body prints in when none is
+// given); false when body's matmul mm has no gathered epilogue the
+// matrix-vector kernel runs.
+func GatheredSchedule(body *ir.Graph, mm ir.Value) (Schedule, bool) {
+	g, err := GatheredEpilogue(body, mm)
+	if err != nil {
+		return Schedule{}, false
+	}
+	k := &kernelForm{body: body, form: FormMatMul, matmuls: []ir.Value{mm}}
+	for _, s := range k.gemvSchedules() {
+		if g.Map.Fits(s.BN, k.gemvVec()) {
+			return s, true
+		}
+	}
+	return Schedule{}, false
+}

@@ -34,6 +34,15 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	if len(a.Shape) < 2 || len(bb.Shape) < 2 {
 		return "", fmt.Errorf("matmul of a vector: lowering handles matrices")
 	}
+	if s == (cost.Schedule{}) {
+		// A gathered epilogue, or cache rows written through windows,
+		// is the matrix-vector kernel's alone.
+		if _, err := matmulGeometry(body, mm); err != nil || hasWindows(body) {
+			if g, ok := cost.GatheredSchedule(body, mm); ok {
+				s = g
+			}
+		}
+	}
 	if s.GEMV {
 		return printGEMV(k, body, mm, s)
 	}

@@ -83,8 +83,8 @@ func fromExtraction(eg *egraph.EGraph[rules.Data], g *ir.Graph, classes []egraph
 		b.updateInPlace()
 		b.pairUpdates()
 	}
-	b.mergeEpilogues()
 	b.mergeSiblingMatmuls()
+	b.mergeEpilogues()
 	b.fuseRowProducers()
 	b.copyStates()
 	b.scaleRows()

@@ -22,6 +22,9 @@ import (
 // epilogue (few rows, unbatched). Merged launches save a launch and the
 // round trip of the projection through memory.
 func (b *builder) mergeEpilogues() {
+	if b.naive() {
+		return
+	}
 	run := b.prog.Run
 	gone := make([]bool, len(run))
 	for j, c := range run {
@@ -42,9 +45,7 @@ func (b *builder) mergeEpilogues() {
 			if x < 0 {
 				continue
 			}
-			if !independent(c, run[i+1:j], gone[i+1:j]) || rules.NaiveKernels(a.Body) < 2 && rules.NaiveKernels(c.Body) < 2 {
-				// Two kernels of one op each are left alone: the naive
-				// program stays one op per launch.
+			if !independent(c, run[i+1:j], gone[i+1:j]) {
 				break
 			}
 			if m, ok := mergeEpilogue(a, c); ok {
@@ -118,7 +119,7 @@ func mergeEpilogue(a, c *Launch) (*Launch, bool) {
 		outs = append(outs, c.Outs[j])
 	}
 	body, err := nb.Build()
-	if err != nil || !rules.Legal(body) {
+	if err != nil || !rules.LegalMerged(body) {
 		return nil, false
 	}
 	form := rules.FormOf(body)
@@ -126,4 +127,16 @@ func mergeEpilogue(a, c *Launch) (*Launch, bool) {
 		return nil, false
 	}
 	return &Launch{Name: a.Name, Body: body, Form: form, Args: ab.args, Outs: outs, Class: a.Class}, true
+}
+
+// naive reports whether every launch of the run computes one op: the
+// naive program, which the matmul merges leave as it is (it is the
+// baseline programs are compared with).
+func (b *builder) naive() bool {
+	for _, l := range b.prog.Run {
+		if rules.NaiveKernels(l.Body) > 1 {
+			return false
+		}
+	}
+	return true
 }

@@ -22,6 +22,9 @@ import (
 // to move down to the later one's place. The merged body must be Legal,
 // which holds where the matrix-vector kernel runs it.
 func (b *builder) mergeSiblingMatmuls() {
+	if b.naive() {
+		return
+	}
 	run := b.prog.Run
 	gone := make([]bool, len(run))
 	drop := map[int]bool{}
@@ -34,9 +37,7 @@ func (b *builder) mergeSiblingMatmuls() {
 			if gone[i] || a.Form.Kind != "matmul" || !slices.ContainsFunc(a.Args, func(x int) bool { return slices.Contains(c.Args, x) }) {
 				continue
 			}
-			if !independent(a, run[i+1:j], gone[i+1:j]) || rules.NaiveKernels(a.Body) < 2 && rules.NaiveKernels(c.Body) < 2 {
-				// Two kernels of one op each are left alone: the naive
-				// program stays one op per launch.
+			if !independent(a, run[i+1:j], gone[i+1:j]) {
 				continue
 			}
 			// a's outputs that others read (or that outlive the run)
@@ -124,7 +125,7 @@ func mergeSiblings(a, c *Launch, keep []bool) (*Launch, bool) {
 		return nil, false
 	}
 	body, ok := concatMatmuls(canon)
-	if !ok || !rules.Legal(body) {
+	if !ok || !rules.LegalMerged(body) {
 		return nil, false
 	}
 	form := rules.FormOf(body)

@@ -46,7 +46,21 @@ const (
 // On top of these forms, a body must be one cost.FormOf accepts, the
 // printer's own account of what each form computes: what Legal admits
 // prints, in every schedule the cost model lists for it.
-func Legal(body *ir.Graph) bool {
+func Legal(body *ir.Graph) bool { return legal(body, false) }
+
+// LegalMerged is Legal for the bodies lowering builds by merging launches
+// of an extracted program (lower's epilogue and sibling merges): it also
+// admits a matrix-vector matmul whose epilogue gathers the product (reads
+// it at other columns than its own: rotary embedding, a merged gate and
+// up projection's SiLU product; cost's GatheredEpilogue) and writes cache
+// rows through windows. The search does not grow such bodies: with them
+// in the e-graph, the greedy extraction's choices elsewhere in the pair
+// of blocks moved, for programs no faster (tiny llama's decode took half
+// a launch more a layer), while the merges after extraction reach them
+// from the program the search found.
+func LegalMerged(body *ir.Graph) bool { return legal(body, true) }
+
+func legal(body *ir.Graph, gathered bool) bool {
 	args := maxKernelArgs
 	for _, n := range body.Nodes {
 		if n.Op == ir.OpPagedAttention {
@@ -56,7 +70,7 @@ func Legal(body *ir.Graph) bool {
 		}
 	}
 	outs := maxKernelOutputs
-	if windowedOutputs(body) {
+	if gathered && windowedOutputs(body) {
 		outs = maxWindowedOutputs
 	}
 	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > args || len(body.Outputs) == 0 || len(body.Outputs) > outs {
@@ -70,7 +84,7 @@ func Legal(body *ir.Graph) bool {
 			nodes[i].kids[k] = int32(in)
 		}
 	}
-	if len(body.Outputs) > 1 && !windowedOutputs(body) {
+	if len(body.Outputs) > 1 && !(gathered && windowedOutputs(body)) {
 		for _, n := range nodes {
 			if n.kind == formMatMul {
 				// A tiled matmul does not write its prologue's values; a
@@ -80,7 +94,7 @@ func Legal(body *ir.Graph) bool {
 			}
 		}
 	}
-	if !legalForm(nodes, false) {
+	if !legalForm(nodes, false, gathered) {
 		return false
 	}
 	// What the forms above admit must print: cost.FormOf is the printer's
@@ -220,7 +234,7 @@ func windowedOutputs(body *ir.Graph) bool {
 // (one still growing) may hold two matmuls with only an exp between them:
 // growth reaches the first matmul of attention through the softmax's exp
 // before the softmax's reductions.
-func legalForm(nodes []formNode, partial bool) bool {
+func legalForm(nodes []formNode, partial, gathered bool) bool {
 	var matmuls []int
 	others, softmax, exp := 0, false, false
 	var rowShape ir.Shape
@@ -280,7 +294,7 @@ func legalForm(nodes []formNode, partial bool) bool {
 	// only the tile's own elements. A matrix-vector kernel's block holds
 	// its columns' sums, and its epilogue may gather them (cost's
 	// GatheredEpilogue, which cost.FormOf checks).
-	gathers := len(matmuls) == 1 && nodes[matmuls[0]].gemv
+	gathers := gathered && len(matmuls) == 1 && nodes[matmuls[0]].gemv
 	past := make([]bool, len(nodes))
 	for i, n := range nodes {
 		if n.kind == formRow || n.kind == formSoftmax {

@@ -193,3 +193,45 @@ func TestCorpusKernelBars(t *testing.T) {
 		})
 	}
 }
+
+// TestLegalMerged: the bodies only lowering's merges build, a
+// matrix-vector matmul gathering its epilogue and writing cache rows
+// through windows, are LegalMerged and not Legal; a tiled matmul (more
+// rows than the matrix-vector kernel takes) gathers nothing either way.
+func TestLegalMerged(t *testing.T) {
+	gateUp := func(rows ir.Dim) func(b *ir.Builder) {
+		return func(b *ir.Builder) {
+			x, w := b.Input("$0", ir.F32, rows, 32), b.Input("$1", ir.F32, 32, 64)
+			mm := b.MatMul(x, w)
+			g := b.Slice(mm, 1, 0, 32, 1)
+			b.Output("out0", b.Mul(b.Mul(g, b.Sigmoid(g)), b.Slice(mm, 1, 32, 64, 1)))
+		}
+	}
+	tests := []struct {
+		name          string
+		build         func(b *ir.Builder)
+		legal, merged bool
+	}{
+		{"gate and up, one row", gateUp(1), false, true},
+		{"gate and up, 16 rows", gateUp(16), false, false},
+		{"projection writing two cache rows", func(b *ir.Builder) {
+			x, w, pos := b.Input("$0", ir.F32, 1, 32), b.Input("$1", ir.F32, 32, 48), b.Input("$2", ir.I32)
+			_ = pos
+			mm := b.MatMul(x, w)
+			b.Output("out0", mm)
+			row := func(lo int64) ir.Value { return b.Reshape(b.Slice(mm, 1, lo, lo+16, 1), 1, 1, 16) }
+			b.Output("out1 into [1,8,16] at 0 plus $2 along axis 1", row(16))
+			b.Output("out2 into [1,8,16] at 0 plus $2 along axis 1", row(32))
+		}, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := ir.NewBuilder("kernel")
+			tt.build(b)
+			body, err := b.Build()
+			require.NoError(t, err)
+			assert.Equal(t, tt.legal, Legal(body))
+			assert.Equal(t, tt.merged, LegalMerged(body))
+		})
+	}
+}

@@ -565,7 +565,7 @@ func (r *region) try(c egraph.ClassID, n egraph.Node) bool {
 	r.at[c] = len(r.nodes)
 	r.classes = append(r.classes, c)
 	r.nodes = append(r.nodes, n)
-	if !legalForm(r.forms(), true) {
+	if !legalForm(r.forms(), true, false) {
 		delete(r.at, c)
 		r.classes = r.classes[:len(r.classes)-1]
 		r.nodes = r.nodes[:len(r.nodes)-1]
