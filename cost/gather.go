@@ -408,10 +408,11 @@ func unflatten(shape ir.Shape, f int64) []int64 {
 	return ix
 }
 
-// windowed reports whether some output of body is written through a
+// WritesWindows reports whether some output of body is written through a
 // window into a larger buffer (lower.Window's output name, "out0 into
-// ..."): the matrix-vector kernel's gathered epilogue stores those.
-func windowed(body *ir.Graph) bool {
+// ..."): of the matmul forms, only the matrix-vector kernel's gathered
+// epilogue stores those.
+func WritesWindows(body *ir.Graph) bool {
 	for _, o := range body.Outputs {
 		if strings.Contains(o.Name, " into ") {
 			return true

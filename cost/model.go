@@ -401,7 +401,7 @@ func analyze(body *ir.Graph) (*kernelForm, error) {
 			k.rowLen = max(k.rowLen, int(in[len(in)-1]))
 		}
 	}
-	if form == FormMatMul && len(k.matmuls) == 1 && (epilogueStructure(body, k.matmuls[0], "matmul") != nil || windowed(body)) {
+	if form == FormMatMul && len(k.matmuls) == 1 && (epilogueStructure(body, k.matmuls[0], "matmul") != nil || WritesWindows(body)) {
 		if k.gather, err = GatheredEpilogue(body, k.matmuls[0]); err != nil {
 			return nil, fmt.Errorf("cost: kernel body %s: %w", body.Name, err)
 		}

@@ -37,7 +37,7 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	a, bb := body.Node(mn.Inputs[0]), body.Node(mn.Inputs[1])
 	g, err := matmulGeometry(body, mm)
 	var gath *cost.Gathered
-	if err != nil || hasWindows(body) {
+	if err != nil || cost.WritesWindows(body) {
 		// An epilogue that reads other columns than its own, or writes
 		// through windows, is gathered (gemv_gather.go).
 		var gerr error

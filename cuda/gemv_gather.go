@@ -147,14 +147,3 @@ func forwardGathered(body *ir.Graph, mm ir.Value, path []ir.Value, ix index) (in
 	}
 	return ix, conds
 }
-
-// hasWindows reports whether some output of body is written through a
-// window (lower.OutputWindow's name).
-func hasWindows(body *ir.Graph) bool {
-	for _, o := range body.Outputs {
-		if strings.Contains(o.Name, " into ") {
-			return true
-		}
-	}
-	return false
-}

@@ -37,7 +37,7 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	if s == (cost.Schedule{}) {
 		// A gathered epilogue, or cache rows written through windows,
 		// is the matrix-vector kernel's alone.
-		if _, err := matmulGeometry(body, mm); err != nil || hasWindows(body) {
+		if _, err := matmulGeometry(body, mm); err != nil || cost.WritesWindows(body) {
 			if g, ok := cost.GatheredSchedule(body, mm); ok {
 				s = g
 			}

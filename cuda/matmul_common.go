@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 )
@@ -43,11 +44,11 @@ func matmulGeometry(body *ir.Graph, mm ir.Value) (matmulGeom, error) {
 		if body.Node(o.Value).Shape.NumElements() != out.NumElements() {
 			return g, fmt.Errorf("matmul kernel output of another size than its matmul")
 		}
-		if strings.Contains(o.Name, " into ") {
-			// Only the matrix-vector kernel's gathered epilogue stores
-			// through windows (gemv_gather.go).
-			return g, fmt.Errorf("matmul kernel output %q written through a window", o.Name)
-		}
+	}
+	if cost.WritesWindows(body) {
+		// Only the matrix-vector kernel's gathered epilogue stores
+		// through windows (gemv_gather.go).
+		return g, fmt.Errorf("matmul kernel output written through a window")
 	}
 	return g, nil
 }

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
@@ -70,7 +69,7 @@ func legal(body *ir.Graph, gathered bool) bool {
 		}
 	}
 	outs := maxKernelOutputs
-	if gathered && windowedOutputs(body) {
+	if gathered && cost.WritesWindows(body) {
 		outs = maxWindowedOutputs
 	}
 	if len(body.Nodes) > maxBodyNodes || len(body.Inputs()) > args || len(body.Outputs) == 0 || len(body.Outputs) > outs {
@@ -84,7 +83,7 @@ func legal(body *ir.Graph, gathered bool) bool {
 			nodes[i].kids[k] = int32(in)
 		}
 	}
-	if len(body.Outputs) > 1 && !(gathered && windowedOutputs(body)) {
+	if len(body.Outputs) > 1 && !(gathered && cost.WritesWindows(body)) {
 		for _, n := range nodes {
 			if n.kind == formMatMul {
 				// A tiled matmul does not write its prologue's values; a
@@ -218,17 +217,6 @@ func gemvShaped(left, right ir.Shape) bool {
 // through windows: a projection with its keys and values merged in
 // (lowering's epilogue merges).
 const maxWindowedOutputs = 4
-
-// windowedOutputs reports whether some output of body is written through
-// a window (lower.Window's output name, "out0 into ...").
-func windowedOutputs(body *ir.Graph) bool {
-	for _, o := range body.Outputs {
-		if strings.Contains(o.Name, " into ") {
-			return true
-		}
-	}
-	return false
-}
 
 // legalForm decides Legal's forms on classified nodes. A partial body
 // (one still growing) may hold two matmuls with only an exp between them:

@@ -58,10 +58,19 @@ func TestLaunchesPerLayer(t *testing.T) {
 		name, kind string
 		most       float64
 	}{
-		{"tiny-llama", "decode", 7.5},
+		// Llama 3 8B's decode layer is the goal's five launches: QKV
+		// with rotary and the cache writes in its epilogue, attention, O
+		// with the residual, gate and up as one launch over both weights,
+		// down with the residual (lowering's epilogue and sibling merges).
+		{"llama-3-8b", "decode", 5},
+		// The tiny models' searched programs split QKV into projections
+		// of two weight layouts (a prepared row-major merge beside a
+		// K-contiguous weight), which no one matrix-vector launch reads,
+		// and normalize in a row kernel of their own.
+		{"tiny-llama", "decode", 7},
 		{"tiny-llama", "step", 9.5},
-		{"tiny-qwen2", "decode", 8.5},
-		{"tiny-gpt2", "decode", 7.5},
+		{"tiny-qwen2", "decode", 8},
+		{"tiny-gpt2", "decode", 6.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+":"+tt.kind, func(t *testing.T) {
