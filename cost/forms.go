@@ -2,7 +2,6 @@ package cost
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -216,8 +215,12 @@ func matmulStructure(body *ir.Graph, mm ir.Value) error {
 	if len(a.Shape) < 2 || len(b.Shape) < 2 {
 		return fmt.Errorf("a matmul of shapes %v and %v: the matmul form takes matrices", a.Shape, b.Shape)
 	}
-	if err := epilogueStructure(body, mm, "matmul"); err != nil {
-		// A matrix-vector kernel may gather its epilogue (gather.go).
+	if err := epilogueStructure(body, mm, "matmul"); err != nil || WritesWindows(body) {
+		// A matrix-vector kernel may gather its epilogue and write
+		// through windows (gather.go); no other form does either.
+		if err == nil {
+			err = fmt.Errorf("a matmul kernel writing through a window")
+		}
 		g, gerr := GatheredEpilogue(body, mm)
 		if gerr != nil {
 			return fmt.Errorf("%w; as a gathered epilogue: %w", err, gerr)
@@ -226,8 +229,8 @@ func matmulStructure(body *ir.Graph, mm ir.Value) error {
 			return fmt.Errorf("%w; a gathered epilogue needs the matrix-vector kernel, whose weight must be a plain f32, f16 or bf16 buffer", err)
 		}
 		k := &kernelForm{body: body, form: FormMatMul, matmuls: []ir.Value{mm}}
-		if !slices.ContainsFunc(k.gemvSchedules(), func(s Schedule) bool { return g.Map.Fits(s.BN, k.gemvVec()) }) {
-			return fmt.Errorf("%w; as a gathered epilogue: no matrix-vector schedule's blocks hold its groups of %d x %d columns", err, g.Map.P, g.Map.I)
+		if len(k.gatheredSchedules(g)) == 0 {
+			return fmt.Errorf("%w; as a gathered epilogue: no matrix-vector schedule's blocks hold its groups of %d x %d columns in the shared memory they declare", err, g.Map.P, g.Map.I)
 		}
 	}
 	left, right := ancestors(body, mn.Inputs[0]), ancestors(body, mn.Inputs[1])

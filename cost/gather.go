@@ -77,8 +77,9 @@ const maxGatherElements = 1 << 21
 // Gathered is a matmul body whose epilogue reads the product at other
 // positions than its own (slices, concats, outputs of other sizes than the
 // product): the column map that keeps each output element's reads in one
-// block, and each output's direct path. It is nil for an epilogue that
-// keeps every element in place (epilogueStructure).
+// block, and each output's direct path. An epilogue that keeps every
+// element in place (epilogueStructure) but writes through windows is
+// gathered with the plain map.
 type Gathered struct {
 	Map ColumnMap
 	// Paths[j] is output j's direct path: the nodes after the matmul up
@@ -181,14 +182,20 @@ func gatheredEpilogue(body *ir.Graph, mm ir.Value) (*Gathered, error) {
 	type pair struct{ own, read int64 }
 	var pairs []pair
 	src := make([]int64, 0, 8)
+	at := func(e int64) []int64 {
+		// The product's element e (its batch axes, all of extent 1, at 0).
+		ix := make([]int64, r)
+		ix[r-2], ix[r-1] = e/N, e%N
+		return ix
+	}
 	for j, path := range g.Paths {
 		for e := range M * N {
-			ix, ok := forwardConcrete(body, mm, path, []int64{e / N, e % N})
+			ix, ok := forwardConcrete(body, mm, path, at(e))
 			if !ok {
 				continue
 			}
 			src = src[:0]
-			if err := productReads(body, mm, body.Outputs[j].Value, ix, func(f int64) { src = append(src, f) }); err != nil {
+			if err := productReads(body, mm, after, body.Outputs[j].Value, ix, func(f int64) { src = append(src, f) }); err != nil {
 				return nil, fmt.Errorf("a matmul kernel output %d: %w", j, err)
 			}
 			for _, f := range src {
@@ -315,13 +322,13 @@ func forwardConcrete(body *ir.Graph, mm ir.Value, path []ir.Value, ix []int64) (
 
 // productReads calls read with the flat index of every element of the
 // product mm that value v's element ix is computed from.
-func productReads(body *ir.Graph, mm, v ir.Value, ix []int64, read func(int64)) error {
+func productReads(body *ir.Graph, mm ir.Value, after []bool, v ir.Value, ix []int64, read func(int64)) error {
 	if v == mm {
 		read(flatten(body.Node(mm).Shape, ix))
 		return nil
 	}
-	if v < mm {
-		return nil // computed before the product: none of it
+	if !after[v] {
+		return nil // not computed from the product
 	}
 	n := body.Node(v)
 	in := func(k int) ir.Shape { return body.Node(n.Inputs[k]).Shape }
@@ -330,7 +337,7 @@ func productReads(body *ir.Graph, mm, v ir.Value, ix []int64, read func(int64)) 
 		return nil
 	case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
 		for _, k := range n.Inputs {
-			if err := productReads(body, mm, k, ix, read); err != nil {
+			if err := productReads(body, mm, after, k, ix, read); err != nil {
 				return err
 			}
 		}
@@ -338,15 +345,15 @@ func productReads(body *ir.Graph, mm, v ir.Value, ix []int64, read func(int64)) 
 	}
 	switch n.Op {
 	case ir.OpCast:
-		return productReads(body, mm, n.Inputs[0], ix, read)
+		return productReads(body, mm, after, n.Inputs[0], ix, read)
 	case ir.OpReshape:
-		return productReads(body, mm, n.Inputs[0], unflatten(in(0), flatten(n.Shape, ix)), read)
+		return productReads(body, mm, after, n.Inputs[0], unflatten(in(0), flatten(n.Shape, ix)), read)
 	case ir.OpPermute:
 		kix := make([]int64, len(ix))
 		for d, p := range n.Attrs.Perm {
 			kix[p] = ix[d]
 		}
-		return productReads(body, mm, n.Inputs[0], kix, read)
+		return productReads(body, mm, after, n.Inputs[0], kix, read)
 	case ir.OpExpand:
 		src := in(0)
 		kix := make([]int64, len(src))
@@ -355,13 +362,13 @@ func productReads(body *ir.Graph, mm, v ir.Value, ix []int64, read func(int64)) 
 				kix[d] = ix[d]
 			}
 		}
-		return productReads(body, mm, n.Inputs[0], kix, read)
+		return productReads(body, mm, after, n.Inputs[0], kix, read)
 	case ir.OpSlice:
 		kix := make([]int64, len(ix))
 		for d := range ix {
 			kix[d] = n.Attrs.Starts[d] + ix[d]*n.Attrs.Steps[d]
 		}
-		return productReads(body, mm, n.Inputs[0], kix, read)
+		return productReads(body, mm, after, n.Inputs[0], kix, read)
 	case ir.OpPad:
 		kix := make([]int64, len(ix))
 		for d := range ix {
@@ -370,7 +377,7 @@ func productReads(body *ir.Graph, mm, v ir.Value, ix []int64, read func(int64)) 
 				return nil
 			}
 		}
-		return productReads(body, mm, n.Inputs[0], kix, read)
+		return productReads(body, mm, after, n.Inputs[0], kix, read)
 	case ir.OpConcat:
 		ax := n.Attrs.Axis
 		if ax < 0 {
@@ -382,7 +389,7 @@ func productReads(body *ir.Graph, mm, v ir.Value, ix []int64, read func(int64)) 
 			if ix[ax] < off+size {
 				kix := slices.Clone(ix)
 				kix[ax] -= off
-				return productReads(body, mm, n.Inputs[k], kix, read)
+				return productReads(body, mm, after, n.Inputs[k], kix, read)
 			}
 			off += size
 		}
@@ -422,20 +429,40 @@ func WritesWindows(body *ir.Graph) bool {
 }
 
 // GatheredSchedule is the first matrix-vector schedule, in the order the
-// model lists them, whose blocks hold the column groups of body's
-// gathered epilogue (the schedule such a body prints in when none is
-// given); false when body's matmul mm has no gathered epilogue the
-// matrix-vector kernel runs.
+// model lists them, that prints body's gathered epilogue (the schedule
+// such a body prints in when none is given); false when body's matmul mm
+// has no gathered epilogue the matrix-vector kernel runs.
 func GatheredSchedule(body *ir.Graph, mm ir.Value) (Schedule, bool) {
 	g, err := GatheredEpilogue(body, mm)
 	if err != nil {
 		return Schedule{}, false
 	}
 	k := &kernelForm{body: body, form: FormMatMul, matmuls: []ir.Value{mm}}
-	for _, s := range k.gemvSchedules() {
-		if g.Map.Fits(s.BN, k.gemvVec()) {
-			return s, true
-		}
+	if s := k.gatheredSchedules(g); len(s) > 0 {
+		return s[0], true
 	}
 	return Schedule{}, false
+}
+
+// gatheredSchedules lists the matrix-vector schedules that print a
+// gathered epilogue g: blocks that hold its column groups (ColumnMap.Fits)
+// and whose chunk of A and partials fit the shared memory the printer
+// declares for them.
+func (k *kernelForm) gatheredSchedules(g *Gathered) []Schedule {
+	M, _, K, _, _, kContiguous, ok := k.gemvShape()
+	if !ok {
+		return nil
+	}
+	var out []Schedule
+	for _, s := range k.gemvSchedules() {
+		partials := s.Threads / 32
+		if kContiguous {
+			_, split, _ := GEMVLayout(s)
+			partials = split
+		}
+		if g.Map.Fits(s.BN, k.gemvVec()) && GEMVShared(int64(M), int64(K), s.BN, partials) <= GEMVSharedLimit {
+			out = append(out, s)
+		}
+	}
+	return out
 }

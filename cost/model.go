@@ -317,8 +317,9 @@ type kernelForm struct {
 	// stats is TensorRowStats of body, -1 until rowStats counts it.
 	stats int
 	// gather is a matmul's gathered epilogue (gather.go), nil when the
-	// epilogue keeps every element in place: only matrix-vector
-	// schedules whose blocks hold its column groups print it.
+	// epilogue keeps every element in place and writes no window: only
+	// matrix-vector schedules whose blocks hold its column groups print
+	// it.
 	gather *Gathered
 }
 
@@ -553,11 +554,7 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 	case FormMatMul:
 		mm := k.body.Node(k.matmuls[0])
 		if k.gather != nil {
-			for _, s := range k.gemvSchedules() {
-				if k.gather.Map.Fits(s.BN, k.gemvVec()) {
-					out = append(out, s)
-				}
-			}
+			out = append(out, k.gatheredSchedules(k.gather)...)
 			break
 		}
 		if dt := k.body.Node(mm.Inputs[0]).DType; dt == ir.F32 {

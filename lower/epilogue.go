@@ -45,24 +45,64 @@ func (b *builder) mergeEpilogues() {
 			if x < 0 {
 				continue
 			}
-			if !independent(c, run[i+1:j], gone[i+1:j]) {
+			m, ok := mergeEpilogue(a, c)
+			if !ok {
 				break
 			}
-			if m, ok := mergeEpilogue(a, c); ok {
-				run[i], gone[j] = m, true
+			at := i
+			if !independent(c, run[i+1:j], gone[i+1:j]) {
+				if at, ok = hoist(run, gone, i, j); !ok {
+					break
+				}
 			}
+			run[at], gone[j] = m, true
 			break
 		}
 	}
 	b.prog.Run = withoutGone(run, gone)
 }
 
+// hoist moves above run[i] the launches between run[i] and run[j] that
+// run[j] depends on (it reads what they write, or they read or write what
+// it writes), when each can move there: it reads nothing written by
+// run[i] or by the launches it passes, and those neither read nor write
+// what it writes. A decode step's first layer computes the rotary tables
+// at the position between the QKV projection and the rotary launch that
+// reads them; moved up, the rotary launch can join the projection. It
+// returns run[i]'s new index; false (run unchanged) when one cannot move
+// or a launch in between is gone.
+func hoist(run []*Launch, gone []bool, i, j int) (int, bool) {
+	if slices.Contains(gone[i:j], true) {
+		return 0, false
+	}
+	c := run[j]
+	var up, stay []*Launch
+	for _, l := range run[i+1 : j] {
+		if independent(c, []*Launch{l}, []bool{false}) {
+			stay = append(stay, l)
+			continue
+		}
+		// l passes run[i] and the launches before it that stay.
+		passed := append([]*Launch{run[i]}, stay...)
+		if !independent(l, passed, make([]bool, len(passed))) {
+			return 0, false
+		}
+		up = append(up, l)
+	}
+	order := slices.Concat(up, []*Launch{run[i]}, stay)
+	copy(run[i:j], order)
+	return i + len(up), true
+}
+
 // mergeEpilogue returns the launch doing the work of matmul launch a and
 // then elementwise launch c, which reads some of a's outputs: c's body
 // inlined with those reads replaced by a's values, writing a's outputs
-// then c's (windows renumbered). False when the merged body is not a
-// Legal matmul kernel.
+// then c's (windows renumbered). False when c writes what a reads or
+// writes, or the merged body is not a LegalMerged matmul kernel.
 func mergeEpilogue(a, c *Launch) (*Launch, bool) {
+	if writesWhatOtherUses(c, a) {
+		return nil, false
+	}
 	ab := newArgBinder(a.Body.Name)
 	nb := ab.nb
 	aIns := a.Body.Inputs()
@@ -139,4 +179,16 @@ func (b *builder) naive() bool {
 		}
 	}
 	return true
+}
+
+// writesWhatOtherUses reports whether launch c writes a buffer that launch
+// a reads or writes: merged into one kernel, some blocks would read what
+// others write (a state updated in place that the matmul also reads).
+func writesWhatOtherUses(c, a *Launch) bool {
+	for _, o := range c.Outs {
+		if slices.Contains(a.Args, o) || slices.Contains(a.Outs, o) {
+			return true
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/lumsearch/lumsearch/ir"
@@ -44,7 +45,9 @@ func (b *builder) mergeSiblingMatmuls() {
 			// stay outputs of the merged launch.
 			keep := make([]bool, len(a.Outs))
 			for k, x := range a.Outs {
-				keep[k] = b.prog.Buffers[x].Kind != Temp
+				// A state's new content is read by the copy launch
+				// copyStates adds later.
+				keep[k] = b.prog.Buffers[x].Kind != Temp || slices.Contains(slices.Collect(maps.Values(b.prog.Updates)), x)
 				for l, o := range run {
 					keep[k] = keep[k] || l != i && l != j && !gone[l] && slices.Contains(o.Args, x)
 				}
@@ -73,9 +76,12 @@ const siblingReach = 4
 // mergeSiblings returns the launch doing the work of matmul launches a
 // and c (a first; c may read a's outputs), writing a's outputs that keep
 // marks and then c's; false when the two matmuls do not share their left
-// operand, either writes through a window, or the merged body is not a
-// Legal matmul kernel.
+// operand, c writes what a reads or writes, either writes
+// through a window, or the merged body is not a LegalMerged matmul kernel.
 func mergeSiblings(a, c *Launch, keep []bool) (*Launch, bool) {
+	if writesWhatOtherUses(c, a) {
+		return nil, false
+	}
 	for _, l := range []*Launch{a, c} {
 		for j := range l.Body.Outputs {
 			if _, windowed, err := OutputWindow(l.Body, j); windowed || err != nil {
