@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/report"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -19,7 +20,7 @@ import (
 // computed, and why,
 // is Report.Ablation's to say. Ctrl-C stops it; the report is written
 // with what it has.
-func (r *Report) ablate(ctx context.Context, g *ir.Graph, sel *ruleSelection, sat rules.SaturateOptions, res *Outcome, budget time.Duration, start time.Time) {
+func ablate(ctx context.Context, r *report.Report, g *ir.Graph, sel *ruleSelection, sat rules.SaturateOptions, res *Outcome, budget time.Duration, start time.Time) {
 	var last *rules.Program
 	for _, c := range res.Candidates {
 		if c.Program != nil {
@@ -48,10 +49,10 @@ func (r *Report) ablate(ctx context.Context, g *ir.Graph, sel *ruleSelection, sa
 	done := 0
 	r.AblationBase = last.Cost
 	for _, name := range names {
-		if r.ruleSetIdle(name) {
+		if ruleSetIdle(r, name) {
 			// No rule of it changed the e-graph: without it the stage
 			// saturates to the same e-graph and program.
-			r.setWithout(name, last.Cost)
+			setWithout(r, name, last.Cost)
 			done++
 			continue
 		}
@@ -78,7 +79,7 @@ func (r *Report) ablate(ctx context.Context, g *ir.Graph, sel *ruleSelection, sa
 		if err != nil {
 			continue // no program without it: the table says "not computed"
 		}
-		r.setWithout(name, prog.Cost)
+		setWithout(r, name, prog.Cost)
 	}
 	switch {
 	case done == len(names):
@@ -92,7 +93,7 @@ func (r *Report) ablate(ctx context.Context, g *ir.Graph, sel *ruleSelection, sa
 
 // ruleSetIdle says whether the rule table's row name exists and none of
 // its rules fired (applied or added a node) in the last stage.
-func (r *Report) ruleSetIdle(name string) bool {
+func ruleSetIdle(r *report.Report, name string) bool {
 	for _, rs := range r.RuleSets {
 		if rs.Name == name {
 			return rs.Fired == 0
@@ -102,7 +103,7 @@ func (r *Report) ruleSetIdle(name string) bool {
 }
 
 // setWithout records the rule table's "without" figure of row name.
-func (r *Report) setWithout(name string, cost float64) {
+func setWithout(r *report.Report, name string, cost float64) {
 	for i := range r.RuleSets {
 		if r.RuleSets[i].Name == name {
 			r.RuleSets[i].Without = cost

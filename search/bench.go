@@ -319,7 +319,7 @@ func (b bench) run(ctx context.Context, s *benchSetup) (*BenchReport, error) {
 			return nil, fmt.Errorf("bench %s: %w", s.model, err)
 		}
 	}
-	rep := report(s, t, dbPath, recorded)
+	rep := buildBenchReport(s, t, dbPath, recorded)
 	rep.TuneDBWarning = warning
 	if len(s.g.Symbols) > 0 {
 		rep.At = map[string]int64{}

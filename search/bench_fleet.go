@@ -102,7 +102,7 @@ func (b bench) onFleet(ctx context.Context, s *benchSetup) (*BenchReport, error)
 	if err := db.Append(recs...); err != nil {
 		return nil, fmt.Errorf("tuning database %s: %w", path, err)
 	}
-	rep := report(s, t, path, len(recs))
+	rep := buildBenchReport(s, t, path, len(recs))
 	rep.TuneDBWarning = db.Warning()
 	rep.Fleet = fleetURL(b.workers)
 	return rep, nil

@@ -222,8 +222,8 @@ func bodySignature(body *ir.Graph) (string, string) {
 	return is + "->" + oshape, id + "->" + odtype
 }
 
-// report gathers a bench's figures.
-func report(s *benchSetup, t *benchTimes, dbPath string, recorded int) *BenchReport {
+// buildBenchReport gathers a bench's figures.
+func buildBenchReport(s *benchSetup, t *benchTimes, dbPath string, recorded int) *BenchReport {
 	rows := kernelRows(s, t)
 	var predicted float64
 	for _, r := range rows {

@@ -6,27 +6,16 @@ import (
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/report"
 )
-
-// BucketTime is a program's predicted time per run with one runtime
-// extent at one bucket of its range (ir.Symbol.Buckets): a decode step's
-// time per token at a position.
-type BucketTime struct {
-	Symbol string
-	Value  int64
-	// Predicted is the cost model's seconds per run, each kernel in the
-	// schedule the program runs it in; Floor the hardware floor there.
-	Predicted float64
-	Floor     float64
-}
 
 // bucketTimes prices the program's run at each bucket of each of its
 // symbols (the others as the search priced them) and gives g's hardware
 // floor there: the work of attention over a KV cache follows the
 // position, the rest does not.
-func bucketTimes(g *ir.Graph, c *compiled, m *cost.Model) ([]BucketTime, error) {
+func bucketTimes(g *ir.Graph, c *compiled, m *cost.Model) ([]report.BucketTime, error) {
 	lp := c.lowered
-	var out []BucketTime
+	var out []report.BucketTime
 	for _, s := range lp.Symbols {
 		for _, b := range s.Buckets() {
 			mb := m.AtPosition(b)
@@ -47,7 +36,7 @@ func bucketTimes(g *ir.Graph, c *compiled, m *cost.Model) ([]BucketTime, error) 
 				total += est.Seconds
 			}
 			floor := programFloor(g, m.Device, map[string]int64{s.Name: b}).Hardware
-			out = append(out, BucketTime{Symbol: s.Name, Value: b, Predicted: total, Floor: floor})
+			out = append(out, report.BucketTime{Symbol: s.Name, Value: b, Predicted: total, Floor: floor})
 		}
 	}
 	return out, nil
@@ -55,7 +44,7 @@ func bucketTimes(g *ir.Graph, c *compiled, m *cost.Model) ([]BucketTime, error) 
 
 // bucketText prints bucket times as "past=0: 41.2 µs (1.9x the floor),
 // past=1: ...".
-func bucketText(bs []BucketTime) string {
+func bucketText(bs []report.BucketTime) string {
 	parts := make([]string, len(bs))
 	for i, b := range bs {
 		parts[i] = fmt.Sprintf("%s=%d: %s", b.Symbol, b.Value, Seconds(b.Predicted))

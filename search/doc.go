@@ -25,7 +25,8 @@
 // Both return a Result, whose Write puts the output folder on disk:
 // kernels.cu, the host library, plan.json, the constants, the model's Go
 // package, the prepared weights of a model that has its own, and (from
-// Optimize) report.md with its charts.
+// Optimize) report.md with its charts, which the report package renders
+// from the report.Report this package fills in.
 //
 // Verify re-checks such a folder from its own files; Bench and BenchDir
 // time a compiled program against the naive one on a GPU (or under the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/report"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -143,7 +144,7 @@ type Outcome struct {
 	// Candidates are the stages' programs, in order.
 	Candidates []*Candidate
 	// Steps are the search's progress points for the report.
-	Steps []Step
+	Steps []report.Step
 	// EndedBy says what ended the search: "work limits" (every stage ran
 	// to its limits or saturated), "budget" or "interrupted".
 	EndedBy string
@@ -244,7 +245,7 @@ func (s *searcher) run(ctx context.Context) error {
 		return err
 	}
 	s.res.Naive = naive
-	s.note(Step{Phase: "naive", Stage: "naive", Nodes: naive.EGraph.NumNodes(), Classes: naive.EGraph.NumClasses()})
+	s.note(report.Step{Phase: "naive", Stage: "naive", Nodes: naive.EGraph.NumNodes(), Classes: naive.EGraph.NumClasses()})
 
 	// With a budget, programs are finalized in the background while the
 	// stages saturate: first the insurance (a previous run's plan, else
@@ -461,10 +462,10 @@ func (s *searcher) stageSteps(stage string, prog *rules.Program, cost float64) {
 			continue
 		}
 		for _, it := range r.Iterations {
-			s.note(Step{Phase: "saturate", Stage: stage, Nodes: it.Nodes, Classes: it.Classes})
+			s.note(report.Step{Phase: "saturate", Stage: stage, Nodes: it.Nodes, Classes: it.Classes})
 		}
 	}
-	s.note(Step{Phase: "extract", Stage: stage, Nodes: prog.EGraph.NumNodes(), Classes: prog.EGraph.NumClasses(), Best: cost})
+	s.note(report.Step{Phase: "extract", Stage: stage, Nodes: prog.EGraph.NumNodes(), Classes: prog.EGraph.NumClasses(), Best: cost})
 }
 
 // bestSoFar is the best predicted cost so far, read under the lock (the
@@ -476,7 +477,7 @@ func (s *searcher) bestSoFar() float64 {
 }
 
 // note appends a step, numbering it and carrying the best cost forward.
-func (s *searcher) note(st Step) {
+func (s *searcher) note(st report.Step) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.Index = len(s.res.Steps)

@@ -16,6 +16,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/measure"
 	"github.com/lumsearch/lumsearch/plan"
+	"github.com/lumsearch/lumsearch/report"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
@@ -28,7 +29,7 @@ type Result struct {
 	// Plan is plan.json: the program's provenance, buffers and launches.
 	Plan *plan.Plan
 	// Report is what report.md shows (nil from Compile).
-	Report *Report
+	Report *report.Report
 	// Search is the optimize loop's outcome (nil from Compile).
 	Search *Outcome
 	// Verified says what verification passed ("" when it was skipped).
@@ -233,7 +234,7 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	rep := buildReport(context.WithoutCancel(ctx), m, o, sel, res, best, cm, measured, where)
 	rep.RuleFiles, rep.RulesUsed = pl.RuleFiles, pl.RulesUsed
 	if o.Ablate {
-		rep.ablate(ctx, g, sel, sat, res, o.Budget, start)
+		ablate(ctx, rep, g, sel, sat, res, o.Budget, start)
 	} else {
 		rep.Ablation = "not computed (--ablate=false)"
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/internal/outdir"
 	"github.com/lumsearch/lumsearch/plan"
+	"github.com/lumsearch/lumsearch/report"
 )
 
 // compiledFolders caches the compiled results the folder tests write,
@@ -220,7 +221,7 @@ func TestVerifySeesEveryByte(t *testing.T) {
 	})
 	t.Run("report aside", func(t *testing.T) {
 		dir := copyFolder(t, files)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, ReportFile), []byte("# my notes\n"), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, report.FileName), []byte("# my notes\n"), 0o644))
 		pl, err := readPlan(dir)
 		require.NoError(t, err)
 		require.NoError(t, checkFiles(dir, pl))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lumsearch/lumsearch/report"
 )
 
 // Printer renders the events of Optimize, Compile, Verify and Bench as the
@@ -99,7 +101,7 @@ func (p *Printer) Event(e Event) {
 
 // Done prints an optimize run's summary line (JSON mode: a "result"
 // object with the summary and the folder).
-func (p *Printer) Done(rep *Report, dir string, elapsed time.Duration) {
+func (p *Printer) Done(rep *report.Report, dir string, elapsed time.Duration) {
 	s := rep.Summary
 	perLayer := ""
 	if s.Layers > 0 {
@@ -116,8 +118,8 @@ func (p *Printer) Done(rep *Report, dir string, elapsed time.Duration) {
 	if p.json {
 		_ = p.enc.Encode(struct {
 			Event
-			Summary Summary `json:"summary"`
-			Dir     string  `json:"dir"`
+			Summary report.Summary `json:"summary"`
+			Dir     string         `json:"dir"`
 		}{Event{Kind: "result", Elapsed: elapsed.Seconds(), Message: msg}, s, dir})
 		return
 	}

@@ -3,30 +3,24 @@ package search
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/report"
 	"github.com/lumsearch/lumsearch/rules"
 )
 
-// buildReport fills the run's report.
-func buildReport(ctx context.Context, md *Model, o Options, sel *ruleSelection, res *Outcome, best *final, m *cost.Model, measured []kernelMeasurement, where string) *Report {
+// buildReport fills the run's report from the search's records: the
+// report package only renders what it is given, so everything it shows
+// about the program, the naive program and the rule sets is read here.
+func buildReport(ctx context.Context, md *Model, o Options, sel *ruleSelection, res *Outcome, best *final, m *cost.Model, measured []kernelMeasurement, where string) *report.Report {
 	g := md.Graph
-	rep := &Report{Model: md.Name, Target: m.Device.Name, Arch: o.Arch, Version: Version(), Seed: o.Seed, Options: o.Command,
+	rep := &report.Report{Model: md.Name, Target: m.Device.Name, Arch: o.Arch, Version: Version(), Seed: o.Seed, Options: o.Command,
 		EndedBy: res.EndedBy, Steps: res.Steps, Notes: res.Notes}
 	if where != "" {
 		rep.Measured = where
 	}
 	lp := best.lowered
-	cats := map[string]*Category{}
-	cat := func(name string) *Category {
-		if cats[name] == nil {
-			cats[name] = &Category{Name: name}
-		}
-		return cats[name]
-	}
 	measuredBy := map[string]kernelMeasurement{}
 	for _, km := range measured {
 		if km.resp.OK {
@@ -37,19 +31,11 @@ func buildReport(ctx context.Context, md *Model, o Options, sel *ruleSelection, 
 	}
 	for i, l := range lp.Run {
 		k := best.kernels[len(lp.Prep)+i]
-		pred := 0.0
-		if k.Estimate != nil {
-			pred = k.Estimate.Seconds
-		}
-		form := l.Form.String()
-		row := Kernel{Launch: l.Name, Kernel: k.Name, Form: form, Schedule: k.Schedule.String(), Predicted: pred}
+		row := report.Kernel{Launch: l.Name, Kernel: k.Name, Form: l.Form.String(), Schedule: k.Schedule.String(), Predicted: estimateSeconds(k)}
 		if km, ok := measuredBy[k.Name]; ok && km.schedule == row.Schedule {
 			row.Measured, row.Where = km.resp.Median, km.resp.Where
 		}
 		rep.Kernels = append(rep.Kernels, row)
-		c := cat(category(row.Form))
-		c.Launches++
-		c.Predicted += pred
 	}
 	if len(lp.Symbols) > 0 {
 		if bs, err := bucketTimes(g, best.compiled, m); err == nil {
@@ -62,36 +48,17 @@ func buildReport(ctx context.Context, md *Model, o Options, sel *ruleSelection, 
 	// and compile print them); its categories are those of the launches
 	// it lowers to, priced as they would run.
 	naive := naiveOf(res.Naive)
+	var naiveKernels []report.Kernel
 	if nc, err := lowerAndPrint(g, res.Naive, m); err == nil {
 		for i, l := range nc.lowered.Run {
 			k := nc.kernels[len(nc.lowered.Prep)+i]
-			c := cat(category(l.Form.String()))
-			c.NaiveLaunches++
-			if k.Estimate != nil {
-				c.NaivePredicted += k.Estimate.Seconds
-			}
+			naiveKernels = append(naiveKernels, report.Kernel{Launch: l.Name, Kernel: k.Name, Form: l.Form.String(), Predicted: estimateSeconds(k)})
 		}
 	} else {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the naive program could not be lowered for its categories: %v", err))
 	}
-	for _, name := range slices.Sorted(maps.Keys(cats)) {
-		c := cats[name]
-		all := c.Launches > 0
-		sum := 0.0
-		for _, k := range rep.Kernels {
-			if category(k.Form) == name {
-				if k.Measured == 0 {
-					all = false
-				}
-				sum += k.Measured
-			}
-		}
-		if all {
-			c.Measured = sum
-		}
-		rep.Categories = append(rep.Categories, *c)
-	}
-	rep.Summary = Summary{Launches: len(lp.Run), NaiveLaunches: naive.Launches, Prep: len(lp.Prep),
+	rep.Categories = report.Categories(rep.Kernels, naiveKernels)
+	rep.Summary = report.Summary{Launches: len(lp.Run), NaiveLaunches: naive.Launches, Prep: len(lp.Prep),
 		Predicted: res.Best.Cost, Naive: naive.Seconds, Verified: res.Best.Verified}
 	// The rule statistics and the repeated blocks are the last stage's
 	// (the best program may be a previous run's, with none).
@@ -115,15 +82,19 @@ func buildReport(ctx context.Context, md *Model, o Options, sel *ruleSelection, 
 	return rep
 }
 
-// category is a kernel form's category: the form without its prologue
-// and epilogue ("matmul, prologue [...]" is a matmul).
-func category(form string) string {
-	c, _, _ := strings.Cut(form, ",")
-	return strings.TrimSpace(c)
+// estimateSeconds is a printed kernel's predicted seconds per launch, 0
+// when the cost model gave it no estimate (the report shows 0 s rather
+// than leaving the launch out).
+func estimateSeconds(k *cuda.Kernel) float64 {
+	if k.Estimate == nil {
+		return 0
+	}
+	return k.Estimate.Seconds
 }
 
-// ruleSets says what each rule set did in the final program's
-func ruleSets(prog *rules.Program, sel *ruleSelection) []RuleSet {
+// ruleSets says what each rule set did in the final program's search:
+// its rules, how many of them fired, and the matches they applied.
+func ruleSets(prog *rules.Program, sel *ruleSelection) []report.RuleSet {
 	fired := map[string]map[string]bool{}
 	matches := map[string]int{}
 	reports := []*rules.Program{prog}
@@ -155,9 +126,9 @@ func ruleSets(prog *rules.Program, sel *ruleSelection) []RuleSet {
 			}
 		}
 	}
-	var out []RuleSet
+	var out []report.RuleSet
 	for _, s := range sel.names() {
-		out = append(out, RuleSet{Name: s, Rules: sizes[s], Fired: len(fired[s]), Matches: matches[s]})
+		out = append(out, report.RuleSet{Name: s, Rules: sizes[s], Fired: len(fired[s]), Matches: matches[s]})
 	}
 	return out
 }

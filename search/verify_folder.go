@@ -17,6 +17,7 @@ import (
 	"github.com/lumsearch/lumsearch/gogen"
 	"github.com/lumsearch/lumsearch/internal/outdir"
 	"github.com/lumsearch/lumsearch/plan"
+	"github.com/lumsearch/lumsearch/report"
 )
 
 // readPlan reads an output folder's plan.json and checks it against its
@@ -40,7 +41,7 @@ func readPlan(dir string) (*plan.Plan, error) {
 // reportFile says whether a folder's file belongs to the report, which
 // plan.json does not cover (it holds wall times and is for people).
 func reportFile(rel string) bool {
-	return rel == plan.FileName || rel == ReportFile || rel == ReportAssets || strings.HasPrefix(rel, ReportAssets+"/")
+	return rel == plan.FileName || rel == report.FileName || rel == report.AssetsDir || strings.HasPrefix(rel, report.AssetsDir+"/")
 }
 
 // checkFiles checks that dir holds exactly the files pl lists, each with

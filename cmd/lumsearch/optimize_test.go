@@ -18,6 +18,7 @@ import (
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/internal/shareddata"
 	"github.com/lumsearch/lumsearch/plan"
+	"github.com/lumsearch/lumsearch/report"
 	"github.com/lumsearch/lumsearch/search"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
@@ -71,10 +72,10 @@ func TestOptimizeEndToEnd(t *testing.T) {
 			assert.Equal(t, uint64(3), pl.Seed)
 			assert.Len(t, pl.RulesHash, 64)
 			assert.Contains(t, pl.Command, "iter-limit=6")
-			report := files["report.md"]
-			assert.Contains(t, report, "# lumsearch optimize: "+model)
-			assert.Contains(t, report, "naive")
-			assert.Contains(t, report, "| Search ended by | work limits (stage fusion: saturation; stage all: the iteration limit (6 iterations, --iter-limit)) |",
+			md := files["report.md"]
+			assert.Contains(t, md, "# lumsearch optimize: "+model)
+			assert.Contains(t, md, "naive")
+			assert.Contains(t, md, "| Search ended by | work limits (stage fusion: saturation; stage all: the iteration limit (6 iterations, --iter-limit)) |",
 				"the limit that ended the search, named with its value")
 		})
 	}
@@ -138,9 +139,9 @@ func TestOptimizeEmulatedMeasuring(t *testing.T) {
 	for _, rec := range d.Records() {
 		assert.Equal(t, tunedb.WhereEmulated, rec.Where)
 	}
-	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
 	require.NoError(t, err)
-	assert.Contains(t, string(report), "CPU times")
+	assert.Contains(t, string(md), "CPU times")
 }
 
 // TestOptimizeErrors checks the exit codes a user can act on.
@@ -224,12 +225,12 @@ func TestOptimizeInterrupted(t *testing.T) {
 }
 
 // resultOf is the summary of optimize --json's last event.
-func resultOf(t *testing.T, stdout string) search.Summary {
+func resultOf(t *testing.T, stdout string) report.Summary {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	var last struct {
 		Kind    string         `json:"event"`
-		Summary search.Summary `json:"summary"`
+		Summary report.Summary `json:"summary"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
 	require.Equal(t, "result", last.Kind)

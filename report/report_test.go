@@ -1,4 +1,4 @@
-package search
+package report
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/report")
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
 // fullReport fills every field, with emulated measurements so the
 // caveat paths render.
@@ -84,7 +84,7 @@ func specialReport() *Report {
 	return r
 }
 
-// goldenDir compares the files under dir with testdata/report/<name>.*.golden,
+// goldenDir compares the files under dir with testdata/<name>.*.golden,
 // or rewrites those under -update.
 func goldenDir(t *testing.T, name, dir string) {
 	t.Helper()
@@ -100,7 +100,7 @@ func goldenDir(t *testing.T, name, dir string) {
 		got[name+"."+filepath.Base(p)+".golden"] = data
 		return nil
 	}))
-	gdir := filepath.Join("testdata", "report")
+	gdir := "testdata"
 	old, _ := filepath.Glob(filepath.Join(gdir, name+".*.golden"))
 	if *update {
 		require.NoError(t, os.MkdirAll(gdir, 0o755))
@@ -156,7 +156,7 @@ func TestReportDeterministic(t *testing.T) {
 		d1, d2 := t.TempDir(), t.TempDir()
 		require.NoError(t, a.WriteFiles(d1))
 		require.NoError(t, b.WriteFiles(d2))
-		for _, f := range []string{ReportFile, filepath.Join(ReportAssets, bestSVG), filepath.Join(ReportAssets, categoriesSVG)} {
+		for _, f := range []string{FileName, filepath.Join(AssetsDir, bestSVG), filepath.Join(AssetsDir, categoriesSVG)} {
 			x, err := os.ReadFile(filepath.Join(d1, f))
 			require.NoError(t, err)
 			y, err := os.ReadFile(filepath.Join(d2, f))
@@ -184,14 +184,14 @@ func TestReportWallClockOmitted(t *testing.T) {
 func TestReportWriteFilesRemovesStaleChart(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, fullReport().WriteFiles(dir))
-	require.FileExists(t, filepath.Join(dir, ReportAssets, measuredSVG))
+	require.FileExists(t, filepath.Join(dir, AssetsDir, measuredSVG))
 
 	r := fullReport()
 	for i := range r.Kernels {
 		r.Kernels[i].Measured = 0
 	}
 	require.NoError(t, r.WriteFiles(dir))
-	require.NoFileExists(t, filepath.Join(dir, ReportAssets, measuredSVG))
+	require.NoFileExists(t, filepath.Join(dir, AssetsDir, measuredSVG))
 	assert.NotContains(t, string(r.Markdown()), measuredSVG)
 }
 
@@ -372,4 +372,54 @@ func TestReportBuckets(t *testing.T) {
 	assert.Contains(t, md, "| past=0 | 41.0 µs | 20.5 µs | 2.00× |")
 	assert.Contains(t, md, "| past=127 | 52.5 µs | 0 s | — |")
 	assert.NotContains(t, string((&Report{Model: "m"}).Markdown()), "per bucket")
+}
+
+// TestCategories: launches group by their form's category (the form
+// without prologue or epilogue), in name order, and a category's
+// measured time is given only when every one of its launches was
+// measured. The times are whole numbers so that the sums are exact.
+func TestCategories(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		kernels, naive []Kernel
+		want           []Category
+	}{
+		{name: "empty"},
+		{
+			name: "grouped by form without prologue or epilogue",
+			kernels: []Kernel{
+				{Form: "matmul, prologue [rmsnorm]", Predicted: 2},
+				{Form: "elementwise", Predicted: 1},
+				{Form: "matmul", Predicted: 3},
+			},
+			naive: []Kernel{
+				{Form: "matmul", Predicted: 4},
+				{Form: "row", Predicted: 5},
+				{Form: "elementwise, epilogue [add]", Predicted: 6},
+				{Form: "elementwise", Predicted: 7},
+			},
+			want: []Category{
+				{Name: "elementwise", Launches: 1, NaiveLaunches: 2, Predicted: 1, NaivePredicted: 6 + 7},
+				{Name: "matmul", Launches: 2, NaiveLaunches: 1, Predicted: 2 + 3, NaivePredicted: 4},
+				{Name: "row", NaiveLaunches: 1, NaivePredicted: 5},
+			},
+		},
+		{
+			name: "measured only when every launch was",
+			kernels: []Kernel{
+				{Form: "matmul", Predicted: 1, Measured: 2},
+				{Form: "matmul, epilogue [silu]", Predicted: 1, Measured: 3},
+				{Form: "attention", Predicted: 1, Measured: 4},
+				{Form: "attention", Predicted: 1},
+			},
+			want: []Category{
+				{Name: "attention", Launches: 2, Predicted: 2},
+				{Name: "matmul", Launches: 2, Predicted: 2, Measured: 5},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, Categories(tc.kernels, tc.naive))
+		})
+	}
 }

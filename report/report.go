@@ -1,10 +1,40 @@
-package search
+// Package report owns report.md and its SVG charts: what an optimize run
+// shows people about its search, its program and the rules behind it.
+//
+// A Report is plain data. The search package fills it in from its own
+// records (the loop's steps, the lowered program's kernels, the cost
+// model's prices, the rule statistics) and this package only renders it,
+// so the report never imports the search: it can be rendered, tested and
+// grown (per-bucket tables, new charts) without a search to run, and the
+// search cannot reach into how it is drawn. Rendering is deterministic:
+// equal reports give equal bytes, which keeps two runs' folders identical
+// and lets the tests compare against golden files.
+//
+// The charts are drawn by the small SVG writers of this package
+// (LineChart, BarChart, ScatterChart) rather than a plotting library, for
+// the same byte-for-byte reason.
+package report
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lumsearch/lumsearch/plan"
 )
+
+// FileName is the Markdown file WriteFiles writes in its directory.
+const FileName = "report.md"
+
+// AssetsDir is the directory, beside FileName, that holds the charts
+// report.md links (relative links, so the directory can move).
+const AssetsDir = "report"
 
 // Report is what report.md shows about one optimize run. The search fills
 // it in; Markdown and the SVG charts render it. Everything in it is
@@ -32,7 +62,8 @@ type Report struct {
 	Steps []Step
 	// Categories compare the optimized program with the naive one by
 	// kernel category (the kernel form: elementwise, row, matmul,
-	// attention, copy, ...), predicted and, where measured, measured.
+	// attention, copy, ...), predicted and, where measured, measured
+	// (Categories builds them from both programs' launches).
 	Categories []Category
 	// Kernels are the optimized program's launches.
 	Kernels []Kernel
@@ -66,8 +97,9 @@ type Report struct {
 // Step is one point of the search's progress.
 type Step struct {
 	Index int
-	// Phase is "saturate", "extract" or "measure"; Stage the rule
-	// stage's name during saturation.
+	// Phase is what the step did: "naive" (the naive program built),
+	// "saturate" (one iteration) or "extract"; Stage is the rule stage's
+	// name ("naive" for the naive program).
 	Phase string
 	Stage string
 	// Nodes and Classes are the e-graph's size after the step.
@@ -97,12 +129,13 @@ type Category struct {
 	MeasuredWhere string
 }
 
-// Kernel is one launch of the optimized program.
+// Kernel is one launch of a program: the optimized program's in
+// Report.Kernels, and either program's for Categories.
 type Kernel struct {
-	Launch    string // the launch's name
-	Kernel    string // the printed kernel's name
-	Form      string // its category
-	Schedule  string
+	Launch    string  // the launch's name
+	Kernel    string  // the printed kernel's name
+	Form      string  // its kernel form, whose first part is its category
+	Schedule  string  // the schedule it is printed in
 	Predicted float64 // seconds
 	Measured  float64 // seconds; 0 when not measured
 	Where     string  // where Measured was measured
@@ -145,4 +178,99 @@ type Summary struct {
 	FloorFLOPs float64
 	// Verified describes the verification that passed.
 	Verified string
+}
+
+// BucketTime is a program's predicted time per run with one runtime
+// extent at one bucket of its range (ir.Symbol.Buckets): a decode step's
+// time per token at a position.
+type BucketTime struct {
+	// Symbol is the runtime extent's name ("past"), Value the bucket.
+	Symbol string
+	Value  int64
+	// Predicted is the cost model's seconds per run, each kernel in the
+	// schedule the program runs it in; Floor the hardware floor there.
+	Predicted float64
+	Floor     float64
+}
+
+// Categories groups the optimized program's launches (kernels) and the
+// naive program's (naive: only Form and Predicted are read) by kernel
+// category, in name order. A category's Measured is the sum of its
+// launches' measured times only when every one of them was measured: a
+// partial sum would read as a speed-up that nobody measured.
+func Categories(kernels, naive []Kernel) []Category {
+	cats := map[string]*Category{}
+	cat := func(name string) *Category {
+		if cats[name] == nil {
+			cats[name] = &Category{Name: name}
+		}
+		return cats[name]
+	}
+	for _, k := range kernels {
+		c := cat(category(k.Form))
+		c.Launches++
+		c.Predicted += k.Predicted
+	}
+	for _, k := range naive {
+		c := cat(category(k.Form))
+		c.NaiveLaunches++
+		c.NaivePredicted += k.Predicted
+	}
+	var out []Category
+	for _, name := range slices.Sorted(maps.Keys(cats)) {
+		c := cats[name]
+		all := c.Launches > 0
+		sum := 0.0
+		for _, k := range kernels {
+			if category(k.Form) == name {
+				if k.Measured == 0 {
+					all = false
+				}
+				sum += k.Measured
+			}
+		}
+		if all {
+			c.Measured = sum
+		}
+		out = append(out, *c)
+	}
+	return out
+}
+
+// category is a kernel form's category: the form without its prologue
+// and epilogue ("matmul, prologue [...]" is a matmul).
+func category(form string) string {
+	c, _, _ := strings.Cut(form, ",")
+	return strings.TrimSpace(c)
+}
+
+// WriteFiles writes dir/report.md and the charts it links under
+// dir/report/, creating the directories. A chart a previous run wrote
+// but this report does not link is removed, so the directory holds
+// exactly this run's report.
+func (r *Report) WriteFiles(dir string) error {
+	assets := filepath.Join(dir, AssetsDir)
+	if err := os.MkdirAll(assets, 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	written := map[string]bool{}
+	for _, c := range r.charts() {
+		if err := os.WriteFile(filepath.Join(assets, c.file), c.svg(r), 0o644); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+		written[c.file] = true
+	}
+	for _, f := range []string{bestSVG, egraphSVG, categoriesSVG, measuredSVG} {
+		if written[f] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(assets, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("report: %w", err)
+		}
+	}
+	// report.md last: once it exists, everything it links does too.
+	if err := os.WriteFile(filepath.Join(dir, FileName), r.Markdown(), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
 }
