@@ -115,14 +115,25 @@ type KernelMismatch struct {
 	// NeverWritten counts the output's elements that a whole run left
 	// holding the fill pattern (emu.NaNPattern, a NaN no kernel
 	// computes, so a NaN the kernel wrote is told apart); when it is not
-	// 0 the element is the first of them.
+	// 0 the element is the first of them (and Want NaN where the
+	// reference was not computed there).
 	NeverWritten int64
+	// Where is "" for the kernel's run under the emulation, "device" for
+	// its run on a device (CompareKernels).
+	Where string
 }
 
 func (m *KernelMismatch) Error() string {
-	where := fmt.Sprintf("verify kernel %s: output %s (parameter %s, %s%v) element %d %s",
-		m.Kernel, m.Output, m.Param, m.DType, m.Shape, m.Index, indexString(m.At))
+	on := ""
+	if m.Where != "" {
+		on = " on the " + m.Where
+	}
+	where := fmt.Sprintf("verify kernel %s%s: output %s (parameter %s, %s%v) element %d %s",
+		m.Kernel, on, m.Output, m.Param, m.DType, m.Shape, m.Index, indexString(m.At))
 	if m.NeverWritten > 0 {
+		if m.Where != "" && math.IsNaN(m.Want) {
+			return fmt.Sprintf("%s never written (%d elements of the output never written)", where, m.NeverWritten)
+		}
 		return fmt.Sprintf("%s never written (want %v; %d elements of the output never written)", where, m.Want, m.NeverWritten)
 	}
 	return fmt.Sprintf("%s: got %v, want %v (error %.3g, allowed %.3g of magnitude %.3g)",
@@ -176,6 +187,36 @@ func VerifyKernel(ctx context.Context, k *Kernel, body *ir.Graph, opt VerifyOpti
 // kernel's error. A kernel listed more than once (the same *Kernel) is
 // verified once, with the first body given for it.
 func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt VerifyOptions) ([]*KernelCheck, error) {
+	r, err := verifyKernels(ctx, ks, bodies, opt, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*KernelCheck, len(ks))
+	for i := range ks {
+		out[i] = r.checks[r.at[i]]
+	}
+	return out, errors.Join(r.errs...)
+}
+
+// verifyResult is what a verification found: its plans (each distinct
+// kernel's, then the runs of those that read a runtime position at the
+// edges of its range), and by plan the check and the error.
+type verifyResult struct {
+	plans  []*verifyPlan
+	checks []*KernelCheck
+	errs   []error
+	// at maps the kernels given to their plans: ks[i] is plans[at[i]].
+	at []int
+	// done counts the plans that ran, in order: all of them unless the
+	// context ended.
+	done int
+}
+
+// verifyKernels is VerifyKernels, each plan also run through dev when it
+// is not nil (CompareKernels), while its inputs and the emulation's
+// outputs are at hand. When the context ends, or a run fails as a whole,
+// it returns what the plans before it found with the error.
+func verifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt VerifyOptions, dev DeviceRunner) (*verifyResult, error) {
 	if len(ks) != len(bodies) {
 		return nil, fmt.Errorf("verify kernels: %d kernels and %d bodies", len(ks), len(bodies))
 	}
@@ -243,8 +284,7 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 	// The groups' large inputs are drawn into the storage of the groups
 	// before them, whose pages are in place.
 	var pool floatPool
-	errs := make([]error, len(plans))
-	checks := make([]*KernelCheck, len(plans))
+	r := &verifyResult{plans: plans, errs: make([]error, len(plans)), checks: make([]*KernelCheck, len(plans)), at: at}
 	for start := 0; start < len(plans); {
 		end, bytes := start, int64(0)
 		for end < len(plans) && (end == start || bytes+plans[end].bytes <= opt.MaxBytes) {
@@ -253,33 +293,37 @@ func VerifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 		}
 		group := plans[start:end]
 		for _, p := range group {
+			// Drawing gigabytes of inputs takes seconds: a context
+			// that ended stops the verification before it.
+			if err := ctx.Err(); err != nil {
+				return r, fmt.Errorf("verify kernels: %w", err)
+			}
 			if err := p.draw(&pool); err != nil {
-				return nil, err
+				return r, err
 			}
 		}
 		if err := runVerify(ctx, group, src, eks, opt); err != nil {
-			return nil, err
+			return r, err
 		}
 		for i, p := range group {
 			if p.err != nil {
-				errs[start+i] = p.err
+				r.errs[start+i] = p.err
 			} else {
-				checks[start+i], errs[start+i] = p.check(ctx)
+				r.checks[start+i], r.errs[start+i] = p.check(ctx)
 			}
-			if errs[start+i] != nil && p.edge != 0 {
-				end := map[int]string{positionLow: "lowest", positionHigh: "highest"}[p.edge]
-				errs[start+i] = fmt.Errorf("%w (its runtime position at the %s of its range)", errs[start+i], end)
+			if dev != nil {
+				p.device = p.onDevice(ctx, dev)
+			}
+			if r.errs[start+i] != nil && p.edge != 0 {
+				r.errs[start+i] = fmt.Errorf("%w (%s)", r.errs[start+i], p.edgeString())
 			}
 			for _, t := range p.feeds {
 				pool.give(t.F32)
 			}
-			p.feeds, p.got = nil, nil
+			p.feeds, p.got, p.ref = nil, nil, nil
 		}
 		start = end
+		r.done = end
 	}
-	out := make([]*KernelCheck, len(ks))
-	for i := range ks {
-		out[i] = checks[at[i]]
-	}
-	return out, errors.Join(errs...)
+	return r, nil
 }

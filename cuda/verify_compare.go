@@ -26,6 +26,7 @@ func (p *verifyPlan) checkWhole(ctx context.Context, c *KernelCheck) error {
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: the reference: %w", p.k.Name, err)
 	}
+	p.ref = &planRef{want: want.Outputs, mag: want.Magnitudes}
 	for j, o := range p.body.Outputs {
 		vt, raw := p.outs[j], p.got[j]
 		w, mag := want.Outputs[o.Name], want.Magnitudes[o.Name]
@@ -127,6 +128,7 @@ func (p *verifyPlan) checkSample(ctx context.Context, c *KernelCheck) error {
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: the reference at the sampled elements: %w", p.k.Name, err)
 	}
+	p.ref = &planRef{idx: written, vals: vals, mags: mags}
 	for j, o := range p.body.Outputs {
 		idx := written[o.Name]
 		if len(idx) == 0 {
@@ -206,8 +208,7 @@ func errorRatio(dt ir.DType, got, want, mag, tol float64) float64 {
 	if tol <= 0 {
 		return math.Inf(1)
 	}
-	allowed := math.Max(tol*math.Max(math.Abs(want), mag), ir.AbsoluteFloor(dt, tol))
-	return d / allowed
+	return d / allowance(dt, want, mag, tol)
 }
 
 // element decodes the value at the start of b as a dt.

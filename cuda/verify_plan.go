@@ -43,6 +43,21 @@ type verifyPlan struct {
 	// plan puts it: 0 random within its range, positionLow its lowest,
 	// positionHigh its highest. The edges run as plans of their own.
 	edge int
+	// ref is the reference the check compared the emulation's outputs
+	// with, kept for a device's outputs (CompareKernels); device is what
+	// the device's run found.
+	ref    *planRef
+	device *deviceCheck
+}
+
+// planRef is the reference at the elements a plan's check compared: every
+// element of each output (want and mag hold whole tensors by output
+// name), or for a sampled run those idx lists by output name, with the
+// values and magnitudes in vals and mags, in the same order.
+type planRef struct {
+	want, mag  map[string]*ir.Tensor
+	idx        map[string][]int64
+	vals, mags map[string][]float64
 }
 
 // The edges of a runtime position's range a kernel is also verified at.
@@ -72,6 +87,12 @@ func positionInputs(body *ir.Graph) []ir.Value {
 		}
 	}
 	return out
+}
+
+// edgeString says where an edge plan puts its runtime position.
+func (p *verifyPlan) edgeString() string {
+	end := map[int]string{positionLow: "lowest", positionHigh: "highest"}[p.edge]
+	return "its runtime position at the " + end + " of its range"
 }
 
 // atEdge is a copy of plan p that verifies its kernel with every runtime
@@ -338,11 +359,28 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 // pattern); a windowed kernel must leave every element outside its window
 // as it found it (the fill pattern).
 func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
+	out, skipped, err := p.windowed(j, buf, "verify kernel "+p.k.Name)
+	if err != nil {
+		return nil, err
+	}
+	for len(p.skipped) <= j {
+		p.skipped = append(p.skipped, nil)
+	}
+	p.skipped[j] = skipped
+	return out, nil
+}
+
+// windowed is unwindow without keeping the skipped elements, which it
+// returns; what names the run in its error.
+func (p *verifyPlan) windowed(j int, buf []byte, what string) (out []byte, skipped []int64, err error) {
 	w := p.windows[j]
 	if w == nil {
-		return buf, nil
+		return buf, nil, nil
 	}
 	size := p.outs[j].DType.Size()
+	if want := int(w.Shape.NumElements()) * size; len(buf) != want {
+		return nil, nil, fmt.Errorf("%s: output %d's buffer %s holds %d bytes, not %d", what, j, w.Shape, len(buf), want)
+	}
 	var vals []int64
 	if w.Runtime || w.Slots {
 		t := p.feeds[p.body.Node(p.body.Inputs()[w.Pos]).Name]
@@ -350,20 +388,16 @@ func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
 			vals = append(vals, t.Int(i))
 		}
 	}
-	for len(p.skipped) <= j {
-		p.skipped = append(p.skipped, nil)
-	}
-	p.skipped[j] = nil
 	offsets := w.Offsets(p.outs[j].Shape, vals)
 	inside := make([]bool, w.Shape.NumElements())
-	out := make([]byte, len(offsets)*size)
+	out = make([]byte, len(offsets)*size)
 	for e, at := range offsets {
 		if at < 0 {
 			// Not written (a slot of -1): the fill pattern.
 			for i := e * size; i < (e+1)*size; i++ {
 				out[i] = byte(emu.NaNPattern >> (8 * (i & 3)))
 			}
-			p.skipped[j] = append(p.skipped[j], int64(e))
+			skipped = append(skipped, int64(e))
 			continue
 		}
 		inside[at] = true
@@ -371,9 +405,19 @@ func (p *verifyPlan) unwindow(j int, buf []byte) ([]byte, error) {
 	}
 	for at, in := range inside {
 		if !in && !emu.Unwritten(buf, at*size, size) {
-			return nil, fmt.Errorf("verify kernel %s: output %d writes element %d of its buffer %s, outside its window %s",
-				p.k.Name, j, at, w.Shape, w.OutputName(j))
+			return nil, nil, fmt.Errorf("%s: output %d writes element %d of its buffer %s, outside its window %s",
+				what, j, at, w.Shape, w.OutputName(j))
 		}
 	}
-	return out, nil
+	return out, skipped, nil
+}
+
+// filled is n bytes of the fill pattern (emu.NaNPattern), what a buffer
+// given to the emulation without data holds.
+func filled(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(emu.NaNPattern >> (8 * (i & 3)))
+	}
+	return b
 }

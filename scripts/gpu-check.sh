@@ -24,13 +24,21 @@
 #      on its own random inputs and the table says so;
 #   6. compiles one decode program whose position is a runtime extent
 #      (DECODE, default llama-3.2-1b:decode, --max-seq DECODE_MAX_SEQ,
-#      default 8192) and times it with bench --dim past=P at three
-#      positions (DECODE_POSITIONS, default 128 1024 and the last);
+#      default 8192), runs each of its distinct kernels on the GPU and
+#      under the CPU emulation on the same inputs and compares both with
+#      the reference and with each other (bench --compare-kernels, capped
+#      at COMPARE_SECONDS, default 150), then times it with bench --dim
+#      past=P at three positions (DECODE_POSITIONS, default 128 1024 and
+#      the last);
 #   7. compiles one full-size layer at a prefill's length (PREFILL, default
-#      llama-3-8b:layer, PREFILL_SEQ tokens, default 512) and benches it;
+#      llama-3-8b:layer, PREFILL_SEQ tokens, default 512), compares its
+#      kernels on the GPU with the emulation as in step 6 and benches it;
 #      for it and each decode position the summary lists every kernel's
 #      measured time beside the cost model's, what the model says bounds
-#      it, and the bandwidth it achieved (the figures to calibrate from);
+#      it, and the bandwidth it achieved (the figures to calibrate from),
+#      and the comparison's table (each kernel's worst error on the GPU
+#      and under the emulation, and their largest difference, in units of
+#      the verifier's allowance) with its verdict;
 #   8. serves the tiny Llama 2-vocabulary model of serve/testdata on the GPU
 #      (lumsearch serve --device gpu) and drives it with lumsearch loadgen;
 #   9. prints one table and writes OUT/results.json, OUT/summary.txt and
@@ -49,7 +57,8 @@ usage: gpu-check.sh [--dry-run] [--lumsearch PATH] [--out DIR] [--budget-seconds
   --budget-seconds N  cap on the whole run in seconds (default 480)
 
 Environment: GRAPHS (space-separated corpus graphs), SEQ (tokens, default
-16), DTYPE (bf16, f16 or f32; default bf16), PYTHON (default python3).
+16), DTYPE (bf16, f16 or f32; default bf16), PYTHON (default python3),
+COMPARE_SECONDS (cap on each kernel comparison, default 150).
 USAGE
 }
 
@@ -92,6 +101,8 @@ while [[ $# -gt 0 ]]; do
 	shift
 done
 [[ $budget =~ ^[0-9]+$ && $budget -gt 0 ]] || die_usage "--budget-seconds wants a positive whole number, got '$budget'"
+compare_cap=${COMPARE_SECONDS:-150}
+[[ $compare_cap =~ ^[0-9]+$ ]] || die_usage "COMPARE_SECONDS wants a whole number of seconds, got '$compare_cap'"
 
 # The graphs to compare. tiny-llama:layer compiles in seconds and keeps dry
 # mode quick; the full-size layers are what the GPU comparison is about
@@ -198,6 +209,59 @@ if ((have_bench)) && grep -q -- '--save' <<<"$bench_help"; then
 elif ((have_bench)); then
 	say "lumsearch bench --save: not available in this build; PyTorch runs on its own random inputs"
 fi
+# "bench --compare-kernels" runs each kernel of a compiled folder on the GPU
+# and under the CPU emulation and compares them; older builds lack it.
+have_compare=0
+if ((have_bench)) && grep -q -- '--compare-kernels' <<<"$bench_help"; then
+	have_compare=1
+elif ((have_bench)); then
+	say "lumsearch bench --compare-kernels: not available in this build; kernels are not compared with the emulation"
+fi
+
+# compare_kernels NAME DIR: runs each distinct kernel of the compiled folder
+# DIR on the GPU and under the CPU emulation on the same inputs, each
+# compared with the reference and with the other (lumsearch bench DIR
+# --compare-kernels), capped at COMPARE_SECONDS and what is left of the
+# budget; lumsearch's own --budget ends 15 s before the cap, so that it
+# prints the table of what it compared. The table goes to
+# OUT/compare-NAME.txt; compare_result is set to "agree", "DISAGREE",
+# "incomplete" (the kernels not compared in time), or why it did not run.
+compare_kernels() {
+	local name=$1 dir=$2 file="$out/compare-$1.txt" cap left rc verdict
+	compare_result=""
+	if ((dry_run)); then
+		compare_result="skipped (dry run)"
+		return 0
+	fi
+	if ((!have_compare)); then
+		compare_result="skipped (this build's bench has no --compare-kernels)"
+		return 0
+	fi
+	left=$(remaining)
+	cap=$compare_cap
+	((cap < left)) || cap=$left
+	if ((cap <= 30)); then
+		compare_result="skipped (budget spent)"
+		return 0
+	fi
+	say "compare the kernels of $dir on the GPU with the CPU emulation -> $file"
+	if capped "$cap" "$lumsearch" bench "$dir" --compare-kernels --budget "$((cap - 15))s" >"$file" 2>>"$log"; then
+		rc=0
+	else
+		rc=$?
+	fi
+	verdict=$(sed -n '/^verdict: /{s/^verdict: \([A-Za-z]*\).*/\1/p;q;}' "$file")
+	if ((rc == 0)); then
+		compare_result="agree"
+	elif [[ -n $verdict ]]; then
+		compare_result=$verdict
+	elif ((rc == 124 || rc == 137)); then
+		compare_result="ran out of time (see $(basename "$file"))"
+	else
+		compare_result="failed (exit $rc; see log.txt)"
+	fi
+	say "  kernels on the GPU against the emulation: $compare_result"
+}
 
 # --- PyTorch --------------------------------------------------------------
 have_torch=0
@@ -380,6 +444,7 @@ decode_dir="$out/compile-decode"
 decode_status="skipped"
 decode_json=()
 decode_line=""
+decode_compare="skipped"
 if (($(remaining) > 30)); then
 	verify=false
 	((dry_run)) || verify=true
@@ -391,6 +456,10 @@ if (($(remaining) > 30)); then
 	fi
 	cat "$decode_dir.log" >>"$log"
 	say "  compile: $decode_status"
+	if [[ $decode_status == ok ]]; then
+		compare_kernels decode "$decode_dir"
+		decode_compare=$compare_result
+	fi
 	for p in "${decode_positions[@]}"; do
 		ms=""
 		if ((have_bench && !dry_run)) && [[ $decode_status == ok ]] && (($(remaining) > 10)); then
@@ -413,12 +482,16 @@ prefill_seq=${PREFILL_SEQ:-512}
 prefill_dir="$out/compile-prefill"
 prefill_status="skipped"
 prefill_ms=""
+prefill_compare="skipped"
 if ((dry_run)); then
 	prefill_status="skipped (dry run)"
+	prefill_compare="skipped (dry run)"
 elif (($(remaining) > 30)); then
 	say "compile $prefill_graph --seq $prefill_seq -> $prefill_dir"
 	if capped 180 "$lumsearch" compile "$prefill_graph" --seq "$prefill_seq" --dtype "$dtype" --verify=false -o "$prefill_dir" >"$prefill_dir.log" 2>&1; then
 		prefill_status="ok"
+		compare_kernels prefill "$prefill_dir"
+		prefill_compare=$compare_result
 		if ((have_bench && !dry_run)) && (($(remaining) > 10)); then
 			if b=$(capped 150 "$lumsearch" bench "$prefill_dir" --json 2>>"$log"); then
 				prefill_ms=$(json_num ms "$b")
@@ -525,6 +598,14 @@ elif (($(remaining) > 60)); then
 fi
 say "serve: $serve_status$serve_line"
 
+# compare_json NAME STATUS: the JSON of a kernel comparison: its status
+# and the file holding its table (null when it did not run).
+compare_json() {
+	local file=null
+	[[ ! -f $out/compare-$1.txt ]] || file=$(json_str "$out/compare-$1.txt")
+	printf '{"status": %s, "file": %s}' "$(json_str "$2")" "$file"
+}
+
 # --- the table ----------------------------------------------------------
 # Ratios are lumsearch's time over the other's (below 1: lumsearch faster).
 # Achieved GB/s and TFLOP/s use lumsearch's time, else eager's, and are set
@@ -558,7 +639,7 @@ mode="gpu"
 ((dry_run)) && mode="dry"
 elapsed=$((SECONDS - start_s))
 {
-	echo "gpu-check: mode=$mode gpu=${gpu_name:-none} lumsearch=$lumsearch_version bench=$have_bench torch=$have_torch seq=$seq_len dtype=$dtype elapsed=${elapsed}s"
+	echo "gpu-check: mode=$mode gpu=${gpu_name:-none} lumsearch=$lumsearch_version bench=$have_bench compare=$have_compare torch=$have_torch seq=$seq_len dtype=$dtype elapsed=${elapsed}s"
 	echo "ceilings: copy ${copy_gbs:-?} GB/s, bf16 matmul ${mm_tflops:-?} TFLOP/s"
 	echo "times in ms; ratios are lumsearch/eager and lumsearch/torch.compile"
 	echo "torch=ls?: whether PyTorch eager and torch.compile, run on the inputs and weights lumsearch bench fed, gave lumsearch's outputs (worst relative L2 error); own inputs: PyTorch drew its own"
@@ -571,6 +652,11 @@ elapsed=$((SECONDS - start_s))
 		echo "kernels of $(basename "$f" .json) (measured against the cost model; sum over each kernel's launches):"
 		kernel_table "$f"
 	done
+	echo "kernels on the GPU against the CPU emulation (bench --compare-kernels: errors in units of the verifier's allowance):"
+	echo "  decode $decode_graph: $decode_compare"
+	[[ ! -f $out/compare-decode.txt ]] || sed 's/^/    /' "$out/compare-decode.txt"
+	echo "  prefill $prefill_graph --seq $prefill_seq: $prefill_compare"
+	[[ ! -f $out/compare-prefill.txt ]] || sed 's/^/    /' "$out/compare-prefill.txt"
 } >"$out/summary.txt"
 echo
 cat "$out/summary.txt"
@@ -593,8 +679,8 @@ cat "$out/summary.txt"
 		((i == ${#decode_json[@]} - 1)) && sep=""
 		printf '%s%s' "${decode_json[$i]}" "$sep"
 	done
-	printf ']},\n  "prefill": {"graph": %s, "seq": %s, "status": %s, "lumsearch_ms": %s},\n' \
-		"$(json_str "$prefill_graph")" "$prefill_seq" "$(json_str "$prefill_status")" "${prefill_ms:-null}"
+	printf '], "kernel_compare": %s},\n  "prefill": {"graph": %s, "seq": %s, "status": %s, "lumsearch_ms": %s, "kernel_compare": %s},\n' \
+		"$(compare_json decode "$decode_compare")" "$(json_str "$prefill_graph")" "$prefill_seq" "$(json_str "$prefill_status")" "${prefill_ms:-null}" "$(compare_json prefill "$prefill_compare")"
 	printf '  "serve": {"status": %s, "loadgen": %s}\n}\n' "$(json_str "$serve_status")" "$(cat "$out/serve-loadgen.json" 2>/dev/null || echo null)"
 } >"$out/results.json"
 echo

@@ -29,19 +29,7 @@ func verifyKernels(ctx context.Context, model string, lp *lower.Program, ks []*c
 		return nil
 	}
 	start := time.Now()
-	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
-	bodyOf := map[*cuda.Kernel]*ir.Graph{}
-	var distinct []*cuda.Kernel
-	for i, k := range ks {
-		if _, ok := bodyOf[k]; !ok {
-			bodyOf[k] = launches[i].Body
-			distinct = append(distinct, k)
-		}
-	}
-	bodies := make([]*ir.Graph, len(distinct))
-	for i, k := range distinct {
-		bodies[i] = bodyOf[k]
-	}
+	distinct, bodies := distinctKernels(lp, ks)
 	checks, err := cuda.VerifyKernels(ctx, distinct, bodies, cuda.VerifyOptions{Seed: 1})
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("verify %s: stopped before the kernels were checked: %w", model, ctx.Err())
@@ -64,6 +52,24 @@ func verifyKernels(ctx context.Context, model string, lp *lower.Program, ks []*c
 	fmt.Fprintf(stdout, "  verify: %d distinct kernels at their real shapes under the CPU emulation match the reference (%d whole, %d on a sample of thread blocks; %d of %d blocks run, %d elements compared, worst error %.2g of the tolerance; %v)\n",
 		len(distinct), whole, sampled, blocksRun, blocks, elements, worst, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// distinctKernels are the distinct kernels of a program's launches
+// (ks[i] is the kernel of its preparation's launches, then its run's,
+// in order), in order of first launch, with the body each is first
+// launched with.
+func distinctKernels(lp *lower.Program, ks []*cuda.Kernel) ([]*cuda.Kernel, []*ir.Graph) {
+	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
+	seen := map[*cuda.Kernel]bool{}
+	var distinct []*cuda.Kernel
+	var bodies []*ir.Graph
+	for i, k := range ks {
+		if !seen[k] {
+			seen[k] = true
+			distinct, bodies = append(distinct, k), append(bodies, launches[i].Body)
+		}
+	}
+	return distinct, bodies
 }
 
 // verifyReduced runs the pipeline on the model's architecture at the

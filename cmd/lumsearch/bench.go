@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/internal/timing"
@@ -20,7 +22,7 @@ import (
 var benchCommand = &command{
 	name:     "bench",
 	summary:  "check a compiled program against the naive one, then time both on a GPU (or under the CPU emulation)",
-	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--workers URL] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
+	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--compare-kernels [--budget D]] [--workers URL] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
 	doc: `
 "bench" builds two programs of the same model: the one "compile" makes (the
 search, the cost model's extraction and schedules) and the naive one (each
@@ -62,6 +64,22 @@ reference at its real shapes and timed, or answered from the fleet's
 shared tuning database; each program's time is the sum of its launches'
 medians (no whole run, CUDA graph or whole-program check on the fleet).
 
+--compare-kernels, with DIR, times nothing: it runs each distinct kernel
+of the folder's program on the GPU (the module its host library embeds)
+and under the CPU emulation, on the same random inputs drawn as "verify"
+draws them (--seed; a kernel that reads a runtime position also runs at
+both ends of its range), and compares both with the reference interpreter
+at the elements verification compares, within the verifier's allowance,
+and the GPU's outputs with the emulation's. It prints a row per kernel:
+its schedule, the runs and elements compared, the worst GPU and emulation
+errors and the largest GPU-emulation difference, all in units of the
+allowance (inf: a NaN or an element the GPU never wrote), then each
+failure in full and a verdict line ("verdict: agree", "verdict: DISAGREE"
+or "verdict: incomplete"); --json prints one JSON object instead. The exit
+status is 1 unless every kernel was compared and agrees. --budget D bounds
+its time: the kernels not reached are reported as not compared. Needs a
+GPU and g++.
+
 --save DIR writes, after the run, what bench fed and what the compiled
 program gave, so that another tool can run the same graph on the same
 tensors and compare: DIR/inputs.safetensors (every input, state and weight
@@ -86,7 +104,8 @@ PyTorch or onnxruntime without writing Go.`,
 	example: `
 lumsearch bench out/ --json
 lumsearch bench tiny-gpt2:block --seq 4 --measure emulated
-lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
+lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/
+lumsearch bench out/ --compare-kernels --budget 2m`,
 	setup: func(fs *flag.FlagSet) action {
 		mode := fs.String("measure", "gpu", "where to measure: `gpu` or emulated")
 		asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
@@ -103,6 +122,8 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 		seed := fs.Uint64("seed", 1, "seed of the random inputs and weights")
 		feeds := feedFlags(fs, "")
 		workers := fs.String("workers", "", "measure every kernel of both programs on the tune-workers of a fleet at `URL` (nats://HOST:4222; see tuning-server) instead of here")
+		compare := fs.Bool("compare-kernels", false, "DIR only: time nothing; run each distinct kernel on the GPU and under the CPU emulation on the same inputs and compare both with the reference and with each other")
+		budget := fs.Duration("budget", 0, "with --compare-kernels, the time the comparison may take (0: no bound); kernels not reached are reported as not compared")
 		save := fs.String("save", "", "after the run, write the tensors fed (inputs.safetensors), the compiled program's outputs (outputs.safetensors) and the graph (graph.txt) into `DIR`")
 		return func(ctx context.Context, pos []string, stdout io.Writer) error {
 			if len(pos) != 1 {
@@ -110,6 +131,12 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 			}
 			if *mode != "gpu" && *mode != "emulated" {
 				return usagef("--measure %q: gpu or emulated", *mode)
+			}
+			if *compare {
+				return compareKernels(ctx, fs, pos[0], *seed, *budget, *asJSON, stdout)
+			}
+			if *budget != 0 {
+				return usagef("--budget applies to --compare-kernels")
 			}
 			if *minRuns < 1 || *maxTime <= 0 {
 				return usagef("--min-runs and --max-time must be positive")
@@ -159,4 +186,47 @@ lumsearch bench tiny-llama:mlp --seq 4 --measure emulated --save feeds/`,
 			return rep.WriteText(stdout)
 		}
 	},
+}
+
+// compareKernels is bench DIR --compare-kernels: every distinct kernel of
+// DIR on the GPU and under the emulation, compared; the report printed,
+// and an error (exit status 1) unless every kernel agrees.
+func compareKernels(ctx context.Context, fs *flag.FlagSet, dir string, seed uint64, budget time.Duration, asJSON bool, stdout io.Writer) error {
+	var others []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "compare-kernels", "budget", "seed", "json":
+		case "measure":
+			if f.Value.String() != "gpu" {
+				others = append(others, "--measure "+f.Value.String())
+			}
+		default:
+			others = append(others, "--"+f.Name)
+		}
+	})
+	if len(others) > 0 {
+		return usagef("%s: not with --compare-kernels, which runs each kernel of DIR on the GPU and under the emulation (--seed, --budget and --json apply)", strings.Join(others, ", "))
+	}
+	if budget < 0 {
+		return usagef("--budget %v: want a positive duration, or 0 for none", budget)
+	}
+	if st, err := os.Stat(filepath.Join(dir, plan.FileName)); err != nil || st.IsDir() {
+		return usagef("--compare-kernels takes a folder that compile or optimize wrote; %s has no %s", dir, plan.FileName)
+	}
+	rep, err := search.CompareKernels(ctx, dir, search.CompareOptions{Seed: seed, Budget: budget})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("the kernels on the GPU and under the emulation: %s", rep.Verdict())
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -241,4 +242,90 @@ func TestMain(m *testing.M) {
 	cleanup()
 	fakecuda.Cleanup()
 	os.Exit(code)
+}
+
+// TestBenchCompareKernels: bench DIR --compare-kernels through the fake
+// driver, which computes nothing: every kernel of the folder disagrees
+// (its outputs never written on the "GPU"), the table and the JSON say so
+// kernel by kernel and the exit status is 1. Without a GPU it fails and
+// says so; flags that do not apply are usage errors.
+func TestBenchCompareKernels(t *testing.T) {
+	needGxx(t)
+	dir, _ := compiledDecode(t)
+	t.Run("usage", func(t *testing.T) {
+		tests := []struct {
+			name string
+			args []string
+			want string
+		}{
+			{"emulated", []string{dir, "--compare-kernels", "--measure", "emulated"}, "--measure emulated: not with --compare-kernels"},
+			{"save", []string{dir, "--compare-kernels", "--save", t.TempDir()}, "--save: not with --compare-kernels"},
+			{"model", []string{"tiny-llama:mlp", "--compare-kernels"}, "--compare-kernels takes a folder that compile or optimize wrote"},
+			{"budget alone", []string{dir, "--budget", "1m"}, "--budget applies to --compare-kernels"},
+			{"negative budget", []string{dir, "--compare-kernels", "--budget", "-1s"}, "--budget -1s: want a positive duration"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				r := runArgs(t, append([]string{"bench"}, tc.args...)...)
+				assert.Equal(t, exitUsage, r.code, r.stderr)
+				assert.Contains(t, r.stderr, tc.want)
+				assert.Empty(t, r.stdout)
+			})
+		}
+	})
+	for _, d := range noGPUDrivers {
+		t.Run(d.name, func(t *testing.T) {
+			d.setup(t)
+			r := runArgs(t, "bench", dir, "--compare-kernels")
+			assert.Equal(t, exitError, r.code)
+			assert.Contains(t, r.stderr, "compare kernels of "+dir+" on a GPU: no CUDA device: ")
+			assert.Contains(t, r.stderr, d.want)
+			assert.Empty(t, r.stdout)
+		})
+	}
+	if _, err := nvrtc.Load(); err != nil {
+		t.Skip("the folder embeds a module only when NVRTC compiled it:", err)
+	}
+	t.Run("fake driver", func(t *testing.T) {
+		f := fakecuda.Build(t)
+		r := runArgs(t, "bench", dir, "--compare-kernels", "--budget", "5m")
+		assert.Equal(t, exitError, r.code, r.stderr)
+		assert.Contains(t, r.stdout, "compare kernels of "+dir+" (tiny-llama:decode) on Fake GPU (the sm_90 CUBIN model.cpp embeds) with the CPU emulation, seed 1\n")
+		assert.Regexp(t, `(?m)^KERNEL +SCHEDULE +RUNS +ELEMENTS +GPU ERR +EMU ERR +GPU-EMU +RESULT$`, r.stdout)
+		rows := regexp.MustCompile(`(?m)^(\S+) +\S+ +\S+ +\d+ .*inf +\S+ +inf +FAIL \(GPU\)$`).FindAllStringSubmatch(r.stdout, -1)
+		require.NotEmpty(t, rows, r.stdout)
+		for _, row := range rows {
+			assert.Contains(t, r.stdout, row[1]+" on the GPU: verify kernel "+row[1]+" on the device: output ")
+		}
+		assert.Contains(t, r.stdout, fmt.Sprintf("verdict: DISAGREE: %d of %d kernels fail (", len(rows), len(rows)))
+		assert.Contains(t, r.stderr, "the kernels on the GPU and under the emulation: DISAGREE: ")
+		assert.Equal(t, 1, strings.Count(f.Log(), "load \x7fELF"), "the embedded CUBIN, loaded once")
+		assert.Zero(t, f.Allocs(), "every buffer freed")
+
+		r = runArgs(t, "bench", dir, "--compare-kernels", "--json", "--seed", "3")
+		assert.Equal(t, exitError, r.code, r.stderr)
+		var got struct {
+			Device  string `json:"device"`
+			Seed    uint64 `json:"seed"`
+			OK      bool   `json:"ok"`
+			Verdict string `json:"verdict"`
+			Kernels []struct {
+				Kernel string   `json:"kernel"`
+				GPU    *float64 `json:"gpu_error_ratio"`
+				OK     bool     `json:"ok"`
+				Error  string   `json:"error"`
+			} `json:"kernels"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+		assert.Equal(t, "Fake GPU", got.Device)
+		assert.Equal(t, uint64(3), got.Seed)
+		assert.False(t, got.OK)
+		assert.True(t, strings.HasPrefix(got.Verdict, "DISAGREE: "), got.Verdict)
+		require.Len(t, got.Kernels, len(rows))
+		for _, k := range got.Kernels {
+			assert.False(t, k.OK, k.Kernel)
+			assert.Nil(t, k.GPU, "%s: an infinite ratio is null", k.Kernel)
+			assert.Contains(t, k.Error, "never written", k.Kernel)
+		}
+	})
 }

@@ -112,7 +112,8 @@ func TestDryRun(t *testing.T) {
 			SavedDir    *string  `json:"saved_dir"`
 			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
-		Decode decodeResult `json:"decode"`
+		Decode  decodeResult  `json:"decode"`
+		Prefill prefillResult `json:"prefill"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
 	assert.Equal(t, "dry", res.Mode)
@@ -149,10 +150,16 @@ func TestDryRun(t *testing.T) {
 		assert.Nil(t, p.LumsearchMS, "nothing is timed in dry mode")
 	}
 	assert.Contains(t, string(summary), "decode llama-3.2-1b:decode --max-seq 8192 (one program, compile ok): past=128: ? ms;")
+	// The kernels are compared with the emulation on a GPU only.
+	assert.Contains(t, stdout, " compare=1 ", "this build's bench has --compare-kernels")
+	assert.Contains(t, string(summary), "  decode llama-3.2-1b:decode: skipped (dry run)\n  prefill llama-3-8b:layer --seq 512: skipped (dry run)\n")
+	assert.Equal(t, compareResult{Status: "skipped (dry run)"}, d.Compare)
+	assert.Equal(t, compareResult{Status: "skipped (dry run)"}, res.Prefill.Compare)
 }
 
 // decodeResult is results.json's decode section: one decode program with
-// a runtime position, compiled once and timed at three positions.
+// a runtime position, compiled once, its kernels compared on the GPU with
+// the emulation and timed at three positions.
 type decodeResult struct {
 	Graph      string `json:"graph"`
 	MaxSeq     int    `json:"max_seq"`
@@ -162,6 +169,22 @@ type decodeResult struct {
 		Past        int      `json:"past"`
 		LumsearchMS *float64 `json:"lumsearch_ms"`
 	} `json:"positions"`
+	Compare compareResult `json:"kernel_compare"`
+}
+
+// prefillResult is results.json's prefill section.
+type prefillResult struct {
+	Graph   string        `json:"graph"`
+	Status  string        `json:"status"`
+	Compare compareResult `json:"kernel_compare"`
+}
+
+// compareResult is a program's kernel comparison (bench --compare-kernels)
+// in results.json: its verdict, or why it did not run, and the file of its
+// table (null when it did not run).
+type compareResult struct {
+	Status string  `json:"status"`
+	File   *string `json:"file"`
 }
 
 func TestUnknownOption(t *testing.T) {
@@ -198,7 +221,7 @@ func TestFakeGPU(t *testing.T) {
 version) echo "lumsearch (fake)" ;;
 help)
 	if [[ ${2:-} == bench ]]; then
-		echo 'Usage: lumsearch bench DIR|MODEL [--json] [--save DIR]'
+		echo 'Usage: lumsearch bench DIR|MODEL [--json] [--save DIR] [--compare-kernels [--budget D]]'
 	else
 		printf 'Commands:\n  compile   x\n  bench     time a compiled program\n'
 	fi
@@ -206,6 +229,22 @@ help)
 compile) while [[ $# -gt 0 && $1 != -o ]]; do shift; done; mkdir -p "$2"; : >"$2/plan.json" ;;
 bench)
 	dir=$2
+	if [[ " $* " == *" --compare-kernels "* ]]; then
+		# Each kernel on the GPU and under the emulation: the decode
+		# program agrees, the prefill layer has a kernel that does not.
+		[[ " $* " == *" --budget "*s" "* ]] || { echo "fake: --compare-kernels without --budget" >&2; exit 2; }
+		echo "compare kernels of $dir (fake) on NVIDIA H200 with the CPU emulation, seed 1"
+		echo "KERNEL  SCHEDULE     RUNS  ELEMENTS  GPU ERR  EMU ERR  GPU-EMU  RESULT"
+		if [[ $dir == *decode* ]]; then
+			echo "k4      threads=512  3/3   3072      0.12     0.117    0.01     ok"
+			echo "verdict: agree: all 1 kernels match the reference on the GPU and under the emulation"
+			exit 0
+		fi
+		echo "k7      bm=128,mma   1     8192      3.5      0.01     3.4      FAIL (GPU)"
+		echo "k7 on the GPU: verify kernel k7 on the device: output out0 element 5 [0,5]: got 1, want 2"
+		echo "verdict: DISAGREE: 1 of 1 kernels fail (k7)"
+		exit 1
+	fi
 	while [[ $# -gt 0 && $1 != --save ]]; do shift; done
 	if [[ $# -ge 2 && $dir != *layer ]]; then
 		mkdir -p "$2"
@@ -276,10 +315,19 @@ esac
 			RelErr      *float64 `json:"max_rel_err_vs_lumsearch"`
 			Matches     *bool    `json:"torch_matches_lumsearch"`
 		} `json:"graphs"`
-		Decode decodeResult `json:"decode"`
+		Decode  decodeResult  `json:"decode"`
+		Prefill prefillResult `json:"prefill"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &res), "results.json:\n%s", raw)
 	assert.Equal(t, "gpu", res.Mode)
+	assert.Equal(t, "agree", res.Decode.Compare.Status)
+	if assert.NotNil(t, res.Decode.Compare.File) {
+		assert.FileExists(t, *res.Decode.Compare.File)
+	}
+	assert.Equal(t, "DISAGREE", res.Prefill.Compare.Status)
+	if assert.NotNil(t, res.Prefill.Compare.File) {
+		assert.Equal(t, filepath.Join(out, "compare-prefill.txt"), *res.Prefill.Compare.File)
+	}
 	// The decode program is timed by bench --dim past=P at each position.
 	assert.Equal(t, "ok", res.Decode.Compile)
 	require.Len(t, res.Decode.Positions, 3)
@@ -294,6 +342,16 @@ esac
 	// two launches of k3 moving 800 MB in 0.4 ms are 2000 GB/s, half the
 	// copy ceiling.
 	assert.Contains(t, stdout, "prefill llama-3-8b:layer --seq 512: ok, 0.5 ms")
+	// Each program's kernels run on the GPU and under the emulation,
+	// compared: the summary holds each verdict and table; a kernel that
+	// disagrees is named with its element.
+	assert.Contains(t, stdout, "kernels on the GPU against the CPU emulation (bench --compare-kernels")
+	assert.Contains(t, stdout, "  decode llama-3.2-1b:decode: agree\n    compare kernels of "+filepath.Join(out, "compile-decode")+" (fake)")
+	assert.Regexp(t, `\n    k4 +threads=512 +3/3 +3072 +0\.12 +0\.117 +0\.01 +ok\n`, stdout)
+	assert.Contains(t, stdout, "  prefill llama-3-8b:layer --seq 512: DISAGREE\n")
+	assert.Contains(t, stdout, "    k7 on the GPU: verify kernel k7 on the device: output out0 element 5 [0,5]: got 1, want 2\n    verdict: DISAGREE: 1 of 1 kernels fail (k7)\n")
+	assert.Less(t, strings.Index(stdout, "compare the kernels of "+filepath.Join(out, "compile-decode")), strings.Index(stdout, "past=128"),
+		"the kernels are compared before the decode program is timed")
 	assert.Contains(t, stdout, "kernels of bench-prefill (measured against the cost model")
 	assert.Regexp(t, `k3 +2 bm=1,bn=64,threads=128,gemv +dram +0\.2000 ms +0\.4000 ms +2\.00 +2000 \(50%\)\n`, stdout)
 	assert.Regexp(t, `k7 +1 bm=1,bn=32,threads=1024,splitkeys +latency +0\.0100 ms +0\.0500 ms +5\.00 +20 \(0%\)\n`, stdout)
