@@ -131,7 +131,11 @@ var fusedCache onceCache[string, fusedProgram]
 // corpusFused returns the program of corpus graph name (seq 5 and 3 past
 // tokens, sizes no tile divides) that SaturateModel extracts with every
 // rule set after 8 iterations or 40,000 e-nodes, lowered and printed.
-// Callers must not modify it.
+// Under -short it stops after 3 iterations: the programs of the graphs the
+// short tests take (tiny-llama:decode and :step, tiny-gpt2:block and
+// :model) are byte for byte the same, and the iterations after the third
+// cost most of the saturation (tens of seconds for GPT-2's whole model
+// under the race detector). Callers must not modify it.
 func corpusFused(t *testing.T, name string) fusedProgram {
 	t.Helper()
 	p, err := fusedCache.get(name, func() (fusedProgram, error) {
@@ -143,7 +147,11 @@ func corpusFused(t *testing.T, name string) fusedProgram {
 		if err != nil {
 			return fusedProgram{}, err
 		}
-		prog, err := rules.SaturateModel(context.Background(), g, rws, rules.SaturateOptions{IterLimit: 8, NodeLimit: 40_000})
+		iters := 8
+		if testing.Short() {
+			iters = 3
+		}
+		prog, err := rules.SaturateModel(context.Background(), g, rws, rules.SaturateOptions{IterLimit: iters, NodeLimit: 40_000})
 		if err != nil {
 			return fusedProgram{}, fmt.Errorf("saturate %s: %w", name, err)
 		}

@@ -78,7 +78,7 @@ func EncodeTensor(t *ir.Tensor) []byte {
 	n := int(t.Len())
 	b := make([]byte, n*t.DType.Size())
 	mmap.AdviseHuge(b)
-	const chunk = 1 << 20
+	chunk := encodeChunk
 	if n < 2*chunk || runtime.GOMAXPROCS(0) == 1 {
 		encodeRange(t, b, 0, n)
 		return b
@@ -86,6 +86,12 @@ func EncodeTensor(t *ir.Tensor) []byte {
 	parallel.Chunks(n, chunk, func(_, lo, hi int) { encodeRange(t, b, lo, hi) })
 	return b
 }
+
+// encodeChunk is how many elements each of EncodeTensor's parallel chunks
+// encodes; a tensor of fewer than two chunks is encoded in one go. A
+// variable only so that the round-trip test can take the parallel path
+// with small tensors.
+var encodeChunk = 1 << 20
 
 // tensorBytes is EncodeTensor without the copy where a tensor's storage
 // already is its encoding (float32 storage of an f32 tensor on a

@@ -15,8 +15,14 @@ import (
 // back as the same values, whatever GOMAXPROCS is, and tensorBytes (the
 // copy-free view) the same bytes as EncodeTensor.
 func TestEncodeTensorRoundTrip(t *testing.T) {
+	// Not parallel: no other test encodes while the chunk is small. The
+	// parallel path at 1/256 of its chunk size: the same code as at real
+	// shapes, on tensors of thousands of elements rather than millions
+	// (seconds each under the race detector).
+	defer func(c int) { encodeChunk = c }(encodeChunk)
+	encodeChunk = 1 << 12
 	rng := rand.New(rand.NewPCG(5, 6))
-	const n = 2<<20 + 12345 // past the parallel threshold, a partial last chunk
+	n := 5*encodeChunk + 1234 // past the parallel threshold, a partial last chunk
 	for _, tc := range []struct {
 		dt  ir.DType
 		f32 bool
@@ -25,6 +31,7 @@ func TestEncodeTensorRoundTrip(t *testing.T) {
 		{ir.F16, true}, {ir.F16, false}, {ir.I32, false}, {ir.I64, false}, {ir.Bool, false},
 	} {
 		t.Run(tc.dt.String(), func(t *testing.T) {
+			require.GreaterOrEqual(t, n, 2*encodeChunk, "the parallel path")
 			vals := make([]float64, n)
 			for i := range vals {
 				switch {
@@ -36,7 +43,7 @@ func TestEncodeTensorRoundTrip(t *testing.T) {
 					vals[i] = rng.NormFloat64() * 10
 				}
 			}
-			want, err := ir.TensorOf(tc.dt, ir.Shape{n}, vals...)
+			want, err := ir.TensorOf(tc.dt, ir.Shape{ir.Dim(n)}, vals...)
 			require.NoError(t, err)
 			src := want
 			if tc.f32 {
@@ -44,7 +51,7 @@ func TestEncodeTensorRoundTrip(t *testing.T) {
 				for i, v := range want.F64 {
 					f[i] = float32(v)
 				}
-				src, err = ir.TensorOfFloat32(tc.dt, ir.Shape{n}, f)
+				src, err = ir.TensorOfFloat32(tc.dt, ir.Shape{ir.Dim(n)}, f)
 				require.NoError(t, err)
 			}
 			var encodings [][]byte
@@ -55,7 +62,7 @@ func TestEncodeTensorRoundTrip(t *testing.T) {
 			}
 			require.Equal(t, encodings[0], encodings[1], "the bytes do not depend on GOMAXPROCS")
 			require.Equal(t, encodings[0], tensorBytes(src))
-			got, err := DecodeTensor(ir.ValueType{DType: tc.dt, Shape: ir.Shape{n}}, encodings[0])
+			got, err := DecodeTensor(ir.ValueType{DType: tc.dt, Shape: ir.Shape{ir.Dim(n)}}, encodings[0])
 			require.NoError(t, err)
 			for i := range int64(n) {
 				if got.At(i) != want.At(i) {

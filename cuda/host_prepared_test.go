@@ -98,10 +98,11 @@ type preparedCase struct {
 }
 
 // hostPreparedCase lowers and prints one model of the prepared-weights
-// tests with random weights: a saturated tiny llama (merged QKV and
-// gate/up weights and a rotary table prepared at load), a saturated tiny
-// gpt2 (its position embedding gathered at load, and so left out of the
-// file), or "no weights", a model with none at all.
+// tests with random weights: a saturated tiny llama decode step (merged
+// QKV and gate/up weights and rotary tables prepared at load; the program
+// other tests of the package share), a saturated tiny gpt2 (its position
+// embedding gathered at load, and so left out of the file), or "no
+// weights", a model with none at all.
 func hostPreparedCase(t *testing.T, name string, seed uint64) preparedCase {
 	t.Helper()
 	if name == "no weights" {
@@ -159,7 +160,7 @@ func TestHostLibraryPrepared(t *testing.T) {
 	t.Parallel()
 	needCompilers(t)
 	fake := fakeDriverDir(t)
-	for i, name := range []string{"tiny-llama:model", "tiny-gpt2:model", "no weights"} {
+	for i, name := range []string{"tiny-llama:decode", "tiny-gpt2:model", "no weights"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			c := hostPreparedCase(t, name, uint64(i+1))

@@ -66,27 +66,24 @@ func hostModule(t *testing.T, ks []*Kernel) (ptx string, cubin []byte) {
 		}
 		return b.String(), nil
 	}
-	src := NVRTCPrelude + Source(ks)
-	m, err := hostModules.get(src, func() (hostModuleResult, error) {
-		res, err := lib.Compile(context.Background(), src, "model.cu", nvrtc.Options{Arch: "sm_90"})
-		if err != nil {
-			return hostModuleResult{}, err
-		}
-		return hostModuleResult{res.PTX, res.CUBIN}, nil
-	})
+	res, err := compileProgram(lib, ks)
 	require.NoError(t, err)
-	require.NotEmpty(t, m.ptx)
-	return m.ptx, slices.Clone(m.cubin)
+	require.NotEmpty(t, res.PTX)
+	return res.PTX, slices.Clone(res.CUBIN)
 }
 
-// hostModules caches hostModule's NVRTC compilations by source: tests
-// that build the host library of the same program compile it once.
-var hostModules onceCache[string, hostModuleResult]
-
-type hostModuleResult struct {
-	ptx   string
-	cubin []byte
+// compileProgram compiles a program's kernels with NVRTC for sm_90, once
+// per test binary for each source: the host library's tests and
+// TestPrintNaivePrograms compile the same naive programs. The result is
+// shared: callers must not modify it.
+func compileProgram(lib *nvrtc.Library, ks []*Kernel) (*nvrtc.Result, error) {
+	src := NVRTCPrelude + Source(ks)
+	return programModules.get(src, func() (*nvrtc.Result, error) {
+		return lib.Compile(context.Background(), src, "model.cu", nvrtc.Options{Arch: "sm_90"})
+	})
 }
+
+var programModules onceCache[string, *nvrtc.Result]
 
 // hostDriverProgram is the C program the tests link with the library: it
 // lists the tensors, creates the model and, when that succeeds, exercises

@@ -18,6 +18,10 @@ import (
 // TestPrintNaivePrograms lowers the naive program (one kernel per op) of
 // tiny corpus graphs, prints every launch and compiles them all with NVRTC
 // for sm_90: every one-op kernel except attention's has a printed form.
+// Under -short NVRTC compiles Llama's layer (which TestHostLibrary compiles
+// too: the same source, compiled once) and GPT-2's block, whose ops the
+// others' are but for their shapes (TestEveryOpOnEveryDTypeHasANaiveKernel
+// compiles every op in every dtype); the long test command compiles all.
 func TestPrintNaivePrograms(t *testing.T) {
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
@@ -26,6 +30,7 @@ func TestPrintNaivePrograms(t *testing.T) {
 	if libErr != nil && os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
 		t.Fatal(libErr)
 	}
+	compiled := []string{"tiny-llama:layer", "tiny-gpt2:block"}
 	for _, name := range []string{"tiny-llama:layer", "tiny-llama:decode", "tiny-gpt2:block", "tiny-qwen2:layer", "tiny-mistral:layer"} {
 		t.Run(name, func(t *testing.T) {
 			g, err := corpus.Build(name, corpus.Options{Seq: 4, Past: 2})
@@ -40,8 +45,11 @@ func TestPrintNaivePrograms(t *testing.T) {
 			if lib == nil {
 				t.Skip(libErr)
 			}
-			res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(ks), name+".cu", nvrtc.Options{Arch: "sm_90"})
-			require.NoError(t, err)
+			if testing.Short() && !slices.Contains(compiled, name) {
+				return
+			}
+			res, err := compileProgram(lib, ks)
+			require.NoError(t, err, name)
 			require.Len(t, res.Kernels, len(Distinct(ks)))
 		})
 	}

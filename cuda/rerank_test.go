@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// scheduledProgram lowers tiny-llama:layer's naive program and prints it
+// scheduledProgram lowers a corpus graph's naive program and prints it
 // in the h100 model's best schedules.
-func scheduledProgram(t *testing.T) (*lower.Program, []*Kernel, *cost.Model) {
-	g, err := corpus.Build("tiny-llama:layer", corpus.Options{Seq: 4})
+func scheduledProgram(t *testing.T, name string) (*lower.Program, []*Kernel, *cost.Model) {
+	g, err := corpus.Build(name, corpus.Options{Seq: 4})
 	require.NoError(t, err)
 	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
 	require.NoError(t, err)
@@ -38,7 +38,7 @@ func scheduledProgram(t *testing.T) (*lower.Program, []*Kernel, *cost.Model) {
 // kernel is printed again in its best alternative under the same name;
 // kernels whose report changes nothing keep their kernel.
 func TestRerankByCompiledResources(t *testing.T) {
-	lp, ks, m := scheduledProgram(t)
+	lp, ks, m := scheduledProgram(t, "tiny-llama:layer")
 	var victim *Kernel
 	for _, k := range Distinct(ks) {
 		if k.Estimate != nil && len(k.Alternatives) > 0 && strings.HasPrefix(k.Schedule.String(), "bm=") {
@@ -93,13 +93,21 @@ func TestRerankByCompiledResources(t *testing.T) {
 	}
 }
 
-// TestRerankWithNVRTC reranks with the real compiler's reports.
+// TestRerankWithNVRTC reranks with the real compiler's reports: the tiny
+// Llama's MLP (matrix-vector and matmul projections, each with its
+// alternatives, and the SiLU gate) under -short, its whole layer in the
+// long test command (the compiler's optimize and compile rerank layers
+// with NVRTC in search's tests).
 func TestRerankWithNVRTC(t *testing.T) {
 	// Parallel: independent of the other tests, it shares the machine's
 	// cores with them once the sequential tests are done.
 	t.Parallel()
 	lib := nvrtcOrSkip(t)
-	lp, ks, m := scheduledProgram(t)
+	name := "tiny-llama:layer"
+	if testing.Short() {
+		name = "tiny-llama:mlp"
+	}
+	lp, ks, m := scheduledProgram(t, name)
 	compile := func(src string) (map[string]cost.Resources, error) {
 		res, err := lib.Compile(context.Background(), NVRTCPrelude+src, "rerank.cu", nvrtc.Options{Arch: "sm_90"})
 		if err != nil {
@@ -113,7 +121,12 @@ func TestRerankWithNVRTC(t *testing.T) {
 	}
 	out, changed, err := Rerank(lp, ks, compile, m.Resourced)
 	require.NoError(t, err)
-	t.Logf("%d distinct kernels, %d changed schedule", len(Distinct(out)), changed)
+	t.Logf("%s: %d distinct kernels, %d changed schedule", name, len(Distinct(out)), changed)
+	alternatives := 0
+	for _, k := range Distinct(out) {
+		alternatives += len(k.Alternatives)
+	}
+	require.Positive(t, alternatives, "some kernel has alternatives to rerank")
 	for _, k := range Distinct(out) {
 		require.NotNil(t, k.Estimate, k.Name)
 		assert.Equal(t, k.Schedule, k.Estimate.Schedule)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -32,6 +33,12 @@ func TestSampledBlocksThatWriteNaNAreSeen(t *testing.T) {
 	require.NoError(t, err)
 	for _, sched := range []string{"bm=16,bn=128,bk=32,threads=128,stages=2,mma", "bm=16,bn=32,bk=32,threads=32,stages=2,mma"} {
 		t.Run(sched, func(t *testing.T) {
+			if strings.Contains(sched, "bn=128") {
+				// The same NaNs in another tiling, each a few seconds of
+				// a real-size reference under the race detector: the long
+				// test command verifies both.
+				skipLong(t)
+			}
 			s, err := cost.ParseSchedule(sched)
 			require.NoError(t, err)
 			k, err := PrintKernelWith("k2", "", body, s)
