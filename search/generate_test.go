@@ -3,6 +3,7 @@ package search
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/safetensors"
 	"github.com/stretchr/testify/assert"
@@ -32,6 +34,7 @@ func TestGenerateAcrossPositions(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("the CPU emulation needs g++")
 	}
+	withoutNVRTC(t)
 	prompt, steps := 5, 32
 	models := []string{"tiny-llama", "tiny-gpt2", "tiny-qwen2"}
 	if raceEnabled {
@@ -124,6 +127,20 @@ const oneLayerLlama = `{
   "tie_word_embeddings": false,
   "vocab_size": 97
 }`
+
+// withoutNVRTC leaves NVRTC out of the compilations of the rest of t (the
+// package's tests run one at a time): no schedules priced again with its
+// resources and no PTX, for tests of what a program computes, which run
+// its kernels.cu under the emulation. NVRTC's part of compile and optimize
+// is tested by ExampleCompile, TestCompilePagedStep, TestVerify* and the
+// command's tests; each compile with it costs tens of seconds of NVRTC
+// under the race detector.
+func withoutNVRTC(t *testing.T) {
+	t.Helper()
+	load := loadNVRTC
+	loadNVRTC = func() (*nvrtc.Library, error) { return nil, errors.New("left out of this test") }
+	t.Cleanup(func() { loadNVRTC = load })
+}
 
 // generationFolder is a compiled output folder and the graph it computes.
 type generationFolder struct {

@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/corpus/onnx"
-	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/internal/shareddata"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
@@ -63,9 +62,7 @@ func TestEveryConformingNodeCaseCompiles(t *testing.T) {
 		t.Skip("compiles every ONNX node case (minutes on a cold g++ cache); skipped under -short")
 	}
 	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
-	load := loadNVRTC
-	loadNVRTC = func() (*nvrtc.Library, error) { return nil, errors.New("left out of this test") }
-	t.Cleanup(func() { loadNVRTC = load })
+	withoutNVRTC(t)
 	names := readCaseList(t, conformancePass)
 	require.NotEmpty(t, names)
 	only := os.Getenv("LUMSEARCH_NODE_CASES")

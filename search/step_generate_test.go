@@ -43,6 +43,7 @@ func TestStepGeneratesAsEachSequenceAlone(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("the CPU emulation needs g++")
 	}
+	withoutNVRTC(t)
 	models := []string{"tiny-llama", "tiny-qwen2", "tiny-gpt2"}
 	requests := 6
 	if raceEnabled || testing.Short() {

@@ -30,6 +30,7 @@ func TestCompiledStepMatchesEachSequenceAlone(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("the CPU emulation needs g++")
 	}
+	withoutNVRTC(t)
 	cases := []struct {
 		model string
 		dt    ir.DType

@@ -25,11 +25,18 @@ import (
 // missing weight is an error naming it, and leaves no file.
 func TestWritePreparedWeights(t *testing.T) {
 	ctx := context.Background()
+	// Under -short the search stops after 3 iterations: both programs are
+	// byte for byte those of 6, which take three times as long (GPT-2's
+	// whole model, 19 s under the race detector).
+	iters := 6
+	if testing.Short() {
+		iters = 3
+	}
 	for i, model := range []string{"tiny-gpt2:model", "tiny-llama:layer"} {
 		t.Run(model, func(t *testing.T) {
 			g, err := corpus.Build(model, corpus.Options{Seq: 4, Past: 2})
 			require.NoError(t, err)
-			c, err := pipeline(ctx, g, rules.SaturateOptions{IterLimit: 6, NodeLimit: 40_000}, nil)
+			c, err := pipeline(ctx, g, rules.SaturateOptions{IterLimit: iters, NodeLimit: 40_000}, nil)
 			require.NoError(t, err)
 			weights, err := corpus.RandomWeights(g, uint64(i+1))
 			require.NoError(t, err)

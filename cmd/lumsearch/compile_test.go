@@ -14,10 +14,12 @@ import (
 	"github.com/lumsearch/lumsearch/plan"
 )
 
-// TestCompile runs compile on a layer, verified, and on a decode step
-// (KV caches as states; the folder the tests share, unverified: the
-// library's tests, TestVerifyDir and TestOptimizeEndToEnd verify decode
-// steps) and checks what it prints and writes.
+// TestCompile runs compile on an MLP, verified (the library's
+// ExampleCompile compiles and verifies a layer, TestVerifyDir verifies the
+// decode step's folder through the command), and on a decode step (KV
+// caches as states; the folder the tests share, unverified: the library's
+// tests, TestVerifyDir and TestOptimizeEndToEnd verify decode steps) and
+// checks what it prints and writes.
 func TestCompile(t *testing.T) {
 	// Parallel: among the package's longest tests; the default tuning
 	// database is TestMain's empty one.
@@ -25,7 +27,7 @@ func TestCompile(t *testing.T) {
 	for _, tc := range []struct {
 		model  string
 		verify bool
-	}{{"tiny-llama:layer", true}, {"tiny-llama:decode", false}} {
+	}{{"tiny-llama:mlp", true}, {"tiny-llama:decode", false}} {
 		model := tc.model
 		t.Run(model, func(t *testing.T) {
 			t.Parallel()

@@ -266,8 +266,10 @@ func TestOptimizeStartsFromPreviousRun(t *testing.T) {
 }
 
 // TestOptimizeHuggingFaceFolder optimizes a folder holding a Hugging Face
-// config.json (built as --kind), and writes the e-graph and program of
-// every stage with --dump.
+// config.json (built as --kind: the MLP, whose search, compilation and
+// verification take a fraction of a layer's; TestOptimizeDeterministic
+// optimizes a layer), and writes the e-graph and program of every stage
+// with --dump.
 func TestOptimizeHuggingFaceFolder(t *testing.T) {
 	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
 	cfg, err := os.ReadFile(filepath.Join("..", "..", "corpus", "configs", "tiny-llama.json"))
@@ -275,11 +277,11 @@ func TestOptimizeHuggingFaceFolder(t *testing.T) {
 	folder := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(folder, "config.json"), cfg, 0o644))
 	dir, dump := filepath.Join(t.TempDir(), "out"), filepath.Join(t.TempDir(), "dump")
-	r := runArgs(t, "optimize", folder, "--kind", "layer", "--seq", "4", "--budget", "0", "--iter-limit", "4", "--measure", "none", "--dump", dump, "-o", dir)
+	r := runArgs(t, "optimize", folder, "--kind", "mlp", "--seq", "4", "--budget", "0", "--iter-limit", "4", "--measure", "none", "--dump", dump, "-o", dir)
 	require.Equal(t, exitOK, r.code, r.stderr+r.stdout)
 	pl, err := plan.Read(dir)
 	require.NoError(t, err)
-	assert.Equal(t, filepath.Join(folder, "config.json")+":layer", pl.Model)
+	assert.Equal(t, filepath.Join(folder, "config.json")+":mlp", pl.Model)
 	dumped := readTree(t, dump)
 	for _, f := range []string{"01-fusion.egraph.json", "01-fusion.program.txt", "02-all.egraph.json", "02-all.program.txt"} {
 		require.Contains(t, dumped, f)

@@ -11,17 +11,17 @@ import (
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
-// TestRulesCheck checks every built-in rule through the command (with 6
-// instances each, --instances: the library's TestBuiltinRulesVerify checks
-// them at the default 20), a file's rule at the default, and unsound and
-// unparsable files.
+// TestRulesCheck checks every built-in rule through the command (with 3
+// instances each, one a dtype, --instances: the library's
+// TestBuiltinRulesVerify checks them at the default 20), a file's rule at
+// the default, and unsound and unparsable files.
 func TestRulesCheck(t *testing.T) {
 	// Parallel: it reads no tuning database and sets no environment.
 	t.Parallel()
-	r := runArgs(t, "rules", "check", "--instances", "6")
+	r := runArgs(t, "rules", "check", "--instances", "3")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Regexp(t, `(?m)^comm-add +ok +6 +f32 \d+, bf16 \d+, f16 \d+ +algebra\.rules:\d+:1$`, r.stdout)
-	assert.Regexp(t, `(?m)^split-k +ok +6 +f32 \d+, bf16 \d+, f16 \d+ +tile\.rules:\d+:1$`, r.stdout, "a Go applier's rule is checked")
+	assert.Regexp(t, `(?m)^comm-add +ok +3 +f32 \d+, bf16 \d+, f16 \d+ +algebra\.rules:\d+:1$`, r.stdout)
+	assert.Regexp(t, `(?m)^split-k +ok +3 +f32 \d+, bf16 \d+, f16 \d+ +tile\.rules:\d+:1$`, r.stdout, "a Go applier's rule is checked")
 	assert.Regexp(t, `(?m)^\d+ rules sound$`, r.stdout)
 
 	good := filepath.Join(t.TempDir(), "good.rules")
