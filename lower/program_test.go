@@ -15,6 +15,20 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// shortIters is a search's iteration limit: n, or 3 under -short. The
+// short tests' fused programs (the tiny decode steps of
+// TestInPlaceStateUpdates, the tiny steps of
+// TestStepLaunchesWorkOnTheTokensPresent, the models and decode step of
+// TestPrepareWeights) are byte for byte those of 6 and 8 iterations, which
+// cost three to five times as much under the race detector; the long test
+// command searches n.
+func shortIters(n int) int {
+	if testing.Short() {
+		return 3
+	}
+	return n
+}
+
 func allRewrites(t *testing.T) []*egraph.Rewrite[rules.Data] {
 	t.Helper()
 	var rws []*egraph.Rewrite[rules.Data]
@@ -215,7 +229,7 @@ func TestInPlaceStateUpdates(t *testing.T) {
 			require.NoError(t, err)
 			var prog *rules.Program
 			if tt.fused {
-				prog, err = rules.SaturateModel(context.Background(), g, allRewrites(t), rules.SaturateOptions{IterLimit: 8})
+				prog, err = rules.SaturateModel(context.Background(), g, allRewrites(t), rules.SaturateOptions{IterLimit: shortIters(8)})
 			} else {
 				prog, err = rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
 			}

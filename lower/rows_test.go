@@ -85,7 +85,7 @@ func TestStepLaunchesWorkOnTheTokensPresent(t *testing.T) {
 			}
 			var lp *Program
 			if tt.fused {
-				prog, err := rules.SaturateModel(context.Background(), g, allRewrites(t), rules.SaturateOptions{IterLimit: 6, NodeLimit: 40_000})
+				prog, err := rules.SaturateModel(context.Background(), g, allRewrites(t), rules.SaturateOptions{IterLimit: shortIters(6), NodeLimit: 40_000})
 				require.NoError(t, err)
 				lp, err = FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
 				require.NoError(t, err)

@@ -111,7 +111,7 @@ func TestPrepareWeights(t *testing.T) {
 			ctx := context.Background()
 			g, err := corpus.Build(c.model, corpus.Options{Seq: 4, Past: 2, DType: c.dtype})
 			require.NoError(t, err)
-			rp, err := rules.SaturateModel(ctx, g, allRewrites(t), rules.SaturateOptions{IterLimit: 6, NodeLimit: 40_000})
+			rp, err := rules.SaturateModel(ctx, g, allRewrites(t), rules.SaturateOptions{IterLimit: shortIters(6), NodeLimit: 40_000})
 			require.NoError(t, err)
 			prog, err := FromExtraction(rp.EGraph, g, rp.Classes, rp.Problem, rp.Solution)
 			require.NoError(t, err)
