@@ -25,7 +25,8 @@ func allRewrites(t *testing.T) []*egraph.Rewrite[Data] {
 
 // TestExtractionsAgree is the e-graph fuzz test: corpus graphs saturated
 // with every rule set, and many seeded random extractions of each (kernel
-// bodies included) evaluated against the original graph, value by value.
+// bodies included; 12 a graph under -short, 24 in the long test command)
+// evaluated against the original graph, value by value.
 func TestExtractionsAgree(t *testing.T) {
 	// Parallel: the package's longest tests, independent of each other,
 	// share the machine's cores once the sequential tests are done.
@@ -38,7 +39,11 @@ func TestExtractionsAgree(t *testing.T) {
 			p := s.problem(t, SimpleCost(s.eg))
 			best, _, err := extract.GreedyDAG(context.Background(), p)
 			require.NoError(t, err)
-			sols := append([]*extract.Solution{best}, randomSolutions(t, p, 24)...)
+			n := 24
+			if testing.Short() {
+				n = 12 // the long test command draws 24
+			}
+			sols := append([]*extract.Solution{best}, randomSolutions(t, p, n)...)
 			s.requireAgree(t, p, sols, 7, false)
 		})
 	}

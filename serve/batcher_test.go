@@ -19,9 +19,35 @@ import (
 // llama2Text is the Llama 2 tokenizer from the shared data.
 func llama2Text(t testing.TB) *Text {
 	t.Helper()
-	txt, err := LoadText(TextOptions{Tokenizer: llama2Path(t)}, 32000)
-	require.NoError(t, err)
-	return txt
+	return sharedText(t, TextOptions{Tokenizer: llama2Path(t)}, 32000)
+}
+
+// textKey is what a LoadText call reads.
+type textKey struct {
+	o     TextOptions
+	vocab int
+}
+
+// texts holds LoadText's results by what they read (*textEntry by
+// textKey): the Llama 2 tokenizer takes a second and a half to load under
+// the race detector and most tests serve with it. A Text is only read once
+// loaded, by any number of batchers.
+var texts sync.Map
+
+type textEntry struct {
+	once sync.Once
+	txt  *Text
+	err  error
+}
+
+// sharedText is LoadText(o, vocab), loaded once per test binary.
+func sharedText(t testing.TB, o TextOptions, vocab int) *Text {
+	t.Helper()
+	v, _ := texts.LoadOrStore(textKey{o, vocab}, &textEntry{})
+	e := v.(*textEntry)
+	e.once.Do(func() { e.txt, e.err = LoadText(o, vocab) })
+	require.NoError(t, e.err)
+	return e.txt
 }
 
 // llama2Path is the Llama 2 tokenizer.json of the shared data.

@@ -75,6 +75,10 @@ func openTiny(t testing.TB) *FolderEngine {
 // each answer equals the same request served alone (greedy and seeded
 // sampling), also when a pool cut to a few blocks forces preemption.
 func TestServeCompiledStep(t *testing.T) {
+	// Parallel: the package's longest test (the emulated step), it shares
+	// the machine's cores with the simulated step's once the sequential
+	// tests are done.
+	t.Parallel()
 	// Under -short, the simulated step's test covers preemption and
 	// compares every answer; this one checks the compiled step's wiring.
 	alone, tight := 32, 6
@@ -90,6 +94,7 @@ func TestServeCompiledStep(t *testing.T) {
 // TestServeRefusesWhatDoesNotFit: a folder that is not a step kind, and a
 // tokenizer with ids outside the model's vocabulary, are refused.
 func TestServeRefusesWhatDoesNotFit(t *testing.T) {
+	t.Parallel() // after tinyFolder, compileInto's scratch is set
 	dir, err := tinyFolder()
 	require.NoError(t, err)
 	eng, err := OpenFolder(context.Background(), dir)

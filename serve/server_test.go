@@ -32,8 +32,7 @@ type testServer struct {
 
 func newTestServer(t testing.TB, eng Engine, o Options) *testServer {
 	t.Helper()
-	txt, err := LoadText(TextOptions{Tokenizer: llama2Path(t), ChatTemplate: "testdata/tiny-llama2/chat_template.jinja"}, eng.Layout().Vocab)
-	require.NoError(t, err)
+	txt := sharedText(t, TextOptions{Tokenizer: llama2Path(t), ChatTemplate: "testdata/tiny-llama2/chat_template.jinja"}, eng.Layout().Vocab)
 	b, err := NewBatcher(eng, txt, o)
 	require.NoError(t, err)
 	srv := httptest.NewServer(NewServer(b, ServerOptions{Model: testModel}))
@@ -193,6 +192,7 @@ func checkConcurrentClients(t *testing.T, newEngine func() Engine, tightBlocks, 
 }
 
 func TestConcurrentClientsOverSimulatedStep(t *testing.T) {
+	t.Parallel() // beside the emulated step's test
 	checkConcurrentClients(t, func() Engine {
 		eng, err := NewSimulatedEngine(simLayout(256), time.Millisecond)
 		require.NoError(t, err)

@@ -106,7 +106,7 @@ func TestBenchSaveDecodeStates(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "tunedb.jsonl")
 	dir := filepath.Join(t.TempDir(), "saved")
 	got := benchEmulated(t, db, out, "--save", dir)
-	assert.Equal(t, "tiny-llama:decode", got.Model)
+	assert.Equal(t, decodeModel, got.Model)
 	text, err := os.ReadFile(filepath.Join(dir, search.BenchGraphFile))
 	require.NoError(t, err)
 	g, err := ir.Parse(string(text))

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -27,9 +28,13 @@ func TestCompile(t *testing.T) {
 	for _, tc := range []struct {
 		model  string
 		verify bool
-	}{{"tiny-llama:mlp", true}, {"tiny-llama:decode", false}} {
+	}{{"tiny-llama:mlp", true}, {decodeModel, false}} {
 		model := tc.model
-		t.Run(model, func(t *testing.T) {
+		name := model
+		if filepath.IsAbs(model) { // the shared decode step's config file
+			name = filepath.Base(filepath.Dir(model)) + "/" + filepath.Base(model)
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var dir, stdout string
 			if tc.verify {
@@ -38,10 +43,10 @@ func TestCompile(t *testing.T) {
 				require.Equal(t, exitOK, r.code, r.stderr)
 				stdout = r.stdout
 			} else {
-				require.Equal(t, append([]string{"compile", model}, "--seq", "6", "--verify=false"), decodeArgs)
+				require.Equal(t, append([]string{"compile", model}, "--seq", "6", "--verify=false"), decodeArgs())
 				dir, stdout = compiledDecode(t)
 			}
-			assert.Regexp(t, `(?m)^compile `+model+` for h100-sxm \(sm_90\)$`, stdout)
+			assert.Regexp(t, `(?m)^compile `+regexp.QuoteMeta(model)+` for h100-sxm \(sm_90\)$`, stdout)
 			assert.Regexp(t, `(?m)^  program: \d+ kernels per run and \d+ at load`, stdout)
 			assert.Regexp(t, `(?m)^  lowered: \d+ launches per run`, stdout)
 			verified := `(?m)^  verify: the reduced configuration .* matches the reference interpreter under the CPU emulation`

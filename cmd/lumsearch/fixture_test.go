@@ -36,6 +36,24 @@ func setupShared() (func(), error) {
 	if err := os.Setenv(tunedb.EnvPath, filepath.Join(dir, "tunedb.jsonl")); err != nil {
 		return nil, err
 	}
+	// The decode step's model: the tiny Llama with one layer, as a user
+	// brings a config file.
+	cfg, err := os.ReadFile(filepath.Join("..", "..", "corpus", "configs", "tiny-llama.json"))
+	if err != nil {
+		return nil, err
+	}
+	const layers = `"num_hidden_layers": 2,`
+	if !bytes.Contains(cfg, []byte(layers)) {
+		return nil, fmt.Errorf("tiny-llama.json: no %s", layers)
+	}
+	path := filepath.Join(dir, "tiny-llama-1", "config.json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, bytes.Replace(cfg, []byte(layers), []byte(`"num_hidden_layers": 1,`), 1), 0o644); err != nil {
+		return nil, err
+	}
+	decodeModel = path + ":decode"
 	return func() { _ = os.RemoveAll(dir) }, nil
 }
 
@@ -51,10 +69,19 @@ var (
 	decode     compiledFolder
 )
 
+// decodeModel is the decode step the tests share (setupShared writes its
+// config): the tiny Llama's with one layer, whose compile takes a sixth of
+// the two-layer corpus model's under the race detector (package cuda's
+// tests compile, emulate and verify tiny-llama:decode's programs; the long
+// test command's TestOptimizeEndToEnd optimizes a two-layer decode step).
+var decodeModel string
+
 // decodeArgs compile the decode step the tests share: a step with KV
 // caches (states), at a length no tile divides, unverified (TestVerifyDir
 // verifies the folder it wrote).
-var decodeArgs = []string{"compile", "tiny-llama:decode", "--seq", "6", "--verify=false"}
+func decodeArgs() []string {
+	return []string{"compile", decodeModel, "--seq", "6", "--verify=false"}
+}
 
 // compiledDecode returns a copy of the folder decodeArgs write, in a
 // temporary folder of t's, and what the command printed.
@@ -63,8 +90,8 @@ func compiledDecode(t *testing.T) (dir, stdout string) {
 	decodeOnce.Do(func() {
 		out := filepath.Join(sharedRoot, "decode", "out")
 		var so, se bytes.Buffer
-		if code := run(context.Background(), append(decodeArgs, "-o", out), &so, &se); code != exitOK {
-			decode.err = fmt.Errorf("%v: exit %d: %s", decodeArgs, code, se.String())
+		if code := run(context.Background(), append(decodeArgs(), "-o", out), &so, &se); code != exitOK {
+			decode.err = fmt.Errorf("%v: exit %d: %s", decodeArgs(), code, se.String())
 			return
 		}
 		decode = compiledFolder{dir: out, stdout: so.String()}

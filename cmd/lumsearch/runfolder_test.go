@@ -64,7 +64,7 @@ func TestRunFolder(t *testing.T) {
 		code int
 		want string
 	}{
-		{"file's position past the range", []string{"--inputs", inFar}, exitUsage, "past=7 is outside the range tiny-llama:decode was compiled for, 0..5"},
+		{"file's position past the range", []string{"--inputs", inFar}, exitUsage, "past=7 is outside the range " + decodeModel + " was compiled for, 0..5"},
 		{"past the range", []string{"--inputs", in, "--dim", "past=6"}, exitUsage, "--dim past=6: outside the range the program was compiled for, 0..5"},
 		{"no position", []string{"--inputs", in}, exitUsage, "the runtime extent past (in 0..5) has no value: give --dim past=VALUE"},
 		{"unknown extent", []string{"--inputs", in, "--dim", "seq=3"}, exitUsage, "the program has no runtime extent seq"},
