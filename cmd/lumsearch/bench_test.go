@@ -290,7 +290,7 @@ func TestBenchCompareKernels(t *testing.T) {
 		f := fakecuda.Build(t)
 		r := runArgs(t, "bench", dir, "--compare-kernels", "--budget", "5m")
 		assert.Equal(t, exitError, r.code, r.stderr)
-		assert.Contains(t, r.stdout, "compare kernels of "+dir+" (tiny-llama:decode) on Fake GPU (the sm_90 CUBIN model.cpp embeds) with the CPU emulation, seed 1\n")
+		assert.Contains(t, r.stdout, "compare kernels of "+dir+" ("+decodeModel+") on Fake GPU (the sm_90 CUBIN model.cpp embeds) with the CPU emulation, seed 1\n")
 		assert.Regexp(t, `(?m)^KERNEL +SCHEDULE +RUNS +ELEMENTS +GPU ERR +EMU ERR +GPU-EMU +RESULT$`, r.stdout)
 		rows := regexp.MustCompile(`(?m)^(\S+) +\S+ +\S+ +\d+ .*inf +\S+ +inf +FAIL \(GPU\)$`).FindAllStringSubmatch(r.stdout, -1)
 		require.NotEmpty(t, rows, r.stdout)
