@@ -126,7 +126,7 @@ func newEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 		}
 		e.Buffers = append(e.Buffers, emu.Buffer{Bytes: size, Data: data})
 	}
-	for _, k := range Distinct(kernels) {
+	for _, k := range WithBuckets(kernels) {
 		ek := emu.Kernel{Name: k.Name}
 		for _, p := range k.Params {
 			ek.Params = append(ek.Params, emu.Param{Name: p.Name, Type: p.Type})
@@ -141,12 +141,13 @@ func newEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 			return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 		}
 		grid := k.Grid
-		if k.Rows != nil {
+		if launches[i].Rows != nil {
 			T, err := RowsPresent(prog, launches[i], feeds)
 			if err != nil {
 				return nil, fmt.Errorf("emulate %s: %w", prog.Name, err)
 			}
-			grid = k.Rows.Of(grid, T)
+			k = k.ForRows(T)
+			grid = k.Rows.Of(k.Grid, T)
 		}
 		l := emu.Launch{Kernel: k.Name, Grid: grid, Block: k.Block}
 		for _, id := range launches[i].Params() {

@@ -102,14 +102,23 @@ func newHost(prog *lower.Program, kernels []*Kernel, ptx string, cubin []byte, a
 				return nil, fmt.Errorf("launch %s names buffer %d of %d", l.Name, id, len(prog.Buffers))
 			}
 		}
-		j, ok := index[k.Name]
-		if !ok {
-			j = len(h.names)
-			index[k.Name] = j
-			h.names = append(h.names, k.Name)
+		name := func(k *Kernel) int {
+			j, ok := index[k.Name]
+			if !ok {
+				j = len(h.names)
+				index[k.Name] = j
+				h.names = append(h.names, k.Name)
+			}
+			return j
 		}
-		h.kernelOf = append(h.kernelOf, j)
+		h.kernelOf = append(h.kernelOf, name(k))
 		h.maxParams = max(h.maxParams, len(k.Params))
+		for _, bk := range k.Buckets {
+			if l.Rows == nil || len(bk.Kernel.Params) != len(k.Params) || bk.Kernel.Rows != nil && (bk.Kernel.Rows.Dim < 0 || bk.Kernel.Rows.Dim > 2 || bk.Kernel.Rows.Num < 1 || bk.Kernel.Rows.Den < 1) {
+				return nil, fmt.Errorf("kernel %s: row bucket %s does not fit launch %s", k.Name, bk.Kernel.Name, l.Name)
+			}
+			name(bk.Kernel)
+		}
 	}
 	for i, b := range prog.Buffers {
 		if b.ID != i {
@@ -383,6 +392,29 @@ func (h *host) source() string {
 		fmt.Fprintf(&b, "    %s,  // %s\n", strings.Join(s, ", "), l.Name)
 	}
 	b.WriteString("    -1,\n};\n\n")
+	index := map[string]int{}
+	for i, n := range h.names {
+		index[n] = i
+	}
+	b.WriteString("// The row buckets: the kernel a row-wise launch runs with at most hi rows present.\n")
+	b.WriteString("const BucketDesc kBuckets[] = {\n")
+	firstBucket := make([]int, len(h.launches))
+	nb := 0
+	for i := range h.launches {
+		k := h.kernels[i]
+		firstBucket[i] = nb
+		for _, bk := range k.Buckets {
+			rows := RowGrid{Dim: -1, Num: 1, Den: 1}
+			if bk.Kernel.Rows != nil {
+				rows = *bk.Kernel.Rows
+			}
+			g, bl := bk.Kernel.Grid, bk.Kernel.Block
+			fmt.Fprintf(&b, "    {%dLL, %d, {%du, %du, %du}, {%du, %du, %du}, %d, %dLL, %dLL},  // %s\n", bk.Hi, index[bk.Kernel.Name],
+				g[0], g[1], g[2], bl[0], bl[1], bl[2], rows.Dim, rows.Num, rows.Den, commentText(bk.Kernel.Name))
+			nb++
+		}
+	}
+	b.WriteString("    {0LL, -1, {0u, 0u, 0u}, {0u, 0u, 0u}, -1, 1LL, 1LL},\n};\n\n")
 	b.WriteString("// The launches: the preparation (kNumPrep), then one run.\n")
 	b.WriteString("const LaunchDesc kLaunches[kNumLaunches + 1] = {\n")
 	for i, l := range h.launches {
@@ -392,10 +424,11 @@ func (h *host) source() string {
 			rows = *k.Rows
 		}
 		seqs := l.Rows != nil && l.Rows.Seqs
-		fmt.Fprintf(&b, "    {%d, {%du, %du, %du}, {%du, %du, %du}, %d, %d, %d, %dLL, %dLL, %t},  // %s: %s\n", h.kernelOf[i],
-			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], first[i], len(l.Params()), rows.Dim, rows.Num, rows.Den, seqs, commentText(k.Name), l.Form)
+		fmt.Fprintf(&b, "    {%d, {%du, %du, %du}, {%du, %du, %du}, %d, %d, %d, %dLL, %dLL, %t, %d, %d},  // %s: %s\n", h.kernelOf[i],
+			k.Grid[0], k.Grid[1], k.Grid[2], k.Block[0], k.Block[1], k.Block[2], first[i], len(l.Params()), rows.Dim, rows.Num, rows.Den, seqs,
+			firstBucket[i], len(k.Buckets), commentText(k.Name), l.Form)
 	}
-	b.WriteString("    {-1, {0u, 0u, 0u}, {0u, 0u, 0u}, 0, 0, -1, 1LL, 1LL, false},\n};\n\n")
+	b.WriteString("    {-1, {0u, 0u, 0u}, {0u, 0u, 0u}, 0, 0, -1, 1LL, 1LL, false, 0, 0},\n};\n\n")
 
 	b.WriteString("// The compiled module: the PTX text (NUL-terminated) and the CUBIN for kArch.\n")
 	if h.ptx == "" {

@@ -139,18 +139,37 @@ int launch(lum_model* m, int i, const char* caller, char* err, size_t errlen) {
         values[j] = m->ptr[kLaunchArgs[l.first + j]];
         params[j] = &values[j];
     }
+    int kernel = l.kernel;
     unsigned int grid[3] = {l.grid[0], l.grid[1], l.grid[2]};
-    if (l.rowDim >= 0) {
+    unsigned int block[3] = {l.block[0], l.block[1], l.block[2]};
+    int rowDim = l.rowDim;
+    long long rowNum = l.rowNum, rowDen = l.rowDen;
+    long long rows = l.rowSeqs ? m->seqs : m->tokens;
+    for (int j = 0; j < l.numBuckets; j++) {
+        const BucketDesc& b = kBuckets[l.firstBucket + j];
+        if (rows <= b.hi) {
+            kernel = b.kernel;
+            for (int d = 0; d < 3; d++) {
+                grid[d] = b.grid[d];
+                block[d] = b.block[d];
+            }
+            rowDim = b.rowDim;
+            rowNum = b.rowNum;
+            rowDen = b.rowDen;
+            break;
+        }
+    }
+    if (rowDim >= 0) {
         // A row-wise kernel of a serving step: blocks for the T tokens
         // (or S sequences) present, never more than its grid for the
         // maximum.
-        long long n = ((l.rowSeqs ? m->seqs : m->tokens) * l.rowNum + l.rowDen - 1) / l.rowDen;
-        grid[l.rowDim] = (unsigned int)(n < 1 ? 1 : n < (long long)grid[l.rowDim] ? n : (long long)grid[l.rowDim]);
+        long long n = (rows * rowNum + rowDen - 1) / rowDen;
+        grid[rowDim] = (unsigned int)(n < 1 ? 1 : n < (long long)grid[rowDim] ? n : (long long)grid[rowDim]);
     }
-    CUresult r = m->d.cuLaunchKernel(m->fn[l.kernel], grid[0], grid[1], grid[2], l.block[0], l.block[1], l.block[2],
+    CUresult r = m->d.cuLaunchKernel(m->fn[kernel], grid[0], grid[1], grid[2], block[0], block[1], block[2],
                                      0, nullptr, params, nullptr);
     if (r != 0) {
-        return cudaFail(m->d, r, err, errlen, "cuLaunchKernel %s (%s)", kKernelNames[l.kernel], caller);
+        return cudaFail(m->d, r, err, errlen, "cuLaunchKernel %s (%s)", kKernelNames[kernel], caller);
     }
     return LUM_OK;
 }

@@ -239,6 +239,18 @@ struct LaunchDesc {
     int rowDim;                   // -1, or the grid axis that follows a step's T (S with rowSeqs):
     long long rowNum, rowDen;     // ceil(T * rowNum / rowDen) blocks, at most grid[rowDim]
     bool rowSeqs;
+    int firstBucket, numBuckets;  // its row buckets in kBuckets (none: its own kernel serves every T)
+};
+
+// A row-wise launch's kernel by the rows present: the first bucket whose hi
+// holds T (S with rowSeqs), each a kernel printed for that many rows in the
+// schedule the cost model ranked best there.
+struct BucketDesc {
+    long long hi;
+    int kernel;                   // in kKernelNames
+    unsigned int grid[3], block[3];
+    int rowDim;
+    long long rowNum, rowDen;
 };
 
 struct StoredDesc {

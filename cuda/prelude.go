@@ -134,11 +134,12 @@ __device__ __forceinline__ void lum_ldmatrix_x4_trans(unsigned r[4], const void*
 }
 `
 
-// Source joins printed kernels (each once) into one translation unit, the
+// Source joins printed kernels (each once, with their row buckets'
+// kernels) into one translation unit, the
 // helpers they call first, without a prelude: NVRTC gets NVRTCPrelude in front of it, the emulation its
 // header.
 func Source(kernels []*Kernel) string {
-	kernels = Distinct(kernels)
+	kernels = WithBuckets(kernels)
 	var b strings.Builder
 	printed := map[string]bool{}
 	for _, k := range kernels {

@@ -68,6 +68,13 @@ type Kernel struct {
 	// finish combines the group's work): a run of some of the grid's
 	// blocks must run whole groups.
 	BlockGroup int
+	// Buckets, for a kernel that follows the rows present, are the
+	// kernels its launch runs by the rows present (ForRows), ascending;
+	// nil where one kernel serves every count.
+	Buckets []RowBucket
+	// Body is the body a bucket's kernel computes (its launch's body at
+	// the bucket's rows); nil for a launch's own kernel.
+	Body *ir.Graph
 
 	comment string    // without the schedule line, for reprinting
 	count   *RowCount // what it was printed with, for reprinting

@@ -335,8 +335,9 @@ func (p *Program) launch(ls []plan.Launch, stream *Stream) error {
 		for _, id := range l.Params() {
 			args = append(args, p.Pointer(id))
 		}
-		if err := p.funcs[l.Kernel].Launch(l.GridFor(p.tokens, p.seqs), l.Block, 0, stream, args...); err != nil {
-			return fmt.Errorf("launch %s (kernel %s): %w", l.Name, l.Kernel, err)
+		kernel, grid, block := l.For(p.tokens, p.seqs)
+		if err := p.funcs[kernel].Launch(grid, block, 0, stream, args...); err != nil {
+			return fmt.Errorf("launch %s (kernel %s): %w", l.Name, kernel, err)
 		}
 	}
 	return nil

@@ -29,6 +29,9 @@ type Rows struct {
 	Axis int
 	// Args are the buffers of query_start and of the seqs symbol.
 	Args []int
+	// In gives, for each body input, the axis that holds its rows of the
+	// launch's kind, or -1 for an input without them (BodyAtRows).
+	In []int
 }
 
 // Present is the number of rows present, read from the contents of the
@@ -212,7 +215,14 @@ func (b *builder) scaleRows() {
 			}
 		}
 		if scaled {
-			l.Rows = &Rows{Max: ext.of(rowWise[i]), Seqs: rowWise[i] == seqRows, Axis: axis[i], Args: []int{starts, seqs}}
+			in := make([]int, len(l.Args))
+			for j, a := range l.Args {
+				in[j] = -1
+				if at[a].class == rowWise[i] {
+					in[j] = at[a].axis
+				}
+			}
+			l.Rows = &Rows{Max: ext.of(rowWise[i]), Seqs: rowWise[i] == seqRows, Axis: axis[i], Args: []int{starts, seqs}, In: in}
 		}
 		for _, a := range wholeReads[i] {
 			needed[a] = true
@@ -230,14 +240,29 @@ func (b *builder) scaleRows() {
 // bodyRows classifies a body's outputs given its inputs' classes: outs[j]
 // for output j, and whole[i] for each input read past its own row.
 func bodyRows(body *ir.Graph, ins []rowsAt, ext extents) (outs []rowsAt, whole []bool) {
-	at := make([]rowsAt, len(body.Nodes))
+	at, wholeRead := bodyRowsAt(body, ins, ext)
+	outs = make([]rowsAt, len(body.Outputs))
+	for j, o := range body.Outputs {
+		outs[j] = at[o.Value]
+	}
+	whole = make([]bool, len(ins))
+	for i, v := range body.Inputs() {
+		whole[i] = wholeRead[v]
+	}
+	return outs, whole
+}
+
+// bodyRowsAt classifies every value of a body given its inputs' classes,
+// and says which row values are read past their own row.
+func bodyRowsAt(body *ir.Graph, ins []rowsAt, ext extents) (at []rowsAt, wholeRead []bool) {
+	at = make([]rowsAt, len(body.Nodes))
 	inputs := body.Inputs()
 	for i, v := range inputs {
 		at[v] = ins[i]
 	}
 	// wholeRead[v]: value v (of rows) is read past its own row by a node
 	// that is not row-wise in it.
-	wholeRead := make([]bool, len(body.Nodes))
+	wholeRead = make([]bool, len(body.Nodes))
 	readWhole := func(n *ir.Node) {
 		for _, x := range n.Inputs {
 			if at[x].isRows() {
@@ -280,15 +305,7 @@ func bodyRows(body *ir.Graph, ins []rowsAt, ext extents) (outs []rowsAt, whole [
 		}
 		at[v] = rowsAt{class: c, axis: axis}
 	}
-	outs = make([]rowsAt, len(body.Outputs))
-	for j, o := range body.Outputs {
-		outs[j] = at[o.Value]
-	}
-	whole = make([]bool, len(ins))
-	for i, v := range inputs {
-		whole[i] = wholeRead[v]
-	}
-	return outs, whole
+	return at, wholeRead
 }
 
 // rowAxis is the axis of node n's result that holds the rows when n is

@@ -231,6 +231,9 @@ type Launch struct {
 	// Rows, for a serving step's row-wise launch (lower.Rows), says how
 	// its kernel learns the tokens present and how its grid follows them.
 	Rows *Rows `json:"rows,omitempty"`
+	// Buckets, for such a launch, are the kernels it runs by the rows
+	// present, ascending; the last one's Hi is Rows.Max.
+	Buckets []Bucket `json:"buckets,omitempty"`
 	// Predicted is the cost model's time for the launch, in seconds.
 	Predicted float64 `json:"predicted_s"`
 	// Registers, Shared, Spills and Stack are NVRTC's (ptxas's) report for
@@ -297,9 +300,30 @@ type Rows struct {
 	GridAxis int   `json:"grid_axis"`
 	Num      int64 `json:"num,omitempty"`
 	Den      int64 `json:"den,omitempty"`
+	// In gives each body input's axis of rows, -1 for none
+	// (lower.Rows.In): what writes the body for fewer rows.
+	In []int `json:"in,omitempty"`
 }
 
-// GridFor is the grid of launch l over T tokens of S sequences present.
+// Bucket is the kernel a row-wise launch runs when at most Hi rows are
+// present, more than the previous bucket's Hi (cuda.RowBucket): printed
+// for Hi rows (or more) in the schedule the cost model ranks best at Hi.
+type Bucket struct {
+	Hi       int64  `json:"hi"`
+	Kernel   string `json:"kernel"`
+	Schedule string `json:"schedule"`
+	Grid     [3]int `json:"grid"`
+	Block    [3]int `json:"block"`
+	// GridAxis, Num and Den are the kernel's grid rule as in Rows.
+	GridAxis int   `json:"grid_axis"`
+	Num      int64 `json:"num,omitempty"`
+	Den      int64 `json:"den,omitempty"`
+	// Predicted is the cost model's time for the launch at Hi rows.
+	Predicted float64 `json:"predicted_s"`
+}
+
+// GridFor is the grid of launch l's own kernel over T tokens of S
+// sequences present.
 func (l Launch) GridFor(T, S int64) [3]int {
 	if l.Rows == nil || l.Rows.GridAxis < 0 {
 		return l.Grid
@@ -309,6 +333,29 @@ func (l Launch) GridFor(T, S int64) [3]int {
 	}
 	r := cuda.RowGrid{Dim: l.Rows.GridAxis, Num: l.Rows.Num, Den: l.Rows.Den}
 	return r.Of(l.Grid, T)
+}
+
+// For is the kernel, grid and block launch l runs with T tokens of S
+// sequences present: its bucket's (the first whose Hi holds the launch's
+// rows), else its own.
+func (l Launch) For(T, S int64) (kernel string, grid, block [3]int) {
+	if l.Rows != nil {
+		n := T
+		if l.Rows.Seqs {
+			n = S
+		}
+		for _, b := range l.Buckets {
+			if n <= b.Hi {
+				grid = b.Grid
+				if b.GridAxis >= 0 {
+					r := cuda.RowGrid{Dim: b.GridAxis, Num: b.Num, Den: b.Den}
+					grid = r.Of(b.Grid, n)
+				}
+				return b.Kernel, grid, b.Block
+			}
+		}
+	}
+	return l.Kernel, l.GridFor(T, S), l.Block
 }
 
 // Params are the buffers launch l passes its kernel, in parameter order.
@@ -357,9 +404,16 @@ func Build(lp *lower.Program, ks []*cuda.Kernel, res map[string]nvrtc.Resources,
 		pl := Launch{Name: l.Name, Kernel: k.Name, Form: l.Form.String(), Body: l.Body.String(), Grid: k.Grid, Block: k.Block,
 			Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs), Schedule: k.Schedule.String()}
 		if l.Rows != nil {
-			pl.Rows = &Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Axis: l.Rows.Axis, Args: slices.Clone(l.Rows.Args), GridAxis: -1}
+			pl.Rows = &Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Axis: l.Rows.Axis, Args: slices.Clone(l.Rows.Args), GridAxis: -1, In: slices.Clone(l.Rows.In)}
 			if k.Rows != nil {
 				pl.Rows.GridAxis, pl.Rows.Num, pl.Rows.Den = k.Rows.Dim, k.Rows.Num, k.Rows.Den
+			}
+			for _, b := range k.Buckets {
+				pb := Bucket{Hi: b.Hi, Kernel: b.Kernel.Name, Schedule: b.Kernel.Schedule.String(), Grid: b.Kernel.Grid, Block: b.Kernel.Block, GridAxis: -1, Predicted: b.Estimate.Seconds}
+				if r := b.Kernel.Rows; r != nil {
+					pb.GridAxis, pb.Num, pb.Den = r.Dim, r.Num, r.Den
+				}
+				pl.Buckets = append(pl.Buckets, pb)
 			}
 		}
 		est := k.Estimate
@@ -480,6 +534,14 @@ func (p *Plan) Validate() error {
 						return fmt.Errorf("%s launch %d (%s): the row count reads buffer %d, not the input query_start and the scalar seqs", group.name, i, l.Kernel, id)
 					}
 				}
+				if r.In != nil && len(r.In) != len(l.Args) {
+					return fmt.Errorf("%s launch %d (%s): rows given for %d of its %d inputs", group.name, i, l.Kernel, len(r.In), len(l.Args))
+				}
+				if err := validBuckets(l); err != nil {
+					return fmt.Errorf("%s launch %d (%s): %w", group.name, i, l.Kernel, err)
+				}
+			} else if len(l.Buckets) > 0 {
+				return fmt.Errorf("%s launch %d (%s): row buckets without a row count", group.name, i, l.Kernel)
 			}
 			for _, id := range l.Params() {
 				if id < 0 || id >= len(p.Buffers) {
@@ -591,15 +653,49 @@ func (p *Plan) Write(dir string) error {
 	return nil
 }
 
+// validBuckets checks a row-wise launch's buckets: ascending, within its
+// maximum, the last at it, each a launchable kernel.
+func validBuckets(l Launch) error {
+	prev := int64(0)
+	for _, b := range l.Buckets {
+		if b.Kernel == "" || b.Hi <= prev || b.Hi > l.Rows.Max {
+			return fmt.Errorf("row bucket %q up to %d rows after one up to %d; want ascending buckets within 1..%d, each with a kernel", b.Kernel, b.Hi, prev, l.Rows.Max)
+		}
+		for d := range 3 {
+			if b.Grid[d] < 1 || b.Block[d] < 1 {
+				return fmt.Errorf("row bucket %s: grid %v, block %v", b.Kernel, b.Grid, b.Block)
+			}
+		}
+		if t := b.Block[0] * b.Block[1] * b.Block[2]; t > 1024 {
+			return fmt.Errorf("row bucket %s: %d threads per block", b.Kernel, t)
+		}
+		if b.GridAxis < -1 || b.GridAxis > 2 || b.GridAxis >= 0 && (b.Num < 1 || b.Den < 1) {
+			return fmt.Errorf("row bucket %s: grid axis %d, ratio %d/%d; want -1..2 and a positive ratio", b.Kernel, b.GridAxis, b.Num, b.Den)
+		}
+		prev = b.Hi
+	}
+	if len(l.Buckets) > 0 && prev != l.Rows.Max {
+		return fmt.Errorf("row buckets up to %d rows of %d", prev, l.Rows.Max)
+	}
+	return nil
+}
+
 // Kernels returns the distinct kernel names of the plan's launches, in
-// first-use order (Prep, then Run).
+// first-use order (Prep, then Run), each launch's own kernel before its
+// row buckets'.
 func (p *Plan) Kernels() []string {
 	var names []string
 	seen := map[string]bool{}
+	add := func(k string) {
+		if !seen[k] {
+			seen[k] = true
+			names = append(names, k)
+		}
+	}
 	for _, l := range append(slices.Clone(p.Prep), p.Run...) {
-		if !seen[l.Kernel] {
-			seen[l.Kernel] = true
-			names = append(names, l.Kernel)
+		add(l.Kernel)
+		for _, b := range l.Buckets {
+			add(b.Kernel)
 		}
 	}
 	return names
@@ -719,7 +815,7 @@ func (p *Plan) Lowered(name string) (*lower.Program, error) {
 		}
 		ll := &lower.Launch{Name: l.Name, Body: body, Form: rules.FormOf(body), Args: slices.Clone(l.Args), Outs: slices.Clone(l.Outs)}
 		if l.Rows != nil {
-			ll.Rows = &lower.Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Axis: l.Rows.Axis, Args: slices.Clone(l.Rows.Args)}
+			ll.Rows = &lower.Rows{Max: l.Rows.Max, Seqs: l.Rows.Seqs, Axis: l.Rows.Axis, Args: slices.Clone(l.Rows.Args), In: slices.Clone(l.Rows.In)}
 		}
 		if i < len(p.Prep) {
 			lp.Prep = append(lp.Prep, ll)

@@ -96,6 +96,11 @@ func finalize(ctx context.Context, src *source, c *compiled, verify, fast bool, 
 				len(cuda.Distinct(c.kernels)), 1+cuda.Alternatives, changed)
 		}
 	}
+	// The row buckets come after the reranking, which may change the
+	// maximum's schedule that a bucket would share.
+	if err := cuda.PrintBuckets(c.lowered, c.kernels, m.Ranked); err != nil {
+		return nil, fmt.Errorf("compile %s: %w", model, err)
+	}
 	f.src = cuda.NVRTCPrelude + "\n" + cuda.Source(c.kernels)
 	// NVRTC compiles the kernels while they are verified: the two share
 	// nothing, NVRTC runs outside Go's scheduler and the verification
@@ -109,7 +114,10 @@ func finalize(ctx context.Context, src *source, c *compiled, verify, fast bool, 
 	compiled := make(chan error, 1)
 	go func() {
 		err := compileKernels(cctx, lib, libErr, f, model, arch, &compileLog)
-		if err != nil {
+		if err != nil && cctx.Err() == nil {
+			// Rejected: the verification is of no use. (Stopped
+			// because the verification rejected the program: its
+			// error is the one to report.)
 			stopVerify()
 		}
 		compiled <- err

@@ -57,7 +57,8 @@ func verifyKernels(ctx context.Context, model string, lp *lower.Program, ks []*c
 // distinctKernels are the distinct kernels of a program's launches
 // (ks[i] is the kernel of its preparation's launches, then its run's,
 // in order), in order of first launch, with the body each is first
-// launched with.
+// launched with, each followed by its row buckets' kernels with the
+// bodies they were printed for.
 func distinctKernels(lp *lower.Program, ks []*cuda.Kernel) ([]*cuda.Kernel, []*ir.Graph) {
 	launches := append(append([]*lower.Launch(nil), lp.Prep...), lp.Run...)
 	seen := map[*cuda.Kernel]bool{}
@@ -67,6 +68,13 @@ func distinctKernels(lp *lower.Program, ks []*cuda.Kernel) ([]*cuda.Kernel, []*i
 		if !seen[k] {
 			seen[k] = true
 			distinct, bodies = append(distinct, k), append(bodies, launches[i].Body)
+			for _, b := range k.Buckets {
+				// A row bucket's kernel, printed for its rows.
+				if bk := b.Kernel; !seen[bk] && bk.Body != nil {
+					seen[bk] = true
+					distinct, bodies = append(distinct, bk), append(bodies, bk.Body)
+				}
+			}
 		}
 	}
 	return distinct, bodies
@@ -112,6 +120,11 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 	c, err := pipeline(ctx, g, sat, m)
 	if err != nil {
 		return fmt.Errorf("verify %s at the reduced size: %w", model, err)
+	}
+	if m != nil {
+		if err := cuda.PrintBuckets(c.lowered, c.kernels, m.Ranked); err != nil {
+			return fmt.Errorf("verify %s at the reduced size: %w", model, err)
+		}
 	}
 	in, err := feeds.reduced(g).feed(g, 1, nil, ir.OpInput, ir.OpState, ir.OpWeight)
 	if err != nil {

@@ -1,0 +1,202 @@
+package lower
+
+import (
+	"fmt"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// A row-wise launch's kernel may be printed for fewer rows than the step's
+// maximum: a matrix multiply over one token wants a matrix-vector kernel,
+// over 512 tensor-core tiles. Its buffers keep the maximum's rows, but the
+// rows are every row input's and output's outermost axis that is not 1
+// (lower.Leading), so row r of a buffer sits at the same place whatever
+// the row count: a kernel printed for n rows computes the first n rows of
+// the buffers exactly as the kernel printed for the maximum does, and
+// serves any step with at most n rows present.
+
+// BodyAtRows is the launch's body computing n rows (1..Rows.Max) instead
+// of Rows.Max: every value holding the launch's rows has n of them, the
+// shapes of reshapes, expands and slices along them follow, and every
+// other value keeps its shape. A launch of sequence rows that gathers each
+// sequence's token row takes the first n of the gather's indices. ok is
+// false (with the reason) where the body cannot be written for n rows: a
+// launch without rows, or rows the body holds in a way this does not
+// follow (the kernel then serves every row count).
+func (l *Launch) BodyAtRows(n int64) (body *ir.Graph, err error) {
+	r := l.Rows
+	if r == nil {
+		return nil, fmt.Errorf("launch %s does not follow the rows present", l.Name)
+	}
+	if n < 1 || n > r.Max {
+		return nil, fmt.Errorf("launch %s: %d rows, outside 1..%d", l.Name, n, r.Max)
+	}
+	inputs := l.Body.Inputs()
+	if len(r.In) != len(inputs) {
+		return nil, fmt.Errorf("launch %s: rows given for %d of its %d inputs", l.Name, len(r.In), len(inputs))
+	}
+	class := tokenRows
+	if r.Seqs {
+		class = seqRows
+	}
+	ext := extents{tokens: r.Max, seqs: r.Max}
+	ins := make([]rowsAt, len(inputs))
+	for j, a := range r.In {
+		if a >= 0 {
+			ins[j] = rowsAt{class: class, axis: a}
+		}
+	}
+	at, _ := bodyRowsAt(l.Body, ins, ext)
+	if n == r.Max {
+		return l.Body, nil
+	}
+	g := l.Body.Clone()
+	// The leaves to shrink: the row inputs, and for sequence rows the
+	// indices of the gathers that pick each sequence's token.
+	shrink := map[ir.Value]int{}
+	for j, v := range inputs {
+		if r.In[j] >= 0 {
+			shrink[v] = r.In[j]
+		}
+	}
+	for i, node := range l.Body.Nodes {
+		if node.Op != ir.OpGather || at[i].class != class || class != seqRows || at[node.Inputs[0]].class == class {
+			continue
+		}
+		idx := node.Inputs[1]
+		if in := l.Body.Node(idx); in.Op != ir.OpInput || len(in.Shape) != 1 || int64(in.Shape[0]) != r.Max {
+			return nil, fmt.Errorf("launch %s: the gather %%%d of the sequences' rows takes indices that are not an input of %d", l.Name, i, r.Max)
+		}
+		shrink[idx] = 0
+	}
+	// Values that hold no rows but take the rows' extent to meet them
+	// in an elementwise op (a constant expanded to [rows, 1] for a norm):
+	// they follow the rows too.
+	follow, err := broadcastRows(l.Body, at, class, r.Max)
+	if err != nil {
+		return nil, fmt.Errorf("launch %s: %w", l.Name, err)
+	}
+	for i, node := range g.Nodes {
+		v := ir.Value(i)
+		if a, ok := follow[v]; ok {
+			switch {
+			case node.Op == ir.OpExpand:
+				node.To[a] = ir.Dim(n)
+			case node.Op == ir.OpConst && len(node.Data) <= 1 && len(node.Ints) <= 1:
+				node.Shape[a] = ir.Dim(n)
+				node.To = node.Shape.Clone()
+				continue
+			case node.Op.Class() == ir.ClassLeaf:
+				return nil, fmt.Errorf("launch %s: %s %%%d meets the rows with the rows' extent", l.Name, node.Op, i)
+			}
+		}
+		if node.Op.Class() == ir.ClassLeaf {
+			if a, ok := shrink[v]; ok {
+				if a >= len(node.Shape) || int64(node.Shape[a]) != r.Max {
+					return nil, fmt.Errorf("launch %s: input %%%d is %v, without %d rows on axis %d", l.Name, i, node.Shape, r.Max, a)
+				}
+				node.Shape[a] = ir.Dim(n)
+				node.To = node.Shape.Clone()
+			}
+			continue
+		}
+		if at[i].class == class {
+			a := at[i].axis
+			switch node.Op {
+			case ir.OpReshape, ir.OpExpand:
+				if a >= len(node.To) || int64(node.To[a]) != r.Max {
+					return nil, fmt.Errorf("launch %s: %s %%%d to %v has no %d rows on axis %d", l.Name, node.Op, i, node.To, r.Max, a)
+				}
+				node.To[a] = ir.Dim(n)
+			case ir.OpSlice:
+				// rowAxis admits a slice along the rows only whole.
+				if in := at[node.Inputs[0]]; in.class == class {
+					node.Ends[in.axis] = n
+				}
+			}
+		}
+		shape, dt, err := ir.Infer(node.Op, node.Attrs, inputTypes(g, node))
+		if err != nil {
+			return nil, fmt.Errorf("launch %s at %d rows: node %%%d: %w", l.Name, n, i, err)
+		}
+		want := l.Body.Nodes[i].Shape.Clone()
+		if at[i].class == class {
+			want[at[i].axis] = ir.Dim(n)
+		} else if a, ok := follow[v]; ok {
+			want[a] = ir.Dim(n)
+		}
+		if !shape.Equal(want) || dt != node.DType {
+			return nil, fmt.Errorf("launch %s at %d rows: node %%%d (%s) would be %s%v, not %s%v", l.Name, n, i, node.Op, dt, shape, node.DType, want)
+		}
+		node.Shape = shape
+	}
+	if err := g.Check(); err != nil {
+		return nil, fmt.Errorf("launch %s at %d rows: %w", l.Name, n, err)
+	}
+	for j := range g.Outputs {
+		if _, _, err := OutputWindow(g, j); err != nil {
+			return nil, fmt.Errorf("launch %s at %d rows: %w", l.Name, n, err)
+		}
+	}
+	return g, nil
+}
+
+// broadcastRows finds the values of body without rows (at, of the
+// launch's class) that an elementwise op meets with rows of extent max
+// on the rows' axis, and what they are computed from likewise: the axis
+// each must follow. Only expands, casts, elementwise ops and broadcast
+// constants may; anything else is an error.
+func broadcastRows(body *ir.Graph, at []rowsAt, class rowClass, max int64) (map[ir.Value]int, error) {
+	follow := map[ir.Value]int{}
+	mark := func(x ir.Value, a int) error {
+		s := body.Node(x).Shape
+		if a >= len(s) || int64(s[a]) != max {
+			return nil // broadcast along the rows already (extent 1), or not meeting them
+		}
+		if b, ok := follow[x]; ok && b != a {
+			return fmt.Errorf("%%%d meets the rows on axes %d and %d", x, a, b)
+		}
+		follow[x] = a
+		return nil
+	}
+	for i := len(body.Nodes) - 1; i >= 0; i-- {
+		v, n := ir.Value(i), body.Nodes[i]
+		a, ok := follow[v]
+		if at[i].class == class {
+			a, ok = at[i].axis, true
+		}
+		if !ok || n.Op.Class() == ir.ClassLeaf {
+			continue
+		}
+		elementwise := n.Op == ir.OpCast || n.Op == ir.OpExpand
+		switch n.Op.Class() {
+		case ir.ClassUnary, ir.ClassBinary, ir.ClassCompare, ir.ClassSelect:
+			elementwise = true
+		}
+		_, following := follow[v]
+		if !elementwise {
+			if following {
+				return nil, fmt.Errorf("%s %%%d meets the rows with the rows' extent", n.Op, i)
+			}
+			continue
+		}
+		for _, x := range n.Inputs {
+			if at[x].class != free || len(body.Node(x).Shape) != len(n.Shape) {
+				continue
+			}
+			if err := mark(x, a); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return follow, nil
+}
+
+// inputTypes are node n's operands' types in g.
+func inputTypes(g *ir.Graph, n *ir.Node) []ir.ValueType {
+	ts := make([]ir.ValueType, len(n.Inputs))
+	for i, in := range n.Inputs {
+		ts[i] = ir.ValueType{Shape: g.Node(in).Shape, DType: g.Node(in).DType}
+	}
+	return ts
+}
