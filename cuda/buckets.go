@@ -15,9 +15,18 @@ import (
 // kernel that follows the rows present keeps a kernel per bucket of rows
 // (powers of two up to its maximum), each printed for the bucket's top in
 // the schedule the cost model ranks best there; buckets that pick the same
-// schedule share one kernel (the larger one computes the smaller's rows
+// schedule, or for which a higher bucket's kernel is within ShareTolerance
+// of their best, share one kernel (the larger one computes the smaller's rows
 // alike), and the launch's own kernel, printed for the maximum, serves the
 // top bucket. The host picks by the rows present (Kernel.ForRows).
+
+// ShareTolerance is how much slower, as a fraction, a bucket's kernel
+// may be than the best schedule the cost model ranks for a lower bucket
+// and still serve that bucket too (priced at its own top, which bounds
+// its time over fewer rows): a weight-streaming projection costs about
+// the same over 1 row as over 8, and a kernel of its own for each costs
+// compile and verification time for no measurable gain.
+const ShareTolerance = 0.03
 
 // RowBucket is the kernel a launch runs when at most Hi rows are present
 // (and more than the previous bucket's Hi).
@@ -112,6 +121,14 @@ func printBuckets(k *Kernel, l *lower.Launch, rank Ranker, rc *RowCount) error {
 		c, next := choices[i], k.Buckets[i+1]
 		if c.est.Schedule.String() == next.Kernel.Schedule.String() {
 			k.Buckets[i] = RowBucket{Hi: tops[i], Kernel: next.Kernel, Estimate: c.est}
+			continue
+		}
+		if next.Estimate.Seconds <= c.est.Seconds*(1+ShareTolerance) {
+			// The next bucket's kernel at its own top, which bounds
+			// its time over fewer rows, is about as fast: a kernel of
+			// this bucket's own would cost a compilation and a
+			// verification for next to nothing.
+			k.Buckets[i] = RowBucket{Hi: tops[i], Kernel: next.Kernel, Estimate: next.Estimate}
 			continue
 		}
 		brc := *rc

@@ -139,7 +139,13 @@ __device__ __forceinline__ void lum_ldmatrix_x4_trans(unsigned r[4], const void*
 // helpers they call first, without a prelude: NVRTC gets NVRTCPrelude in front of it, the emulation its
 // header.
 func Source(kernels []*Kernel) string {
-	kernels = WithBuckets(kernels)
+	return source(WithBuckets(kernels))
+}
+
+// source is Source of exactly the kernels given (each once), for a
+// translation unit that runs those alone (a verification).
+func source(kernels []*Kernel) string {
+	kernels = Distinct(kernels)
 	var b strings.Builder
 	printed := map[string]bool{}
 	for _, k := range kernels {

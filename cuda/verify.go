@@ -280,7 +280,7 @@ func verifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 		}
 		eks, distinct = append(eks, ek), append(distinct, p.k)
 	}
-	src := Source(distinct)
+	src := source(distinct)
 	// The groups' large inputs are drawn into the storage of the groups
 	// before them, whose pages are in place.
 	var pool floatPool

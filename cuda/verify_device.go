@@ -51,7 +51,7 @@ func EmulatedDevice(ks []*Kernel, opt emu.Options) DeviceRunner {
 		}
 		eks = append(eks, ek)
 	}
-	src := Source(ks)
+	src := source(ks)
 	return func(ctx context.Context, l DeviceLaunch) ([][]byte, error) {
 		if l.Outputs < 0 || l.Outputs > len(l.Args) {
 			return nil, fmt.Errorf("launch %s: %d outputs of %d arguments", l.Kernel, l.Outputs, len(l.Args))

@@ -240,7 +240,7 @@ func (b *builder) scaleRows() {
 // bodyRows classifies a body's outputs given its inputs' classes: outs[j]
 // for output j, and whole[i] for each input read past its own row.
 func bodyRows(body *ir.Graph, ins []rowsAt, ext extents) (outs []rowsAt, whole []bool) {
-	at, wholeRead := bodyRowsAt(body, ins, ext)
+	at, wholeRead := bodyRowsAt(body, ins, ext, false)
 	outs = make([]rowsAt, len(body.Outputs))
 	for j, o := range body.Outputs {
 		outs[j] = at[o.Value]
@@ -254,7 +254,12 @@ func bodyRows(body *ir.Graph, ins []rowsAt, ext extents) (outs []rowsAt, whole [
 
 // bodyRowsAt classifies every value of a body given its inputs' classes,
 // and says which row values are read past their own row.
-func bodyRowsAt(body *ir.Graph, ins []rowsAt, ext extents) (at []rowsAt, wholeRead []bool) {
+//
+// With pools, a scatter of rows into a value without them (a KV pool at
+// the slot mapping) holds no rows either: by the step's contract a token
+// past T has slot -1 and writes nothing, so the pool after it follows the
+// rows present alone.
+func bodyRowsAt(body *ir.Graph, ins []rowsAt, ext extents, pools bool) (at []rowsAt, wholeRead []bool) {
 	at = make([]rowsAt, len(body.Nodes))
 	inputs := body.Inputs()
 	for i, v := range inputs {
@@ -285,6 +290,9 @@ func bodyRowsAt(body *ir.Graph, ins []rowsAt, ext extents) (at []rowsAt, wholeRe
 		case c == mixed:
 			at[v] = rowsAt{class: mixed}
 			readWhole(n)
+			continue
+		}
+		if pools && n.Op == ir.OpScatter && at[n.Inputs[0]].class == free {
 			continue
 		}
 		if d := at[n.Inputs[0]]; n.Op == ir.OpGather && d.isRows() && d.axis == n.Attrs.Axis && at[n.Inputs[1]].class == free {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // A row-wise launch's kernel may be printed for fewer rows than the step's
@@ -46,7 +47,7 @@ func (l *Launch) BodyAtRows(n int64) (body *ir.Graph, err error) {
 			ins[j] = rowsAt{class: class, axis: a}
 		}
 	}
-	at, _ := bodyRowsAt(l.Body, ins, ext)
+	at, _ := bodyRowsAt(l.Body, ins, ext, false)
 	if n == r.Max {
 		return l.Body, nil
 	}
@@ -199,4 +200,43 @@ func inputTypes(g *ir.Graph, n *ir.Node) []ir.ValueType {
 		ts[i] = ir.ValueType{Shape: g.Node(in).Shape, DType: g.Node(in).DType}
 	}
 	return ts
+}
+
+// RowsOf says which of a serving step's rows a value holds.
+type RowsOf struct {
+	// Tokens or Seqs: the value holds the step's token rows (of
+	// MaxTokens) or its sequence rows (of MaxSeqs) on Axis, row r
+	// computed from row r alone.
+	Tokens, Seqs bool
+	Axis         int
+}
+
+// GraphRows classifies every value of a serving step's graph g with
+// layout l as the lowering does a launch's body: the values that hold the
+// step's token rows (from the token inputs: ids, positions, slot mapping)
+// or its sequence rows (from a gather of each sequence's token), row-wise.
+// What a step of T tokens and S sequences computes of such a value is its
+// first T (S) rows: the floor of a step prices them alone.
+func GraphRows(g *ir.Graph, l *step.Layout) []RowsOf {
+	out := make([]RowsOf, len(g.Nodes))
+	if l == nil {
+		return out
+	}
+	ext := extents{tokens: int64(l.MaxTokens), seqs: int64(l.MaxSeqs)}
+	inputs := g.Inputs()
+	ins := make([]rowsAt, len(inputs))
+	for j, v := range inputs {
+		n := g.Node(v)
+		switch n.Name {
+		case step.InputIDs, step.Positions, step.SlotMapping:
+			if len(n.Shape) > 0 && int64(n.Shape[0]) == ext.tokens {
+				ins[j] = rowsAt{class: tokenRows}
+			}
+		}
+	}
+	at, _ := bodyRowsAt(g, ins, ext, true)
+	for i, r := range at {
+		out[i] = RowsOf{Tokens: r.class == tokenRows, Seqs: r.class == seqRows, Axis: r.axis}
+	}
+	return out
 }

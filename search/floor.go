@@ -5,6 +5,7 @@ import (
 
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/step"
 )
 
@@ -28,9 +29,8 @@ type Floor struct {
 // programFloor is g's floor on device d with its runtime extents at the
 // values of at (a symbol missing there at the top of its range).
 func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
-	var f Floor
 	if g == nil {
-		return f
+		return Floor{}
 	}
 	pos := func(v ir.Value) int64 {
 		name := g.Node(v).Name
@@ -42,8 +42,6 @@ func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
 		}
 		return 0
 	}
-	users := readers(g)
-	size := func(n *ir.Node) float64 { return float64(n.Shape.NumElements()) * float64(n.DType.Size()) }
 	// A serving step's work follows its metadata: it is priced at
 	// step.Layout.Priced with the sequences present at their bucket.
 	var work *step.Workload
@@ -55,17 +53,58 @@ func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
 		w := l.Priced(seqs)
 		work = &w
 	}
+	return floorOf(g, d, pos, work)
+}
+
+// StepFloor is the floor of a serving step's graph g on device d at
+// workload w: the rows of tokens and of sequences w has, not the step's
+// maxima, and its cached context.
+func StepFloor(g *ir.Graph, d *cost.Device, w step.Workload) Floor {
+	pos := func(v ir.Value) int64 {
+		if s, ok := g.Symbol(g.Node(v).Name); ok {
+			if g.Node(v).Name == step.SeqsSymbol {
+				return int64(w.Seqs)
+			}
+			return s.Hi
+		}
+		return 0
+	}
+	return floorOf(g, d, pos, &w)
+}
+
+// floorOf is g's floor with its runtime extents at pos and, for a serving
+// step, at workload work: a value holding the step's token (sequence)
+// rows counts the rows of work's tokens (sequences) alone.
+func floorOf(g *ir.Graph, d *cost.Device, pos func(ir.Value) int64, work *step.Workload) Floor {
+	var f Floor
+	users := readers(g)
+	frac := func(ir.Value) float64 { return 1 }
+	if l, err := step.LayoutOf(g); err == nil && l != nil && work != nil {
+		rows := lower.GraphRows(g, l)
+		tokens := math.Min(1, float64(work.Tokens)/float64(l.MaxTokens))
+		seqs := math.Min(1, float64(work.Seqs)/float64(l.MaxSeqs))
+		frac = func(v ir.Value) float64 {
+			switch r := rows[v]; {
+			case r.Tokens:
+				return tokens
+			case r.Seqs:
+				return seqs
+			}
+			return 1
+		}
+	}
+	size := func(n *ir.Node) float64 { return float64(n.Shape.NumElements()) * float64(n.DType.Size()) }
 	for i, n := range g.Nodes {
 		switch n.Op {
 		case ir.OpInput:
-			f.Bytes += size(n)
+			f.Bytes += size(n) * frac(ir.Value(i))
 		case ir.OpWeight:
-			f.Bytes += weightBytes(g, n, users[i])
+			f.Bytes += weightBytes(g, n, users[i], frac)
 		case ir.OpState:
-			f.Bytes += stateBytes(g, ir.Value(i), users, pos, work)
+			f.Bytes += stateBytes(g, ir.Value(i), users, pos, work, frac)
 		case ir.OpMatMul:
 			a := g.Node(n.Inputs[0])
-			f.FLOPs += 2 * float64(n.Shape.NumElements()) * float64(a.Shape[len(a.Shape)-1])
+			f.FLOPs += 2 * float64(n.Shape.NumElements()) * float64(a.Shape[len(a.Shape)-1]) * frac(ir.Value(i))
 		case ir.OpAttention:
 			f.FLOPs += attentionFLOPs(g, n, pos)
 		case ir.OpPagedAttention:
@@ -76,7 +115,7 @@ func programFloor(g *ir.Graph, d *cost.Device, at map[string]int64) Floor {
 		}
 	}
 	for _, o := range g.Outputs {
-		f.Bytes += size(g.Node(o.Value))
+		f.Bytes += size(g.Node(o.Value)) * frac(o.Value)
 	}
 	f.Hardware, f.Achievable = floorSeconds(g, d, f.Bytes, f.FLOPs)
 	return f
@@ -96,7 +135,7 @@ func readers(g *ir.Graph) [][]ir.Value {
 // weightBytes is what a run must read of weight n: the rows its gathers
 // along axis 0 pick (an embedding table) when that is all that reads it,
 // else the whole weight.
-func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value) float64 {
+func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value, frac func(ir.Value) float64) float64 {
 	whole := float64(n.Shape.NumElements()) * float64(n.DType.Size())
 	if len(users) == 0 || len(n.Shape) == 0 || n.Shape[0] == 0 {
 		return whole
@@ -108,7 +147,7 @@ func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value) float64 {
 		if u.Op != ir.OpGather || u.Axis != 0 || u.Inputs[0] == u.Inputs[1] {
 			return whole
 		}
-		rows += float64(g.Node(u.Inputs[1]).Shape.NumElements())
+		rows += float64(g.Node(u.Inputs[1]).Shape.NumElements()) * frac(u.Inputs[1])
 	}
 	return math.Min(whole, rows*rowBytes)
 }
@@ -121,7 +160,7 @@ func weightBytes(g *ir.Graph, n *ir.Node, users []ir.Value) float64 {
 // the last query's; a serving step's pool, the rows its scatter writes
 // and the cached positions of the priced workload. A state read in any
 // other way is read whole.
-func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) int64, work *step.Workload) float64 {
+func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) int64, work *step.Workload, frac func(ir.Value) float64) float64 {
 	n := g.Node(v)
 	whole := float64(n.Shape.NumElements()) * float64(n.DType.Size())
 	var written, read float64
@@ -132,7 +171,7 @@ func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) 
 			switch {
 			case (u.Op == ir.OpSliceUpdate || u.Op == ir.OpScatter) && u.Inputs[0] == x:
 				up := g.Node(u.Inputs[1])
-				written += float64(up.Shape.NumElements()) * float64(up.DType.Size())
+				written += float64(up.Shape.NumElements()) * float64(up.DType.Size()) * frac(u.Inputs[1])
 				if !reads(uv) {
 					return false
 				}

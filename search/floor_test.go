@@ -65,7 +65,7 @@ func TestFloorTiedEmbedding(t *testing.T) {
 	var wpe float64
 	for _, v := range g.Weights() {
 		if n := g.Node(v); n.Name == "transformer.wpe.weight" {
-			wpe = weightBytes(g, n, readers(g)[v])
+			wpe = weightBytes(g, n, readers(g)[v], func(ir.Value) float64 { return 1 })
 		}
 	}
 	assert.Equal(t, wpeRow, wpe)
@@ -96,13 +96,67 @@ func TestStepFloorByHand(t *testing.T) {
 	for _, seqs := range []int{1, 8, 32} {
 		w := l.Priced(seqs)
 		pools := layers * 2 * (T + w.Cached) * kv * bf16
-		want := weights + meta + pools + 4*S*vocab
+		// The logits and the LM head: the rows of the sequences present.
+		want := weights + meta + pools + 4*float64(seqs)*vocab
 		f := programFloor(g, dev, map[string]int64{step.SeqsSymbol: int64(seqs)})
 		assert.InDelta(t, want, f.Bytes, 0.5, "seqs %d", seqs)
 		q := float64(c.NumAttentionHeads * c.HeadDim)
-		matmuls := 2*T*layers*perLayerMACs(h, kv, inter) + 2*S*h*vocab
+		matmuls := 2*T*layers*perLayerMACs(h, kv, inter) + 2*float64(seqs)*h*vocab
 		assert.InDelta(t, matmuls+layers*4*q*w.Keys, f.FLOPs, 1, "seqs %d", seqs)
 	}
+}
+
+// TestStepFloorAtWorkloads: llama-3-8b's bf16 step on an h100 (3.35 TB/s,
+// 989 dense bf16 TFLOP/s) at a context of 1024, against floors computed
+// by hand from the weights (15.0 GB read once a step) and the pools (128
+// KiB a cached token: 32 layers of K and V, 8 heads of 128 in bf16):
+// decoding sequences are bound by the bytes, a mixed step of a 512-token
+// chunk and 31 decodes by the arithmetic.
+func TestStepFloorAtWorkloads(t *testing.T) {
+	opt := corpus.Options{Seq: 2048, DType: ir.BF16, Step: corpus.StepOptions{MaxTokens: 1024, MaxSeqs: 128, KVBlocks: 128 * 2048 / 16}}
+	g, err := corpus.Build("llama-3-8b:step", opt)
+	require.NoError(t, err)
+	c, err := corpus.EmbeddedConfig("llama-3-8b")
+	require.NoError(t, err)
+	l, err := corpus.StepLayout(c, opt)
+	require.NoError(t, err)
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	tests := []struct {
+		seqs int
+		want float64 // seconds, by hand
+	}{{1, 4.52e-3}, {8, 4.80e-3}, {32, 5.76e-3}, {128, 9.61e-3}}
+	for _, tc := range tests {
+		f := StepFloor(g, dev, l.Decoding(tc.seqs, 1024))
+		assert.InEpsilon(t, tc.want, f.Hardware, 0.02, "%d decoding sequences", tc.seqs)
+		mma, ok := dev.Peak(cost.MMA, "bf16")
+		require.True(t, ok)
+		assert.Greater(t, f.Bytes/dev.MemoryBandwidth, f.FLOPs/mma.FLOPS, "%d decoding sequences are bound by the bytes", tc.seqs)
+	}
+	mixed := []step.SeqWork{{Tokens: 512, Context: 1024}}
+	for range 31 {
+		mixed = append(mixed, step.SeqWork{Tokens: 1, Context: 1024})
+	}
+	w, err := l.WorkloadOf(mixed)
+	require.NoError(t, err)
+	// 2 x 543 tokens x 7.5e9 parameters (all but the embedding) is
+	// 8.24 ms: the LM head over every token, as with --all-logits. With
+	// the logits of each sequence's last token, the LM head runs over
+	// the 32 sequences alone; attention adds 4 x 4096 x 32 layers a key.
+	h, inter := float64(c.HiddenSize), float64(c.IntermediateSize)
+	layer := 2*h*h + 2*h*1024 + 3*h*inter
+	keys := 512.0*1024 + 512*513/2 + 31*1025
+	flops := 2*543*32*layer + 2*32*h*float64(c.VocabSize) + 4*4096*32*keys
+	f := StepFloor(g, dev, w)
+	mma, ok := dev.Peak(cost.MMA, "bf16")
+	require.True(t, ok)
+	assert.InEpsilon(t, flops/mma.FLOPS, f.Hardware, 0.02, "a mixed step is bound by its arithmetic")
+	opt.Step.AllLogits = true
+	all, err := corpus.Build("llama-3-8b:step", opt)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, StepFloor(all, dev, w).Hardware, 8.24e-3, "every token's logits")
+	_, err = l.WorkloadOf(append(mixed, step.SeqWork{Tokens: 600}))
+	assert.ErrorContains(t, err, "tokens; the step takes at most 1024")
 }
 
 // perLayerMACs is a llama layer's multiply-adds per token.

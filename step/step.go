@@ -160,3 +160,57 @@ func (l Layout) Priced(seqs int) Workload {
 	}
 	return w
 }
+
+// SeqWork is one sequence's part in a step: Tokens of it in the step,
+// after Context positions already in the pool.
+type SeqWork struct{ Tokens, Context int }
+
+// WorkloadOf is the workload of a step of the given sequences (a decode
+// brings one token, a prompt chunk more), which must fit the layout.
+func (l Layout) WorkloadOf(seqs []SeqWork) (Workload, error) {
+	var w Workload
+	if len(seqs) < 1 || len(seqs) > l.MaxSeqs {
+		return w, fmt.Errorf("workload of %d sequences; the step takes 1..%d", len(seqs), l.MaxSeqs)
+	}
+	ctxs := 0
+	for i, s := range seqs {
+		if s.Tokens < 1 || s.Context < 0 || s.Context+s.Tokens > l.MaxLen() {
+			return w, fmt.Errorf("workload sequence %d: %d tokens after a context of %d; want at least 1 token and at most %d positions", i, s.Tokens, s.Context, l.MaxLen())
+		}
+		w.Tokens += s.Tokens
+		ctxs += s.Context
+		cached := s.Context
+		if l.Window > 0 {
+			cached = min(cached, l.Window)
+		}
+		w.Cached += float64(cached)
+		for j := range s.Tokens {
+			// Token j attends the context and the step's tokens up
+			// to itself, within the window.
+			keys := s.Context + j + 1
+			if l.Window > 0 {
+				keys = min(keys, l.Window)
+			}
+			w.Keys += float64(keys)
+		}
+	}
+	if w.Tokens > l.MaxTokens {
+		return w, fmt.Errorf("workload of %d tokens; the step takes at most %d", w.Tokens, l.MaxTokens)
+	}
+	w.Seqs = len(seqs)
+	w.ContextPerSeq = ctxs / len(seqs)
+	return w, nil
+}
+
+// Decoding is the workload of seqs sequences decoding one token each
+// after a context of ctx positions (held to what a sequence can hold).
+func (l Layout) Decoding(seqs, ctx int) Workload {
+	seqs = min(max(seqs, 1), l.MaxSeqs)
+	ctx = min(max(ctx, 0), l.MaxLen()-1)
+	ss := make([]SeqWork, seqs)
+	for i := range ss {
+		ss[i] = SeqWork{Tokens: 1, Context: ctx}
+	}
+	w, _ := l.WorkloadOf(ss)
+	return w
+}
