@@ -3,7 +3,9 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"math/rand/v2"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,10 +14,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/step"
 )
 
 // pagedSplitCase is a step of paged attention printed with each token's
@@ -303,5 +309,86 @@ func TestVerifyPagedSplitSampled(t *testing.T) {
 	for i := 0; i < len(check.Blocks); i += splits {
 		assert.Zero(t, check.Blocks[i]%splits, "group %d of %v starts a pair", i/splits, check.Blocks)
 		assert.Equal(t, check.Blocks[i]+splits-1, check.Blocks[i+splits-1], "group %d of %v", i/splits, check.Blocks)
+	}
+}
+
+// TestStepWithSplitPagedAttention runs a whole serving step (tiny-llama's,
+// every layer's paged attention printed with its keys split across 4
+// blocks, the other kernels in their defaults) under the emulation on a
+// batch of fewer tokens and sequences than the maxima: the paged kernels'
+// grids follow the tokens present (4 x Hkv blocks a token), every layer's
+// launch shares its kernel's counters with the others, and the logits of
+// the sequences present and the pools equal the reference's.
+func TestStepWithSplitPagedAttention(t *testing.T) {
+	t.Parallel()
+	needCompilers(t)
+	opt := corpus.Options{Seq: 40, Step: corpus.StepOptions{MaxTokens: 10, MaxSeqs: 4, BlockSize: 4, KVBlocks: 40}}
+	g, err := corpus.Build("tiny-llama:step", opt)
+	require.NoError(t, err)
+	prog, err := rules.NaiveProgram(context.Background(), g, rules.SaturateOptions{})
+	require.NoError(t, err)
+	lp, err := lower.FromExtraction(prog.EGraph, g, prog.Classes, prog.Problem, prog.Solution)
+	require.NoError(t, err)
+	const splits = 4
+	split := cost.Schedule{BM: 1, BN: cost.PagedTile, Threads: 64, SplitKeys: true, KeySplits: splits}
+	ks, err := PrintProgramWith(lp, func(body *ir.Graph) ([]cost.Estimate, error) {
+		if f, err := cost.FormOf(body); err == nil && f == cost.FormPagedAttention {
+			return []cost.Estimate{{Schedule: split}}, nil
+		}
+		return []cost.Estimate{{}}, nil
+	})
+	require.NoError(t, err)
+	l := *lp.Step
+	feeds, err := ir.RandomFeeds(g, 8, ir.Typical)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(8, 5))
+	b, err := l.Arrange(rng, l.DrawShapes(rng, 3, 6))
+	require.NoError(t, err)
+	for i := range b.IDs {
+		b.IDs[i] = int64(rng.IntN(l.Vocab))
+	}
+	T := int64(b.Tokens())
+	require.Less(t, T, int64(l.MaxTokens))
+	meta, err := l.Feeds(b)
+	require.NoError(t, err)
+	maps.Copy(feeds, meta)
+	want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+	require.NoError(t, err)
+
+	e, err := NewEmulation(context.Background(), lp, ks, feeds)
+	require.NoError(t, err)
+	paged := 0
+	for i, k := range ks {
+		if k.BlockGroup != splits {
+			continue
+		}
+		paged++
+		require.NotNil(t, k.Rows, k.Name)
+		assert.Equal(t, k.Rows.Of(k.Grid, T), e.Launches[i].Grid, k.Name)
+		assert.Zero(t, e.Launches[i].Grid[0]%splits, "%s: whole groups of splits", k.Name)
+	}
+	ops := 0
+	for _, n := range g.Nodes {
+		if n.Op == ir.OpPagedAttention {
+			ops++
+		}
+	}
+	require.Equal(t, ops, paged, "every layer's paged attention split")
+
+	outs, states, err := EmulateProgram(context.Background(), lp, ks, feeds, emu.Options{Shuffle: true, Seed: 9})
+	require.NoError(t, err)
+	outs, err = l.Present(outs, b)
+	require.NoError(t, err)
+	w, err := l.Present(want.Outputs, b)
+	require.NoError(t, err)
+	mag, err := l.Present(want.Magnitudes, b)
+	require.NoError(t, err)
+	mm, err := ir.Compare(outs[step.Logits], w[step.Logits], mag[step.Logits], 256)
+	require.NoError(t, err)
+	assert.Nil(t, mm, "logits: %v", mm)
+	for name, w := range want.States {
+		mm, err := ir.Compare(states[name], w, want.Magnitudes[name], 256)
+		require.NoError(t, err)
+		assert.Nil(t, mm, "%s: %v", name, mm)
 	}
 }
