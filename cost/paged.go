@@ -121,10 +121,42 @@ const pagedAccumulators = 32
 
 // PagedShared is the static shared memory the paged form declares for a
 // block of warps warps: the group's query rows, each warp's probabilities
-// and key rows for a tile, and each warp's partial results to combine.
-func PagedShared(p PagedParts, warps int) int {
+// and key rows for a tile, and each warp's partial results to combine;
+// with key splits, the flag that says a block is its pair's last.
+func PagedShared(p PagedParts, warps, splits int) int {
 	G, D, W := int(p.Group()), int(p.D), warps
-	return 4*(G*D+W*G*PagedTile+W*G*D+2*W*G) + 8*W*PagedTile
+	sh := 4*(G*D+W*G*PagedTile+W*G*D+2*W*G) + 8*W*PagedTile
+	if splits > 1 {
+		sh += 4
+	}
+	return sh
+}
+
+// PagedMaxWorkspace bounds the workspace of a paged form split across
+// blocks: splits are for grids too small to fill the device, whose
+// partials are few.
+const PagedMaxWorkspace = 16 << 20
+
+// PagedWorkspace is the bytes of device memory the paged form keeps for
+// itself with splits blocks a (token, key head) pair: each block's
+// partial (the group's running max and sum and its D accumulators a
+// query head, f32) and each pair's count of finished blocks; 0 without a
+// split.
+func PagedWorkspace(p PagedParts, splits int) int64 {
+	if splits <= 1 {
+		return 0
+	}
+	pairs := p.T * p.Hkv
+	return pairs*int64(splits)*p.Group()*(p.D+2)*4 + pairs*4
+}
+
+// PagedSplitChunk is the keys each of splits blocks takes of a token's
+// keys keys: an equal share rounded up to whole tiles, so that every
+// block's warps start on tile boundaries of the split (the last blocks
+// of a short context may have none).
+func PagedSplitChunk(keys int64, splits int) int64 {
+	n := int64(max(splits, 1))
+	return (keys + n*PagedTile - 1) / (n * PagedTile) * PagedTile
 }
 
 // pagedContext is the cached context length the paged form is priced at,
@@ -142,36 +174,69 @@ func (k *kernelForm) pagedContext(p PagedParts) float64 {
 	return math.Min(float64(p.Slots)/float64(2*max(p.Seqs, 1)), float64(p.Blocks*p.Block))
 }
 
+// PagedMaxSplits bounds the blocks a (token, key head) pair's keys are
+// split across.
+const PagedMaxSplits = 32
+
+// pagedTileTrips is the dependent round trips to memory a warp makes for
+// a tile of keys: the block table entry (which its lanes wait for through
+// a shuffle), then the key rows, then the value rows (which wait for the
+// scores). Outside its loop a block waits for the sequence count, a
+// binary search of the query starts (L2, about half DRAM's latency a
+// step), its sequence's metadata and the query rows; a split block also
+// for its partial's store and count, and the last for the partials (L2).
+const (
+	pagedTileTrips  = 3
+	pagedBlockTrips = 3
+	pagedSplitTrips = 1.5
+)
+
 // pagedFeatures prices the paged attention form (package cuda,
-// attention_paged.go) under schedule s: a block per token and key head,
-// its warps taking the token's keys 32 at a time with running softmaxes
-// for the group's query heads, combined at the end. The keys a token sees
-// are priced at the assumed context (pagedContext) plus its place in its
-// sequence's chunk, the T tokens spread evenly over the table's rows,
-// bounded by the window: bytes read are the query, the output, the
-// step's own keys and values, and each sequence's cached keys and values
-// (read by every token of its chunk, once from DRAM when L2 holds them or
-// the chunk's blocks run in one wave) plus the table entries of the
-// cached blocks; the arithmetic is two dot products of D per key and
-// query head over whole tiles, an exponential per key and head, and the
-// combine of the warps' partials.
+// attention_paged.go) under schedule s: a block per token and key head
+// (and, with KeySplits n, per n-th of the token's keys), its warps taking
+// the keys 32 at a time with running softmaxes for the group's query
+// heads, combined at the end (across the splits by the last block of a
+// pair, through the workspace). The keys a token sees are priced at the
+// assumed context (pagedContext) plus its place in its sequence's chunk,
+// the T tokens spread evenly over the table's rows, bounded by the
+// window: bytes read are the query, the output, the step's own keys and
+// values, and each sequence's cached keys and values (read by every
+// token of its chunk, once from DRAM when L2 holds them or the chunk's
+// blocks run in one wave) plus the table entries of the cached blocks;
+// the arithmetic is two dot products of D per key and query head over
+// whole tiles, an exponential per key and head, and the combines.
+//
+// A few tokens over long contexts are few blocks, each walking its keys
+// tile after tile: the latency of those round trips, not the bandwidth,
+// is their time (Features.InFlight and Trips: a warp keeps a tile's rows
+// in flight over pagedTileTrips round trips). Splitting the keys runs
+// more blocks at once, each with a shorter walk, for the price of the
+// partials' traffic, the combine and its round trips; splits are listed
+// only where the pairs leave the device's resident blocks unfilled (with
+// half as many splits they do not fill them yet) and the workspace stays
+// within PagedMaxWorkspace.
 func (k *kernelForm) pagedFeatures(s Schedule, d *Device, out float64) (Features, bool) {
 	p, err := Paged(k.body)
 	if err != nil || s.BM != 1 || s.BN != PagedTile || !s.SplitKeys || s.Threads%32 != 0 || s.Threads < 32 || s.Threads > 1024 ||
-		s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.GEMV {
+		s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.GEMV || s.TM != 0 || s.Warp != 0 || s.KeySplits < 0 || s.KeySplits > PagedMaxSplits {
 		return Features{}, false
 	}
-	warps := s.Threads / 32
+	warps, n := s.Threads/32, max(s.KeySplits, 1)
 	G, cols := p.Group(), ceilDiv(int(p.D), 32)
 	if int(G)*cols > pagedAccumulators {
 		return Features{}, false
 	}
-	shared := PagedShared(p, warps)
+	shared := PagedShared(p, warps, n)
 	if shared > StaticShared {
 		return Features{}, false
 	}
 	per := k.occupancy(d, s.Threads, shared, 40+int(G)*(cols+2))
 	if per == 0 {
+		return Features{}, false
+	}
+	pairs := int(p.T * p.Hkv)
+	ws := PagedWorkspace(p, n)
+	if n > 1 && (ws > PagedMaxWorkspace || pairs*(n/2) >= d.SMs*per) {
 		return Features{}, false
 	}
 	size := float64(p.DType.Size())
@@ -185,29 +250,52 @@ func (k *kernelForm) pagedFeatures(s Schedule, d *Device, out float64) (Features
 	}
 	seqs := math.Min(float64(p.Seqs), float64(p.T)) // sequences with a token
 	row := float64(p.Hkv*p.D) * size                // one position's key (or value) row
-	blocks := int(p.T * p.Hkv)
-	concurrent := max(1, d.SMs*per/int(p.Hkv)) // tokens one wave runs
+	blocks := pairs * n
+	concurrent := max(1, d.SMs*per/(int(p.Hkv)*n)) // tokens one wave runs
 	poolBytes := rereads(2*seqs*cached*row, int(chunk), concurrent, d)
 	metaSize := func(i int) float64 { return float64(p.MetaTypes[i].Size()) }
 	meta := seqs*math.Ceil(cached/float64(p.Block))*metaSize(0) + float64(p.Seqs)*(metaSize(1)+metaSize(2)) + metaSize(2) + metaSize(3)
 	step := 2 * float64(p.T) * row
 	bytes := out + float64(p.T*p.Hq*p.D)*size + step + poolBytes + meta
-	keysPad := math.Ceil(keys/PagedTile) * PagedTile
+	keysPad := math.Ceil(keys/PagedTile) * PagedTile // a split's share is whole tiles
 	heads := float64(p.T * p.Hq)
-	flops := 2*heads*(keysPad*float64(p.D)+keys*float64(32*cols)+float64(warps)*float64(p.D)) + 4*heads*keysPad
+	flops := 2*heads*(keysPad*float64(p.D)+keys*float64(32*cols)+float64(warps*n)*float64(p.D)) + 4*heads*keysPad
 	tile := float64(p.T) * keys * 2 * row // every block streams its keys and values
-	return Features{Bytes: bytes, Work: []Work{{FMA, "f32", flops}}, Blocks: max(blocks, 1), PerSM: per, WarpsPerBlock: warps, Launches: 1, TileBytes: tile}, true
+	trips := float64(pagedBlockTrips)
+	if n > 1 {
+		// Each block's partial is written (to DRAM in the end, as L2
+		// writes back what it evicts) and the last block of its pair reads
+		// them all back (from L2 while the workspace fits half of it).
+		partials := float64(blocks) * float64(G*(p.D+2)) * 4
+		tile += 2 * partials
+		bytes += partials
+		if float64(ws) > float64(d.L2Bytes)/2 {
+			bytes += partials
+		}
+		flops += 4 * heads * float64(n) * float64(p.D)
+		trips += pagedSplitTrips
+	}
+	return Features{
+		Bytes: bytes, Work: []Work{{FMA, "f32", flops}}, Blocks: max(blocks, 1), PerSM: per, WarpsPerBlock: warps, Launches: 1, TileBytes: tile,
+		InFlight: 2 * PagedTile * float64(p.D) * size / pagedTileTrips,
+		Trips:    trips,
+	}, true
 }
 
 // pagedSchedules are the paged form's schedules: a block per token and
 // key head of 2 to 32 warps sharing the keys, 32 a warp's step (the many
 // warps for a step of few tokens over long contexts, whose blocks are
-// few); pagedFeatures refuses those whose partials overflow static shared
-// memory.
+// few), and each of those with the keys split across 2 to 32 blocks
+// (flash-decoding); pagedFeatures refuses those whose partials overflow
+// static shared memory, and the splits where the pairs alone fill the
+// device.
 func pagedSchedules() []Schedule {
 	var out []Schedule
 	for _, t := range []int{64, 128, 256, 512, 1024} {
 		out = append(out, Schedule{BM: 1, BN: PagedTile, Threads: t, SplitKeys: true})
+		for n := 2; n <= PagedMaxSplits; n *= 2 {
+			out = append(out, Schedule{BM: 1, BN: PagedTile, Threads: t, SplitKeys: true, KeySplits: n})
+		}
 	}
 	return out
 }

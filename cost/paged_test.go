@@ -63,12 +63,19 @@ func TestPagedAttentionPricing(t *testing.T) {
 	m := NewModel(d, Defaults(d))
 	ranked, err := m.Ranked(llamaStep.body(t, ir.BF16))
 	require.NoError(t, err)
-	require.Len(t, ranked, 4, "2 to 16 warps: 32 warps' partials overflow static shared memory")
+	unsplit := 0
 	for _, e := range ranked {
 		assert.True(t, e.Schedule.SplitKeys, "%s", e.Schedule)
 		assert.Positive(t, e.Seconds)
-		assert.Equal(t, 256*8, e.Features.Blocks, "a block per token and key head")
+		if e.Schedule.KeySplits == 0 {
+			unsplit++
+			assert.Equal(t, 256*8, e.Features.Blocks, "a block per token and key head")
+		} else {
+			assert.Equal(t, 256*8*e.Schedule.KeySplits, e.Features.Blocks, "a block per token, key head and split")
+		}
 	}
+	assert.Equal(t, 4, unsplit, "2 to 16 warps: 32 warps' partials overflow static shared memory")
+	assert.Zero(t, ranked[0].Schedule.KeySplits, "256 tokens fill the device without a split")
 	at := func(s pagedShape, ctx int64) Estimate {
 		e, err := m.AtPosition(ctx).Kernel(s.body(t, ir.BF16))
 		require.NoError(t, err)
@@ -103,4 +110,96 @@ func TestPagedAttentionPricing(t *testing.T) {
 	def, err := m.Kernel(llamaStep.body(t, ir.BF16))
 	require.NoError(t, err)
 	assert.InDelta(t, at(llamaStep, 64).Features.Bytes, def.Features.Bytes, 1e-9*def.Features.Bytes)
+}
+
+// TestPagedAttentionSplits: splitting each token's keys across blocks
+// (flash-decoding) wins where a step's few tokens over a long context
+// leave the device idle, and nowhere else: with one decoding sequence the
+// choice flips from no split at a short context to a split at 8191
+// positions; 256 tokens fill the device at any context. Splits are listed
+// only where half as many would not fill the device's resident blocks,
+// and their workspace is each block's partial and each pair's counter.
+func TestPagedAttentionSplits(t *testing.T) {
+	d := testDevice(t)
+	m := NewModel(d, Defaults(d))
+	decode := llamaStep
+	decode.T = 1
+	cases := []struct {
+		name  string
+		shape pagedShape
+		ctx   int64
+		split bool
+	}{
+		{"decode_ctx128", decode, 128, false},
+		{"decode_ctx8191", decode, 8191, true},
+		{"tokens256_ctx128", llamaStep, 128, false},
+		{"tokens256_ctx8191", llamaStep, 8191, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ranked, err := m.AtPosition(tc.ctx).Ranked(tc.shape.body(t, ir.BF16))
+			require.NoError(t, err)
+			best := ranked[0]
+			var unsplit *Estimate
+			for i, e := range ranked {
+				if e.Schedule.KeySplits == 0 && unsplit == nil {
+					unsplit = &ranked[i]
+				}
+			}
+			require.NotNil(t, unsplit)
+			t.Logf("best %s %.2f us, best without a split %s %.2f us", best.Schedule, best.Seconds*1e6, unsplit.Schedule, unsplit.Seconds*1e6)
+			if tc.split {
+				assert.Greater(t, best.Schedule.KeySplits, 1, "a split wins")
+				assert.Less(t, best.Seconds, unsplit.Seconds/2, "by far: 8 blocks cannot draw the bandwidth")
+			} else {
+				assert.Zero(t, best.Schedule.KeySplits, "no split wins")
+			}
+		})
+	}
+
+	// What is listed: for one token, every split count; for 2048 pairs
+	// only those whose halves leave the resident blocks unfilled and
+	// whose workspace fits.
+	p, err := Paged(decode.body(t, ir.BF16))
+	require.NoError(t, err)
+	assert.Equal(t, int64(8*4*4*130*4+8*4), PagedWorkspace(p, 4), "8 pairs of 4 splits of 4 heads' 128 accumulators, max and sum; 8 counters")
+	assert.Zero(t, PagedWorkspace(p, 1))
+	splits := func(s pagedShape) (map[int]bool, int) {
+		ranked, err := m.AtPosition(4096).Ranked(s.body(t, ir.BF16))
+		require.NoError(t, err)
+		out, perSM := map[int]bool{}, 0
+		for _, e := range ranked {
+			if e.Schedule.Threads == 64 {
+				out[e.Schedule.KeySplits] = true
+				if e.Schedule.KeySplits == 0 {
+					perSM = e.Features.PerSM
+				}
+			}
+		}
+		return out, perSM
+	}
+	got, _ := splits(decode)
+	assert.Equal(t, map[int]bool{0: true, 2: true, 4: true, 8: true, 16: true, 32: true}, got)
+	got, perSM := splits(llamaStep)
+	require.Positive(t, perSM)
+	p, err = Paged(llamaStep.body(t, ir.BF16))
+	require.NoError(t, err)
+	want := map[int]bool{0: true}
+	for n := 2; n <= PagedMaxSplits; n *= 2 {
+		if 256*8*n/2 < d.SMs*perSM && PagedWorkspace(p, n) <= PagedMaxWorkspace {
+			want[n] = true
+		}
+	}
+	assert.Equal(t, want, got)
+	assert.Less(t, len(want), 6, "not every split count is listed for 256 tokens")
+
+	// The shares of a token's keys: whole tiles, the last ones empty for
+	// a short context.
+	for _, c := range []struct {
+		keys  int64
+		n     int
+		chunk int64
+	}{{1, 8, 32}, {300, 8, 64}, {8192, 16, 512}, {8191, 16, 512}, {33, 2, 32}, {5, 1, 32}} {
+		assert.Equal(t, c.chunk, PagedSplitChunk(c.keys, c.n), "%d keys in %d splits", c.keys, c.n)
+	}
 }

@@ -32,6 +32,23 @@ const pagedThreads = 128
 // the block combines its warps' partials as flash-decoding does and
 // rounds each output element once to q's dtype.
 //
+// With KeySplits n above 1 (flash-decoding, for steps of few tokens over
+// long contexts, whose T x Hkv blocks would leave most of the device
+// idle) each pair's keys lo..p are split across n consecutive blocks, each
+// an equal share in whole tiles (PagedSplitChunk's; a short context
+// leaves the last shares empty). Each block combines its warps as above
+// but keeps the result unnormalized, in f32: it writes its running max,
+// sum and accumulators per query head to the kernel's workspace, counts
+// itself done on its pair's counter (an atomic add after a memory fence)
+// and the pair's last block combines the n partials in split order, a
+// split that saw no key (max -inf) weighing 0, rounds once to q's dtype
+// and resets the counter for the next launch, as the decode kind's
+// flash-decoding layout does (attention_decode.go, which says why the
+// kernel's static workspace may be shared by its launches). Split 0
+// always holds key lo, so the sum is never 0. The grid is pairs x n
+// blocks, the splits of a pair consecutive (Kernel.BlockGroup), and
+// follows the tokens present as before (n x Hkv blocks a token).
+//
 // The work follows the lengths: a block reads only the keys lo..p of its
 // token and the table entries of its sequence's cached blocks below ctx,
 // never the pool's capacity or the table's width. The metadata is read
@@ -47,23 +64,30 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	if s == (cost.Schedule{}) {
 		s = cost.Schedule{BM: 1, BN: cost.PagedTile, Threads: pagedThreads, SplitKeys: true}
 	}
-	warps := s.Threads / 32
+	warps, splits := s.Threads/32, max(s.KeySplits, 1)
 	if s.BM != 1 || s.BN != cost.PagedTile || !s.SplitKeys || s.Threads%32 != 0 || warps < 1 || s.Threads > 1024 ||
-		s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.GEMV || s.TM != 0 || s.Warp != 0 {
-		return "", fmt.Errorf("paged attention: schedule %s: a token and key head a block (bm=1), %d keys (bn) a warp's step, the warps sharing the keys (splitkeys), 32 to 1024 threads", s, cost.PagedTile)
+		s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.GEMV || s.TM != 0 || s.Warp != 0 || s.KeySplits < 0 || s.KeySplits > cost.PagedMaxSplits {
+		return "", fmt.Errorf("paged attention: schedule %s: a token and key head a block (bm=1), %d keys (bn) a warp's step, the warps sharing the keys (splitkeys), 32 to 1024 threads, keys split across at most %d blocks", s, cost.PagedTile, cost.PagedMaxSplits)
 	}
 	G, D := p.Group(), p.D
 	cols := (D + 31) / 32
 	if G*cols > 32 {
 		return "", fmt.Errorf("paged attention: %d query heads a key head of size %d keep %d accumulators a lane, more than 32", G, D, G*cols)
 	}
-	if sh := cost.PagedShared(p, warps); sh > attnStaticShared {
+	if sh := cost.PagedShared(p, warps, splits); sh > attnStaticShared {
 		return "", fmt.Errorf("paged attention: schedule %s: %d bytes of shared memory, more than %d", s, sh, attnStaticShared)
+	}
+	ws := cost.PagedWorkspace(p, splits)
+	if ws > cost.PagedMaxWorkspace {
+		return "", fmt.Errorf("paged attention: schedule %s: a workspace of %d bytes for %d tokens, more than %d", s, ws, p.T, cost.PagedMaxWorkspace)
 	}
 	k.Schedule = s
 	pairs := p.T * p.Hkv
 	k.Block = [3]int{s.Threads, 1, 1}
-	k.Grid = [3]int{int(min(max(pairs, 1), 65535)), 1, 1}
+	// A multiple of splits blocks, so that grid-striding keeps a pair's splits
+	// in one group of consecutive blocks.
+	k.Grid = [3]int{int(min(max(pairs*int64(splits), 1), 65535/int64(splits)*int64(splits))), 1, 1}
+	k.Workspace = ws
 	n := body.Node(p.Node)
 	arg := func(i int) string { return paramName(body, n.Inputs[i]) }
 	kk, kpool, vpool := arg(1), arg(3), arg(4)
@@ -76,18 +100,32 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("  __shared__ float Os[%d][%d][%d];\n  __shared__ float Ms[%d][%d], Ls[%d][%d];\n", warps, G, D, warps, G, warps, G)
 	w("  // A tile's key rows: a pool slot (>= 0), or -1 - the step's row.\n")
 	w("  __shared__ long long Rs[%d][%d];\n", warps, cost.PagedTile)
+	if splits > 1 {
+		k.BlockGroup = splits
+		w("  // The workspace: each block's partial softmax (per query head of the\n")
+		w("  // group a max, a sum and %d accumulators, f32) and each pair's count\n", D)
+		w("  // of finished blocks, which its last block resets; the loader zeroes\n  // both.\n")
+		w("  static float lum_ws[%d];\n  static unsigned lum_wc[%d] = {};\n", pairs*int64(splits)*G*(D+2), pairs)
+		w("  __shared__ bool lum_last;\n")
+	}
 	w("  const int lane = threadIdx.x %% 32, warp = threadIdx.x / 32;\n")
 	w("  const long long seqs = %s;\n", meta(3, "0"))
-	bound := fmt.Sprintf("%dLL", pairs)
+	bound := fmt.Sprintf("%dLL", pairs*int64(splits))
 	if k.count != nil && !k.count.Sequences && k.count.Max == p.T && k.count.Axis == 0 {
 		// The tokens present, read from the row count's parameters (in
 		// a step, the same metadata): a token past them belongs to no
 		// sequence and is not written.
 		w("%s", k.count.line())
-		bound = fmt.Sprintf("lum_t * %dLL", p.Hkv)
-		k.Rows = &RowGrid{Dim: 0, Num: p.Hkv, Den: 1}
+		bound = fmt.Sprintf("lum_t * %dLL", p.Hkv*int64(splits))
+		k.Rows = &RowGrid{Dim: 0, Num: p.Hkv * int64(splits), Den: 1}
 	}
-	w("  for (long long bt = blockIdx.x; bt < %s; bt += gridDim.x) {\n", bound)
+	if splits > 1 {
+		w("  for (long long bs = blockIdx.x; bs < %s; bs += gridDim.x) {\n", bound)
+		w("    // The pair (token, key head) and which of its %d shares of keys.\n", splits)
+		w("    const long long bt = bs / %dLL, split = bs %% %dLL;\n", splits, splits)
+	} else {
+		w("  for (long long bt = blockIdx.x; bt < %s; bt += gridDim.x) {\n", bound)
+	}
 	w("    const long long t = bt / %dLL, kh = bt %% %dLL;\n", p.Hkv, p.Hkv)
 	w("    // The query rows of the group and their outputs: heads kh * %d on.\n", G)
 	w("    const long long qo = (t * %dLL + kh * %dLL) * %dLL;\n", p.Hq, G, D)
@@ -98,8 +136,12 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("      while (a < z) {\n        const long long mid = (a + z + 1) / 2;\n")
 	w("        if (%s <= t) a = mid; else z = mid - 1;\n      }\n      seq = a;\n    }\n", meta(2, "mid"))
 	w("    if (seq < 0) {\n")
-	w("      for (long long i = threadIdx.x; i < %dLL; i += blockDim.x) out0[qo + i] = %s;\n", G*D, store(dt, "0.0f"))
-	w("      continue;\n    }\n")
+	zeros := fmt.Sprintf("for (long long i = threadIdx.x; i < %dLL; i += blockDim.x) out0[qo + i] = %s;", G*D, store(dt, "0.0f"))
+	if splits > 1 {
+		// The first split alone writes them; none counts itself.
+		zeros = "if (split == 0)\n        " + zeros
+	}
+	w("      %s\n      continue;\n    }\n", zeros)
 	w("    const long long first = %s, last = %s;\n", meta(2, "seq"), meta(2, "seq + 1"))
 	w("    const long long ctx = %s - (last - first);\n", meta(1, "seq"))
 	w("    const long long pos = ctx + t - first;\n")
@@ -107,6 +149,13 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 		w("    const long long lo = pos - %dLL + 1 > 0 ? pos - %dLL + 1 : 0;\n", p.Window, p.Window)
 	} else {
 		w("    const long long lo = 0;\n")
+	}
+	if splits > 1 {
+		w("    // The split's keys kb..ke-1: an equal share of lo..pos in whole tiles\n    // (the last shares of a short context are empty).\n")
+		w("    const long long chunk = (pos - lo + %dLL) / %dLL * %dLL;\n", int64(splits)*cost.PagedTile, int64(splits)*cost.PagedTile, cost.PagedTile)
+		w("    const long long kb = lo + split * chunk, ke = kb + chunk < pos + 1 ? kb + chunk : pos + 1;\n")
+	} else {
+		w("    const long long kb = lo, ke = pos + 1;\n")
 	}
 	qLines, qv, err := pagedRead(body, n, 0, "t", fmt.Sprintf("(kh * %dLL + i / %d)", G, D), fmt.Sprintf("(i %% %d)", D))
 	if err != nil {
@@ -119,8 +168,8 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("    for (int g = 0; g < %d; g++) {\n      m[g] = -INFINITY;\n      l[g] = 0.0f;\n", G)
 	w("      for (int c = 0; c < %d; c++) o[g][c] = 0.0f;\n    }\n", cols)
 	w("    __syncthreads();\n")
-	w("    for (long long j0 = lo + warp * %d; j0 <= pos; j0 += %d) {\n", cost.PagedTile, warps*cost.PagedTile)
-	w("      const long long j = j0 + lane;\n      const bool live = j <= pos;\n")
+	w("    for (long long j0 = kb + warp * %d; j0 < ke; j0 += %d) {\n", cost.PagedTile, warps*cost.PagedTile)
+	w("      const long long j = j0 + lane;\n      const bool live = j < ke;\n")
 	w("      // The block id, loaded by the lane at a block's first position or\n      // the tile's first lane, shuffled to the lanes of the same block.\n")
 	w("      const int within = (int)(j %% %dLL);\n", p.Block)
 	w("      long long blk = 0;\n")
@@ -177,7 +226,7 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 `)
 	w("        for (int c = 0; c < %d; c++) o[g][c] *= alpha;\n      }\n", cols)
 	w("      // The warp reads its own probabilities and rows only.\n      __syncwarp();\n")
-	w("      for (int c = 0; c < %d && j0 + c <= pos; c++) {\n", cost.PagedTile)
+	w("      for (int c = 0; c < %d && j0 + c < ke; c++) {\n", cost.PagedTile)
 	w("        const long long rc = Rs[warp][c];\n")
 	// The value row: the same for the whole warp, so either branch is
 	// taken by all of its lanes.
@@ -199,7 +248,7 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	accumulate(vLines, vval)
 	w("        }\n      }\n")
 	w("      // The next tile overwrites Ps and Rs.\n      __syncwarp();\n    }\n")
-	w("    // The combine across the warps; a warp that saw no key has m = -inf\n    // and weighs 0 (warp 0 always sees key lo).\n")
+	w("    // The combine across the warps; a warp that saw no key has m = -inf\n    // and weighs 0 (warp 0 always sees key kb, but in an empty share).\n")
 	w("    for (int g = 0; g < %d; g++) {\n", G)
 	w("      if (lane == 0) {\n        Ms[warp][g] = m[g];\n        Ls[warp][g] = l[g];\n      }\n")
 	w("      for (int x = 0; x < %d; x++) {\n        const int d = lane + 32 * x;\n", cols)
@@ -213,9 +262,43 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("      for (int x = 0; x < %d; x++) {\n", warps)
 	w("        const float a = Ms[x][g] == -INFINITY ? 0.0f : expf(Ms[x][g] - M);\n")
 	w("        acc += a * Os[x][g][d];\n        L += a * Ls[x][g];\n      }\n")
-	w("      out0[qo + i] = %s;\n    }\n", store(dt, "(acc / L)"))
+	if splits == 1 {
+		w("      out0[qo + i] = %s;\n    }\n", store(dt, "(acc / L)"))
+	} else {
+		printPagedCombine(w, splits, G, D, dt)
+	}
 	w("    // The next token overwrites Qs, Ms, Ls and Os, which slower threads\n    // may still read.\n    __syncthreads();\n  }\n")
 	return b.String(), nil
+}
+
+// printPagedCombine prints, inside the loop over the warps' combined
+// elements i of a split block (acc, L and M for query head g, column d),
+// the block's partial written to the workspace, its count on its pair's
+// counter, and the pair's last block combining the splits partials in split
+// order into out0 (see printPagedAttention).
+func printPagedCombine(w func(string, ...any), splits int, G, D int64, dt ir.DType) {
+	part := G * (D + 2) // one split's partial
+	w("      // The block's partial, unnormalized: split j of pair bt, head g.\n")
+	w("      float* const part = lum_ws + ((bt * %dLL + split) * %d + g) * %d;\n", splits, G, D+2)
+	w("      part[d] = acc;\n      if (d == 0) {\n        part[%d] = M;\n        part[%d] = L;\n      }\n    }\n", D, D+1)
+	w("    // The partial is visible device-wide before the block counts itself\n    // done; the block that counts last sees every other's.\n")
+	w("    __threadfence();\n    __syncthreads();\n")
+	w("    if (threadIdx.x == 0) lum_last = atomicAdd(&lum_wc[bt], 1u) == %du;\n", splits-1)
+	w("    __syncthreads();\n")
+	w("    if (lum_last) {\n      __threadfence();\n")
+	w("      for (long long i = threadIdx.x; i < %dLL; i += blockDim.x) {\n", G*D)
+	w("        const int g = (int)(i / %d), d = (int)(i %% %d);\n", D, D)
+	w("        const float* const part = lum_ws + (bt * %dLL * %d + g) * %d;\n", splits, G, D+2)
+	w("        float M = -INFINITY;\n")
+	w("        for (int x = 0; x < %d; x++) {\n          const float mx = __ldcg(part + x * %d + %d);\n          M = M > mx ? M : mx;\n        }\n", splits, part, D)
+	w("        float acc = 0.0f, L = 0.0f;\n")
+	w("        for (int x = 0; x < %d; x++) {\n", splits)
+	w("          const float* const px = part + x * %d;\n", part)
+	w("          const float mx = __ldcg(px + %d);\n", D)
+	w("          const float a = mx == -INFINITY ? 0.0f : expf(mx - M);\n")
+	w("          acc += a * __ldcg(px + d);\n          L += a * __ldcg(px + %d);\n        }\n", D+1)
+	w("        out0[qo + i] = %s;\n      }\n", store(dt, "(acc / L)"))
+	w("      if (threadIdx.x == 0) lum_wc[bt] = 0u;\n    }\n")
 }
 
 // pagedDirect says operand k of paged attention n is a kernel argument
