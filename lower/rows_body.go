@@ -47,6 +47,26 @@ func (l *Launch) BodyAtRows(n int64) (body *ir.Graph, err error) {
 			ins[j] = rowsAt{class: class, axis: a}
 		}
 	}
+	if r.Seqs {
+		// The token rows a gather picks each sequence's row of (by
+		// indices of the sequences' extent): an input of the launch,
+		// the tokens on its first axis.
+		index := map[ir.Value]int{}
+		for j, v := range inputs {
+			index[v] = j
+		}
+		for _, n := range l.Body.Nodes {
+			if n.Op != ir.OpGather || n.Axis != 0 {
+				continue
+			}
+			data, idx := l.Body.Node(n.Inputs[0]), l.Body.Node(n.Inputs[1])
+			j, isInput := index[n.Inputs[0]]
+			if isInput && r.In[j] < 0 && len(data.Shape) > 0 && len(idx.Shape) == 1 && int64(idx.Shape[0]) == r.Max {
+				ins[j] = rowsAt{class: tokenRows}
+				ext.tokens = int64(data.Shape[0])
+			}
+		}
+	}
 	at, _ := bodyRowsAt(l.Body, ins, ext, false)
 	if n == r.Max {
 		return l.Body, nil
@@ -133,6 +153,11 @@ func (l *Launch) BodyAtRows(n int64) (body *ir.Graph, err error) {
 	}
 	if err := g.Check(); err != nil {
 		return nil, fmt.Errorf("launch %s at %d rows: %w", l.Name, n, err)
+	}
+	for j, o := range g.Outputs {
+		if s := g.Node(o.Value).Shape; r.Axis >= len(s) || int64(s[r.Axis]) != n {
+			return nil, fmt.Errorf("launch %s at %d rows: output %d is %v, without its rows on axis %d", l.Name, n, j, s, r.Axis)
+		}
 	}
 	for j := range g.Outputs {
 		if _, _, err := OutputWindow(g, j); err != nil {

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/cuda"
+	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/step"
+
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/report"
@@ -15,6 +19,9 @@ import (
 // position, the rest does not.
 func bucketTimes(g *ir.Graph, c *compiled, m *cost.Model) ([]report.BucketTime, error) {
 	lp := c.lowered
+	if lp.Step != nil {
+		return stepBucketTimes(g, c, m, lp.Step.MaxLen()/2)
+	}
 	var out []report.BucketTime
 	for _, s := range lp.Symbols {
 		for _, b := range s.Buckets() {
@@ -53,4 +60,87 @@ func bucketText(bs []report.BucketTime) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// stepBucketTimes prices a serving step's program at each bucket of its
+// tokens (cuda.RowBuckets): T tokens of min(T, max seqs) sequences, the
+// tokens shared evenly, each sequence after a context of ctx positions;
+// each row-wise launch runs the kernel of its bucket (Kernel.ForRows)
+// priced over the rows present, the others as printed. The floor is the
+// step's at that workload (StepFloor).
+func stepBucketTimes(g *ir.Graph, c *compiled, m *cost.Model, ctx int) ([]report.BucketTime, error) {
+	lp := c.lowered
+	l := *lp.Step
+	mb := m.AtPosition(int64(ctx))
+	var out []report.BucketTime
+	for _, T := range cuda.RowBuckets(int64(l.MaxTokens)) {
+		w, err := workloadAt(l, int(T), ctx)
+		if err != nil {
+			return nil, err
+		}
+		total := 0.0
+		for i, ln := range lp.Run {
+			k := c.kernels[len(lp.Prep)+i]
+			est, err := launchAt(mb, ln, k, T, int64(w.Seqs))
+			if err != nil {
+				return nil, fmt.Errorf("price %s at %d tokens: %w", ln.Name, T, err)
+			}
+			total += est
+		}
+		out = append(out, report.BucketTime{Symbol: "tokens", Value: T, Predicted: total, Floor: StepFloor(g, m.Device, w).Hardware})
+	}
+	return out, nil
+}
+
+// workloadAt is a step of T tokens: one token a sequence up to the most
+// sequences, the tokens shared evenly beyond, each after ctx positions
+// (held to what fits).
+func workloadAt(l step.Layout, T, ctx int) (step.Workload, error) {
+	S := min(T, l.MaxSeqs)
+	seqs := make([]step.SeqWork, S)
+	for i := range seqs {
+		seqs[i].Tokens = T / S
+		if i < T%S {
+			seqs[i].Tokens++
+		}
+		seqs[i].Context = max(0, min(ctx, l.MaxLen()-seqs[i].Tokens))
+	}
+	return l.WorkloadOf(seqs)
+}
+
+// launchAt is a launch's predicted seconds with T tokens of S sequences
+// present: the kernel its bucket runs, priced over the rows present where
+// the cost model lists that kernel's schedule for them, else at the rows
+// it was printed for (which bound its time over fewer).
+func launchAt(m *cost.Model, l *lower.Launch, k *cuda.Kernel, T, S int64) (float64, error) {
+	body, n := l.Body, T
+	if l.Rows != nil {
+		if l.Rows.Seqs {
+			n = S
+		}
+		n = min(n, l.Rows.Max)
+		k = k.ForRows(n)
+		if b, err := l.BodyAtRows(n); err == nil {
+			if r, err := m.Ranked(b); err == nil {
+				for _, e := range r {
+					if e.Schedule.String() == k.Schedule.String() {
+						return e.Seconds, nil
+					}
+				}
+			}
+		}
+		if k.Body != nil {
+			body = k.Body
+		}
+	}
+	r, err := m.Ranked(body)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range r {
+		if e.Schedule.String() == k.Schedule.String() {
+			return e.Seconds, nil
+		}
+	}
+	return r[0].Seconds, nil
 }

@@ -66,7 +66,7 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 		c.prog.Kernels, c.prog.Prep, Seconds(c.prog.Cost), costName, nv.Launches, Seconds(nv.Seconds))
 	fmt.Fprintf(log, "  lowered: %d launches per run, %d at load, %d buffers; arena %d bytes for %d bytes of intermediates (%v)\n",
 		len(lp.Run), len(lp.Prep), len(lp.Buffers), lp.ArenaBytes, lp.TempBytes, time.Since(start).Round(time.Millisecond))
-	if len(lp.Symbols) > 0 {
+	if len(lp.Symbols) > 0 && lp.Step == nil {
 		bs, err := bucketTimes(g, c, cm)
 		if err != nil {
 			return nil, fmt.Errorf("compile %s: %w", model, err)
@@ -77,6 +77,15 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	f, err := finalize(ctx, src, c, !o.NoVerify, false, log)
 	if err != nil {
 		return nil, err
+	}
+	if lp.Step != nil {
+		// Priced after finalize, which gives the row-wise launches
+		// their kernels by bucket.
+		bs, err := bucketTimes(g, c, cm)
+		if err != nil {
+			return nil, fmt.Errorf("compile %s: %w", model, err)
+		}
+		fmt.Fprintf(log, "  per bucket of tokens (the cost model; each sequence after %d positions): %s\n", lp.Step.MaxLen()/2, bucketText(bs))
 	}
 	pl, err := buildPlan(src, f)
 	if err != nil {
