@@ -1,0 +1,150 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda/emu"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/step"
+)
+
+// TestRowBuckets prints a fused serving step with the cost model's
+// schedules and its row buckets, and checks that each bucket keeps the
+// schedule the cost model ranks best over its rows (or shares a higher
+// bucket's kernel no more than ShareTolerance slower), that the
+// projections keep a matrix-vector kernel for few rows and another for
+// many, and that ForRows picks by the rows present. The program, each
+// launch running its bucket's kernel, then computes the reference's
+// logits and pools under the emulation on batches of 1 token, a few, and
+// the maximum, the rows past T poisoned.
+func TestRowBuckets(t *testing.T) {
+	t.Parallel()
+	needCompilers(t)
+	opt := corpus.Options{Seq: 16, Step: corpus.StepOptions{MaxTokens: 16, MaxSeqs: 4, BlockSize: 4, KVBlocks: 24}}
+	g, err := corpus.Build("tiny-llama:step", opt)
+	require.NoError(t, err)
+	lp := lowerStep(t, g, true)
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	m := cost.NewModel(dev, cost.Defaults(dev))
+	ks, err := PrintProgramWith(lp, m.Ranked)
+	require.NoError(t, err)
+	require.NoError(t, PrintBuckets(lp, ks, m.Ranked))
+
+	launches := append(append(lp.Prep[:0:0], lp.Prep...), lp.Run...)
+	bucketed, gemvAndTiles := 0, 0
+	for i, k := range ks {
+		l := launches[i]
+		if len(k.Buckets) == 0 {
+			continue
+		}
+		bucketed++
+		require.NotNil(t, l.Rows, k.Name)
+		assert.Equal(t, RowBuckets(l.Rows.Max), func() (hs []int64) {
+			for _, b := range k.Buckets {
+				hs = append(hs, b.Hi)
+			}
+			return hs
+		}(), k.Name)
+		assert.Same(t, k, k.Buckets[len(k.Buckets)-1].Kernel, "%s: its own kernel serves the top bucket", k.Name)
+		kinds := map[bool]bool{}
+		for _, b := range k.Buckets {
+			body := l.Body
+			if b.Hi < l.Rows.Max {
+				body, err = l.BodyAtRows(b.Hi)
+				require.NoError(t, err)
+			}
+			ranked, err := m.Ranked(body)
+			require.NoError(t, err)
+			best := ranked[0]
+			kept := b.Kernel.Schedule.String()
+			if kept != best.Schedule.String() {
+				assert.LessOrEqual(t, b.Estimate.Seconds, best.Seconds*(1+ShareTolerance)*(1+1e-9),
+					"%s at %d rows keeps %s, not the best %s (%.3g s) nor within the tolerance (%.3g s)", k.Name, b.Hi, kept, best.Schedule, best.Seconds, b.Estimate.Seconds)
+			}
+			if b.Kernel != k {
+				require.NotNil(t, b.Kernel.Body, b.Kernel.Name)
+				assert.GreaterOrEqual(t, b.Kernel.count.Max, b.Hi, "%s computes the bucket's rows", b.Kernel.Name)
+			}
+			assert.Same(t, b.Kernel, k.ForRows(b.Hi), "%s at %d rows", k.Name, b.Hi)
+			if lo := b.Hi/2 + 1; lo <= b.Hi {
+				assert.Same(t, b.Kernel, k.ForRows(lo), "%s at %d rows", k.Name, lo)
+			}
+			if l.Form.String() == "matmul" {
+				kinds[b.Kernel.Schedule.GEMV] = true
+			}
+		}
+		if kinds[true] && kinds[false] {
+			gemvAndTiles++
+		}
+	}
+	assert.Greater(t, bucketed, len(lp.Run)/2, "most launches follow the rows")
+	assert.Positive(t, gemvAndTiles, "a projection keeps a matrix-vector kernel for few rows and tiles for many")
+	assert.Greater(t, len(WithBuckets(ks)), len(Distinct(ks)), "the buckets print kernels of their own")
+
+	l := *lp.Step
+	for _, tokens := range []int{1, 3, l.MaxTokens} {
+		t.Run(fmt.Sprintf("tokens=%d", tokens), func(t *testing.T) {
+			feeds, err := ir.RandomFeeds(g, uint64(tokens), ir.Typical)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(uint64(tokens), 9))
+			var shapes []step.SeqShape
+			left := tokens
+			for s := 0; s < l.MaxSeqs && left > 0; s++ {
+				n := max(1, left/(l.MaxSeqs-s))
+				if s == l.MaxSeqs-1 {
+					n = left
+				}
+				shapes = append(shapes, step.SeqShape{Tokens: n, Context: rng.IntN(l.MaxLen() - n + 1)})
+				left -= n
+			}
+			b, err := l.Arrange(rng, shapes)
+			require.NoError(t, err)
+			require.Equal(t, tokens, b.Tokens())
+			for i := range b.IDs {
+				b.IDs[i] = int64(rng.IntN(l.Vocab))
+			}
+			meta, err := l.Feeds(b)
+			require.NoError(t, err)
+			maps.Copy(feeds, meta)
+			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+			require.NoError(t, err)
+			e, err := NewEmulation(context.Background(), lp, ks, feeds)
+			require.NoError(t, err)
+			for i, k := range ks {
+				if launches[i].Rows != nil {
+					n := int64(tokens)
+					if launches[i].Rows.Seqs {
+						n = int64(b.Seqs())
+					}
+					assert.Equal(t, k.ForRows(n).Name, e.Launches[i].Kernel, "launch %s runs its bucket's kernel", launches[i].Name)
+				}
+			}
+			outs, states, err := EmulateProgram(context.Background(), lp, ks, feeds, emu.Options{Shuffle: true, Seed: 5})
+			require.NoError(t, err)
+			outs, err = l.Present(outs, b)
+			require.NoError(t, err)
+			w, err := l.Present(want.Outputs, b)
+			require.NoError(t, err)
+			mag, err := l.Present(want.Magnitudes, b)
+			require.NoError(t, err)
+			mm, err := ir.Compare(outs[step.Logits], w[step.Logits], mag[step.Logits], 256)
+			require.NoError(t, err)
+			assert.Nil(t, mm, "logits")
+			for name, w := range want.States {
+				mm, err := ir.Compare(states[name], w, want.Magnitudes[name], 256)
+				require.NoError(t, err)
+				assert.Nil(t, mm, name)
+			}
+		})
+	}
+}
