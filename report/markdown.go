@@ -287,6 +287,42 @@ func (r *Report) mdKernels(b *bytes.Buffer) {
 			mdOrDash(mdText(k.Form)), mdOrDash(mdCode(k.Schedule)), fmtSeconds(k.Predicted), m)
 	}
 	b.WriteString("\n")
+	r.mdKernelBuckets(b)
+}
+
+// mdKernelBuckets lists, for a serving step's kernels that change with
+// the rows present, the schedule of each bucket, runs of buckets that
+// share a kernel on one line.
+func (r *Report) mdKernelBuckets(b *bytes.Buffer) {
+	seen := map[string]bool{}
+	header := false
+	for _, k := range r.Kernels {
+		if len(k.Buckets) == 0 || seen[k.Kernel] {
+			continue
+		}
+		seen[k.Kernel] = true
+		if !header {
+			b.WriteString("### Kernels by rows present\n\n")
+			b.WriteString("A serving step's row-wise launch runs the kernel of the bucket that holds the rows present (tokens, or sequences for the LM head), each printed for its bucket's top in the schedule the cost model ranks best there.\n\n")
+			b.WriteString("| Kernel | Rows | Bucket kernel | Schedule |\n|---|---|---|---|\n")
+			header = true
+		}
+		lo := int64(1)
+		for i, bk := range k.Buckets {
+			if i+1 < len(k.Buckets) && k.Buckets[i+1].Kernel == bk.Kernel {
+				continue
+			}
+			rows := fmt.Sprintf("%d–%d", lo, bk.Hi)
+			if lo == bk.Hi {
+				rows = fmt.Sprint(lo)
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", mdCode(k.Kernel), rows, mdCode(bk.Kernel), mdCode(bk.Schedule))
+			lo = bk.Hi + 1
+		}
+	}
+	if header {
+		b.WriteString("\n")
+	}
 }
 
 func (r *Report) mdRuleSets(b *bytes.Buffer) {

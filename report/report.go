@@ -139,6 +139,17 @@ type Kernel struct {
 	Predicted float64 // seconds
 	Measured  float64 // seconds; 0 when not measured
 	Where     string  // where Measured was measured
+	// Buckets, for a serving step's launch that keeps a kernel per
+	// bucket of the rows present, are those kernels by bucket.
+	Buckets []KernelBucket
+}
+
+// KernelBucket is the kernel a launch runs with at most Hi rows present
+// (more than the previous bucket's), and its schedule.
+type KernelBucket struct {
+	Hi       int64
+	Kernel   string
+	Schedule string
 }
 
 // RuleSet is one rule set's part in the result.

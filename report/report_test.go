@@ -374,6 +374,28 @@ func TestReportBuckets(t *testing.T) {
 	assert.NotContains(t, string((&Report{Model: "m"}).Markdown()), "per bucket")
 }
 
+// TestReportKernelBuckets: a step's kernels that change with the rows
+// present list each run of buckets sharing a kernel once, with its
+// schedule, each kernel once however many launches run it; kernels
+// without buckets are left out of that table.
+func TestReportKernelBuckets(t *testing.T) {
+	buckets := []KernelBucket{{1, "k3_r8", "bm=8,gemv"}, {2, "k3_r8", "bm=8,gemv"}, {4, "k3_r8", "bm=8,gemv"}, {8, "k3_r8", "bm=8,gemv"}, {16, "k3", "bm=64,mma"}}
+	r := &Report{Model: "m:step", Kernels: []Kernel{
+		{Launch: "k3", Kernel: "k3", Form: "matmul", Buckets: buckets},
+		{Launch: "k9", Kernel: "k3", Form: "matmul", Buckets: buckets},
+		{Launch: "k4", Kernel: "k4", Form: "elementwise"},
+		{Launch: "k5", Kernel: "k5", Form: "row", Buckets: []KernelBucket{{1, "k5_r1", "threads=32"}, {2, "k5", "threads=64"}}},
+	}}
+	md := string(r.Markdown())
+	assert.Contains(t, md, "### Kernels by rows present")
+	assert.Contains(t, md, "| `k3` | 1–8 | `k3_r8` | `bm=8,gemv` |\n| `k3` | 9–16 | `k3` | `bm=64,mma` |\n| `k5` | 1 | `k5_r1` | `threads=32` |\n| `k5` | 2 | `k5` | `threads=64` |\n")
+	_, section, _ := strings.Cut(md, "### Kernels by rows present")
+	section, _, _ = strings.Cut(section, "\n## ")
+	assert.Equal(t, 2, strings.Count(section, "| `k3` | "), "each kernel once")
+	assert.NotContains(t, section, "`k4`")
+	assert.NotContains(t, string((&Report{Model: "m", Kernels: []Kernel{{Kernel: "k0"}}}).Markdown()), "Kernels by rows present")
+}
+
 // TestCategories: launches group by their form's category (the form
 // without prologue or epilogue), in name order, and a category's
 // measured time is given only when every one of its launches was

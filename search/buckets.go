@@ -73,23 +73,51 @@ func stepBucketTimes(g *ir.Graph, c *compiled, m *cost.Model, ctx int) ([]report
 	l := *lp.Step
 	mb := m.AtPosition(int64(ctx))
 	var out []report.BucketTime
+	price := func(what string, w step.Workload) error {
+		total := 0.0
+		for i, ln := range lp.Run {
+			k := c.kernels[len(lp.Prep)+i]
+			est, err := launchAt(mb, ln, k, int64(w.Tokens), int64(w.Seqs))
+			if err != nil {
+				return fmt.Errorf("price %s at %d tokens of %d sequences: %w", ln.Name, w.Tokens, w.Seqs, err)
+			}
+			total += est
+		}
+		out = append(out, report.BucketTime{Symbol: what, Value: int64(w.Tokens), Predicted: total, Floor: StepFloor(g, m.Device, w).Hardware})
+		return nil
+	}
 	for _, T := range cuda.RowBuckets(int64(l.MaxTokens)) {
 		w, err := workloadAt(l, int(T), ctx)
 		if err != nil {
 			return nil, err
 		}
-		total := 0.0
-		for i, ln := range lp.Run {
-			k := c.kernels[len(lp.Prep)+i]
-			est, err := launchAt(mb, ln, k, T, int64(w.Seqs))
-			if err != nil {
-				return nil, fmt.Errorf("price %s at %d tokens: %w", ln.Name, T, err)
-			}
-			total += est
+		if err := price("tokens", w); err != nil {
+			return nil, err
 		}
-		out = append(out, report.BucketTime{Symbol: "tokens", Value: T, Predicted: total, Floor: StepFloor(g, m.Device, w).Hardware})
+	}
+	if w, ok := mixedWorkload(l, ctx); ok {
+		if err := price("mixed", w); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// mixedWorkload is a step of chunked prefill beside decodes: one prompt
+// chunk of half the most tokens, then a decode for each other sequence
+// the step takes, each after ctx positions; ok is false for a step too
+// small to mix (one sequence, or one token).
+func mixedWorkload(l step.Layout, ctx int) (step.Workload, bool) {
+	chunk := l.MaxTokens / 2
+	if l.MaxSeqs < 2 || chunk < 2 {
+		return step.Workload{}, false
+	}
+	seqs := []step.SeqWork{{Tokens: chunk, Context: max(0, min(ctx, l.MaxLen()-chunk))}}
+	for len(seqs) < l.MaxSeqs && chunk+len(seqs) <= l.MaxTokens {
+		seqs = append(seqs, step.SeqWork{Tokens: 1, Context: max(0, min(ctx, l.MaxLen()-1))})
+	}
+	w, err := l.WorkloadOf(seqs)
+	return w, err == nil
 }
 
 // workloadAt is a step of T tokens: one token a sequence up to the most

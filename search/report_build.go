@@ -32,6 +32,9 @@ func buildReport(ctx context.Context, md *Model, o Options, sel *ruleSelection, 
 	for i, l := range lp.Run {
 		k := best.kernels[len(lp.Prep)+i]
 		row := report.Kernel{Launch: l.Name, Kernel: k.Name, Form: l.Form.String(), Schedule: k.Schedule.String(), Predicted: estimateSeconds(k)}
+		for _, b := range k.Buckets {
+			row.Buckets = append(row.Buckets, report.KernelBucket{Hi: b.Hi, Kernel: b.Kernel.Name, Schedule: b.Kernel.Schedule.String()})
+		}
 		if km, ok := measuredBy[k.Name]; ok && km.schedule == row.Schedule {
 			row.Measured, row.Where = km.resp.Median, km.resp.Where
 		}
