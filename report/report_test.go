@@ -391,7 +391,7 @@ func TestReportKernelBuckets(t *testing.T) {
 	assert.Contains(t, md, "| `k3` | 1–8 | `k3_r8` | `bm=8,gemv` |\n| `k3` | 9–16 | `k3` | `bm=64,mma` |\n| `k5` | 1 | `k5_r1` | `threads=32` |\n| `k5` | 2 | `k5` | `threads=64` |\n")
 	_, section, _ := strings.Cut(md, "### Kernels by rows present")
 	section, _, _ = strings.Cut(section, "\n## ")
-	assert.Equal(t, 2, strings.Count(section, "| `k3` | "), "each kernel once")
+	assert.Equal(t, 2, strings.Count(section, "\n| `k3` | "), "each kernel once: %s", section)
 	assert.NotContains(t, section, "`k4`")
 	assert.NotContains(t, string((&Report{Model: "m", Kernels: []Kernel{{Kernel: "k0"}}}).Markdown()), "Kernels by rows present")
 }
