@@ -66,7 +66,7 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 		return fmt.Errorf("verify %s: %w", dir, err)
 	}
 	lp, ks, consts := fp.lp, fp.ks, fp.consts
-	fmt.Fprintf(stdout, "  kernels.cu: each of its %d distinct kernels is what its body and schedule print\n", len(cuda.Distinct(ks)))
+	fmt.Fprintf(stdout, "  kernels.cu: each of its %d distinct kernels is what its body and schedule print\n", len(cuda.WithBuckets(ks)))
 	if err := verifyKernels(ctx, pl.Model, lp, ks, stdout); err != nil {
 		return err
 	}
@@ -187,9 +187,64 @@ func reprint(pl *plan.Plan, lp *lower.Program, src, srcPath string) ([]*cuda.Ker
 			k.Estimate = &cost.Estimate{Schedule: s, Seconds: l.Predicted}
 		}
 		byName[l.Kernel] = k
+		if err := reprintBuckets(k, l, launches[i], rc, byName, src, srcPath); err != nil {
+			return nil, fmt.Errorf("launch %d (%s): %w", i, l.Kernel, err)
+		}
 		ks = append(ks, k)
 	}
 	return ks, nil
+}
+
+// reprintBuckets gives k, the kernel of planned launch l (lowered as
+// ll), the row buckets the plan lists: each bucket's own kernel printed
+// again from the launch's body at the rows of the highest bucket it
+// serves and its schedule, and checked against the folder's source as
+// the launches' kernels are.
+func reprintBuckets(k *cuda.Kernel, l plan.Launch, ll *lower.Launch, rc *cuda.RowCount, byName map[string]*cuda.Kernel, src, srcPath string) error {
+	if len(l.Buckets) == 0 {
+		return nil
+	}
+	if rc == nil {
+		return fmt.Errorf("row buckets for a launch without a row count")
+	}
+	rows := map[string]int64{}
+	for _, b := range l.Buckets {
+		rows[b.Kernel] = max(rows[b.Kernel], b.Hi)
+	}
+	for _, b := range l.Buckets {
+		bk, ok := byName[b.Kernel]
+		if b.Kernel == l.Kernel {
+			bk, ok = k, true
+		}
+		if !ok {
+			s, err := cost.ParseSchedule(b.Schedule)
+			if err != nil {
+				return fmt.Errorf("row bucket %s: %w", b.Kernel, err)
+			}
+			body, err := ll.BodyAtRows(rows[b.Kernel])
+			if err != nil {
+				return fmt.Errorf("row bucket %s: %w", b.Kernel, err)
+			}
+			brc := *rc
+			brc.Max = rows[b.Kernel]
+			if bk, err = cuda.PrintKernelRows(b.Kernel, "", body, s, &brc); err != nil {
+				return fmt.Errorf("row bucket %s: %w", b.Kernel, err)
+			}
+			bk.Body = body
+			if got := kernelCode(src, bk.Name); got == "" {
+				return fmt.Errorf("%s has no kernel %s", srcPath, bk.Name)
+			} else if got != kernelCode(bk.Text, bk.Name) {
+				return fmt.Errorf("kernel %s in %s is not what its body at %d rows and schedule (%s) print: the file was edited or written by another version", bk.Name, srcPath, brc.Max, b.Schedule)
+			}
+			byName[b.Kernel] = bk
+		}
+		r := bk.Rows
+		if bk.Grid != b.Grid || bk.Block != b.Block || (r == nil) != (b.GridAxis < 0) || r != nil && (r.Dim != b.GridAxis || r.Num != b.Num || r.Den != b.Den) {
+			return fmt.Errorf("row bucket %s: the plan launches grid %v block %v (rows %d %d/%d), its kernel needs grid %v block %v (%+v)", b.Kernel, b.Grid, b.Block, b.GridAxis, b.Num, b.Den, bk.Grid, bk.Block, r)
+		}
+		k.Buckets = append(k.Buckets, cuda.RowBucket{Hi: b.Hi, Kernel: bk, Estimate: cost.Estimate{Schedule: bk.Schedule, Seconds: b.Predicted}})
+	}
+	return nil
 }
 
 // kernelCode cuts kernel name's code out of CUDA source: from its
