@@ -50,17 +50,19 @@ func (p *floatPool) give(s []float32) {
 // gather indices over their whole valid range, negative ones (counting
 // from the end, which the gather op allows) included.
 func KernelInputs(body *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
-	return kernelInputs(body, seed, nil)
+	return kernelInputs(body, seed, nil, nil)
 }
 
 // kernelInputs is KernelInputs, large float inputs drawn into storage from
-// pool when it is not nil.
-func kernelInputs(body *ir.Graph, seed uint64, pool *floatPool) (map[string]*ir.Tensor, error) {
+// pool when it is not nil, and shared with the bodies drawn before with
+// the same seed that draw them alike (ir.RandomFeedsShared) when shared
+// is not nil.
+func kernelInputs(body *ir.Graph, seed uint64, pool *floatPool, shared ir.LargeLeaves) (map[string]*ir.Tensor, error) {
 	var take func(int) []float32
 	if pool != nil {
 		take = pool.take
 	}
-	feeds, err := ir.RandomFeedsInto(body, seed, ir.Typical, take)
+	feeds, err := ir.RandomFeedsShared(body, seed, ir.Typical, take, shared)
 	if err != nil {
 		return nil, err
 	}

@@ -292,19 +292,25 @@ func verifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 			end++
 		}
 		group := plans[start:end]
+		// A group's plans share the large inputs they draw alike (a
+		// launch's kernel and its row buckets' read the same weights):
+		// drawn once, sent to the emulation once, and given back to the
+		// pool once when the group is done.
+		shared := ir.LargeLeaves{}
 		for _, p := range group {
 			// Drawing gigabytes of inputs takes seconds: a context
 			// that ended stops the verification before it.
 			if err := ctx.Err(); err != nil {
 				return r, fmt.Errorf("verify kernels: %w", err)
 			}
-			if err := p.draw(&pool); err != nil {
+			if err := p.draw(&pool, shared); err != nil {
 				return r, err
 			}
 		}
 		if err := runVerify(ctx, group, src, eks, opt); err != nil {
 			return r, err
 		}
+		given := map[*ir.Tensor]bool{}
 		for i, p := range group {
 			if p.err != nil {
 				r.errs[start+i] = p.err
@@ -318,7 +324,10 @@ func verifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 				r.errs[start+i] = fmt.Errorf("%w (%s)", r.errs[start+i], p.edgeString())
 			}
 			for _, t := range p.feeds {
-				pool.give(t.F32)
+				if !given[t] {
+					given[t] = true
+					pool.give(t.F32)
+				}
 			}
 			p.feeds, p.got, p.ref = nil, nil, nil
 		}

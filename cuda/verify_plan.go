@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"regexp"
 	"context"
 	"errors"
 	"fmt"
@@ -117,7 +118,7 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 	if len(body.Updates) > 0 || len(body.Weights()) > 0 || len(body.States()) > 0 {
 		return nil, fmt.Errorf("verify kernel %s: a kernel body has inputs and outputs only", k.Name)
 	}
-	seed := kernelSeed(opt.Seed, k.Name)
+	seed := kernelSeed(opt.Seed, seedName(k))
 	p := &verifyPlan{k: k, body: body, seed: seed, reduction: ReductionLength(body), maxCompare: opt.MaxCompare}
 	if k.count != nil {
 		var err error
@@ -175,8 +176,8 @@ func planVerify(k *Kernel, body *ir.Graph, opt VerifyOptions) (*verifyPlan, erro
 
 // draw makes the plan's random inputs, the large ones in storage from
 // pool.
-func (p *verifyPlan) draw(pool *floatPool) error {
-	feeds, err := kernelInputs(p.body, p.seed, pool)
+func (p *verifyPlan) draw(pool *floatPool, shared ir.LargeLeaves) error {
+	feeds, err := kernelInputs(p.body, p.seed, pool, shared)
 	if err != nil {
 		return fmt.Errorf("verify kernel %s: %w", p.k.Name, err)
 	}
@@ -252,6 +253,22 @@ func (p *verifyPlan) draw(pool *floatPool) error {
 }
 
 // kernelSeed mixes the caller's seed with a kernel's name.
+// seedName is the name a kernel's inputs are drawn by: a row bucket's
+// kernel (printed for fewer rows than its launch's) draws as its launch's
+// kernel does, so that the two share the weights they read alike.
+func seedName(k *Kernel) string {
+	if k.Body != nil {
+		if m := bucketName.FindStringSubmatch(k.Name); m != nil {
+			return m[1]
+		}
+	}
+	return k.Name
+}
+
+// bucketName is a row bucket kernel's name: its launch kernel's, then _r
+// and its rows (printBuckets).
+var bucketName = regexp.MustCompile(`^(.+)_r\d+$`)
+
 func kernelSeed(seed uint64, name string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(name))
@@ -285,10 +302,19 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 	var discard []int // the inputs: only outputs come back
 	launches := make([]emu.Launch, len(plans))
 	outAt := make([][]int, len(plans))
+	// An input the plans share (ir.LargeLeaves) is one buffer: the
+	// kernels only read their inputs.
+	sent := map[*ir.Tensor]int{}
 	for i, p := range plans {
 		l := emu.Launch{Kernel: p.k.Name, Grid: p.k.Grid, Block: p.k.Block, Blocks: p.blocks, Seed: p.seed}
 		for _, v := range p.body.Inputs() {
-			data := tensorBytes(p.feeds[p.body.Node(v).Name])
+			t := p.feeds[p.body.Node(v).Name]
+			if b, ok := sent[t]; ok && t != nil {
+				l.Args = append(l.Args, emu.Arg{Buffer: b})
+				continue
+			}
+			data := tensorBytes(t)
+			sent[t] = len(bufs)
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
 			discard = append(discard, len(bufs))
 			bufs = append(bufs, emu.Buffer{Bytes: len(data), Data: data})

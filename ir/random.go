@@ -43,7 +43,7 @@ func RandomFeeds(g *Graph, seed uint64, mode RandomMode) (map[string]*Tensor, er
 // RandomLeaves is RandomFeeds for the leaves of the given kinds only (for
 // example inputs and states, when a model's weights come from elsewhere).
 func RandomLeaves(g *Graph, seed uint64, mode RandomMode, kinds ...Op) (map[string]*Tensor, error) {
-	return randomLeaves(g, seed, mode, nil, nil, kinds...)
+	return randomLeaves(g, seed, mode, nil, nil, nil, kinds...)
 }
 
 // RandomLeavesIn is RandomLeaves with ranges the caller states, by leaf
@@ -54,7 +54,7 @@ func RandomLeavesIn(g *Graph, seed uint64, mode RandomMode, stated map[string]Ra
 	if err := CheckRanges(g, stated); err != nil {
 		return nil, err
 	}
-	return randomLeaves(g, seed, mode, nil, stated, kinds...)
+	return randomLeaves(g, seed, mode, nil, stated, nil, kinds...)
 }
 
 // RandomFeedsInto is RandomFeeds with the float32 storage of large float
@@ -64,10 +64,24 @@ func RandomLeavesIn(g *Graph, seed uint64, mode RandomMode, stated map[string]Ra
 // fault per 4 KiB page touched, seconds per gigabyte on a virtual machine.
 // A nil take is RandomFeeds.
 func RandomFeedsInto(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32) (map[string]*Tensor, error) {
-	return randomLeaves(g, seed, mode, take, nil, OpInput, OpWeight, OpState)
+	return randomLeaves(g, seed, mode, take, nil, nil, OpInput, OpWeight, OpState)
 }
 
-func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32, stated map[string]Range, kinds ...Op) (map[string]*Tensor, error) {
+// LargeLeaves holds large leaves drawn by RandomFeedsShared, so that
+// graphs drawn with one seed share the leaves they draw alike: the same
+// node, name, type and domain (what its uses say of its values). A
+// kernel printed for fewer rows reads its launch's weights as the
+// launch's kernel does; drawing gigabytes of them once saves seconds.
+type LargeLeaves map[string]*Tensor
+
+// RandomFeedsShared is RandomFeedsInto, each large leaf taken from shared
+// when a graph drawn before with the same seed drew it alike, else drawn
+// and kept there. The tensors are shared: callers must not modify them.
+func RandomFeedsShared(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32, shared LargeLeaves) (map[string]*Tensor, error) {
+	return randomLeaves(g, seed, mode, take, nil, shared, OpInput, OpWeight, OpState)
+}
+
+func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []float32, stated map[string]Range, shared LargeLeaves, kinds ...Op) (map[string]*Tensor, error) {
 	doms := leafDomains(g)
 	ranges := InputRanges(g)
 	for name, r := range stated {
@@ -96,9 +110,17 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 			continue
 		}
 		if count >= largeLeaf {
+			key := fmt.Sprintf("%d %d %s %q %s%v %+v %d", seed, i, n.Op, n.Name, n.DType, n.Shape, d, mode)
+			if t, ok := shared[key]; ok {
+				out[n.Name] = t
+				continue
+			}
 			t, err := drawLarge(n, d, seed, i, mode, take)
 			if err != nil {
 				return nil, fmt.Errorf("random %s %q: %w", n.Op, n.Name, err)
+			}
+			if shared != nil {
+				shared[key] = t
 			}
 			out[n.Name] = t
 			continue
