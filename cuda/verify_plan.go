@@ -1,12 +1,12 @@
 package cuda
 
 import (
-	"regexp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 
 	"github.com/lumsearch/lumsearch/cuda/emu"
