@@ -67,6 +67,13 @@ type Device struct {
 	// launches on one stream), LaunchSource where it comes from.
 	Launch       float64 `json:"launch_seconds"`
 	LaunchSource string  `json:"launch_source"`
+	// GraphLaunch is what one kernel launch costs inside a replayed CUDA
+	// graph, in seconds: the gap a kernel node leaves on the device, the
+	// host's call being paid once per graph (a serving step replays one;
+	// see docs/serving.md). GraphLaunchSource says where it comes from.
+	// 0 in a user's file prices a launch in a graph as launch_seconds.
+	GraphLaunch       float64 `json:"graph_launch_seconds,omitempty"`
+	GraphLaunchSource string  `json:"graph_launch_source,omitempty"`
 
 	Peaks []Peak `json:"peaks"`
 
@@ -104,6 +111,16 @@ type IssueRates struct {
 	Source string `json:"source"`
 }
 
+// LaunchCost is the seconds one kernel launch costs: inside a replayed
+// CUDA graph (GraphLaunch, or Launch where the description has none) or
+// issued on its own (Launch).
+func (d *Device) LaunchCost(inGraph bool) float64 {
+	if inGraph && d.GraphLaunch > 0 {
+		return d.GraphLaunch
+	}
+	return d.Launch
+}
+
 // Peak returns the device's peak for an instruction class and dtype.
 func (d *Device) Peak(class InstrClass, dtype string) (Peak, bool) {
 	for _, p := range d.Peaks {
@@ -131,6 +148,10 @@ func (d *Device) Validate() error {
 		return fmt.Errorf("device %s: launch_seconds must be positive", d.Name)
 	}
 	switch {
+	case d.GraphLaunch < 0 || d.GraphLaunch > d.Launch:
+		// A graph launches its kernels with less host work than one by
+		// one, never more.
+		return fmt.Errorf("device %s: graph_launch_seconds must be in [0, launch_seconds] (0 takes launch_seconds)", d.Name)
 	case d.MemoryLatency < 0 || d.MemoryLatency > 1e-4:
 		return fmt.Errorf("device %s: memory_latency_seconds must be in [0, 1e-4] (0 takes the architecture's)", d.Name)
 	case d.L2Bandwidth < 0:

@@ -34,6 +34,9 @@ type Program struct {
 	// tokens and seqs are a serving step's T and S, the last run's (the
 	// maxima before any): the grids of its row-wise launches follow them.
 	tokens, seqs int64
+	// graphs, when on (UseGraphs), are a serving step's CUDA graphs
+	// per row bucket.
+	graphs *graphs
 }
 
 // LoadProgram loads a lowered program's kernels (PrintProgram's, compiled
@@ -227,7 +230,8 @@ func (p *Program) ZeroStates() error {
 }
 
 // Run uploads the inputs, launches the run on stream (nil: the default
-// stream), waits for it and returns the outputs by name.
+// stream, or the graphs' stream with graphs on; see RunOnDevice), waits
+// for it and returns the outputs by name.
 func (p *Program) Run(inputs map[string]*ir.Tensor, stream *Stream) (map[string]*ir.Tensor, error) {
 	batch, err := p.RunOnDevice(inputs, stream)
 	if err != nil {
@@ -265,7 +269,9 @@ func (p *Program) Output(name string) (*Buffer, ir.ValueType, error) {
 
 // RunOnDevice is Run without reading the outputs back: they stay in their
 // buffers (see Output). For a serving step it returns the batch its
-// inputs hold, checked.
+// inputs hold, checked. With graphs on ([Program.UseGraphs]) a serving
+// step's inputs are uploaded, then the graph of its row bucket replays
+// its launches (on the graphs' stream when stream is nil).
 func (p *Program) RunOnDevice(inputs map[string]*ir.Tensor, stream *Stream) (*step.Batch, error) {
 	if !p.prepared {
 		return nil, fmt.Errorf("run %s: not prepared", p.name)
@@ -297,7 +303,8 @@ func (p *Program) RunOnDevice(inputs map[string]*ir.Tensor, stream *Stream) (*st
 	if err := p.uploadKinds(inputs, input); err != nil {
 		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
-	if err := p.launchRun(stream); err != nil {
+	stream = p.runStream(stream)
+	if err := p.launchStep(stream); err != nil {
 		return nil, fmt.Errorf("run %s: %w", p.name, err)
 	}
 	sync := p.ctx.Synchronize
@@ -328,19 +335,9 @@ func (p *Program) launchRun(stream *Stream) error {
 }
 
 // launch issues launches in order, each kernel's arguments the device
-// addresses of its buffers.
+// addresses of its buffers, as they run with the last run's T and S.
 func (p *Program) launch(ls []plan.Launch, stream *Stream) error {
-	for _, l := range ls {
-		var args []any
-		for _, id := range l.Params() {
-			args = append(args, p.Pointer(id))
-		}
-		kernel, grid, block := l.For(p.tokens, p.seqs)
-		if err := p.funcs[kernel].Launch(grid, block, 0, stream, args...); err != nil {
-			return fmt.Errorf("launch %s (kernel %s): %w", l.Name, kernel, err)
-		}
-	}
-	return nil
+	return p.launchAt(ls, stream, p.tokens, p.seqs)
 }
 
 func (p *Program) upload(b plan.Buffer, t *ir.Tensor) error {
@@ -365,9 +362,10 @@ func (p *Program) download(id int) (*ir.Tensor, error) {
 	return cuda.DecodeTensor(p.types[id], data)
 }
 
-// Close frees the program's device memory and unloads its module.
+// Close destroys the program's graphs, frees its device memory and
+// unloads its module.
 func (p *Program) Close() error {
-	var errs []error
+	errs := []error{p.destroyGraphs()}
 	for _, b := range p.bufs {
 		if b != nil {
 			errs = append(errs, b.Free())

@@ -27,12 +27,17 @@ extern "C" __global__ void lum_widen_bf16(const unsigned short* __restrict__ in,
 // GPUEngine runs a compiled step folder on device 0 and draws each
 // sequence's token with the sampling kernel on the same device, reading
 // the logits where the step left them: only token ids and their logprobs
-// come back to the host.
+// come back to the host. The step's launches replay as a CUDA graph per
+// row bucket, captured at open, where the driver can (GPUEngine.Graphs).
 type GPUEngine struct {
 	step   *search.StepGPU
 	sample *gpu.Function
 	widen  *gpu.Function
 	module *gpu.Module
+	// stream is where the step's graphs are captured and replayed (nil
+	// when graphs are off); graphsErr is why they are off.
+	stream    *gpu.Stream
+	graphsErr error
 	// Per-sequence parameters and results, at the step's most sequences;
 	// wide holds the logits widened to f32 when the step's are bf16.
 	temperature, topK, topP, seed, index, token, logprob, wide *gpu.Buffer
@@ -42,7 +47,10 @@ type GPUEngine struct {
 // and compiles the sampling kernel for it with NVRTC. Without a GPU or
 // NVRTC it fails, naming what is missing. Logits of f32 or bf16 are
 // sampled; an all-logits step is refused (its rows are the tokens', not
-// the sequences').
+// the sequences'). The graphs of every row bucket are captured here, so
+// that no step pays a capture; a driver without graphs, or a bucket that
+// fails to capture, keeps plain launches (see Graphs), never fails the
+// open.
 func OpenGPU(ctx context.Context, dir string) (_ *GPUEngine, err error) {
 	st, err := search.OpenStepGPU(ctx, dir)
 	if err != nil {
@@ -76,6 +84,7 @@ func OpenGPU(ctx context.Context, dir string) (_ *GPUEngine, err error) {
 	if e.widen, err = e.module.Function("lum_widen_bf16"); err != nil {
 		return nil, err
 	}
+	e.useGraphs()
 	S := l.MaxSeqs
 	for _, b := range []struct {
 		p     **gpu.Buffer
@@ -86,6 +95,33 @@ func OpenGPU(ctx context.Context, dir string) (_ *GPUEngine, err error) {
 		}
 	}
 	return e, nil
+}
+
+// useGraphs turns the step's graphs on, on a stream of their own, and
+// captures every bucket's; why graphs are off is kept for Graphs.
+func (e *GPUEngine) useGraphs() {
+	s, err := e.step.Context().NewStream(false)
+	if err != nil {
+		e.graphsErr = fmt.Errorf("CUDA graphs: a stream for them: %w", err)
+		return
+	}
+	if err := e.step.UseGraphs(s); err != nil {
+		e.graphsErr = errors.Join(err, s.Destroy())
+		return
+	}
+	e.stream = s
+	// A bucket that fails to capture keeps plain launches, and its error
+	// is in the step's graph stats, which Graphs reports.
+	_ = e.step.CaptureBuckets()
+}
+
+// Graphs says how the step's runs went with CUDA graphs: the buckets
+// captured, the runs replayed and those launched one by one; Err says why
+// graphs are off or which buckets failed to capture.
+func (e *GPUEngine) Graphs() gpu.GraphStats {
+	st := e.step.Graphs()
+	st.Err = errors.Join(e.graphsErr, st.Err)
+	return st
 }
 
 // Layout is what the folder's step was compiled for.
@@ -166,9 +202,15 @@ func (e *GPUEngine) Step(ctx context.Context, b *step.Batch, draws []Draw) ([]To
 	return out, nil
 }
 
-// Close frees the sampler's buffers and module and closes the step.
+// Close frees the sampler's buffers and module, the step's graphs and
+// their stream, and closes the step.
 func (e *GPUEngine) Close() error {
 	var errs []error
+	if e.stream != nil {
+		// The graphs go before their stream, and the stream before the
+		// step releases the context it lives in.
+		errs = append(errs, e.step.UseGraphs(nil), e.stream.Destroy())
+	}
 	for _, b := range []*gpu.Buffer{e.temperature, e.topK, e.topP, e.seed, e.index, e.token, e.logprob, e.wide} {
 		if b != nil {
 			errs = append(errs, b.Free())

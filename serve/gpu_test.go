@@ -59,6 +59,47 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 	}
 	require.NotEmpty(t, launches)
 	require.Contains(t, launches[len(launches)-1], fmt.Sprintf("grid=3,1,1 block=%d,1,1", sample.BlockThreads), "the sampler runs last, a block a sequence")
+	require.Equal(t, 1, strings.Count(f.Log(), "graph launch "), "the step replays its bucket's graph")
+	st := eng.Graphs()
+	require.NoError(t, st.Err)
+	require.Positive(t, st.Captured, "the buckets' graphs captured at open")
+	require.Equal(t, 1, st.Replays)
+	require.Zero(t, st.Plain)
 	require.NoError(t, eng.Close())
 	require.Zero(t, f.Allocs(), "allocations outstanding")
+	require.Zero(t, f.Graphs(), "graphs outstanding")
+}
+
+// TestGPUEngineCaptureFails: when the driver fails every capture, the
+// engine still opens and steps, its program's launches issued one by one,
+// and Graphs says why.
+func TestGPUEngineCaptureFails(t *testing.T) {
+	if _, err := nvrtc.Load(); err != nil {
+		if os.Getenv("LUMSEARCH_REQUIRE_NVRTC") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	dir, err := tinyFolder()
+	require.NoError(t, err)
+	f := fakecuda.Build(t)
+	f.Set("fail_capture", 1)
+	eng, err := OpenGPU(context.Background(), dir)
+	require.NoError(t, err)
+	defer func() {
+		require.NoError(t, eng.Close())
+		require.Zero(t, f.Allocs(), "allocations outstanding")
+		require.Zero(t, f.Graphs(), "graphs outstanding")
+	}()
+	b, err := eng.Layout().Arrange(rand.New(rand.NewPCG(6, 6)), []step.SeqShape{{Context: 2, Tokens: 1}})
+	require.NoError(t, err)
+	f.Set("reset", 1)
+	_, err = eng.Step(context.Background(), b, []Draw{{Params: sample.Params{TopP: 1}}})
+	require.NoError(t, err)
+	require.NotContains(t, f.Log(), "graph launch")
+	require.Greater(t, strings.Count(f.Log(), "launch grid="), 1, "the step's launches one by one, then the sampler")
+	st := eng.Graphs()
+	require.ErrorContains(t, st.Err, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
+	require.Zero(t, st.Captured)
+	require.Equal(t, 1, st.Plain)
 }

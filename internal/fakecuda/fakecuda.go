@@ -1,7 +1,9 @@
 // Package fakecuda builds, for tests, a fake CUDA driver (libcuda.so.1)
 // that runs nothing: device memory is host memory (zeroed when
 // allocated), launches, graph launches, memsets and event records are
-// written to a log the test reads, and switches turn failures on. Its L2
+// written to a log the test reads, and switches turn failures on. A
+// captured graph keeps the lines of the launches captured into it, which
+// its replays can log, so a test sees what each replay would run. Its L2
 // cache is 1 MiB; every event record advances its clock by 1.5 ms.
 // Packages that load the driver (gpu, measure) test their calls to it
 // without a GPU.
@@ -27,14 +29,18 @@ const source = `#include <stdint.h>
 #include <string.h>
 
 typedef int CUresult;
-static int no_device, fail_alloc, nparams;
+static int no_device, fail_alloc, nparams, names, graph_log, fail_capture;
 static char logbuf[1 << 16];
 static size_t loglen;
 static double clock_ms;
 static __thread int depth;
 static int capturing;
 static uintptr_t capture_stream;
-static int captured, allocs;
+static int captured, allocs, graphs;
+/* The lines of the launches captured so far, which EndCapture hands to
+   its graph. */
+static char capbuf[1 << 16];
+static size_t caplen;
 
 static void logf_(const char *line) {
     size_t n = strlen(line);
@@ -45,11 +51,15 @@ void fake_set(const char *key, int v) {
     if (!strcmp(key, "no_device")) no_device = v;
     if (!strcmp(key, "fail_alloc")) fail_alloc = v;
     if (!strcmp(key, "nparams")) nparams = v;
+    if (!strcmp(key, "names")) names = v;
+    if (!strcmp(key, "graph_log")) graph_log = v;
+    if (!strcmp(key, "fail_capture")) fail_capture = v;
     if (!strcmp(key, "reset")) { loglen = 0; logbuf[0] = 0; }
 }
 const char *fake_log(void) { return logbuf; }
 int fake_allocs(void) { return __atomic_load_n(&allocs, __ATOMIC_SEQ_CST); }
 int fake_depth(void) { return depth; }
+int fake_graphs(void) { return graphs; }
 
 CUresult cuInit(unsigned f) { (void)f; return no_device ? 100 : 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 12040; return 0; }
@@ -110,7 +120,11 @@ CUresult cuMemsetD8_v2(uint64_t d, unsigned char v, size_t n) {
     char line[64]; snprintf(line, sizeof line, "memset %zu\n", n); logf_(line);
     return 0;
 }
-static int mod_obj, fn_obj;
+static int mod_obj;
+/* A function a name: launches can log the kernel they run. */
+#define MAXFN 4096
+static struct fn { char name[256]; } fns[MAXFN];
+static int nfns;
 CUresult cuModuleLoadData(void **m, const void *img) {
     NEED_CTX;
     char line[128];
@@ -122,22 +136,33 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
     NEED_CTX;
     if (m != &mod_obj) return 400;
     if (strcmp(name, "missing") == 0) return 500;
-    *f = &fn_obj; return 0;
+    for (int i = 0; i < nfns; i++)
+        if (!strcmp(fns[i].name, name)) { *f = &fns[i]; return 0; }
+    if (nfns == MAXFN || strlen(name) >= sizeof fns[0].name) return 2;
+    strcpy(fns[nfns].name, name);
+    *f = &fns[nfns++]; return 0;
 }
 CUresult cuModuleUnload(void *m) { NEED_CTX; return m == &mod_obj ? 0 : 400; }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, uintptr_t stream, void **params, void **extra) {
     NEED_CTX;
-    if (f != &fn_obj || extra) return 400;
-    if (capturing && stream == capture_stream) { captured++; return 0; }
-    char line[512];
+    struct fn *fp = f;
+    if (fp < fns || fp >= fns + nfns || extra) return 400;
+    char line[1024];
     int n = snprintf(line, sizeof line, "launch grid=%u,%u,%u block=%u,%u,%u shared=%u stream=%s",
                      gx, gy, gz, bx, by, bz, shared, stream ? "s" : "0");
     for (int i = 0; i < nparams; i++) {
         uint64_t w; memcpy(&w, params[i], 8);
         n += snprintf(line + n, sizeof line - n, " %llx", (unsigned long long)w);
     }
+    if (names) n += snprintf(line + n, sizeof line - n, " kernel=%s", fp->name);
     snprintf(line + n, sizeof line - n, "\n");
+    if (capturing && stream == capture_stream) {
+        captured++;
+        size_t k = strlen(line);
+        if (caplen + k < sizeof capbuf) { memcpy(capbuf + caplen, line, k); caplen += k; capbuf[caplen] = 0; }
+        return 0;
+    }
     logf_(line);
     return 0;
 }
@@ -157,23 +182,51 @@ CUresult cuEventDestroy_v2(double *e) { NEED_CTX; free(e); return 0; }
 CUresult cuStreamBeginCapture_v2(uintptr_t s, unsigned mode) {
     NEED_CTX; (void)mode;
     if (capturing || !s) return 900;
-    capturing = 1; capture_stream = s; captured = 0; return 0;
+    capturing = 1; capture_stream = s; captured = 0; caplen = 0; capbuf[0] = 0; return 0;
 }
-CUresult cuStreamEndCapture(uintptr_t s, int **g) {
+/* A graph, captured or instantiated: its kernels and their launch lines. */
+struct graph { int n; char *lines; };
+static struct graph *new_graph(int n, const char *lines) {
+    struct graph *g = malloc(sizeof *g);
+    size_t k = strlen(lines) + 1;
+    g->n = n; g->lines = malloc(k); memcpy(g->lines, lines, k);
+    graphs++;
+    return g;
+}
+static void free_graph(struct graph *g) { free(g->lines); free(g); graphs--; }
+CUresult cuStreamEndCapture(uintptr_t s, struct graph **g) {
     NEED_CTX;
     if (!capturing || s != capture_stream) return 900;
-    capturing = 0; *g = malloc(sizeof(int)); **g = captured; return 0;
+    capturing = 0;
+    if (fail_capture) { *g = NULL; return 901; }
+    *g = new_graph(captured, capbuf);
+    if (graph_log) {
+        char line[64]; snprintf(line, sizeof line, "capture %d kernels\n", captured); logf_(line);
+    }
+    return 0;
 }
-CUresult cuGraphInstantiateWithFlags(int **x, int *g, unsigned long long flags) {
-    NEED_CTX; (void)flags; *x = malloc(sizeof(int)); **x = *g; return 0;
+CUresult cuGraphInstantiateWithFlags(struct graph **x, struct graph *g, unsigned long long flags) {
+    NEED_CTX; (void)flags; *x = new_graph(g->n, g->lines); return 0;
 }
-CUresult cuGraphLaunch(int *x, uintptr_t s) {
+CUresult cuGraphLaunch(struct graph *x, uintptr_t s) {
     NEED_CTX; char line[64];
-    snprintf(line, sizeof line, "graph launch %d kernels stream=%s\n", *x, s ? "s" : "0");
-    logf_(line); return 0;
+    snprintf(line, sizeof line, "graph launch %d kernels stream=%s\n", x->n, s ? "s" : "0");
+    logf_(line);
+    if (graph_log) {
+        /* The graph's launches, each indented under its replay. */
+        for (const char *p = x->lines; *p; ) {
+            const char *e = strchr(p, '\n');
+            size_t k = e ? (size_t)(e - p + 1) : strlen(p);
+            char node[1100];
+            snprintf(node, sizeof node, "  %.*s", (int)k, p);
+            logf_(node);
+            p += k;
+        }
+    }
+    return 0;
 }
-CUresult cuGraphExecDestroy(int *x) { NEED_CTX; free(x); return 0; }
-CUresult cuGraphDestroy(int *g) { NEED_CTX; free(g); return 0; }
+CUresult cuGraphExecDestroy(struct graph *x) { NEED_CTX; free_graph(x); return 0; }
+CUresult cuGraphDestroy(struct graph *g) { NEED_CTX; free_graph(g); return 0; }
 `
 
 // Driver is the fake driver, built once per test binary, and its control
@@ -183,7 +236,11 @@ type Driver struct {
 	Path string
 	// Set turns a switch on or off: "no_device" (cuInit fails),
 	// "fail_alloc" (cuMemAlloc fails), "nparams" (parameters each launch
-	// logs), "reset" (clears the log).
+	// logs), "names" (each launch line ends with " kernel=" and its
+	// kernel's name), "graph_log" (each capture logs "capture N kernels",
+	// and each graph launch is followed by its kernels' launch lines,
+	// indented two spaces), "fail_capture" (cuStreamEndCapture fails with
+	// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), "reset" (clears the log).
 	Set func(key string, v int32)
 	// Log is every launch, graph launch, memset and event record since
 	// the last reset, a line each.
@@ -192,6 +249,8 @@ type Driver struct {
 	Allocs func() int32
 	// Depth is the context stack's depth.
 	Depth func() int32
+	// Graphs is the graphs and executable graphs not yet destroyed.
+	Graphs func() int32
 }
 
 var (
@@ -258,6 +317,7 @@ func Build(t testing.TB) *Driver {
 		purego.RegisterLibFunc(&f.Log, h, "fake_log")
 		purego.RegisterLibFunc(&f.Allocs, h, "fake_allocs")
 		purego.RegisterLibFunc(&f.Depth, h, "fake_depth")
+		purego.RegisterLibFunc(&f.Graphs, h, "fake_graphs")
 		lib = f
 	})
 	if skip != "" {
@@ -269,5 +329,8 @@ func Build(t testing.TB) *Driver {
 	lib.Set("no_device", 0)
 	lib.Set("fail_alloc", 0)
 	lib.Set("nparams", 0)
+	lib.Set("names", 0)
+	lib.Set("graph_log", 0)
+	lib.Set("fail_capture", 0)
 	return lib
 }
