@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/ir"
 )
 
 // TestBuiltinGraphLaunch: every built-in device prices a launch inside a
@@ -53,4 +55,27 @@ func TestGraphLaunchOfAUserFile(t *testing.T) {
 			assert.Equal(t, 2e-6, ds[0].LaunchCost(false))
 		})
 	}
+}
+
+// TestInGraph: a model pricing launches inside a CUDA graph charges a
+// launch the device's graph figure (added to a kernel's largest bound),
+// so a kernel costs the difference less, and leaves the model it came
+// from as it was.
+func TestInGraph(t *testing.T) {
+	d, err := LookupDevice("h100")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	b := ir.NewBuilder("kernel")
+	b.Output("out0", b.Neg(b.Input("$0", ir.F32, 4)))
+	body, err := b.Build()
+	require.NoError(t, err)
+	alone, err := m.Kernel(body)
+	require.NoError(t, err)
+	g := m.InGraph()
+	inGraph, err := g.Kernel(body)
+	require.NoError(t, err)
+	assert.InDelta(t, d.LaunchCost(false)-d.LaunchCost(true), alone.Seconds-inGraph.Seconds, 1e-12)
+	again, err := m.Kernel(body)
+	require.NoError(t, err)
+	assert.Equal(t, alone.Seconds, again.Seconds)
 }

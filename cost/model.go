@@ -152,6 +152,17 @@ func (m *Model) AtPosition(p int64) *Model {
 	return v
 }
 
+// InGraph returns a model like m that prices each launch as a node of a
+// replayed CUDA graph (Device.LaunchCost(true)) rather than as a launch
+// of its own: a serving step's run on the GPU runner, which replays a
+// graph per bucket. A calibrated launch factor below the device's graph
+// figure stands. It has its own cache; m is unchanged.
+func (m *Model) InGraph() *Model {
+	v := m.variant()
+	v.Factors.Launch = min(v.Factors.Launch, m.Device.LaunchCost(true))
+	return v
+}
+
 // variant is a model like m with a cache of its own, for a model that
 // prices the same kernels differently.
 func (m *Model) variant() *Model {

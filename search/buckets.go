@@ -66,12 +66,14 @@ func bucketText(bs []report.BucketTime) string {
 // tokens (cuda.RowBuckets): T tokens of min(T, max seqs) sequences, the
 // tokens shared evenly, each sequence after a context of ctx positions;
 // each row-wise launch runs the kernel of its bucket (Kernel.ForRows)
-// priced over the rows present, the others as printed. The floor is the
+// priced over the rows present, the others as printed, every launch a
+// node of the bucket's CUDA graph (cost.Model.InGraph). The floor is the
 // step's at that workload (StepFloor).
 func stepBucketTimes(g *ir.Graph, c *compiled, m *cost.Model, ctx int) ([]report.BucketTime, error) {
 	lp := c.lowered
 	l := *lp.Step
-	mb := m.AtPosition(int64(ctx))
+	// The GPU runner replays a step as a CUDA graph per bucket.
+	mb := m.AtPosition(int64(ctx)).InGraph()
 	var out []report.BucketTime
 	price := func(what string, w step.Workload) error {
 		total := 0.0
