@@ -14,6 +14,7 @@ import (
 	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/step"
 )
 
@@ -146,5 +147,143 @@ func TestRowBuckets(t *testing.T) {
 				assert.Nil(t, mm, name)
 			}
 		})
+	}
+}
+
+// stepBatch is a batch of tokens tokens over up to the layout's most
+// sequences (shared evenly, each after a random context), ids drawn, with
+// the graph's feeds around it.
+func stepBatch(t *testing.T, g *ir.Graph, l step.Layout, tokens int, seed uint64) (map[string]*ir.Tensor, *step.Batch) {
+	t.Helper()
+	feeds, err := ir.RandomFeeds(g, seed, ir.Typical)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	var shapes []step.SeqShape
+	left := tokens
+	for s := 0; s < l.MaxSeqs && left > 0; s++ {
+		n := max(1, left/(l.MaxSeqs-s))
+		if s == l.MaxSeqs-1 {
+			n = left
+		}
+		shapes = append(shapes, step.SeqShape{Tokens: n, Context: rng.IntN(l.MaxLen() - n + 1)})
+		left -= n
+	}
+	b, err := l.Arrange(rng, shapes)
+	require.NoError(t, err)
+	require.Equal(t, tokens, b.Tokens())
+	for i := range b.IDs {
+		b.IDs[i] = int64(rng.IntN(l.Vocab))
+	}
+	meta, err := l.Feeds(b)
+	require.NoError(t, err)
+	maps.Copy(feeds, meta)
+	return feeds, b
+}
+
+// TestBucketGridsWriteOnlyTheRowsPresent replays a step's launches as
+// the CUDA graph of its bucket does (each row-wise launch with the kernel
+// and grid of the bucket's top, more rows than present) under the
+// emulation, for steps inside their buckets, naive and fused: no launch
+// writes its outputs' rows past those present (each launch's rows past T,
+// or S, are as before it), and the logits and pools are the reference's.
+func TestBucketGridsWriteOnlyTheRowsPresent(t *testing.T) {
+	t.Parallel()
+	needCompilers(t)
+	opt := corpus.Options{Seq: 16, Step: corpus.StepOptions{MaxTokens: 16, MaxSeqs: 4, BlockSize: 4, KVBlocks: 24}}
+	g, err := corpus.Build("tiny-llama:step", opt)
+	require.NoError(t, err)
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	m := cost.NewModel(dev, cost.Defaults(dev))
+	for _, fused := range []bool{false, true} {
+		lp := lowerStep(t, g, fused)
+		ks, err := PrintProgramWith(lp, m.Ranked)
+		require.NoError(t, err)
+		require.NoError(t, PrintBuckets(lp, ks, m.Ranked))
+		launches := append(append(lp.Prep[:0:0], lp.Prep...), lp.Run...)
+		l := *lp.Step
+		top := func(n int64, max int) int64 {
+			for _, hi := range RowBuckets(int64(max)) {
+				if n <= hi {
+					return hi
+				}
+			}
+			return int64(max)
+		}
+		// One step inside its bucket a program (the naive one's buckets
+		// share fewer kernels).
+		tokens := 3
+		if fused {
+			tokens = 5
+		}
+		{
+			t.Run(fmt.Sprintf("fused=%t/tokens=%d", fused, tokens), func(t *testing.T) {
+				feeds, b := stepBatch(t, g, l, tokens, uint64(tokens))
+				T, S := int64(b.Tokens()), int64(b.Seqs())
+				hiT, hiS := top(T, l.MaxTokens), top(S, l.MaxSeqs)
+				require.Greater(t, hiT, T, "a step inside its bucket")
+				e, err := NewEmulation(context.Background(), lp, ks, feeds)
+				require.NoError(t, err)
+				for i, ln := range launches {
+					if ln.Rows == nil {
+						continue
+					}
+					n := hiT
+					if ln.Rows.Seqs {
+						n = hiS
+					}
+					k := ks[i].ForRows(n)
+					e.Launches[i].Kernel, e.Launches[i].Grid, e.Launches[i].Block = k.Name, k.Rows.Of(k.Grid, n), k.Block
+				}
+				eo := emu.Options{Seed: 3}
+				prev, err := e.Run(context.Background(), nil, eo)
+				require.NoError(t, err)
+				checked := 0
+				for i, ln := range launches {
+					cur, err := e.Run(context.Background(), e.Launches[:i+1], eo)
+					require.NoError(t, err)
+					if ln.Rows != nil {
+						present := T
+						if ln.Rows.Seqs {
+							present = S
+						}
+						for j, id := range ln.Outs {
+							if _, windowed, _ := ln.Window(j); windowed {
+								continue
+							}
+							buf := lp.Buffers[id]
+							perRow, ok := lower.Leading(buf.Shape, ln.Rows.Max)
+							if !ok {
+								continue
+							}
+							rowBytes := int(perRow) * buf.DType.Size()
+							at := e.where[id]
+							from, to := at.Offset+int(present)*rowBytes, at.Offset+int(buf.Bytes)
+							assert.Equal(t, prev[at.Buffer][from:to], cur[at.Buffer][from:to], "%s (%s) writes %s's rows past the %d present", ln.Name, e.Launches[i].Kernel, buf.Name, present)
+							checked++
+						}
+					}
+					prev = cur
+				}
+				assert.Positive(t, checked)
+				want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
+				require.NoError(t, err)
+				for name, id := range lp.Outputs {
+					a := e.where[id]
+					bf := lp.Buffers[id]
+					got, err := DecodeTensor(ir.ValueType{Shape: bf.Shape, DType: bf.DType}, prev[a.Buffer][a.Offset:a.Offset+int(bf.Bytes)])
+					require.NoError(t, err)
+					gp, err := l.Present(map[string]*ir.Tensor{name: got}, b)
+					require.NoError(t, err)
+					wp, err := l.Present(map[string]*ir.Tensor{name: want.Outputs[name]}, b)
+					require.NoError(t, err)
+					mp, err := l.Present(map[string]*ir.Tensor{name: want.Magnitudes[name]}, b)
+					require.NoError(t, err)
+					mm, err := ir.Compare(gp[name], wp[name], mp[name], 256)
+					require.NoError(t, err)
+					assert.Nil(t, mm, name)
+				}
+			})
+		}
 	}
 }

@@ -304,7 +304,7 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	}
 	b.WriteString("  __syncthreads();\n")
 	if gath != nil {
-		if err := printGatheredEpilogue(&b, body, mm, gath, g, colMap, int(M), partials, threads); err != nil {
+		if err := printGatheredEpilogue(&b, k, body, mm, gath, g, colMap, int(M), partials, threads); err != nil {
 			return "", err
 		}
 		return b.String(), nil
@@ -314,6 +314,9 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 	fmt.Fprintf(&b, "    const int i = t / %d, cc = t %% %d;\n", BN, BN)
 	b.WriteString("    const long long m = m0 + i, n = n0 + cc;\n")
 	fmt.Fprintf(&b, "    if (n >= %dLL) continue;\n", N)
+	if gemvRowsOnM(k, g) {
+		fmt.Fprintf(&b, "    if (m >= %s) continue;\n", rowLimit(k, M, true))
+	}
 	b.WriteString("    float sum = Part[0][i][cc];\n")
 	if partials > 1 {
 		fmt.Fprintf(&b, "    for (int p = 1; p < %d; p++) sum += Part[p][i][cc];\n", partials)
@@ -334,4 +337,11 @@ func unpackAll(b *strings.Builder, unpack func(string) []string, w, f string) {
 			fmt.Fprintf(b, "          %s[%d] = %s;\n", f, wi*per+h, x)
 		}
 	}
+}
+
+// gemvRowsOnM says whether a matrix-vector kernel's rows (its M, a
+// step's rows present) are the rows its count follows: a plain [M, N]
+// product of the rows at their maximum.
+func gemvRowsOnM(k *Kernel, g matmulGeom) bool {
+	return k.count != nil && g.r == 2 && g.M == k.count.Max && k.count.Axis == 0
 }

@@ -47,7 +47,7 @@ func (c gemvColumns) local(n string) string {
 // along each output's direct path (cost.DirectPath) to the output element
 // it writes, whose epilogue reads the sums it needs from Part[0] (the
 // column map put them in this block).
-func printGatheredEpilogue(b *strings.Builder, body *ir.Graph, mm ir.Value, gath *cost.Gathered, g matmulGeom, cols gemvColumns, M, partials, threads int) error {
+func printGatheredEpilogue(b *strings.Builder, k *Kernel, body *ir.Graph, mm ir.Value, gath *cost.Gathered, g matmulGeom, cols gemvColumns, M, partials, threads int) error {
 	BN := int(cols.bn)
 	if partials > 1 {
 		fmt.Fprintf(b, "  for (int t = threadIdx.x; t < %d; t += %d) {\n", M*BN, threads)
@@ -71,6 +71,9 @@ func printGatheredEpilogue(b *strings.Builder, body *ir.Graph, mm ir.Value, gath
 	}
 	fmt.Fprintf(b, "    if (n >= %dLL) continue;\n", cols.N)
 	b.WriteString("    const long long m = m0 + i;\n")
+	if gemvRowsOnM(k, g) {
+		fmt.Fprintf(b, "    if (m >= %s) continue;\n", rowLimit(k, int64(M), true))
+	}
 	mix := make(index, g.r)
 	for d := 0; d < g.r-2; d++ {
 		mix[d] = "0"

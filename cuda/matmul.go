@@ -167,7 +167,7 @@ func printMatmul(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	// Epilogue: C's element (m, n) of batch b is linear index i.
 	fmt.Fprintf(&b, "  for (int ii = 0; ii < %d; ii++) for (int jj = 0; jj < 4; jj++) {\n", TM)
 	fmt.Fprintf(&b, "    long long m = m0 + ty * %d + ii, n = n0 + tx * 4 + jj;\n", TM)
-	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
+	fmt.Fprintf(&b, "    if (m >= %s || n >= %dLL) continue;\n", rowLimit(k, M, k.Rows != nil && k.Rows.Dim == 1), N)
 	if err := g.printEpilogue(&b, body, mm, "acc[ii][jj]"); err != nil {
 		return "", err
 	}

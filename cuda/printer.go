@@ -145,8 +145,43 @@ func printKernel(name, comment string, body *ir.Graph, s cost.Schedule, rc *RowC
 	if err != nil {
 		return nil, err
 	}
-	k.Text = header(name, comment, k) + text + "}\n"
+	k.Text = header(name, comment, k) + rowsPrologue(k, text) + text + "}\n"
 	return k, nil
+}
+
+// rowsPrologue is what a kernel of a step's rows present runs first when
+// its form's text does not declare the rows present itself (a
+// grid-stride loop bounds its own): lum_t, read from the metadata, and,
+// for a grid that follows the rows (Kernel.Rows), a return for a block
+// whose rows all lie past them. A CUDA graph replays a bucket's launches
+// with the grid of the bucket's top, so the blocks past the rows of a
+// smaller step run, and must write nothing; the stores of the rows past
+// them in a block that holds some are guarded by lum_t too (rowLimit).
+func rowsPrologue(k *Kernel, text string) string {
+	rc := k.count
+	if rc == nil || strings.Contains(text, "const long long lum_t") {
+		return ""
+	}
+	r := k.Rows
+	exit := r != nil && k.BlockGroup <= 1 && r.Dim >= 0 && r.Dim <= 2 && r.Num > 0 && r.Den > 0
+	if !exit && !strings.Contains(text, "lum_t") {
+		return ""
+	}
+	out := rc.line()
+	if exit {
+		out += fmt.Sprintf("  if ((long long)blockIdx.%c * %dLL >= lum_t * %dLL) return;\n", "xyz"[r.Dim], r.Den, r.Num)
+	}
+	return out
+}
+
+// rowLimit is the bound of a matmul's rows (of M) in its stores: M, or
+// for a kernel of a step's rows present whose M axis holds them, the rows
+// present (at most M), so that the rows past them are never written.
+func rowLimit(k *Kernel, M int64, rowsOnM bool) string {
+	if k.count == nil || !rowsOnM {
+		return fmt.Sprintf("%dLL", M)
+	}
+	return fmt.Sprintf("(lum_t < %dLL ? lum_t : %dLL)", M, M)
 }
 
 // printElementwise prints the grid-stride loop of an elementwise kernel,
@@ -173,14 +208,16 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 	}
 	e := &elementwise{body: body, temps: map[string]string{}}
 	var loop string
-	if vectorizable(body) && len(body.Outputs) == 1 && windowVectorizable(outShape, windows[0]) {
+	perRow, rows := rowsOf(k.count, body, outShape, elems)
+	// Of rows present, the quads must hold whole rows: a quad straddling
+	// row T would write the rows past it, which a graph replaying a
+	// bucket's grid for more rows must leave alone.
+	if vectorizable(body) && len(body.Outputs) == 1 && windowVectorizable(outShape, windows[0]) && (!rows || perRow%4 == 0) {
 		k.Vector = true
 		quads := elems / 4
 		bound := fmt.Sprintf("%dLL", quads)
-		if perToken, ok := rowsOf(k.count, body, outShape, elems); ok {
-			// A quad may straddle token rows: the one that holds
-			// row T's first elements is the last.
-			bound, k.Rows = fmt.Sprintf("(lum_t * %dLL + 3) / 4", perToken), &RowGrid{Dim: 0, Num: perToken, Den: 4 * int64(threads)}
+		if rows {
+			bound, k.Rows = fmt.Sprintf("lum_t * %dLL", perRow/4), &RowGrid{Dim: 0, Num: perRow, Den: 4 * int64(threads)}
 		}
 		loop = fmt.Sprintf("for (long long q = (long long)blockIdx.x * blockDim.x + threadIdx.x; q < %s; q += (long long)gridDim.x * blockDim.x)", bound)
 		if err := e.vector(); err != nil {
@@ -194,8 +231,8 @@ func printElementwise(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error
 		k.Grid = [3]int{int(min(max((quads+int64(threads)-1)/int64(threads), 1), maxGrid)), 1, 1}
 	} else {
 		bound := fmt.Sprintf("%dLL", elems)
-		if perToken, ok := rowsOf(k.count, body, outShape, elems); ok {
-			bound, k.Rows = fmt.Sprintf("lum_t * %dLL", perToken), &RowGrid{Dim: 0, Num: perToken, Den: int64(threads)}
+		if rows {
+			bound, k.Rows = fmt.Sprintf("lum_t * %dLL", perRow), &RowGrid{Dim: 0, Num: perRow, Den: int64(threads)}
 		}
 		loop = fmt.Sprintf("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < %s; i += (long long)gridDim.x * blockDim.x)", bound)
 		ix := make(index, len(outShape))

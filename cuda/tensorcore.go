@@ -236,7 +236,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	// array the compiler cannot resolve goes to a stack frame).
 	fmt.Fprintf(&b, "  #pragma unroll\n  for (int i = 0; i < %d; i++)\n  #pragma unroll\n  for (int j = 0; j < %d; j++)\n  #pragma unroll\n  for (int q = 0; q < 4; q++) {\n", mi, nj)
 	b.WriteString("    long long m = m0 + wm + i * 16 + g + (q >= 2 ? 8 : 0), n = n0 + wn + j * 8 + t * 2 + (q & 1);\n")
-	fmt.Fprintf(&b, "    if (m >= %dLL || n >= %dLL) continue;\n", M, N)
+	fmt.Fprintf(&b, "    if (m >= %s || n >= %dLL) continue;\n", rowLimit(k, M, k.Rows != nil && k.Rows.Dim == 1), N)
 	if err := g.printEpilogue(&b, body, mm, "acc[i][j][q]"); err != nil {
 		return "", err
 	}
