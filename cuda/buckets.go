@@ -91,7 +91,24 @@ func printBuckets(k *Kernel, l *lower.Launch, rank Ranker, rc *RowCount) error {
 	if rc == nil || rank == nil || k.Estimate == nil || l.Rows == nil || rc.Max < 2 {
 		return nil
 	}
+	if len(l.Rows.In) != len(l.Body.Inputs()) {
+		// A launch whose rows are not described (a plan of an older
+		// version): not a body that cannot be written for fewer rows,
+		// but one nobody said how to.
+		return fmt.Errorf("launch %s: the rows of %d of its %d inputs are known; its body cannot be written for fewer rows", l.Name, len(l.Rows.In), len(l.Body.Inputs()))
+	}
 	tops := RowBuckets(rc.Max)
+	// The top's estimate as the buckets' are made, by the cost model
+	// alone (Rerank's, with the compiler's figures, is not comparable).
+	topEst := *k.Estimate
+	if ranked, err := rank(l.Body); err == nil {
+		for _, e := range ranked {
+			if e.Schedule.String() == k.Schedule.String() {
+				topEst = e
+				break
+			}
+		}
+	}
 	type choice struct {
 		body *ir.Graph
 		est  cost.Estimate
@@ -99,7 +116,7 @@ func printBuckets(k *Kernel, l *lower.Launch, rank Ranker, rc *RowCount) error {
 	choices := make([]choice, len(tops))
 	for i, hi := range tops {
 		if hi == rc.Max {
-			choices[i] = choice{l.Body, *k.Estimate}
+			choices[i] = choice{l.Body, topEst}
 			break
 		}
 		body, err := l.BodyAtRows(hi)
@@ -116,7 +133,7 @@ func printBuckets(k *Kernel, l *lower.Launch, rank Ranker, rc *RowCount) error {
 	top := len(tops) - 1
 	// From the top down: a bucket whose schedule is the next one's shares
 	// that one's kernel.
-	k.Buckets[top] = RowBucket{Hi: rc.Max, Kernel: k, Estimate: *k.Estimate}
+	k.Buckets[top] = RowBucket{Hi: rc.Max, Kernel: k, Estimate: topEst}
 	for i := top - 1; i >= 0; i-- {
 		c, next := choices[i], k.Buckets[i+1]
 		if c.est.Schedule.String() == next.Kernel.Schedule.String() {
@@ -167,4 +184,29 @@ func PrintBuckets(prog *lower.Program, kernels []*Kernel, rank Ranker) error {
 		}
 	}
 	return nil
+}
+
+// DropUnfit gives each row bucket whose own kernel does not fit the
+// device as the compiler built it (fits says why: its registers or
+// shared memory, which the cost model only guessed when it chose the
+// bucket's schedule) the next bucket's kernel instead, and returns the
+// kernels dropped. The launch's own kernels were priced with the
+// compiler's figures (Rerank) and stay.
+func DropUnfit(kernels []*Kernel, fits func(k *Kernel) error) []string {
+	var dropped []string
+	for _, k := range Distinct(kernels) {
+		for i := len(k.Buckets) - 2; i >= 0; i-- {
+			bk := k.Buckets[i].Kernel
+			if bk == k || bk == k.Buckets[i+1].Kernel {
+				continue
+			}
+			if err := fits(bk); err != nil {
+				dropped = append(dropped, fmt.Sprintf("%s (%v)", bk.Name, err))
+				for j := i; j >= 0 && k.Buckets[j].Kernel == bk; j-- {
+					k.Buckets[j].Kernel, k.Buckets[j].Estimate = k.Buckets[i+1].Kernel, k.Buckets[i+1].Estimate
+				}
+			}
+		}
+	}
+	return dropped
 }

@@ -287,3 +287,27 @@ func TestBucketGridsWriteOnlyTheRowsPresent(t *testing.T) {
 		}
 	}
 }
+
+// TestDropUnfit: a bucket whose own kernel does not fit the device as
+// compiled gives its buckets (those sharing that kernel) the next
+// bucket's kernel; the launch's own kernel and fitting ones stay.
+func TestDropUnfit(t *testing.T) {
+	top := &Kernel{Name: "k0"}
+	r2 := &Kernel{Name: "k0_r2", Body: &ir.Graph{}}
+	r8 := &Kernel{Name: "k0_r8", Body: &ir.Graph{}}
+	est := func(s float64) cost.Estimate { return cost.Estimate{Seconds: s} }
+	top.Buckets = []RowBucket{{1, r2, est(1)}, {2, r2, est(1)}, {4, r8, est(2)}, {8, r8, est(2)}, {16, top, est(3)}}
+	dropped := DropUnfit([]*Kernel{top, top}, func(k *Kernel) error {
+		if k == r8 {
+			return fmt.Errorf("too many registers")
+		}
+		return nil
+	})
+	assert.Equal(t, []string{"k0_r8 (too many registers)"}, dropped)
+	var got []string
+	for _, b := range top.Buckets {
+		got = append(got, fmt.Sprintf("%d:%s:%g", b.Hi, b.Kernel.Name, b.Estimate.Seconds))
+	}
+	assert.Equal(t, []string{"1:k0_r2:1", "2:k0_r2:1", "4:k0:3", "8:k0:3", "16:k0:3"}, got)
+	assert.Empty(t, DropUnfit([]*Kernel{top}, func(*Kernel) error { return nil }))
+}

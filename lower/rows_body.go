@@ -215,6 +215,22 @@ func broadcastRows(body *ir.Graph, at []rowsAt, class rowClass, max int64) (map[
 			}
 		}
 	}
+	// A value that follows the rows is read only where they are: a
+	// reader that neither holds nor follows them (a reduction along
+	// them, say) would read fewer rows than it did.
+	for i, n := range body.Nodes {
+		if at[i].class == class {
+			continue
+		}
+		if _, ok := follow[ir.Value(i)]; ok {
+			continue
+		}
+		for _, x := range n.Inputs {
+			if _, ok := follow[x]; ok {
+				return nil, fmt.Errorf("%%%d meets the rows and is read by %s %%%d, which does not hold them", x, n.Op, i)
+			}
+		}
+	}
 	return follow, nil
 }
 

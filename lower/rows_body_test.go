@@ -142,3 +142,46 @@ func TestBodyAtRows(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyAtRowsRefusesABroadcastReadAlongTheRows: a constant expanded to
+// the rows' extent to meet them, and also summed along the rows, cannot
+// follow the rows (the sum would see fewer): the body is refused, saying
+// why, rather than written to compute something else.
+func TestBodyAtRowsRefusesABroadcastReadAlongTheRows(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"summed along the rows", `graph kernel
+%0 = input "$0" f32[8,4]
+%1 = const f32[] {2}
+%2 = reshape %1 to=[1,1] : f32[1,1]
+%3 = expand %2 to=[8,4] : f32[8,4]
+%4 = mul %0, %3 : f32[8,4]
+%5 = sum %3 axis=0 : f32[1,4]
+%6 = expand %5 to=[8,4] : f32[8,4]
+%7 = add %4, %6 : f32[8,4]
+output "out0" = %7
+`, "is read by sum"},
+		{"followed alone", `graph kernel
+%0 = input "$0" f32[8,4]
+%1 = const f32[] {2}
+%2 = reshape %1 to=[1,1] : f32[1,1]
+%3 = expand %2 to=[8,4] : f32[8,4]
+%4 = mul %0, %3 : f32[8,4]
+output "out0" = %4
+`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body, err := ir.Parse(tc.src)
+			require.NoError(t, err)
+			l := &Launch{Name: "k0", Body: body, Rows: &Rows{Max: 8, Axis: 0, Args: []int{1, 2}, In: []int{0}}}
+			small, err := l.BodyAtRows(3)
+			if tc.want != "" {
+				assert.ErrorContains(t, err, tc.want)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, ir.Shape{3, 4}, small.Node(small.Outputs[0].Value).Shape)
+		})
+	}
+}

@@ -141,6 +141,19 @@ func finalize(ctx context.Context, src *source, c *compiled, verify, fast bool, 
 	if verr != nil {
 		return nil, verr
 	}
+	// A row bucket's schedule was the cost model's choice with guessed
+	// registers and shared memory: one that does not fit as compiled
+	// serves no step (its launch would fail); its bucket takes the next.
+	if dropped := cuda.DropUnfit(c.kernels, func(k *cuda.Kernel) error {
+		r, ok := f.resources[k.Name]
+		if !ok || k.Body == nil {
+			return nil
+		}
+		_, err := m.Resourced(k.Body, k.Schedule, cost.Resources{Registers: r.Registers, Shared: r.SharedBytes})
+		return err
+	}); len(dropped) > 0 {
+		fmt.Fprintf(log, "  row buckets: %d kernels do not fit the device as compiled and give their buckets to the next: %s\n", len(dropped), strings.Join(dropped, "; "))
+	}
 	if !verify {
 		return f, nil
 	}

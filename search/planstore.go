@@ -26,7 +26,7 @@ import (
 func planStoreKey(md *Model, o Options, sel *ruleSelection) string {
 	rulesHash, _ := rules.SetsHash()
 	h := sha256.New()
-	fmt.Fprintf(h, "lumsearch plan store 2\nmodel %s\nbuild %+v\nkind %s\ndims %s\nsymbols %v\nexpect %s\ntarget %s\narch %s\nrules %s\n",
+	fmt.Fprintf(h, "lumsearch plan store 3\nmodel %s\nbuild %+v\nkind %s\ndims %s\nsymbols %v\nexpect %s\ntarget %s\narch %s\nrules %s\n",
 		md.Name, md.Options.Build, md.Options.Kind, md.Options.Dims, md.Graph.Symbols, DimFlag{Ranges: o.Expect}, o.Target, o.Arch, rulesHash)
 	if sel != nil && sel.changed() {
 		// A selection of its own keeps its own plan: the built-in sets'
