@@ -179,6 +179,14 @@ func (m *Model) Expecting(lo, hi int64) *Model {
 	return v
 }
 
+// Expected is the range Expecting set, if any.
+func (m *Model) Expected() (lo, hi int64, ok bool) {
+	if m.expect == nil {
+		return 0, 0, false
+	}
+	return m.expect[0], m.expect[1], true
+}
+
 // analyze is the package's analyze with the model's position applied.
 func (m *Model) analyze(body *ir.Graph) (*kernelForm, error) {
 	k, err := analyze(body)

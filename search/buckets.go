@@ -20,7 +20,7 @@ import (
 func bucketTimes(g *ir.Graph, c *compiled, m *cost.Model) ([]report.BucketTime, error) {
 	lp := c.lowered
 	if lp.Step != nil {
-		return stepBucketTimes(g, c, m, lp.Step.MaxLen()/2)
+		return stepBucketTimes(g, c, m, stepContext(lp.Step, m))
 	}
 	var out []report.BucketTime
 	for _, s := range lp.Symbols {
@@ -173,4 +173,14 @@ func launchAt(m *cost.Model, l *lower.Launch, k *cuda.Kernel, T, S int64) (float
 		}
 	}
 	return r[0].Seconds, nil
+}
+
+// stepContext is the context a step is priced at: the middle of the
+// expected range (--expect context=LO..HI), else half the longest
+// sequence.
+func stepContext(l *step.Layout, m *cost.Model) int {
+	if lo, hi, ok := m.Expected(); ok {
+		return int((lo + hi) / 2)
+	}
+	return l.MaxLen() / 2
 }

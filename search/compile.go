@@ -85,7 +85,7 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("compile %s: %w", model, err)
 		}
-		fmt.Fprintf(log, "  per bucket of tokens (the cost model, a CUDA graph a bucket; each sequence after %d positions): %s\n", lp.Step.MaxLen()/2, bucketText(bs))
+		fmt.Fprintf(log, "  per bucket of tokens (the cost model, a CUDA graph a bucket; each sequence after %d positions): %s\n", stepContext(lp.Step, cm), bucketText(bs))
 	}
 	pl, err := buildPlan(src, f)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/rules"
+	"github.com/lumsearch/lumsearch/step"
 	"github.com/lumsearch/lumsearch/tunedb"
 )
 
@@ -74,8 +75,8 @@ func (p Pricing) Options(ctx context.Context) (rules.SaturateOptions, string, *c
 	}
 	m.Measurements = cost.NewDBMeasurements(db)
 	for name, e := range p.Expect {
-		if name != corpus.PastSymbol {
-			return sat, "", nil, optionErrorf("--expect %s=%d..%d: only a decode step's position, %s, has an expected range", name, e.Lo, e.Hi, corpus.PastSymbol)
+		if name != corpus.PastSymbol && name != step.ContextName {
+			return sat, "", nil, optionErrorf("--expect %s=%d..%d: only a decode step's position, %s, and a serving step's context, %s, have an expected range", name, e.Lo, e.Hi, corpus.PastSymbol, step.ContextName)
 		}
 		m = m.Expecting(e.Lo, e.Hi)
 	}

@@ -193,6 +193,12 @@ const maxVerifyPoints = 5
 func checkExpect(g *ir.Graph, expect map[string]ir.Symbol) error {
 	for _, name := range slices.Sorted(maps.Keys(expect)) {
 		e := expect[name]
+		if l, err := step.LayoutOf(g); err == nil && l != nil && name == step.ContextName {
+			if e.Lo < 0 || e.Lo > e.Hi || e.Hi > int64(l.MaxLen()-1) {
+				return withKind(KindOption, fmt.Errorf("--expect %s=%d..%d: a sequence's context runs 0..%d in %s", name, e.Lo, e.Hi, l.MaxLen()-1, g.Name))
+			}
+			continue
+		}
 		s, ok := g.Symbol(name)
 		if !ok {
 			return withKind(KindOption, fmt.Errorf("--expect %s=%d..%d: %s has no runtime extent %s", name, e.Lo, e.Hi, g.Name, name))

@@ -1,11 +1,14 @@
 package search
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
+	"github.com/lumsearch/lumsearch/step"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -131,6 +134,37 @@ func TestCheckExpect(t *testing.T) {
 		assert.ErrorContains(t, err, tt.want)
 		assert.Equal(t, KindOption, KindOf(err))
 	}
+}
+
+// TestCheckExpectContext: a serving step's expected context is a range
+// of the positions a sequence can have cached; a decode step has none,
+// and a range past the longest sequence is refused.
+func TestCheckExpectContext(t *testing.T) {
+	g, err := corpus.Build("tiny-llama:step", corpus.Options{Seq: 64, Step: corpus.StepOptions{MaxTokens: 16, MaxSeqs: 4, BlockSize: 4, KVBlocks: 64}})
+	require.NoError(t, err)
+	require.NoError(t, checkExpect(g, map[string]ir.Symbol{"context": {Name: "context", Lo: 0, Hi: 63}}))
+	for _, tt := range []struct {
+		e    ir.Symbol
+		want string
+	}{
+		{ir.Symbol{Name: "context", Lo: 0, Hi: 64}, "a sequence's context runs 0..63"},
+		{ir.Symbol{Name: "context", Lo: 9, Hi: 3}, "a sequence's context runs 0..63"},
+		{ir.Symbol{Name: "past", Lo: 1, Hi: 4}, "has no runtime extent past"},
+	} {
+		err := checkExpect(g, map[string]ir.Symbol{tt.e.Name: tt.e})
+		assert.ErrorContains(t, err, tt.want)
+		assert.Equal(t, KindOption, KindOf(err))
+	}
+	d, err := corpus.Build("tiny-llama:decode", corpus.Options{Seq: 64, Past: -1})
+	require.NoError(t, err)
+	assert.ErrorContains(t, checkExpect(d, map[string]ir.Symbol{"context": {Name: "context", Lo: 1, Hi: 2}}), "has no runtime extent context")
+
+	// The cost model prices the step at the middle of the range.
+	_, _, m, err := Pricing{Target: "h100", TuneDB: filepath.Join(t.TempDir(), "tunedb.jsonl"), Expect: map[string]ir.Symbol{"context": {Name: "context", Lo: 20, Hi: 40}}}.Options(context.Background())
+	require.NoError(t, err)
+	l, err := step.LayoutOf(g)
+	require.NoError(t, err)
+	assert.Equal(t, 30, stepContext(l, m))
 }
 
 func TestExpectedRanges(t *testing.T) {

@@ -29,6 +29,10 @@ const (
 	TokensSymbol = "tokens"
 	// SeqsSymbol is S, the number of sequences present (an i32 scalar input).
 	SeqsSymbol = "seqs"
+	// ContextName is what --expect names a step's cached context per
+	// sequence by: not a symbol of the program (lengths are metadata),
+	// but the range the cost model prices paged attention over.
+	ContextName = "context"
 
 	InputIDs    = "input_ids"    // i64 [max tokens]
 	Positions   = "positions"    // i32 [max tokens]

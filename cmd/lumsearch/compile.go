@@ -18,7 +18,7 @@ import (
 var compileCommand = &command{
 	name:     "compile",
 	summary:  "search, lower and print a model's CUDA program, compile it with NVRTC and verify it",
-	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--max-seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE|NAME=LO..HI ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET]",
+	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--max-seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE|NAME=LO..HI ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--expect past=LO..HI|context=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is

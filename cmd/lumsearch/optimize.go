@@ -21,7 +21,7 @@ import (
 var optimizeCommand = &command{
 	name:     "optimize",
 	summary:  "search a model's fastest verified program within a time budget and write it with a report",
-	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--workers URL] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET] [...]",
+	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--workers URL] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI|context=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET] [...]",
 	doc: `
 "optimize" searches the fastest program it can verify for a model within
 --budget, and writes it to DIR. The model is an ONNX file (its symbolic

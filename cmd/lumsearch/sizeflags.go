@@ -93,7 +93,7 @@ func maxSeqFlag(fs *flag.FlagSet) *int {
 }
 
 // expectUsage is the --expect flag's help.
-const expectUsage = "where runtime extent NAME is expected to run, `NAME=LO..HI` (a decode step's past): the cost model prices over that range's buckets, not the whole compiled range (repeatable)"
+const expectUsage = "where runtime extent NAME is expected to run, `NAME=LO..HI` (a decode step's past, or a serving step's context: the positions each sequence has cached): the cost model prices over that range, not the whole compiled range (repeatable)"
 
 // stepSizeFlags size a serving step (the step kind); 0, their default,
 // means the corpus default, so a 0 given on the command line is refused.
