@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cuda"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/plan"
 	"github.com/lumsearch/lumsearch/step"
 )
@@ -125,11 +127,11 @@ func symbolText(bound map[string]int64) string {
 // runAtSymbols runs check once per binding of symbolBindings, with the
 // symbols' inputs in feeds set, and returns the worst of its results and
 // the bindings it ran at as text ("" for a graph without symbols).
-func runAtSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, at map[string]int64, check func() (float64, error)) (float64, string, error) {
+func runAtSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, at map[string]int64, edges []int, check func() (float64, error)) (float64, string, error) {
 	if l, err := step.LayoutOf(g); err != nil {
 		return 0, "", err
 	} else if l != nil && len(at) == 0 {
-		return runAtStepPoints(*l, feeds, check)
+		return runAtStepPoints(*l, feeds, edges, check)
 	}
 	bindings, err := symbolBindings(g, at, maxVerifyPoints)
 	if err != nil {
@@ -162,14 +164,32 @@ func runAtSymbols(g *ir.Graph, feeds map[string]*ir.Tensor, at map[string]int64,
 // runAtStepPoints is runAtSymbols for a serving step: check runs once per
 // verification point (step.Layout.Points: one decode, all decodes, one
 // long chunk, a mix, the maxima), each a whole batch of metadata in feeds.
-func runAtStepPoints(l step.Layout, feeds map[string]*ir.Tensor, check func() (float64, error)) (float64, string, error) {
-	pts, err := l.Points(rand.New(rand.NewPCG(uint64(l.MaxTokens), uint64(l.MaxSeqs))))
+func runAtStepPoints(l step.Layout, feeds map[string]*ir.Tensor, edges []int, check func() (float64, error)) (float64, string, error) {
+	rng := rand.New(rand.NewPCG(uint64(l.MaxTokens), uint64(l.MaxSeqs)))
+	pts, err := l.Points(rng)
+	if err != nil {
+		return 0, "", err
+	}
+	// And at the edges of the row buckets' kernels (bucketEdges) the
+	// points above leave out, so that each kernel runs at the fewest and
+	// the most rows it serves.
+	covered := map[int]bool{}
+	for _, p := range pts {
+		covered[p.Batch.Tokens()] = true
+	}
+	var more []int
+	for _, t := range edges {
+		if !covered[t] {
+			more = append(more, t)
+		}
+	}
+	edgePts, err := l.PointsAt(rng, more)
 	if err != nil {
 		return 0, "", err
 	}
 	worst := 0.0
-	var texts []string
-	for _, p := range pts {
+	var texts, edgeTs []string
+	for i, p := range append(pts, edgePts...) {
 		meta, err := l.Feeds(p.Batch)
 		if err != nil {
 			return 0, "", fmt.Errorf("internal error: step point %s: %w", p, err)
@@ -180,9 +200,17 @@ func runAtStepPoints(l step.Layout, feeds map[string]*ir.Tensor, check func() (f
 			return 0, "", fmt.Errorf("%w (at %s)", err, p)
 		}
 		worst = max(worst, rel)
-		texts = append(texts, p.String())
+		if i < len(pts) {
+			texts = append(texts, p.String())
+		} else {
+			edgeTs = append(edgeTs, fmt.Sprint(p.Batch.Tokens()))
+		}
 	}
-	return worst, " at " + strings.Join(texts, ", "), nil
+	where := " at " + strings.Join(texts, ", ")
+	if len(edgeTs) > 0 {
+		where += " and at its row buckets' edges (T=" + strings.Join(edgeTs, ", ") + ")"
+	}
+	return worst, where, nil
 }
 
 // maxVerifyPoints bounds the values of a symbol a program is verified at.
@@ -242,4 +270,29 @@ func checkPlanExtents(pl *plan.Plan, at map[string]int64) error {
 		}
 	}
 	return nil
+}
+
+// bucketEdges are the numbers of tokens at the edges of the row buckets'
+// kernels of a program's token launches: for each run of buckets that
+// share a kernel, the fewest rows it serves and the most.
+func bucketEdges(lp *lower.Program, ks []*cuda.Kernel) []int {
+	var out []int
+	seen := map[*cuda.Kernel]bool{}
+	for i, l := range lp.Run {
+		k := ks[len(lp.Prep)+i]
+		if l.Rows == nil || l.Rows.Seqs || seen[k] {
+			continue
+		}
+		seen[k] = true
+		lo := int64(1)
+		for j, b := range k.Buckets {
+			if j+1 < len(k.Buckets) && k.Buckets[j+1].Kernel == b.Kernel {
+				continue
+			}
+			out = append(out, int(lo), int(b.Hi))
+			lo = b.Hi + 1
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -102,7 +102,7 @@ func VerifyWith(ctx context.Context, dir string, feeds Feeds, events func(Event)
 		if len(at) == 0 && feeds.Inputs != "" {
 			rel, err = emulateAgainstReference(ctx, pl.Model, g, c, in, expect)
 		} else {
-			rel, where, err = runAtSymbols(g, in, at, func() (float64, error) {
+			rel, where, err = runAtSymbols(g, in, at, bucketEdges(c.lowered, c.kernels), func() (float64, error) {
 				return emulateAgainstReference(ctx, pl.Model, g, c, in, expect)
 			})
 		}

@@ -130,7 +130,7 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 	if err != nil {
 		return err
 	}
-	worst, where, err := runAtSymbols(g, in, nil, func() (float64, error) {
+	worst, where, err := runAtSymbols(g, in, nil, bucketEdges(c.lowered, c.kernels), func() (float64, error) {
 		return emulateAgainstReference(ctx, model, g, c, in, nil)
 	})
 	if err != nil {

@@ -263,6 +263,32 @@ func TestPointsCoverTheExtents(t *testing.T) {
 	}
 }
 
+// TestEdgePointsCoverTheBuckets: the edge points are batches the layout
+// accepts at each row bucket's top and one past the bucket below (every
+// T a layout can hold), each over min(T, max seqs) sequences.
+func TestEdgePointsCoverTheBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		l    Layout
+		want []int
+	}{
+		{Layout{MaxTokens: 16, MaxSeqs: 4, BlockSize: 4, Blocks: 64, BlocksPerSeq: 8, Vocab: 10}, []int{1, 2, 3, 4, 5, 8, 9, 16}},
+		{Layout{MaxTokens: 24, MaxSeqs: 6, BlockSize: 4, Blocks: 64, BlocksPerSeq: 8, Vocab: 10}, []int{1, 2, 3, 4, 5, 8, 9, 16, 17, 24}},
+		// Two sequences of at most 32 positions hold at most 64 tokens.
+		{Layout{MaxTokens: 128, MaxSeqs: 2, BlockSize: 16, Blocks: 5, BlocksPerSeq: 2, Vocab: 3}, []int{1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64}},
+		{Layout{MaxTokens: 1, MaxSeqs: 1, BlockSize: 1, Blocks: 1, BlocksPerSeq: 1, Vocab: 2}, []int{1}},
+	} {
+		pts, err := tc.l.EdgePoints(rand.New(rand.NewPCG(1, 2)))
+		require.NoError(t, err, "%+v", tc.l)
+		var got []int
+		for _, p := range pts {
+			require.NoError(t, tc.l.Check(p.Batch), "%s of %+v", p, tc.l)
+			assert.Equal(t, min(p.Batch.Tokens(), tc.l.MaxSeqs), p.Batch.Seqs(), p.String())
+			got = append(got, p.Batch.Tokens())
+		}
+		assert.Equal(t, tc.want, got, "%+v", tc.l)
+	}
+}
+
 // TestPresentKeepsTheRowsOfTheBatch: a step's logits trimmed to the
 // sequences present (the tokens with all logits), other outputs kept, a
 // logits output of the wrong extent refused.

@@ -94,3 +94,61 @@ func (l Layout) arrangeShrinking(rng *rand.Rand, shapes []SeqShape) (*Batch, err
 		}
 	}
 }
+
+// EdgePoints are batches at the edges of the row buckets a program keeps
+// kernels for (the powers of two of T up to the most tokens, and the
+// most): T at each bucket's top and one past the bucket below, so that
+// every bucket's kernel runs at the fewest and the most rows it serves.
+// T tokens are shared evenly by min(T, max seqs) sequences, each after a
+// random context.
+func (l Layout) EdgePoints(rng *rand.Rand) ([]Point, error) {
+	var ts []int
+	for hi := 1; ; hi *= 2 {
+		top := min(hi, l.MaxTokens)
+		ts = append(ts, hi/2+1, top)
+		if top == l.MaxTokens {
+			break
+		}
+	}
+	return l.PointsAt(rng, ts)
+}
+
+// PointsAt are batches of the given numbers of tokens (each once, in
+// order; those outside 1..max tokens, or more than the layout's sequences
+// can hold, left out), T tokens shared evenly by min(T, max seqs)
+// sequences, each after a random context.
+func (l Layout) PointsAt(rng *rand.Rand, tokens []int) ([]Point, error) {
+	var ts []int
+	seen := map[int]bool{}
+	for _, t := range tokens {
+		if t >= 1 && t <= l.MaxTokens && !seen[t] {
+			seen[t] = true
+			ts = append(ts, t)
+		}
+	}
+	maxLen := l.MaxLen()
+	var out []Point
+	for _, T := range ts {
+		S := min(T, l.MaxSeqs)
+		if (T+S-1)/S > maxLen {
+			continue // no batch of the layout has T tokens
+		}
+		shapes := make([]SeqShape, S)
+		for i := range shapes {
+			n := T / S
+			if i < T%S {
+				n++
+			}
+			shapes[i] = SeqShape{Tokens: n, Context: rng.IntN(max(1, maxLen-n+1))}
+		}
+		b, err := l.arrangeShrinking(rng, shapes)
+		if err != nil {
+			return nil, fmt.Errorf("step point at %d tokens: %w", T, err)
+		}
+		for i := range b.IDs {
+			b.IDs[i] = int64(rng.IntN(l.Vocab))
+		}
+		out = append(out, Point{Name: "bucket edge", Batch: b})
+	}
+	return out, nil
+}
