@@ -6,8 +6,8 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/lumsearch/lumsearch/corpus/safetensors"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/safetensors"
 )
 
 // SafetensorsWeights loads the weights of g from a Hugging Face checkpoint

@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/corpus"
-	cst "github.com/lumsearch/lumsearch/corpus/safetensors"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
@@ -436,7 +435,7 @@ func expectedCopies(t *testing.T, lp *lower.Program, file []byte) []string {
 			line(b.ID, EncodeTensor(res.Outputs["out"]))
 		}
 	}
-	f, err := cst.Parse("good", file)
+	f, err := safetensors.Parse("good", file)
 	require.NoError(t, err)
 	stored, err := lower.StoredBuffers(lp)
 	require.NoError(t, err)

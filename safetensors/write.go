@@ -1,24 +1,3 @@
-// Package safetensors writes tensors of the ir package as a safetensors
-// file, the Hugging Face format that every ML tool reads, and reads such a
-// file back into ir tensors. lumsearch compile writes the prepared weights
-// of a compiled model this way, and the model's host library loads them.
-//
-// The file is an 8-byte little-endian header length N, N bytes of UTF-8
-// JSON, then the data buffer. The JSON object maps each tensor's name to
-// {"dtype": "F32"|"F16"|"BF16"|"I32"|"I64"|"BOOL", "shape": [dims...],
-// "data_offsets": [begin, end]} (byte offsets into the data buffer, end
-// exclusive), plus an optional "__metadata__" object of string values.
-// Data are row-major and little-endian; BOOL is one byte, 0 or 1.
-//
-// Write lays a file out as the reference implementation does, so that
-// every reader accepts it: the header is padded with spaces to a multiple
-// of 8 bytes, and the tensors follow one another without gaps, the widest
-// dtypes first and by name within a dtype width, so that each tensor's
-// data is aligned to its element size in the file.
-//
-// Reading goes through the strict parser of corpus/safetensors (which also
-// reads Hugging Face checkpoints) and never panics on a malformed file.
-// The package imports ir and corpus/safetensors only.
 package safetensors
 
 import (
@@ -37,7 +16,6 @@ import (
 
 	"github.com/x448/float16"
 
-	cst "github.com/lumsearch/lumsearch/corpus/safetensors"
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -47,7 +25,7 @@ const MetadataKey = "__metadata__"
 
 // MaxHeaderBytes is the largest header Write produces and readers accept
 // (the reference implementation's limit).
-const MaxHeaderBytes = cst.MaxHeaderSize
+const MaxHeaderBytes = MaxHeaderSize
 
 var dtypeNames = map[ir.DType]string{ir.F32: "F32", ir.F16: "F16", ir.BF16: "BF16", ir.I32: "I32", ir.I64: "I64", ir.Bool: "BOOL"}
 
@@ -285,7 +263,7 @@ func appendElement(b []byte, t *ir.Tensor, i int64) []byte {
 // BOOL byte other than 0 or 1 is an error naming the file and the tensor;
 // Read never panics.
 func Read(name string, data []byte) (map[string]*ir.Tensor, map[string]string, error) {
-	f, err := cst.Parse(name, data)
+	f, err := Parse(name, data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -294,7 +272,7 @@ func Read(name string, data []byte) (map[string]*ir.Tensor, map[string]string, e
 		st, _ := f.Tensor(n)
 		t, err := decode(st)
 		if err != nil {
-			return nil, nil, &cst.Error{File: name, Tensor: n, Reason: err.Error()}
+			return nil, nil, &Error{File: name, Tensor: n, Reason: err.Error()}
 		}
 		out[n] = t
 	}
@@ -312,7 +290,7 @@ func ReadFile(path string) (map[string]*ir.Tensor, map[string]string, error) {
 
 // decode converts one parsed tensor (its byte count already checked
 // against its shape and dtype).
-func decode(st cst.Tensor) (*ir.Tensor, error) {
+func decode(st Tensor) (*ir.Tensor, error) {
 	dt, err := ParseDTypeName(st.DType)
 	if err != nil {
 		return nil, fmt.Errorf("dtype %q is not one of F32, F16, BF16, I32, I64, BOOL", st.DType)

@@ -13,9 +13,7 @@ import (
 	"unicode/utf8"
 )
 
-// metadataKey is the reserved header key holding free-form string metadata.
-const metadataKey = "__metadata__"
-
+// MetadataKey is the reserved header key holding free-form string metadata.
 // Parse validates a complete safetensors file held in data and returns a File
 // whose tensors alias data (nothing is copied). name is only used in error
 // messages and by Path. Close on the result releases nothing; data must stay
@@ -56,7 +54,7 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	var members []member
 	err := decodeObject(header, func(key string, raw json.RawMessage) error {
-		if key == metadataKey {
+		if key == MetadataKey {
 			md, err := parseMetadata(name, raw)
 			f.metadata = md
 			return err
@@ -107,8 +105,8 @@ func Parse(name string, data []byte) (*File, error) {
 	return f, nil
 }
 
-// entry is one tensor's header record, before validation.
-type entry struct {
+// headerEntry is one tensor's header record, before validation.
+type headerEntry struct {
 	dtype   string
 	shape   []int64
 	offsets []int64
@@ -117,8 +115,8 @@ type entry struct {
 
 // parseEntry decodes one header member. Key names are matched exactly;
 // unknown keys are ignored.
-func parseEntry(file, tensor string, raw json.RawMessage) (*entry, error) {
-	e := &entry{}
+func parseEntry(file, tensor string, raw json.RawMessage) (*headerEntry, error) {
+	e := &headerEntry{}
 	err := decodeObject(raw, func(key string, val json.RawMessage) error {
 		var target any
 		var idx int
@@ -146,13 +144,13 @@ func parseEntry(file, tensor string, raw json.RawMessage) (*entry, error) {
 		if errors.As(err, &ee) {
 			return nil, ee
 		}
-		return nil, &Error{File: file, Tensor: tensor, Reason: "invalid tensor entry", Err: err}
+		return nil, &Error{File: file, Tensor: tensor, Reason: "invalid tensor headerEntry", Err: err}
 	}
 	return e, nil
 }
 
-// validate checks an entry against the data buffer length.
-func (e *entry) validate(file, tensor string, bufLen uint64) error {
+// validate checks an headerEntry against the data buffer length.
+func (e *headerEntry) validate(file, tensor string, bufLen uint64) error {
 	fail := func(format string, args ...any) error {
 		return &Error{File: file, Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -243,7 +241,7 @@ func parseMetadata(file string, raw json.RawMessage) (map[string]string, error) 
 	err := decodeObject(raw, func(key string, val json.RawMessage) error {
 		var s string
 		if err := json.Unmarshal(val, &s); err != nil {
-			return &Error{File: file, Reason: fmt.Sprintf("%s key %q: value is not a string", metadataKey, key), Err: err}
+			return &Error{File: file, Reason: fmt.Sprintf("%s key %q: value is not a string", MetadataKey, key), Err: err}
 		}
 		md[key] = s
 		return nil
@@ -253,7 +251,7 @@ func parseMetadata(file string, raw json.RawMessage) (map[string]string, error) 
 		if errors.As(err, &e) {
 			return nil, e
 		}
-		return nil, &Error{File: file, Reason: "invalid " + metadataKey, Err: err}
+		return nil, &Error{File: file, Reason: "invalid " + MetadataKey, Err: err}
 	}
 	return md, nil
 }

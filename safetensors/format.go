@@ -1,17 +1,3 @@
-// Package safetensors owns reading Hugging Face safetensors checkpoints: it
-// memory-maps a file (or a folder of shards), validates the header strictly
-// and hands out tensors whose Data slices alias the read-only mapping, so
-// tensor bytes are never copied. Parsing works on a plain []byte (see Parse)
-// so that the validation logic can be fuzzed without touching the file system.
-//
-// The file format is an 8-byte little-endian header length N, N bytes of
-// UTF-8 JSON mapping tensor names to {"dtype", "shape", "data_offsets"}
-// (offsets relative to the first byte after the header), an optional
-// "__metadata__" object of string to string, and then the data buffer.
-//
-// Every value returned by this package is safe for concurrent reads. Tensor
-// data must not be written to (the mapping is read-only and writing faults)
-// and must not be used after the File or Set that produced it is closed.
 package safetensors
 
 import (

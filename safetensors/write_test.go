@@ -83,7 +83,7 @@ func sameTensor(t *testing.T, want, got *ir.Tensor, name string) {
 // TestRoundTrip writes tensors of every dtype and shape kind (scalars,
 // empty tensors, several dimensions), with edge values, reads them back
 // and gets the same values; the metadata comes back too, the layout is
-// the reference implementation's, and corpus/safetensors accepts the file.
+// the reference implementation's, and the strict reader (Parse) accepts the file.
 func TestRoundTrip(t *testing.T) {
 	dtypes := []ir.DType{ir.F32, ir.F16, ir.BF16, ir.I32, ir.I64, ir.Bool}
 	shapes := []ir.Shape{{}, {7}, {2, 3, 4}, {0, 5}, {1, 1, 9}}
