@@ -21,7 +21,6 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/lower"
 	"github.com/lumsearch/lumsearch/rules"
-	"github.com/lumsearch/lumsearch/step"
 )
 
 // pagedSplitCase is a step of paged attention printed with each token's
@@ -377,18 +376,5 @@ func TestStepWithSplitPagedAttention(t *testing.T) {
 
 	outs, states, err := EmulateProgram(context.Background(), lp, ks, feeds, emu.Options{Shuffle: true, Seed: 9})
 	require.NoError(t, err)
-	outs, err = l.Present(outs, b)
-	require.NoError(t, err)
-	w, err := l.Present(want.Outputs, b)
-	require.NoError(t, err)
-	mag, err := l.Present(want.Magnitudes, b)
-	require.NoError(t, err)
-	mm, err := ir.Compare(outs[step.Logits], w[step.Logits], mag[step.Logits], 256)
-	require.NoError(t, err)
-	assert.Nil(t, mm, "logits: %v", mm)
-	for name, w := range want.States {
-		mm, err := ir.Compare(states[name], w, want.Magnitudes[name], 256)
-		require.NoError(t, err)
-		assert.Nil(t, mm, "%s: %v", name, mm)
-	}
+	assertStepMatches(t, l, b, want, outs, states)
 }

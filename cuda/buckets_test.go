@@ -95,28 +95,7 @@ func TestRowBuckets(t *testing.T) {
 	l := *lp.Step
 	for _, tokens := range []int{1, 3, l.MaxTokens} {
 		t.Run(fmt.Sprintf("tokens=%d", tokens), func(t *testing.T) {
-			feeds, err := ir.RandomFeeds(g, uint64(tokens), ir.Typical)
-			require.NoError(t, err)
-			rng := rand.New(rand.NewPCG(uint64(tokens), 9))
-			var shapes []step.SeqShape
-			left := tokens
-			for s := 0; s < l.MaxSeqs && left > 0; s++ {
-				n := max(1, left/(l.MaxSeqs-s))
-				if s == l.MaxSeqs-1 {
-					n = left
-				}
-				shapes = append(shapes, step.SeqShape{Tokens: n, Context: rng.IntN(l.MaxLen() - n + 1)})
-				left -= n
-			}
-			b, err := l.Arrange(rng, shapes)
-			require.NoError(t, err)
-			require.Equal(t, tokens, b.Tokens())
-			for i := range b.IDs {
-				b.IDs[i] = int64(rng.IntN(l.Vocab))
-			}
-			meta, err := l.Feeds(b)
-			require.NoError(t, err)
-			maps.Copy(feeds, meta)
+			feeds, b := stepBatch(t, g, l, tokens, uint64(tokens))
 			want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
 			require.NoError(t, err)
 			e, err := NewEmulation(context.Background(), lp, ks, feeds)
@@ -132,20 +111,7 @@ func TestRowBuckets(t *testing.T) {
 			}
 			outs, states, err := EmulateProgram(context.Background(), lp, ks, feeds, emu.Options{Shuffle: true, Seed: 5})
 			require.NoError(t, err)
-			outs, err = l.Present(outs, b)
-			require.NoError(t, err)
-			w, err := l.Present(want.Outputs, b)
-			require.NoError(t, err)
-			mag, err := l.Present(want.Magnitudes, b)
-			require.NoError(t, err)
-			mm, err := ir.Compare(outs[step.Logits], w[step.Logits], mag[step.Logits], 256)
-			require.NoError(t, err)
-			assert.Nil(t, mm, "logits")
-			for name, w := range want.States {
-				mm, err := ir.Compare(states[name], w, want.Magnitudes[name], 256)
-				require.NoError(t, err)
-				assert.Nil(t, mm, name)
-			}
+			assertStepMatches(t, l, b, want, outs, states)
 		})
 	}
 }
@@ -178,6 +144,30 @@ func stepBatch(t *testing.T, g *ir.Graph, l step.Layout, tokens int, seed uint64
 	require.NoError(t, err)
 	maps.Copy(feeds, meta)
 	return feeds, b
+}
+
+// assertStepMatches compares a step's emulated logits, of the sequences
+// present, and its pools' new contents (when states is not nil) with the
+// reference's.
+func assertStepMatches(t *testing.T, l step.Layout, b *step.Batch, want *ir.Result, outs, states map[string]*ir.Tensor) {
+	t.Helper()
+	outs, err := l.Present(outs, b)
+	require.NoError(t, err)
+	w, err := l.Present(want.Outputs, b)
+	require.NoError(t, err)
+	mag, err := l.Present(want.Magnitudes, b)
+	require.NoError(t, err)
+	mm, err := ir.Compare(outs[step.Logits], w[step.Logits], mag[step.Logits], 256)
+	require.NoError(t, err)
+	assert.Nil(t, mm, "logits: %v", mm)
+	if states == nil {
+		return
+	}
+	for name, w := range want.States {
+		mm, err := ir.Compare(states[name], w, want.Magnitudes[name], 256)
+		require.NoError(t, err)
+		assert.Nil(t, mm, "%s: %v", name, mm)
+	}
 }
 
 // TestBucketGridsWriteOnlyTheRowsPresent replays a step's launches as
@@ -268,21 +258,13 @@ func TestBucketGridsWriteOnlyTheRowsPresent(t *testing.T) {
 				assert.Positive(t, checked)
 				want, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{Magnitude: true})
 				require.NoError(t, err)
+				outs := map[string]*ir.Tensor{}
 				for name, id := range lp.Outputs {
-					a := e.where[id]
-					bf := lp.Buffers[id]
-					got, err := DecodeTensor(ir.ValueType{Shape: bf.Shape, DType: bf.DType}, prev[a.Buffer][a.Offset:a.Offset+int(bf.Bytes)])
+					a, bf := e.where[id], lp.Buffers[id]
+					outs[name], err = DecodeTensor(ir.ValueType{Shape: bf.Shape, DType: bf.DType}, prev[a.Buffer][a.Offset:a.Offset+int(bf.Bytes)])
 					require.NoError(t, err)
-					gp, err := l.Present(map[string]*ir.Tensor{name: got}, b)
-					require.NoError(t, err)
-					wp, err := l.Present(map[string]*ir.Tensor{name: want.Outputs[name]}, b)
-					require.NoError(t, err)
-					mp, err := l.Present(map[string]*ir.Tensor{name: want.Magnitudes[name]}, b)
-					require.NoError(t, err)
-					mm, err := ir.Compare(gp[name], wp[name], mp[name], 256)
-					require.NoError(t, err)
-					assert.Nil(t, mm, name)
 				}
+				assertStepMatches(t, l, b, want, outs, nil)
 			})
 		}
 	}

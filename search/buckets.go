@@ -75,13 +75,24 @@ func stepBucketTimes(g *ir.Graph, c *compiled, m *cost.Model, ctx int) ([]report
 	// The GPU runner replays a step as a CUDA graph per bucket.
 	mb := m.AtPosition(int64(ctx)).InGraph()
 	var out []report.BucketTime
+	// Launches of one kernel (a model's layers) have equal bodies: each
+	// is written for the rows present and priced once a workload.
+	type priced struct {
+		k    *cuda.Kernel
+		T, S int
+	}
+	memo := map[priced]float64{}
 	price := func(what string, w step.Workload) error {
 		total := 0.0
 		for i, ln := range lp.Run {
 			k := c.kernels[len(lp.Prep)+i]
-			est, err := launchAt(mb, ln, k, int64(w.Tokens), int64(w.Seqs))
-			if err != nil {
-				return fmt.Errorf("price %s at %d tokens of %d sequences: %w", ln.Name, w.Tokens, w.Seqs, err)
+			est, ok := memo[priced{k, w.Tokens, w.Seqs}]
+			if !ok {
+				var err error
+				if est, err = launchAt(mb, ln, k, int64(w.Tokens), int64(w.Seqs)); err != nil {
+					return fmt.Errorf("price %s at %d tokens of %d sequences: %w", ln.Name, w.Tokens, w.Seqs, err)
+				}
+				memo[priced{k, w.Tokens, w.Seqs}] = est
 			}
 			total += est
 		}
