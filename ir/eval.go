@@ -261,6 +261,10 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		return e.attentionHeads()
 	case OpPagedAttention:
 		return e.pagedAttention()
+	case OpRoute:
+		return e.route()
+	case OpExperts:
+		return e.experts()
 	}
 	return nil, nil, fmt.Errorf("no evaluation rule")
 }

@@ -37,6 +37,9 @@ type Attrs struct {
 	Offset int64     // attention (position of the first query), slice_update (start along Axis)
 	Block  int64     // paged_attention: positions per block of the KV pool
 	Window int64     // paged_attention: a query sees the Window latest positions (0: all)
+	TopK   int64     // route: the experts chosen per row; experts: the most a row may have
+	Gating Gating    // route: how chosen logits become weights; experts: the gated activation
+	Limit  float64   // experts: the clamp of a clamped SwiGLU
 }
 
 // Node is one operation with its result's shape and dtype.

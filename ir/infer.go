@@ -326,6 +326,10 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 
 	case OpPagedAttention:
 		return inferPagedAttention(a, in)
+	case OpRoute:
+		return inferRoute(a, in)
+	case OpExperts:
+		return inferExperts(a, in)
 
 	case OpMatMul:
 		x, y := in[0], in[1]

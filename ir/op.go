@@ -90,6 +90,11 @@ const (
 	OpScatter        // attr Axis; (base, update, index [n]): base with update's slice i written at index[i] along Axis; -1 skips
 	OpPagedAttention // (q [T,Hq,D], k, v [T,Hkv,D], kpool, vpool [P,Hkv,D], table [S,M], lens [S], starts [S+1], seqs) -> [T,Hq,D]; attrs Scale, Block, Window
 
+	// Mixture of experts, numbered after the serving step's ops for the
+	// same reason (see experts.go).
+	OpRoute   // (logits [R,E]) -> f32 [R,E]: the TopK largest per row weighted, the rest 0; attrs TopK, Gating
+	OpExperts // (x [R,H], weights f32 [R,E], gate_up [E,H,2I], down [E,I,H], gate_up_bias [E,2I], down_bias [E,H]) -> [R,H]; attrs TopK, Gating, Limit
+
 	numOps
 )
 
@@ -126,6 +131,8 @@ const (
 	aAttn // Scale, Causal, Offset
 	aOffset
 	aPaged // Scale, Block, Window
+	aRoute // TopK, Gating
+	aMoE   // TopK, Gating, Limit
 )
 
 type opInfo struct {
@@ -205,6 +212,9 @@ var ops = [numOps]opInfo{
 
 	OpScatter:        {"scatter", ClassMove, 3, aAxis, 0},
 	OpPagedAttention: {"paged_attention", ClassComposite, 9, aPaged, 0},
+
+	OpRoute:   {"route", ClassComposite, 1, aRoute, 0},
+	OpExperts: {"experts", ClassComposite, 6, aMoE, 0},
 }
 
 // String is the op's name in the text format.
@@ -318,6 +328,12 @@ func (o Op) Normalize(a Attrs) Attrs {
 	}
 	if set&aPaged != 0 {
 		n.Scale, n.Block, n.Window = a.Scale, a.Block, a.Window
+	}
+	if set&aRoute != 0 {
+		n.TopK, n.Gating = a.TopK, a.Gating
+	}
+	if set&aMoE != 0 {
+		n.TopK, n.Gating, n.Limit = a.TopK, a.Gating, a.Limit
 	}
 	return n
 }

@@ -85,6 +85,8 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 		return out, pe.computeAttention(n, idx, out)
 	case OpPagedAttention:
 		return out, pe.computePaged(n, idx, out)
+	case OpRoute, OpExperts:
+		return out, pe.computeMoE(n, idx, out)
 	}
 	return nil, fmt.Errorf("no evaluation rule")
 }

@@ -67,6 +67,8 @@ func (pe *pointEval) demand(v Value) error {
 		return pe.demandAttention(n, idx)
 	case OpPagedAttention:
 		return pe.demandPaged(n, idx)
+	case OpRoute, OpExperts:
+		return pe.demandMoE(n, idx)
 	}
 	return fmt.Errorf("no evaluation rule")
 }

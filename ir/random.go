@@ -145,6 +145,10 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 	if err := pagedFeeds(g, seed, out, stated); err != nil {
 		return nil, err
 	}
+	// So are an experts node's weights (at most k chosen a row).
+	if err := routeFeeds(g, seed, out, stated); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

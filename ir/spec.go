@@ -228,6 +228,12 @@ func encodeAttrs(b []byte, a *Attrs) []byte {
 		u(uint64(a.Block))
 		u(uint64(a.Window))
 	}
+	if a.TopK != 0 || a.Gating != 0 || a.Limit != 0 {
+		// Likewise only the mixture-of-experts ops.
+		u(uint64(a.TopK))
+		u(uint64(a.Gating))
+		u(math.Float64bits(a.Limit))
+	}
 	return b
 }
 

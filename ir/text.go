@@ -219,6 +219,16 @@ func formatTextNode(b *strings.Builder, n *Node) {
 			fmt.Fprintf(b, " window=%d", n.Window)
 		}
 	}
+	if a&aRoute != 0 {
+		fmt.Fprintf(b, " k=%d gating=%s", n.TopK, n.Gating)
+	}
+	if a&aMoE != 0 {
+		fmt.Fprintf(b, " k=%d gating=%s", n.TopK, n.Gating)
+		if n.Limit != 0 {
+			b.WriteString(" limit=")
+			b.WriteString(formatTextFloat(n.Limit))
+		}
+	}
 	if info.class != ClassLeaf {
 		b.WriteString(" : ")
 		b.WriteString(n.DType.String())

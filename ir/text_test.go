@@ -145,6 +145,16 @@ var textCases = []textCase{
 		b.Output("full", b.PagedAttention(q, k, v, kp, vp, table, lens, starts, seqs, 0.125, 8, 0))
 		b.Output("window", b.PagedAttention(q, k, v, kp, vp, table, lens, starts, seqs, 1/math.Sqrt(8), 8, 5))
 	}},
+	{"experts", func(b *Builder) {
+		x := b.Input("x", BF16, 3, 4)
+		logits := b.Input("logits", F32, 3, 5)
+		gu, dn := b.Weight("gate_up", BF16, 5, 4, 6), b.Weight("down", BF16, 5, 3, 4)
+		gub, dnb := b.Weight("gate_up_bias", BF16, 5, 6), b.Weight("down_bias", BF16, 5, 4)
+		chosen := b.Route(logits, 2, GatingChosen)
+		b.Output("all", b.Route(logits, 5, GatingAll))
+		b.Output("clamped", b.Experts(x, chosen, gu, dn, gub, dnb, 2, GatingClampedSwiGLU, 7))
+		b.Output("swiglu", b.Experts(x, chosen, gu, dn, gub, dnb, 3, GatingSwiGLU, 0))
+	}},
 	{"names", func(b *Builder) {
 		x := b.Input("a \"quoted\"\nname ; not a comment", F32, 1)
 		y := b.Input("\xff\x00é", F32, 1)
@@ -195,6 +205,9 @@ type textNodeView struct {
 	AttrDType                          DType
 	Causal                             bool
 	Offset                             int64
+	Block, Window, TopK                int64
+	Gating                             Gating
+	Limit                              uint64
 	Shape                              Shape
 	DType                              DType
 }
@@ -221,7 +234,8 @@ func viewTextGraph(g *Graph) textGraphView {
 			Perm: textNilIfEmpty(n.Perm), Starts: textNilIfEmpty(n.Starts), Ends: textNilIfEmpty(n.Ends), Steps: textNilIfEmpty(n.Steps),
 			Before: textNilIfEmpty(n.Before), After: textNilIfEmpty(n.After),
 			Value: math.Float64bits(n.Value), Eps: math.Float64bits(n.Eps), Scale: math.Float64bits(n.Scale),
-			AttrDType: n.Attrs.DType, Causal: n.Causal, Offset: n.Offset, Shape: textNilIfEmpty(n.Shape), DType: n.DType,
+			AttrDType: n.Attrs.DType, Causal: n.Causal, Offset: n.Offset,
+			Block: n.Block, Window: n.Window, TopK: n.TopK, Gating: n.Gating, Limit: math.Float64bits(n.Limit), Shape: textNilIfEmpty(n.Shape), DType: n.DType,
 		}
 		for _, d := range n.Data {
 			nv.Data = append(nv.Data, math.Float64bits(d))

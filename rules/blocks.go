@@ -217,6 +217,9 @@ func nodeSig(n *ir.Node, a ir.Attrs) uint64 {
 	}
 	h = mix(h, uint64(a.Block))
 	h = mix(h, uint64(a.Window))
+	h = mix(h, uint64(a.TopK))
+	h = mix(h, uint64(a.Gating))
+	h = mix(h, math.Float64bits(a.Limit))
 	return mix(h, uint64(a.Offset))
 }
 
@@ -239,7 +242,8 @@ func (f *repeatFinder) sameNode(u, v ir.Value) bool {
 		slices.Equal(a.Perm, b.Perm) && slices.Equal(a.Starts, b.Starts) && slices.Equal(a.Ends, b.Ends) &&
 		slices.Equal(a.Steps, b.Steps) && slices.Equal(a.Before, b.Before) && slices.Equal(a.After, b.After) &&
 		sameFloat(a.Value, b.Value) && a.DType == b.DType && sameFloat(a.Eps, b.Eps) && sameFloat(a.Scale, b.Scale) &&
-		a.Causal == b.Causal && a.Offset == b.Offset && a.Block == b.Block && a.Window == b.Window
+		a.Causal == b.Causal && a.Offset == b.Offset && a.Block == b.Block && a.Window == b.Window &&
+		a.TopK == b.TopK && a.Gating == b.Gating && sameFloat(a.Limit, b.Limit)
 }
 
 // candidate is one verified set of copies.

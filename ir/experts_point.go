@@ -1,0 +1,175 @@
+package ir
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+)
+
+// Point evaluation of route and experts: both compute whole rows, so the
+// elements asked for are grouped by row.
+
+// demandRows adds, for each distinct row of a [rows, L] result among idx,
+// that row of input v (also [rows, L']).
+func (pe *pointEval) demandRows(v Value, idx []int64, L int64) {
+	width := int64(pe.g.Nodes[v].Shape[1])
+	for _, r := range distinctDiv(idx, L) {
+		for j := range width {
+			pe.add1(v, r*width+j)
+		}
+	}
+}
+
+// demandWhole adds every element of v: a read in place costs nothing, and
+// a computed operand is needed whole by any row.
+func (pe *pointEval) demandWhole(v Value) {
+	if pe.inPlace[v] {
+		pe.used[v] = true
+		return
+	}
+	n := pe.g.Nodes[v].Shape.NumElements()
+	js := make([]int64, n)
+	for j := range js {
+		js[j] = int64(j)
+	}
+	pe.add(v, js)
+}
+
+func (pe *pointEval) demandMoE(n *Node, idx []int64) error {
+	L := int64(n.Shape[1])
+	if n.Op == OpRoute {
+		pe.demandRows(n.Inputs[0], idx, L)
+		return pe.tick(int64(len(idx)))
+	}
+	pe.demandRows(n.Inputs[0], idx, L)
+	pe.demandRows(n.Inputs[1], idx, L)
+	for _, v := range n.Inputs[2:] {
+		pe.demandWhole(v)
+	}
+	return pe.tick(int64(len(idx)))
+}
+
+// storeFloats reads all of a store's elements, with their magnitudes when
+// asked.
+func storeFloats(s *pointStore, n int64, magnitude bool) (v, m []float64) {
+	v = make([]float64, n)
+	if magnitude {
+		m = make([]float64, n)
+	}
+	for j := range n {
+		x, xm := s.at(j)
+		v[j] = x
+		if m != nil {
+			m[j] = xm
+		}
+	}
+	return v, m
+}
+
+func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
+	L := int64(n.Shape[1])
+	rows, groups := rowGroups(idx, func(j int64) int64 { return j / L })
+	if n.Op == OpRoute {
+		rb := newRowBuffers(int(L), pe.magnitude)
+		for g, r := range rows {
+			gatherRow(pe.store[n.Inputs[0]], r*L, 1, rb)
+			RouteRow(n.Gating, rb.x, rb.xm, TopK(rb.x, int(n.TopK)), rb.y, rb.ym)
+			for _, p := range groups[g] {
+				out.put(p, rb.y[idx[p]%L], orZero(rb.ym, idx[p]%L))
+			}
+		}
+		return pe.tick(int64(len(rows)) * L)
+	}
+	x, w := pe.g.Nodes[n.Inputs[0]], pe.g.Nodes[n.Inputs[1]]
+	o := &expertsOperands{gating: n.Gating, limit: n.Limit,
+		R: int(x.Shape[0]), H: int(x.Shape[1]), E: int(w.Shape[1]), I: int(pe.g.Nodes[n.Inputs[2]].Shape[2]) / 2}
+	vals := []*[]float64{&o.x, &o.w, &o.gu, &o.dn, &o.gub, &o.dnb}
+	mags := []*[]float64{&o.xm, &o.wm, &o.gum, &o.dnm, &o.gubm, &o.dnbm}
+	for k, in := range n.Inputs[2:] {
+		*vals[k+2], *mags[k+2] = storeFloats(pe.store[in], pe.g.Nodes[in].Shape.NumElements(), pe.magnitude)
+	}
+	// x and the weights are held only at the rows asked for.
+	for k, width := range []int{o.H, o.E} {
+		*vals[k] = make([]float64, o.R*width)
+		if pe.magnitude {
+			*mags[k] = make([]float64, o.R*width)
+		}
+		for _, r := range rows {
+			for j := range width {
+				at := int(r)*width + j
+				v, m := pe.store[n.Inputs[k]].at(int64(at))
+				(*vals[k])[at] = v
+				if pe.magnitude {
+					(*mags[k])[at] = m
+				}
+			}
+		}
+	}
+	if err := o.checkChosen(int(n.TopK)); err != nil {
+		return err
+	}
+	y := make([]float64, L)
+	var ym []float64
+	if pe.magnitude {
+		ym = make([]float64, L)
+	}
+	for g, r := range rows {
+		o.row(int(r), y, ym)
+		for _, p := range groups[g] {
+			out.put(p, y[idx[p]%L], orZero(ym, idx[p]%L))
+		}
+		if err := pe.tick(int64(o.E) * int64(o.H) * int64(o.I)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// routeFeeds replaces, for every experts node whose weights operand is a
+// leaf drawn here (and not one with a range a caller stated), its
+// independent draw in out with weights a route could have made: each row
+// chooses between 1 and TopK distinct experts, at random, with positive
+// weights summing to at most 1, and now and then (one row in eight) none.
+// Independent draws would choose every expert, which the op refuses.
+func routeFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string]Range) error {
+	for i, n := range g.Nodes {
+		if n.Op != OpExperts {
+			continue
+		}
+		w := g.Nodes[n.Inputs[1]]
+		_, drawn := out[w.Name]
+		_, fixed := stated[w.Name]
+		if !drawn || fixed || !slices.Contains([]Op{OpInput, OpWeight, OpState}, w.Op) {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(seed, 0x7e0e^uint64(i)))
+		R, E := int(w.Shape[0]), int(w.Shape[1])
+		vals := make([]float64, R*E)
+		for r := range R {
+			if R > 1 && rng.IntN(8) == 0 {
+				continue
+			}
+			k := 1 + rng.IntN(int(n.TopK))
+			chosen := rng.Perm(E)[:k]
+			p := make([]float64, k)
+			sum := 0.0
+			for j := range p {
+				p[j] = 0.05 + rng.Float64()
+				sum += p[j]
+			}
+			scale := 1 / sum
+			if rng.IntN(2) == 0 {
+				scale *= 0.5 + 0.5*rng.Float64() // softmax_all: the chosen share less than 1
+			}
+			for j, ex := range chosen {
+				vals[r*E+ex] = float64(float32(p[j] * scale))
+			}
+		}
+		t, err := TensorOf(w.DType, w.Shape, vals...)
+		if err != nil {
+			return fmt.Errorf("experts' weights %q: %w", w.Name, err)
+		}
+		out[w.Name] = t
+	}
+	return nil
+}
