@@ -265,6 +265,8 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		return e.route()
 	case OpExperts:
 		return e.experts()
+	case OpExpertsUp, OpExpertsDown:
+		return e.expertsSlots()
 	}
 	return nil, nil, fmt.Errorf("no evaluation rule")
 }

@@ -134,19 +134,27 @@ func inferExperts(a Attrs, in []ValueType) (Shape, DType, error) {
 			return nil, 0, fmt.Errorf("%s must be %s%v", o.what, x.DType, o.s)
 		}
 	}
+	if err := checkActivation(a); err != nil {
+		return nil, 0, err
+	}
+	return x.Shape.Clone(), x.DType, nil
+}
+
+// checkActivation checks an experts gating and its limit.
+func checkActivation(a Attrs) error {
 	switch a.Gating {
 	case GatingSwiGLU:
 		if a.Limit != 0 {
-			return nil, 0, fmt.Errorf("limit %v on a swiglu (only clamped_swiglu clamps)", a.Limit)
+			return fmt.Errorf("limit %v on a swiglu (only clamped_swiglu clamps)", a.Limit)
 		}
 	case GatingClampedSwiGLU:
 		if !(a.Limit > 0) || math.IsInf(a.Limit, 0) {
-			return nil, 0, fmt.Errorf("limit %v; a clamped swiglu needs a positive, finite limit", a.Limit)
+			return fmt.Errorf("limit %v; a clamped swiglu needs a positive, finite limit", a.Limit)
 		}
 	default:
-		return nil, 0, fmt.Errorf("gating %s; want swiglu or clamped_swiglu", a.Gating)
+		return fmt.Errorf("gating %s; want swiglu or clamped_swiglu", a.Gating)
 	}
-	return x.Shape.Clone(), x.DType, nil
+	return nil
 }
 
 // TopK returns the indices of the k largest of xs, largest first, a tie
@@ -319,57 +327,76 @@ func (o *expertsOperands) checkChosen(k int) error {
 // kernel makes of the gate-up projection and the activation are within the
 // magnitudes, which count each such value's size.
 func (o *expertsOperands) row(r int, y, ym []float64) {
-	H, I := o.H, o.I
 	clear(y)
 	if ym != nil {
 		clear(ym)
 	}
-	gu, gum := make([]float64, 2*I), make([]float64, 2*I)
-	h, hm := make([]float64, I), make([]float64, I)
-	mag := ym != nil
+	h, hm := make([]float64, o.I), make([]float64, o.I)
+	d, dm := make([]float64, o.H), make([]float64, o.H)
 	for ex := range o.E {
 		wt := o.w[r*o.E+ex]
 		if wt == 0 {
 			continue
 		}
-		x := o.x[r*H : (r+1)*H]
-		for c := range 2 * I {
-			s, sm := o.gub[ex*2*I+c], 0.0
+		o.up(r, ex, h, hm, ym != nil)
+		o.down(ex, h, hm, d, dm, ym != nil)
+		for j := range o.H {
+			y[j] += wt * d[j]
+			if ym != nil {
+				ym[j] += math.Abs(wt)*dm[j] + o.wm[r*o.E+ex]*math.Abs(d[j])
+			}
+		}
+	}
+}
+
+// up is expert ex's gated activation of row r of x, into h (and its
+// magnitudes into hm when mag).
+func (o *expertsOperands) up(r, ex int, h, hm []float64, mag bool) {
+	H, I := o.H, o.I
+	x := o.x[r*H : (r+1)*H]
+	gu, gum := make([]float64, 2*I), make([]float64, 2*I)
+	for c := range 2 * I {
+		s, sm := o.gub[ex*2*I+c], 0.0
+		if mag {
+			sm = o.gubm[ex*2*I+c]
+		}
+		for k := range H {
+			wv := o.gu[(ex*H+k)*2*I+c]
+			s += x[k] * wv
 			if mag {
-				sm = o.gubm[ex*2*I+c]
+				sm += o.xm[r*H+k]*math.Abs(wv) + math.Abs(x[k])*o.gum[(ex*H+k)*2*I+c]
 			}
-			for k := range H {
-				wv := o.gu[(ex*H+k)*2*I+c]
-				s += x[k] * wv
-				if mag {
-					sm += o.xm[r*H+k]*math.Abs(wv) + math.Abs(x[k])*o.gum[(ex*H+k)*2*I+c]
-				}
-			}
-			gu[c], gum[c] = s, sm
+		}
+		gu[c], gum[c] = s, sm
+	}
+	for i := range I {
+		gi, ui := i, I+i
+		if o.gating == GatingClampedSwiGLU {
+			gi, ui = 2*i, 2*i+1
+		}
+		h[i], hm[i] = gate(o.gating, o.limit, gu[gi], gu[ui], gum[gi], gum[ui])
+	}
+}
+
+// down is expert ex's down projection of h (hm its magnitudes) plus its
+// bias, into y (and ym when mag).
+func (o *expertsOperands) down(ex int, h, hm, y, ym []float64, mag bool) {
+	H, I := o.H, o.I
+	for j := range H {
+		s, sm := o.dnb[ex*H+j], 0.0
+		if mag {
+			sm = o.dnbm[ex*H+j]
 		}
 		for i := range I {
-			gi, ui := i, I+i
-			if o.gating == GatingClampedSwiGLU {
-				gi, ui = 2*i, 2*i+1
+			dv := o.dn[(ex*I+i)*H+j]
+			s += h[i] * dv
+			if mag {
+				sm += hm[i]*math.Abs(dv) + math.Abs(h[i])*o.dnm[(ex*I+i)*H+j]
 			}
-			h[i], hm[i] = gate(o.gating, o.limit, gu[gi], gu[ui], gum[gi], gum[ui])
 		}
-		for j := range H {
-			s, sm := o.dnb[ex*H+j], 0.0
-			if mag {
-				sm = o.dnbm[ex*H+j]
-			}
-			for i := range I {
-				dv := o.dn[(ex*I+i)*H+j]
-				s += h[i] * dv
-				if mag {
-					sm += hm[i]*math.Abs(dv) + math.Abs(h[i])*o.dnm[(ex*I+i)*H+j]
-				}
-			}
-			y[j] += wt * s
-			if mag {
-				ym[j] += math.Abs(wt)*sm + o.wm[r*o.E+ex]*math.Abs(s)
-			}
+		y[j] = s
+		if mag {
+			ym[j] = sm
 		}
 	}
 }

@@ -9,10 +9,11 @@ import (
 // Point evaluation of route and experts: both compute whole rows, so the
 // elements asked for are grouped by row.
 
-// demandRows adds, for each distinct row of a [rows, L] result among idx,
-// that row of input v (also [rows, L']).
+// demandRows adds, for each distinct row of a result whose rows hold L
+// elements among idx, that row of input v (rows along its first axis).
 func (pe *pointEval) demandRows(v Value, idx []int64, L int64) {
-	width := int64(pe.g.Nodes[v].Shape[1])
+	s := pe.g.Nodes[v].Shape
+	width := s.NumElements() / int64(s[0])
 	for _, r := range distinctDiv(idx, L) {
 		for j := range width {
 			pe.add1(v, r*width+j)
@@ -36,7 +37,7 @@ func (pe *pointEval) demandWhole(v Value) {
 }
 
 func (pe *pointEval) demandMoE(n *Node, idx []int64) error {
-	L := int64(n.Shape[1])
+	L := n.Shape.NumElements() / int64(n.Shape[0])
 	if n.Op == OpRoute {
 		pe.demandRows(n.Inputs[0], idx, L)
 		return pe.tick(int64(len(idx)))
@@ -67,7 +68,7 @@ func storeFloats(s *pointStore, n int64, magnitude bool) (v, m []float64) {
 }
 
 func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
-	L := int64(n.Shape[1])
+	L := n.Shape.NumElements() / int64(n.Shape[0])
 	rows, groups := rowGroups(idx, func(j int64) int64 { return j / L })
 	if n.Op == OpRoute {
 		rb := newRowBuffers(int(L), pe.magnitude)
@@ -79,6 +80,9 @@ func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
 			}
 		}
 		return pe.tick(int64(len(rows)) * L)
+	}
+	if n.Op != OpExperts {
+		return pe.computeSlots(n, idx, out, rows, groups, L)
 	}
 	x, w := pe.g.Nodes[n.Inputs[0]], pe.g.Nodes[n.Inputs[1]]
 	o := &expertsOperands{gating: n.Gating, limit: n.Limit,
@@ -125,21 +129,22 @@ func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
 	return nil
 }
 
-// routeFeeds replaces, for every experts node whose weights operand is a
+// routeFeeds replaces, for every experts (or experts_up, experts_down) node whose weights operand is a
 // leaf drawn here (and not one with a range a caller stated), its
 // independent draw in out with weights a route could have made: each row
 // chooses between 1 and TopK distinct experts, at random, with positive
 // weights summing to at most 1, and now and then (one row in eight) none.
 // Independent draws would choose every expert, which the op refuses.
 func routeFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string]Range) error {
+	done := map[string]bool{}
 	for i, n := range g.Nodes {
-		if n.Op != OpExperts {
+		if n.Op != OpExperts && n.Op != OpExpertsUp && n.Op != OpExpertsDown {
 			continue
 		}
 		w := g.Nodes[n.Inputs[1]]
 		_, drawn := out[w.Name]
 		_, fixed := stated[w.Name]
-		if !drawn || fixed || !slices.Contains([]Op{OpInput, OpWeight, OpState}, w.Op) {
+		if !drawn || fixed || done[w.Name] || !slices.Contains([]Op{OpInput, OpWeight, OpState}, w.Op) {
 			continue
 		}
 		rng := rand.New(rand.NewPCG(seed, 0x7e0e^uint64(i)))
@@ -170,6 +175,55 @@ func routeFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string
 			return fmt.Errorf("experts' weights %q: %w", w.Name, err)
 		}
 		out[w.Name] = t
+		done[w.Name] = true
+	}
+	return nil
+}
+
+// rowsOf reads input v of n at the given rows only (rows along its first
+// axis), NaN elsewhere, with magnitudes when asked.
+func (pe *pointEval) rowsOf(v Value, rows []int64) (vals, mags []float64) {
+	s := pe.g.Nodes[v].Shape
+	width := s.NumElements() / int64(s[0])
+	vals = make([]float64, s.NumElements())
+	if pe.magnitude {
+		mags = make([]float64, len(vals))
+	}
+	for _, r := range rows {
+		for j := range width {
+			at := r*width + j
+			x, m := pe.store[v].at(at)
+			vals[at] = x
+			if mags != nil {
+				mags[at] = m
+			}
+		}
+	}
+	return vals, mags
+}
+
+func (pe *pointEval) computeSlots(n *Node, idx []int64, out *pointStore, rows []int64, groups [][]int, L int64) error {
+	o := splitOperands(n, func(k int) Shape { return pe.g.Nodes[n.Inputs[k]].Shape }, func(k int) ([]float64, []float64) {
+		if k < 2 {
+			return pe.rowsOf(n.Inputs[k], rows)
+		}
+		return storeFloats(pe.store[n.Inputs[k]], pe.g.Nodes[n.Inputs[k]].Shape.NumElements(), pe.magnitude)
+	})
+	y := make([]float64, L)
+	var ym []float64
+	if pe.magnitude {
+		ym = make([]float64, L)
+	}
+	for g, r := range rows {
+		if err := o.slotsRow(n.Op, int(n.TopK), int(r), y, ym); err != nil {
+			return err
+		}
+		for _, p := range groups[g] {
+			out.put(p, y[idx[p]%L], orZero(ym, idx[p]%L))
+		}
+		if err := pe.tick(int64(n.TopK) * int64(o.H) * int64(o.I)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -106,24 +106,31 @@ func TestExpertsMeansItsSpelledOutForm(t *testing.T) {
 			w := b.Route(logits, k, GatingChosen)
 			b.Output("op", b.Experts(x, w, gu, dn, gub, dnb, k, g, limit))
 			b.Output("ops", expertsByOps(b, x, w, gu, dn, gub, dnb, g, limit))
+			// Split: the slots' weighted outputs summed.
+			y := b.ExpertsDown(b.ExpertsUp(x, w, gu, gub, k, g, limit), w, dn, dnb, k)
+			b.Output("split", b.Reshape(b.Sum(y, 1), R, H))
 			gr, err := b.Build()
 			require.NoError(t, err)
 			feeds, err := RandomFeeds(gr, 7, Typical)
 			require.NoError(t, err)
 			res, err := Eval(context.Background(), gr, feeds, EvalOptions{Magnitude: true})
 			require.NoError(t, err)
-			op, ops := res.Outputs["op"].F64, res.Outputs["ops"].F64
+			op, ops, split := res.Outputs["op"].F64, res.Outputs["ops"].F64, res.Outputs["split"].F64
 			for i := range op {
+				require.InDelta(t, op[i], split[i], 1e-12*(1+res.Magnitudes["op"].F64[i]), "element %d", i)
 				// The spelled-out form's alpha is 1.702 rounded to f32.
 				require.InDelta(t, ops[i], op[i], 1e-7*(1+res.Magnitudes["op"].F64[i]), "element %d", i)
 				require.GreaterOrEqual(t, res.Magnitudes["op"].F64[i], math.Abs(op[i]))
 			}
 			// Points agree with the whole evaluation.
-			vals, mags, err := EvalAt(context.Background(), gr, feeds, map[string][]int64{"op": {0, 7, 29}}, EvalOptions{Magnitude: true})
+			at := []int64{0, 7, 29}
+			vals, mags, err := EvalAt(context.Background(), gr, feeds, map[string][]int64{"op": at, "split": at}, EvalOptions{Magnitude: true})
 			require.NoError(t, err)
-			for p, j := range []int64{0, 7, 29} {
-				require.Equal(t, op[j], vals["op"][p])
-				require.Equal(t, res.Magnitudes["op"].F64[j], mags["op"][p])
+			for _, o := range []string{"op", "split"} {
+				for p, j := range at {
+					require.Equal(t, res.Outputs[o].F64[j], vals[o][p])
+					require.Equal(t, res.Magnitudes[o].F64[j], mags[o][p])
+				}
 			}
 		})
 	}

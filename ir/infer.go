@@ -330,6 +330,10 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		return inferRoute(a, in)
 	case OpExperts:
 		return inferExperts(a, in)
+	case OpExpertsUp:
+		return inferExpertsUp(a, in)
+	case OpExpertsDown:
+		return inferExpertsDown(a, in)
 
 	case OpMatMul:
 		x, y := in[0], in[1]

@@ -94,6 +94,10 @@ const (
 	// same reason (see experts.go).
 	OpRoute   // (logits [R,E]) -> f32 [R,E]: the TopK largest per row weighted, the rest 0; attrs TopK, Gating
 	OpExperts // (x [R,H], weights f32 [R,E], gate_up [E,H,2I], down [E,I,H], gate_up_bias [E,2I], down_bias [E,H]) -> [R,H]; attrs TopK, Gating, Limit
+	// Experts split in two: each row's chosen experts as slots, in
+	// ascending expert order (slots past a row's choices hold 0).
+	OpExpertsUp   // (x [R,H], weights f32 [R,E], gate_up [E,H,2I], gate_up_bias [E,2I]) -> [R,K,I]: the slots' gated activations; attrs TopK, Gating, Limit
+	OpExpertsDown // (h [R,K,I], weights f32 [R,E], down [E,I,H], down_bias [E,H]) -> f32 [R,K,H]: the slots' outputs times their weights; attr TopK
 
 	numOps
 )
@@ -133,6 +137,7 @@ const (
 	aPaged // Scale, Block, Window
 	aRoute // TopK, Gating
 	aMoE   // TopK, Gating, Limit
+	aTopK  // TopK
 )
 
 type opInfo struct {
@@ -215,6 +220,9 @@ var ops = [numOps]opInfo{
 
 	OpRoute:   {"route", ClassComposite, 1, aRoute, 0},
 	OpExperts: {"experts", ClassComposite, 6, aMoE, 0},
+
+	OpExpertsUp:   {"experts_up", ClassComposite, 4, aMoE, 0},
+	OpExpertsDown: {"experts_down", ClassComposite, 4, aTopK, 0},
 }
 
 // String is the op's name in the text format.
@@ -334,6 +342,9 @@ func (o Op) Normalize(a Attrs) Attrs {
 	}
 	if set&aMoE != 0 {
 		n.TopK, n.Gating, n.Limit = a.TopK, a.Gating, a.Limit
+	}
+	if set&aTopK != 0 {
+		n.TopK = a.TopK
 	}
 	return n
 }

@@ -85,7 +85,7 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 		return out, pe.computeAttention(n, idx, out)
 	case OpPagedAttention:
 		return out, pe.computePaged(n, idx, out)
-	case OpRoute, OpExperts:
+	case OpRoute, OpExperts, OpExpertsUp, OpExpertsDown:
 		return out, pe.computeMoE(n, idx, out)
 	}
 	return nil, fmt.Errorf("no evaluation rule")

@@ -67,7 +67,7 @@ func (pe *pointEval) demand(v Value) error {
 		return pe.demandAttention(n, idx)
 	case OpPagedAttention:
 		return pe.demandPaged(n, idx)
-	case OpRoute, OpExperts:
+	case OpRoute, OpExperts, OpExpertsUp, OpExpertsDown:
 		return pe.demandMoE(n, idx)
 	}
 	return fmt.Errorf("no evaluation rule")

@@ -222,6 +222,9 @@ func formatTextNode(b *strings.Builder, n *Node) {
 	if a&aRoute != 0 {
 		fmt.Fprintf(b, " k=%d gating=%s", n.TopK, n.Gating)
 	}
+	if a&aTopK != 0 {
+		fmt.Fprintf(b, " k=%d", n.TopK)
+	}
 	if a&aMoE != 0 {
 		fmt.Fprintf(b, " k=%d gating=%s", n.TopK, n.Gating)
 		if n.Limit != 0 {

@@ -357,7 +357,7 @@ func init() {
 		"offset": {aAttn | aOffset, func(p *textParser, a *Attrs) (err error) { a.Offset, err = p.int(64); return err }},
 		"block":  {aPaged, func(p *textParser, a *Attrs) (err error) { a.Block, err = p.int(64); return err }},
 		"window": {aPaged, func(p *textParser, a *Attrs) (err error) { a.Window, err = p.int(64); return err }},
-		"k":      {aRoute | aMoE, func(p *textParser, a *Attrs) (err error) { a.TopK, err = p.int(64); return err }},
+		"k":      {aRoute | aMoE | aTopK, func(p *textParser, a *Attrs) (err error) { a.TopK, err = p.int(64); return err }},
 		"gating": {aRoute | aMoE, func(p *textParser, a *Attrs) (err error) { a.Gating, err = p.gating(); return err }},
 		"limit":  {aMoE, func(p *textParser, a *Attrs) (err error) { a.Limit, err = p.float(); return err }},
 	}
@@ -368,7 +368,7 @@ func init() {
 // matmul's accumulator dtype.
 func optionalTextAttr(op Op, key string) bool {
 	return op == OpAttention && (key == "causal" || key == "offset") || op == OpMatMul && key == "dtype" ||
-		op == OpPagedAttention && key == "window" || op == OpExperts && key == "limit"
+		op == OpPagedAttention && key == "window" || (op == OpExperts || op == OpExpertsUp) && key == "limit"
 }
 
 // textAttrOrder is the order in which missing attributes are reported, the

@@ -154,6 +154,10 @@ var textCases = []textCase{
 		b.Output("all", b.Route(logits, 5, GatingAll))
 		b.Output("clamped", b.Experts(x, chosen, gu, dn, gub, dnb, 2, GatingClampedSwiGLU, 7))
 		b.Output("swiglu", b.Experts(x, chosen, gu, dn, gub, dnb, 3, GatingSwiGLU, 0))
+		h := b.ExpertsUp(x, chosen, gu, gub, 2, GatingClampedSwiGLU, 7)
+		b.Output("up", h)
+		b.Output("down", b.ExpertsDown(h, chosen, dn, dnb, 2))
+		b.Output("up_swiglu", b.ExpertsUp(x, chosen, gu, gub, 3, GatingSwiGLU, 0))
 	}},
 	{"names", func(b *Builder) {
 		x := b.Input("a \"quoted\"\nname ; not a comment", F32, 1)

@@ -68,6 +68,13 @@ func roundingsOf(g *ir.Graph) roundings {
 			for _, in := range n.Inputs {
 				before = max(before, path[in])
 			}
+			if n.Op == ir.OpExperts && (n.DType == ir.F16 || n.DType == ir.BF16) {
+				// The gated activations an expert's down projection
+				// reads are in the op's dtype (they pass from one
+				// kernel to the next, as the model's framework keeps
+				// them): a rounding before the result.
+				before = max(before, n.DType.Eps())
+			}
 			if n.Op == ir.OpAttention {
 				// PathEps's rounding the tensor cores force on any kernel:
 				// the probabilities, in the operands' dtype, before the
