@@ -33,6 +33,13 @@ const (
 	// cache (the paged_attention op alone: Paged), a block per token and
 	// key head whose warps share the token's keys.
 	FormPagedAttention
+	// FormRoute is a mixture of experts' routing (the route op alone,
+	// experts.go), a warp a row of router logits.
+	FormRoute
+	// FormExperts is either half of a mixture of experts (experts_up or
+	// experts_down alone, experts.go): each row's chosen experts' weight
+	// columns times the row's vector, found by slot or by expert.
+	FormExperts
 )
 
 // String names the form.
@@ -48,6 +55,10 @@ func (f Form) String() string {
 		return "attention"
 	case FormPagedAttention:
 		return "paged_attention"
+	case FormRoute:
+		return "route"
+	case FormExperts:
+		return "experts"
 	}
 	return fmt.Sprintf("form(%d)", uint8(f))
 }
@@ -69,6 +80,14 @@ func FormOf(body *ir.Graph) (Form, error) {
 		switch {
 		case n.Op == ir.OpPagedAttention:
 			return FormPagedAttention, pagedStructure(body)
+		case n.Op == ir.OpRoute:
+			_, err := Route(body)
+			return FormRoute, err
+		case n.Op == ir.OpExpertsUp || n.Op == ir.OpExpertsDown:
+			_, err := Experts(body)
+			return FormExperts, err
+		case n.Op == ir.OpExperts:
+			return 0, fmt.Errorf("an experts op in a kernel body (no kernel computes it whole: the split-experts rewrite makes experts_up and experts_down of it)")
 		case n.Op == ir.OpMatMul:
 			matmuls = append(matmuls, ir.Value(i))
 		case n.Op == ir.OpAttention:

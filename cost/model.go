@@ -58,6 +58,10 @@ type Schedule struct {
 	// then the keys a warp takes a step. A decode step has one query row a
 	// head: splitting the keys is what fills the multiprocessors.
 	KeySplits int
+	// Grouped says an experts kernel's blocks each take an expert and a
+	// group of BM of the rows choosing it (experts.go), in a grid sized
+	// for the worst case; without it a block takes a row's slot.
+	Grouped bool
 }
 
 // String is the schedule's canonical text, the tuning database's key.
@@ -93,6 +97,9 @@ func (s Schedule) String() string {
 	}
 	if s.KeySplits > 0 {
 		fmt.Fprintf(&b, ",keysplits=%d", s.KeySplits)
+	}
+	if s.Grouped {
+		b.WriteString(",grouped")
 	}
 	return b.String()
 }
@@ -650,6 +657,10 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 		}
 	case FormPagedAttention:
 		out = pagedSchedules()
+	case FormRoute:
+		out = routeSchedules()
+	case FormExperts:
+		out = expertsSchedules()
 	}
 	return out
 }
@@ -750,6 +761,10 @@ func (k *kernelForm) features(s Schedule, d *Device) (Features, bool) {
 		return k.matmulFeatures(s, d, out)
 	case FormPagedAttention:
 		return k.pagedFeatures(s, d, out)
+	case FormRoute:
+		return k.routeFeatures(s, d, out)
+	case FormExperts:
+		return k.expertsFeatures(s, d, out)
 	}
 	return k.attentionFeatures(s, d, out)
 }

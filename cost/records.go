@@ -26,10 +26,14 @@ func ParseSchedule(text string) (Schedule, error) {
 			s.SplitKeys = true
 			continue
 		}
+		if part == "grouped" {
+			s.Grouped = true
+			continue
+		}
 		k, v, ok := strings.Cut(part, "=")
 		n, err := strconv.Atoi(v)
 		if !ok || err != nil || n <= 0 {
-			return Schedule{}, fmt.Errorf("schedule %q: %q is not name=positive integer, mma, gemv or splitkeys", text, part)
+			return Schedule{}, fmt.Errorf("schedule %q: %q is not name=positive integer, mma, gemv, splitkeys or grouped", text, part)
 		}
 		switch k {
 		case "bm":

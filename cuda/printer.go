@@ -135,6 +135,10 @@ func printKernel(name, comment string, body *ir.Graph, s cost.Schedule, rc *RowC
 		text, err = printAttention(k, body, s)
 	case cost.FormPagedAttention:
 		text, err = printPagedAttention(k, body, s)
+	case cost.FormRoute:
+		text, err = printRoute(k, body, s)
+	case cost.FormExperts:
+		text, err = printExperts(k, body, s)
 	case cost.FormMatMul:
 		text, err = printMatmul(k, body, s)
 	case cost.FormRow:

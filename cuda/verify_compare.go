@@ -258,6 +258,12 @@ func ReductionLength(body *ir.Graph) int {
 			if s := in(1); len(s) == 4 {
 				l = max(s[2], s[3])
 			}
+		case ir.OpRoute:
+			// The softmax's sum over the experts (all of them, or k).
+			l = in(0)[1]
+		case ir.OpExpertsUp, ir.OpExpertsDown:
+			// The dot products' length: hidden, or intermediate.
+			l = in(0)[len(in(0))-1]
 		case ir.OpPagedAttention:
 			// A token attends at most a table row's positions.
 			if s, k := in(5), in(1); len(s) == 2 && len(k) == 3 {

@@ -1,0 +1,267 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/lumsearch/lumsearch/ir"
+)
+
+// The mixture-of-experts forms. Route (a warp a row of router logits: its
+// top k by k rounds of a warp's argmax, then their softmax) and the two
+// halves of the experts (ir.OpExpertsUp, ir.OpExpertsDown), which one
+// kernel prints: each (row, slot) multiplies a vector of the reduction's
+// length (the row of x, or the slot's activations) by its expert's weight
+// columns, BN output columns a block, a thread's columns coalesced with
+// its warp's. How many rows each expert gets is known only on the device,
+// so a schedule says how blocks find their work:
+//
+//   - by slot (Grouped false, BM 1): a block per row and slot (and column
+//     tile) looks its expert up in the row's weights; the grid follows the
+//     rows present. An expert chosen by several rows is read once per row
+//     from L2, once from DRAM when its rows run in one wave. Few rows, as
+//     a decode step's, are this form's.
+//   - by expert (Grouped): a block per expert and group of BM of the rows
+//     choosing it, in the worst case's grid (every row choosing every
+//     expert): a block scans its expert's column of the weights for its
+//     group's rows and exits when the group is empty, so that the work and
+//     bytes follow the experts chosen; each weight a block reads serves its
+//     BM rows. A chunk's many tokens are this form's. The slots no expert
+//     takes are written as zeros by BM-row blocks after the experts'.
+//
+// Both are priced at uniform routing: T rows choose E·(1 − (1 − k/E)^T)
+// distinct experts on average (ExpectedExperts), each chosen by T·k over
+// that many rows.
+
+// RouteParts are a route kernel's shapes: R rows of E logits of dtype In,
+// the top K chosen, Gating how they are weighted; Node is the op.
+type RouteParts struct {
+	Node    ir.Value
+	R, E, K int64
+	Gating  ir.Gating
+	In      ir.DType
+}
+
+// RouteLane bounds the logits a lane of the route form keeps: E up to
+// 32 · RouteLane.
+const RouteLane = 16
+
+// Route reads a route kernel body: the route op alone, over a kernel
+// argument, its result the one output.
+func Route(body *ir.Graph) (RouteParts, error) {
+	v, n, err := loneOp(body, ir.OpRoute, "route")
+	if err != nil {
+		return RouteParts{}, err
+	}
+	in := body.Node(n.Inputs[0])
+	p := RouteParts{Node: v, R: int64(in.Shape[0]), E: int64(in.Shape[1]), K: n.TopK, Gating: n.Gating, In: in.DType}
+	if p.E > 32*RouteLane {
+		return RouteParts{}, fmt.Errorf("a route over %d experts, more than %d", p.E, 32*RouteLane)
+	}
+	return p, nil
+}
+
+// loneOp checks that body is op alone over kernel arguments, its result
+// the one output, and returns it.
+func loneOp(body *ir.Graph, op ir.Op, what string) (ir.Value, *ir.Node, error) {
+	if len(body.Outputs) != 1 {
+		return 0, nil, fmt.Errorf("a %s kernel with %d outputs (it writes the op's result only)", what, len(body.Outputs))
+	}
+	v := body.Outputs[0].Value
+	n := body.Node(v)
+	if n.Op != op {
+		return 0, nil, fmt.Errorf("a %s kernel whose output is a %s", what, n.Op)
+	}
+	for i, m := range body.Nodes {
+		if ir.Value(i) != v && m.Op != ir.OpInput {
+			return 0, nil, fmt.Errorf("a %s in a %s kernel (it reads its operands as arguments)", m.Op, what)
+		}
+	}
+	return v, n, nil
+}
+
+// ExpertsParts are the shapes of an experts_up or experts_down kernel
+// body: R rows of K slots over E experts; the reduction of length Kd (H
+// for up, I for down) into N output columns a slot (I, H), reading Read
+// weight columns for them (2I, H); DType the operands' (the result's for
+// up, f32 for down).
+type ExpertsParts struct {
+	Node        ir.Value
+	Op          ir.Op
+	R, K, E     int64
+	Kd, N, Read int64
+	DType       ir.DType
+	Gating      ir.Gating
+	Limit       float64
+	ResultDType ir.DType
+}
+
+// Experts reads an experts_up or experts_down kernel body: the op alone
+// over kernel arguments, its result the one output.
+func Experts(body *ir.Graph) (ExpertsParts, error) {
+	if len(body.Outputs) != 1 {
+		return ExpertsParts{}, fmt.Errorf("an experts kernel with %d outputs", len(body.Outputs))
+	}
+	op := body.Node(body.Outputs[0].Value).Op
+	if op != ir.OpExpertsUp && op != ir.OpExpertsDown {
+		return ExpertsParts{}, fmt.Errorf("an experts kernel whose output is a %s", op)
+	}
+	v, n, err := loneOp(body, op, op.String())
+	if err != nil {
+		return ExpertsParts{}, err
+	}
+	in := func(k int) ir.Shape { return body.Node(n.Inputs[k]).Shape }
+	p := ExpertsParts{Node: v, Op: op, R: int64(in(0)[0]), K: n.TopK, E: int64(in(1)[1]), DType: body.Node(n.Inputs[0]).DType,
+		Gating: n.Gating, Limit: n.Limit, ResultDType: n.DType}
+	if op == ir.OpExpertsUp {
+		p.Kd, p.N, p.Read = int64(in(0)[1]), int64(in(2)[2])/2, int64(in(2)[2])
+	} else {
+		p.Kd, p.N, p.Read = int64(in(0)[2]), int64(in(2)[2]), int64(in(2)[2])
+	}
+	return p, nil
+}
+
+// ExpectedExperts is the distinct experts rows rows choose, k each of e,
+// under uniform routing: e · (1 − (1 − k/e)^rows).
+func ExpectedExperts(e, k, rows int64) float64 {
+	if e <= 0 || rows <= 0 {
+		return 0
+	}
+	return float64(e) * (1 - math.Pow(1-float64(k)/float64(e), float64(rows)))
+}
+
+// ExpertsChunk is the reduction's elements a block of the experts form
+// stages in shared memory at a time for its bm rows (f32): the whole
+// vector when 32 KiB hold it, else chunks of a multiple of 32.
+func ExpertsChunk(kd int64, bm int) int64 {
+	most := int64(32<<10) / (4 * int64(max(bm, 1)))
+	if kd <= most {
+		return kd
+	}
+	return max(32, most/32*32)
+}
+
+// ExpertsUnroll is the reduction steps a thread of the experts form loads
+// ahead: its loads in flight, each of its columns' weights.
+const ExpertsUnroll = 4
+
+// expertsSchedules are the experts forms' schedules: by slot with 64 to
+// 256 threads of 1, 2 or 4 columns each; by expert with 1 to 32 rows a
+// block, 128 or 256 threads of 1 or 2 columns each.
+func expertsSchedules() []Schedule {
+	var out []Schedule
+	for _, t := range []int{64, 128, 256} {
+		for _, c := range []int{1, 2, 4} {
+			out = append(out, Schedule{BM: 1, BN: t * c, Threads: t})
+		}
+	}
+	for _, bm := range []int{1, 4, 8, 16, 32} {
+		for _, t := range []int{128, 256} {
+			for _, c := range []int{1, 2} {
+				out = append(out, Schedule{BM: bm, BN: t * c, Threads: t, Grouped: true})
+			}
+		}
+	}
+	return out
+}
+
+// ExpertsGroupBlocks is the rows of the zero-filling blocks of the by
+// expert form: each writes the unused slots of this many rows.
+func ExpertsGroupBlocks(r int64, bm int) int64 { return (r + int64(bm) - 1) / int64(bm) }
+
+// expertsFeatures prices an experts form under schedule s (see the forms'
+// comment above).
+func (k *kernelForm) expertsFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	p, err := Experts(k.body)
+	if err != nil || s.BM < 1 || s.BM > s.Threads || s.BN < s.Threads || s.BN%s.Threads != 0 || s.Threads%32 != 0 || s.Threads > 1024 ||
+		(!s.Grouped && s.BM != 1) || s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.GEMV || s.TM != 0 || s.Warp != 0 || s.SplitKeys || s.KeySplits != 0 {
+		return Features{}, false
+	}
+	cols := s.BN / s.Threads
+	reads := 1
+	if p.Op == ir.OpExpertsUp {
+		reads = 2 // a gate and an up column for each output column
+	}
+	chunk := ExpertsChunk(p.Kd, s.BM)
+	shared := int(chunk) * s.BM * 4
+	if shared > StaticShared {
+		return Features{}, false
+	}
+	per := k.occupancy(d, s.Threads, shared, 32+2*s.BM*cols*reads)
+	if per == 0 {
+		return Features{}, false
+	}
+	size := float64(p.DType.Size())
+	slots := float64(p.R * p.K)
+	experts := ExpectedExperts(p.E, p.K, p.R)
+	perExpert := slots / math.Max(experts, 1) // rows each chosen expert serves
+	expertBytes := float64(p.Kd*p.Read) * size
+	tiles := int(ceilDiv(int(p.N), s.BN))
+	vec := float64(p.Kd) * size // a row's (or slot's) vector
+	in := float64(p.R*p.E)*4 + float64(p.R)*vec
+	if p.Op == ir.OpExpertsDown {
+		in = float64(p.R*p.E)*4 + slots*vec
+	}
+	bias := float64(p.E*p.Read) * size
+	flops := 2 * slots * float64(p.Kd*p.Read)
+	var blocks int
+	var weights, tile float64
+	trips := 2.0 + float64(ceilDiv(int(p.Kd), int(chunk))) // the weights' row, the expert's, each chunk's staging
+	if !s.Grouped {
+		blocks = tiles * int(slots)
+		tile = slots*expertBytes + float64(blocks)*(vec+float64(p.E)*4)
+		// Each expert's rows read it once from DRAM when they run in one
+		// wave, or L2 keeps it.
+		concurrent := max(1, d.SMs*per/max(tiles, 1))
+		weights = rereads(experts*expertBytes, int(math.Ceil(perExpert)), concurrent, d)
+	} else {
+		groups := math.Ceil(perExpert / float64(s.BM))
+		blocks = tiles * int(math.Ceil(experts*groups))
+		weights = experts * groups * expertBytes
+		if experts*expertBytes <= float64(d.L2Bytes)/2 {
+			weights = experts * expertBytes
+		}
+		// Every block of the worst case's grid scans its expert's column
+		// of the routing weights, the empty ones too.
+		grid := float64(tiles) * float64(p.E) * float64(ExpertsGroupBlocks(p.R, s.BM))
+		tile = experts*groups*expertBytes + float64(blocks)*float64(s.BM)*vec + grid*float64(p.R)*4
+		flops += grid * float64(p.R)
+		trips++ // the scan's prefix over the block's threads
+	}
+	return Features{
+		Bytes: in + bias + weights + out, Work: []Work{{FMA, "f32", flops}}, Blocks: max(blocks, 1), PerSM: per,
+		WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tile,
+		InFlight: 32 * ExpertsUnroll * float64(cols*reads) * size,
+		Trips:    trips,
+	}, true
+}
+
+// routeSchedules are the route form's: a warp a row, 1 to 8 rows a block.
+func routeSchedules() []Schedule {
+	var out []Schedule
+	for _, r := range []int{1, 2, 4, 8} {
+		out = append(out, Schedule{Threads: 32 * r, Rows: r})
+	}
+	return out
+}
+
+// routeFeatures prices the route form: each row's logits read once, its
+// weights written, k rounds of a warp's argmax (a shuffle tree each) and
+// an exponential a logit.
+func (k *kernelForm) routeFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	p, err := Route(k.body)
+	if err != nil || s.Rows < 1 || s.Threads != 32*s.Rows || s.BM != 0 || s.BN != 0 || s.Grouped || s.Tensor || s.GEMV || s.SplitKeys || s.KeySplits != 0 {
+		return Features{}, false
+	}
+	per := k.occupancy(d, s.Threads, 0, 32+2*RouteLane)
+	if per == 0 {
+		return Features{}, false
+	}
+	lane := float64(ceilDiv(int(p.E), 32))
+	flops := float64(p.R) * 32 * (float64(p.K)*(lane+2*5) + 5*lane)
+	return Features{
+		Bytes: float64(p.R*p.E)*float64(p.In.Size()) + out, Work: []Work{{FMA, "f32", flops}},
+		Blocks: max(1, ceilDiv(int(p.R), s.Rows)), PerSM: per, WarpsPerBlock: s.Rows, Launches: 1,
+		Trips: 2,
+	}, true
+}
