@@ -406,6 +406,18 @@ func rowAxis(body *ir.Graph, n *ir.Node, at []rowsAt) (axis int, ok bool) {
 			return r - 1, true
 		}
 		return 0, false
+	case ir.OpRoute:
+		// Each row's weights from its logits.
+		return 0, op(0).isRows() && a == 0
+	case ir.OpExpertsUp, ir.OpExpertsDown:
+		// Each row's slots from its vector (or slots) and weights; the
+		// experts' weights hold no rows.
+		for i := 2; i < len(n.Inputs); i++ {
+			if op(i).class != free {
+				return 0, false
+			}
+		}
+		return 0, op(0).isRows() && a == 0 && op(1).isRows() && op(1).axis == 0
 	case ir.OpPagedAttention:
 		for i := 3; i < len(n.Inputs); i++ {
 			if op(i).class != free {

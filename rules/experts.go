@@ -20,10 +20,25 @@ func applySplitExperts(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, 
 	if !ok {
 		return 0, false
 	}
+	var classes []egraph.ClassID
+	for _, name := range []string{"?x", "?w", "?gu", "?dn", "?gub", "?dnb"} {
+		classes = append(classes, m.Get(name))
+	}
+	return splitExperts(g, a, classes)
+}
+
+// splitExperts adds experts (attributes a, operands the classes) as its
+// split form and returns its class. It is also the lower set's rewrite of
+// experts, which has no one-op kernel, so that the naive program and the
+// first stage have one.
+func splitExperts(g *egraph.EGraph[Data], a ir.Attrs, classes []egraph.ClassID) (egraph.ClassID, bool) {
+	if len(classes) != 6 {
+		return 0, false
+	}
 	t := newTileBody()
 	var args [6]ir.Value
-	for i, name := range []string{"?x", "?w", "?gu", "?dn", "?gub", "?dnb"} {
-		v, ok := t.arg(g, m.Get(name))
+	for i, c := range classes {
+		v, ok := t.arg(g, c)
 		if !ok {
 			return 0, false
 		}

@@ -195,6 +195,11 @@ func LowerRewrites() []*egraph.Rewrite[Data] {
 			if !ok {
 				return 0, false
 			}
+			if op == ir.OpExperts {
+				// No kernel computes experts whole: its lowering is its
+				// split form, whose ops have kernels.
+				return splitExperts(g, attrs, m.Subst)
+			}
 			return OneOpKernel(g, op, attrs, m.Subst)
 		}
 	})
