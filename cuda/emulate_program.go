@@ -282,3 +282,31 @@ func checkPagedMetadata(prog *lower.Program, l *lower.Launch, feeds map[string]*
 	}
 	return nil
 }
+
+// EmulateRunUntil runs a lowered program's preparation and its run's
+// launches up to and including run launch last under the emulation, and
+// returns the content of buffer id then: an intermediate a later launch
+// may overwrite in the arena (a route's choices, which verification
+// compares at near ties).
+func EmulateRunUntil(ctx context.Context, prog *lower.Program, kernels []*Kernel, feeds map[string]*ir.Tensor, last, id int, opt emu.Options) (*ir.Tensor, error) {
+	if last < 0 || last >= len(prog.Run) || id < 0 || id >= len(prog.Buffers) {
+		return nil, fmt.Errorf("emulate %s: launch %d of %d, buffer %d of %d", prog.Name, last, len(prog.Run), id, len(prog.Buffers))
+	}
+	e, err := newEmulation(ctx, prog, kernels, feeds, nil)
+	if err != nil {
+		return nil, err
+	}
+	want := e.where[id].Buffer
+	opt.Discard = nil
+	for i := range e.Buffers {
+		if i != want {
+			opt.Discard = append(opt.Discard, i)
+		}
+	}
+	got, err := e.Run(ctx, e.Launches[:e.Prep+last+1], opt)
+	if err != nil {
+		return nil, err
+	}
+	b, a := prog.Buffers[id], e.where[id]
+	return DecodeTensor(ir.ValueType{Shape: b.Shape, DType: b.DType}, got[a.Buffer][a.Offset:a.Offset+int(b.Bytes)])
+}

@@ -26,6 +26,14 @@ type EvalOptions struct {
 	// in a narrower dtype than its accumulator shows its error (EvalAt
 	// ignores it).
 	RoundEach bool
+	// RouteChoice, when set, may replace the experts a route's row
+	// chooses (the reference's own top k): it is called for every row of
+	// every route node v with the row's logits, their magnitudes (nil
+	// without Magnitude) and the reference's choice, and returns the
+	// choice to evaluate with, or nil for the reference's. Verification
+	// uses it at near ties, where a kernel's choice is as right as the
+	// reference's (EvalAt ignores it).
+	RouteChoice func(v Value, row int, logits, mags []float64, ref []int) ([]int, error)
 }
 
 // Result is what a run of a graph produced.
@@ -70,7 +78,7 @@ func Eval(ctx context.Context, g *Graph, feeds map[string]*Tensor, opt EvalOptio
 		if lazy[i] {
 			continue
 		}
-		ev := evaluator{g: g, n: n, vals: vals, mags: mags, magnitude: opt.Magnitude, lazy: lazy}
+		ev := evaluator{g: g, n: n, vals: vals, mags: mags, magnitude: opt.Magnitude, lazy: lazy, v: Value(i), routeChoice: opt.RouteChoice}
 		v, m, err := ev.run(feeds)
 		if err != nil {
 			return nil, fmt.Errorf("eval %s: node %%%d (%s): %w", g.Name, i, n.Op, err)
@@ -166,6 +174,9 @@ type evaluator struct {
 	mags      []*Tensor
 	magnitude bool
 	lazy      []bool
+	// v is n's value; routeChoice is EvalOptions.RouteChoice.
+	v           Value
+	routeChoice func(v Value, row int, logits, mags []float64, ref []int) ([]int, error)
 }
 
 func (e *evaluator) in(k int) *Tensor  { return e.vals[e.n.Inputs[k]] }

@@ -252,7 +252,17 @@ func (e *evaluator) route() (*Tensor, *Tensor, error) {
 		if m != nil {
 			ym = m.F64[r*E : (r+1)*E]
 		}
-		RouteRow(n.Gating, row, rowm, TopK(row, int(n.TopK)), v.F64[r*E:(r+1)*E], ym)
+		chosen := TopK(row, int(n.TopK))
+		if e.routeChoice != nil {
+			c, err := e.routeChoice(e.v, r, row, rowm, chosen)
+			if err != nil {
+				return nil, nil, fmt.Errorf("row %d: %w", r, err)
+			}
+			if c != nil {
+				chosen = c
+			}
+		}
+		RouteRow(n.Gating, row, rowm, chosen, v.F64[r*E:(r+1)*E], ym)
 	}
 	return v, m, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,4 +75,65 @@ func TestMoEBlockCompiles(t *testing.T) {
 			t.Logf("%s: launches %v\n%s", c.name, names, log.String())
 		})
 	}
+}
+
+// TestMoERouteNearTies: where a route's row is a near tie, the reference
+// takes the program's choice and everything after it must match; where
+// the choice is clear, a program choosing otherwise fails. The router has
+// two equal columns (experts 2 and 5 score alike on every row); a route
+// kernel edited to break ties to the higher index chooses 5 where the
+// reference chooses 2, which the verification accepts, and a route kernel
+// edited to take the smallest logits first is refused.
+func TestMoERouteNearTies(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("the CPU emulation needs g++")
+	}
+	dir := t.TempDir()
+	t.Setenv(tunedb.EnvPath, filepath.Join(dir, "tunedb.jsonl"))
+	const R, H, E = 24, 32, 8
+	g := moeBlock(t, ir.F32, R, H, E, 24, 2, ir.GatingSwiGLU, 0)
+	weights, err := ir.RandomLeaves(g, 5, ir.Typical, ir.OpWeight)
+	require.NoError(t, err)
+	router := weights["router"]
+	for h := range H {
+		router.F64[h*E+5] = router.F64[h*E+2]
+	}
+	md := &Model{Name: "moe", Graph: g, Weights: weights}
+	res, err := Compile(t.Context(), md, Options{})
+	require.NoError(t, err)
+	c := res.final.compiled
+	feeds, err := ir.RandomLeaves(g, 9, ir.Typical, ir.OpInput)
+	require.NoError(t, err)
+	for k, v := range weights {
+		feeds[k] = v
+	}
+	edited := func(old, repl string) *compiled {
+		e := *c
+		e.kernels = slices.Clone(c.kernels)
+		n := 0
+		for i, k := range e.kernels {
+			if strings.Contains(k.Text, old) {
+				kk := *k
+				kk.Text = strings.Replace(k.Text, old, repl, 1)
+				e.kernels[i] = &kk
+				n++
+			}
+		}
+		require.Equal(t, 1, n, "one route kernel")
+		return &e
+	}
+
+	higher := edited("a == b && ia < ib", "a == b && ia > ib")
+	ties := newRouteTies(t.Context(), g, higher, feeds)
+	require.NotNil(t, ties)
+	_, err = ir.Eval(t.Context(), g, feeds, ir.EvalOptions{Magnitude: true, RouteChoice: ties.choose})
+	require.NoError(t, err)
+	assert.Positive(t, ties.ties, "rows whose tie straddles the k-th place")
+	_, err = emulateAgainstReference(t.Context(), "moe", g, higher, feeds, nil)
+	require.NoError(t, err, "the program's choice at a tie is as right as the reference's")
+
+	smallest := edited("return a > b || (a == b && ia < ib);", "return a < b || (a == b && ia < ib);")
+	_, err = emulateAgainstReference(t.Context(), "moe", g, smallest, feeds, nil)
+	require.Error(t, err, "a program that takes the smallest logits fails")
+	t.Log(err)
 }

@@ -151,9 +151,13 @@ func verifyReduced(ctx context.Context, md *Model, sat rules.SaturateOptions, m 
 // its own size). With expect, the program's results are also compared
 // with an outputs file's (compareOutputs), within the same allowances.
 func emulateAgainstReference(ctx context.Context, model string, g *ir.Graph, c *compiled, feeds map[string]*ir.Tensor, expect *expectation) (float64, error) {
-	want, err := ir.Eval(ctx, g, feeds, ir.EvalOptions{Magnitude: true})
+	opt := ir.EvalOptions{Magnitude: true}
+	if ties := newRouteTies(ctx, g, c, feeds); ties != nil {
+		opt.RouteChoice = ties.choose
+	}
+	want, err := ir.Eval(ctx, g, feeds, opt)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("verify %s: the reference: %w", model, err)
 	}
 	outs, states, err := cuda.EmulateProgram(ctx, c.lowered, c.kernels, feeds, emu.Options{})
 	if err != nil {
