@@ -94,12 +94,22 @@ func floorOf(g *ir.Graph, d *cost.Device, pos func(ir.Value) int64, work *step.W
 		}
 	}
 	size := func(n *ir.Node) float64 { return float64(n.Shape.NumElements()) * float64(n.DType.Size()) }
+	experts := expertWeights(g, frac)
 	for i, n := range g.Nodes {
 		switch n.Op {
 		case ir.OpInput:
 			f.Bytes += size(n) * frac(ir.Value(i))
 		case ir.OpWeight:
-			f.Bytes += weightBytes(g, n, users[i], frac)
+			share, ok := experts[ir.Value(i)]
+			if !ok {
+				share = 1
+			}
+			f.Bytes += weightBytes(g, n, users[i], frac) * share
+		case ir.OpExperts:
+			// Each row's k experts: its gate-up and down projections.
+			x, gu := g.Node(n.Inputs[0]), g.Node(n.Inputs[2])
+			H, I2 := float64(x.Shape[1]), float64(gu.Shape[2])
+			f.FLOPs += 2 * float64(x.Shape[0]) * frac(n.Inputs[0]) * float64(n.TopK) * (H*I2 + H*I2/2)
 		case ir.OpState:
 			f.Bytes += stateBytes(g, ir.Value(i), users, pos, work, frac)
 		case ir.OpMatMul:
@@ -119,6 +129,42 @@ func floorOf(g *ir.Graph, d *cost.Device, pos func(ir.Value) int64, work *step.W
 	}
 	f.Hardware, f.Achievable = floorSeconds(g, d, f.Bytes, f.FLOPs)
 	return f
+}
+
+// expertWeights is, for each weight of g that an experts op reads as its
+// experts' weights (directly, or through the views, casts and concats that
+// stack a checkpoint's per-expert tensors), the share of it a run must
+// read: the expected distinct experts its rows choose, under uniform
+// routing (cost.ExpectedExperts), over all of them. Rows count as frac
+// says (a step's tokens present).
+func expertWeights(g *ir.Graph, frac func(ir.Value) float64) map[ir.Value]float64 {
+	out := map[ir.Value]float64{}
+	var mark func(v ir.Value, share float64)
+	mark = func(v ir.Value, share float64) {
+		n := g.Node(v)
+		switch {
+		case n.Op == ir.OpWeight:
+			if s, ok := out[v]; !ok || share > s {
+				out[v] = share
+			}
+		case n.Op.Class() == ir.ClassView, n.Op == ir.OpCast, n.Op == ir.OpConcat:
+			for _, in := range n.Inputs {
+				mark(in, share)
+			}
+		}
+	}
+	for _, n := range g.Nodes {
+		if n.Op != ir.OpExperts {
+			continue
+		}
+		w := g.Node(n.Inputs[1]).Shape
+		rows := int64(math.Ceil(float64(w[0]) * frac(n.Inputs[0])))
+		share := cost.ExpectedExperts(int64(w[1]), n.TopK, rows) / float64(w[1])
+		for _, in := range n.Inputs[2:] {
+			mark(in, share)
+		}
+	}
+	return out
 }
 
 // readers lists, for each value of g, the values that read it.
