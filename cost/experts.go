@@ -130,35 +130,86 @@ func ExpectedExperts(e, k, rows int64) float64 {
 	return float64(e) * (1 - math.Pow(1-float64(k)/float64(e), float64(rows)))
 }
 
+// ExpertsLayout is how a lane of the experts form reads its weight
+// columns: L vectors of V elements a reduction step (16 bytes each where
+// the columns allow, else single elements), giving P output columns; a
+// block's warps split the reduction, so its output tile is 32 P columns.
+type ExpertsLayout struct{ V, L, P int }
+
+// Layout is the lane layout of the experts form for p: down reads V
+// columns for V outputs; up with SwiGLU a gate and an up vector for V
+// outputs; up with the clamped SwiGLU V interleaved columns for V/2
+// outputs (a gate and an up element when V is 1).
+func (p ExpertsParts) Layout() ExpertsLayout {
+	V := 16 / p.DType.Size()
+	if p.Read%int64(V) != 0 || (p.Op == ir.OpExpertsUp && p.Gating == ir.GatingSwiGLU && p.N%int64(V) != 0) {
+		V = 1
+	}
+	switch {
+	case p.Op == ir.OpExpertsDown:
+		return ExpertsLayout{V: V, L: 1, P: V}
+	case p.Gating == ir.GatingSwiGLU:
+		return ExpertsLayout{V: V, L: 2, P: V}
+	case V == 1:
+		return ExpertsLayout{V: 1, L: 2, P: 1}
+	}
+	return ExpertsLayout{V: V, L: 1, P: V / 2}
+}
+
 // ExpertsChunk is the reduction's elements a block of the experts form
 // stages in shared memory at a time for its bm rows (f32): the whole
-// vector when 32 KiB hold it, else chunks of a multiple of 32.
+// vector when 16 KiB hold it, else chunks of a multiple of 32.
 func ExpertsChunk(kd int64, bm int) int64 {
-	most := int64(32<<10) / (4 * int64(max(bm, 1)))
+	most := int64(16<<10) / (4 * int64(max(bm, 1)))
 	if kd <= most {
 		return kd
 	}
 	return max(32, most/32*32)
 }
 
-// ExpertsUnroll is the reduction steps a thread of the experts form loads
-// ahead: its loads in flight, each of its columns' weights.
-const ExpertsUnroll = 4
+// ExpertsShared is the static shared memory of the experts form: the
+// staged chunk of the rows' vectors and each warp's partial sums of its
+// share of the reduction, which the block adds up at the end.
+func ExpertsShared(p ExpertsParts, s Schedule) int {
+	l := p.Layout()
+	return int(ExpertsChunk(p.Kd, s.BM))*s.BM*4 + (s.Threads/32)*s.BM*32*l.L*l.V*4
+}
 
-// expertsSchedules are the experts forms' schedules: by slot with 64 to
-// 256 threads of 1, 2 or 4 columns each; by expert with 1 to 32 rows a
-// block, 128 or 256 threads of 1 or 2 columns each.
-func expertsSchedules() []Schedule {
-	var out []Schedule
-	for _, t := range []int{64, 128, 256} {
-		for _, c := range []int{1, 2, 4} {
-			out = append(out, Schedule{BM: 1, BN: t * c, Threads: t})
-		}
+// expertsMaxAccumulators bounds a lane's accumulators (rows × vectors ×
+// elements), so that they stay in registers.
+const expertsMaxAccumulators = 64
+
+// ExpertsFits says whether schedule s is one the experts form prints for
+// p: a warp to 8 warps splitting the reduction, 1 to 8 steps of loads in
+// flight (Stages), BN the layout's 32 P columns, one row by slot or up to
+// 8 by expert, the accumulators in registers and the shared memory within
+// StaticShared.
+func ExpertsFits(p ExpertsParts, s Schedule) bool {
+	l := p.Layout()
+	return s.Threads%32 == 0 && s.Threads >= 32 && s.Threads <= 256 && s.Stages >= 1 && s.Stages <= 8 && s.BN == 32*l.P &&
+		s.BM >= 1 && s.BM <= 8 && (s.Grouped || s.BM == 1) && s.BM*l.L*l.V <= expertsMaxAccumulators &&
+		ExpertsShared(p, s) <= StaticShared && s.BK == 0 && s.Rows == 0 && !s.Tensor && !s.GEMV && s.TM == 0 && s.Warp == 0 && !s.SplitKeys && s.KeySplits == 0
+}
+
+// expertsSchedules are the experts forms' schedules: by slot and by
+// expert (1 to 8 rows), 1 to 8 warps, 2 to 8 steps of loads in flight;
+// ExpertsFits keeps those that fit.
+func (k *kernelForm) expertsSchedules() []Schedule {
+	p, err := Experts(k.body)
+	if err != nil {
+		return nil
 	}
-	for _, bm := range []int{1, 4, 8, 16, 32} {
-		for _, t := range []int{128, 256} {
-			for _, c := range []int{1, 2} {
-				out = append(out, Schedule{BM: bm, BN: t * c, Threads: t, Grouped: true})
+	bn := 32 * p.Layout().P
+	var out []Schedule
+	for _, grouped := range []bool{false, true} {
+		for _, bm := range []int{1, 2, 4, 8} {
+			for _, t := range []int{32, 64, 128, 256} {
+				for _, u := range []int{2, 4, 8} {
+					s := Schedule{BM: bm, BN: bn, Threads: t, Stages: u, Grouped: grouped}
+					if ExpertsFits(p, s) {
+						out = append(out, s)
+					}
+				}
 			}
 		}
 	}
@@ -170,24 +221,16 @@ func expertsSchedules() []Schedule {
 func ExpertsGroupBlocks(r int64, bm int) int64 { return (r + int64(bm) - 1) / int64(bm) }
 
 // expertsFeatures prices an experts form under schedule s (see the forms'
-// comment above).
+// comment above): each lane keeps Stages steps of its L 16-byte loads in
+// flight.
 func (k *kernelForm) expertsFeatures(s Schedule, d *Device, out float64) (Features, bool) {
 	p, err := Experts(k.body)
-	if err != nil || s.BM < 1 || s.BM > s.Threads || s.BN < s.Threads || s.BN%s.Threads != 0 || s.Threads%32 != 0 || s.Threads > 1024 ||
-		(!s.Grouped && s.BM != 1) || s.BK != 0 || s.Stages != 0 || s.Rows != 0 || s.Tensor || s.GEMV || s.TM != 0 || s.Warp != 0 || s.SplitKeys || s.KeySplits != 0 {
+	if err != nil || !ExpertsFits(p, s) {
 		return Features{}, false
 	}
-	cols := s.BN / s.Threads
-	reads := 1
-	if p.Op == ir.OpExpertsUp {
-		reads = 2 // a gate and an up column for each output column
-	}
+	l := p.Layout()
 	chunk := ExpertsChunk(p.Kd, s.BM)
-	shared := int(chunk) * s.BM * 4
-	if shared > StaticShared {
-		return Features{}, false
-	}
-	per := k.occupancy(d, s.Threads, shared, 32+2*s.BM*cols*reads)
+	per := k.occupancy(d, s.Threads, ExpertsShared(p, s), 40+s.BM*l.L*l.V+s.Stages*l.L*4)
 	if per == 0 {
 		return Features{}, false
 	}
@@ -196,7 +239,7 @@ func (k *kernelForm) expertsFeatures(s Schedule, d *Device, out float64) (Featur
 	experts := ExpectedExperts(p.E, p.K, p.R)
 	perExpert := slots / math.Max(experts, 1) // rows each chosen expert serves
 	expertBytes := float64(p.Kd*p.Read) * size
-	tiles := int(ceilDiv(int(p.N), s.BN))
+	tiles := ceilDiv(int(p.N), s.BN)
 	vec := float64(p.Kd) * size // a row's (or slot's) vector
 	in := float64(p.R*p.E)*4 + float64(p.R)*vec
 	if p.Op == ir.OpExpertsDown {
@@ -206,7 +249,7 @@ func (k *kernelForm) expertsFeatures(s Schedule, d *Device, out float64) (Featur
 	flops := 2 * slots * float64(p.Kd*p.Read)
 	var blocks int
 	var weights, tile float64
-	trips := 2.0 + float64(ceilDiv(int(p.Kd), int(chunk))) // the weights' row, the expert's, each chunk's staging
+	trips := 3.0 + float64(ceilDiv(int(p.Kd), int(chunk))) // the routing weights, the expert, each chunk's staging, the warps' sum
 	if !s.Grouped {
 		blocks = tiles * int(slots)
 		tile = slots*expertBytes + float64(blocks)*(vec+float64(p.E)*4)
@@ -231,7 +274,7 @@ func (k *kernelForm) expertsFeatures(s Schedule, d *Device, out float64) (Featur
 	return Features{
 		Bytes: in + bias + weights + out, Work: []Work{{FMA, "f32", flops}}, Blocks: max(blocks, 1), PerSM: per,
 		WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tile,
-		InFlight: 32 * ExpertsUnroll * float64(cols*reads) * size,
+		InFlight: 32 * float64(s.Stages*l.L*l.V) * size,
 		Trips:    trips,
 	}, true
 }

@@ -660,7 +660,7 @@ func (k *kernelForm) schedules(d *Device) []Schedule {
 	case FormRoute:
 		out = routeSchedules()
 	case FormExperts:
-		out = expertsSchedules()
+		out = k.expertsSchedules()
 	}
 	return out
 }

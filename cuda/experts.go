@@ -84,36 +84,38 @@ func printRoute(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	return b.String(), nil
 }
 
-// printExperts prints experts_up or experts_down (cost.Experts): a block
-// owns BN of a slot's output columns, a thread the columns tid, tid + T,
-// ...; for each of its rows (one by slot, up to BM by expert) it stages
-// the row's vector in shared memory in f32, a chunk at a time, and
-// accumulates the products with its expert's weight rows in f32,
-// ExpertsUnroll steps of loads in flight. experts_up adds the bias to
-// the gate and up columns (the first and second halves of the
-// projection, or its even and odd columns for the clamped SwiGLU),
-// applies the activation and rounds once to the result's dtype;
-// experts_down adds the bias, multiplies by the slot's weight and writes
-// f32. Slots no expert takes are written as zeros; rows past the rows
-// present are not written.
+// printExperts prints experts_up or experts_down (cost.Experts) in the
+// lane layout cost.ExpertsParts.Layout gives: a block owns 32 P output
+// columns of its rows' slots, lane l the columns l P .. l P + P - 1, read
+// as L vectors of V weight elements (16 bytes) a reduction step; the
+// block's warps take every W-th step of the reduction, each lane keeping
+// Stages steps of loads in flight, and add their partial sums in shared
+// memory at the end. The rows' vectors (the row of x, or the slot's
+// activations) are staged in shared memory in f32, a chunk at a time.
+// Everything accumulates in f32; experts_up adds the bias to the gate and
+// up columns (the first and second halves of the projection, or its even
+// and odd columns for the clamped SwiGLU), applies the activation and
+// rounds once to the result's dtype; experts_down adds the bias,
+// multiplies by the slot's weight and writes f32. Slots no expert takes
+// are written as zeros; rows past the rows present are not written.
 func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	p, err := cost.Experts(body)
 	if err != nil {
 		return "", err
 	}
+	l := p.Layout()
 	if s == (cost.Schedule{}) {
-		s = cost.Schedule{BM: 1, BN: 128, Threads: 128}
+		s = cost.Schedule{BM: 1, BN: 32 * l.P, Threads: 128, Stages: 4}
 	}
-	if s.BM < 1 || s.BM > s.Threads || s.Threads%32 != 0 || s.Threads < 32 || s.Threads > 1024 || s.BN < s.Threads || s.BN%s.Threads != 0 || (!s.Grouped && s.BM != 1) {
-		return "", fmt.Errorf("%s: schedule %s: bm rows (1 unless grouped), bn columns a block, a multiple of threads", p.Op, s)
-	}
-	chunk := cost.ExpertsChunk(p.Kd, s.BM)
-	if int(chunk)*s.BM*4 > attnStaticShared {
-		return "", fmt.Errorf("%s: schedule %s: %d bytes of shared memory", p.Op, s, int(chunk)*s.BM*4)
+	if !cost.ExpertsFits(p, s) {
+		return "", fmt.Errorf("%s: schedule %s: bn %d (32 × %d columns a lane), 1 to 8 warps, 1 to 8 stages, bm 1 (up to 8 grouped) within %d accumulators and %d bytes of shared memory",
+			p.Op, s, 32*l.P, l.P, 64, attnStaticShared)
 	}
 	k.Schedule = s
 	up := p.Op == ir.OpExpertsUp
-	T, BM, CT := s.Threads, s.BM, s.BN/s.Threads
+	T, W, BM, U := s.Threads, s.Threads/32, s.BM, s.Stages
+	V, L, P := l.V, l.L, l.P
+	chunk := cost.ExpertsChunk(p.Kd, BM)
 	tiles := (p.N + int64(s.BN) - 1) / int64(s.BN)
 	groups := cost.ExpertsGroupBlocks(p.R, BM)
 	k.Block = [3]int{T, 1, 1}
@@ -136,11 +138,13 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	wt := storageType(p.DType)
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	w("  const int tid = threadIdx.x;\n  const long long c0 = (long long)blockIdx.x * %dLL;\n", s.BN)
+	w("  const int tid = threadIdx.x, lane = tid %% 32, warp = tid / 32;\n")
+	w("  // The block's output columns o0 .. o0 + %d.\n  const long long o0 = (long long)blockIdx.x * %dLL;\n", s.BN-1, s.BN)
 	w("  const float* wts = in1;\n")
-	w("  __shared__ float A[%d][%d];\n  __shared__ long long rowOf[%d];\n  __shared__ int slotOf[%d];\n  __shared__ int nrows, ex;\n", BM, chunk, BM, BM)
+	w("  __shared__ float A[%d][%d];\n  __shared__ float Part[%d][%d][32][%d][%d];\n", BM, chunk, W, BM, L, V)
+	w("  __shared__ long long rowOf[%d];\n  __shared__ int slotOf[%d];\n  __shared__ int nrows, ex;\n", BM, BM)
 	zeros := func(indent, r, slot string) {
-		w("%sfor (long long c = c0 + tid; c < c0 + %dLL && c < %dLL; c += %d) out0[(%s * %dLL + %s) * %dLL + c] = %s;\n",
+		w("%sfor (long long c = o0 + tid; c < o0 + %dLL && c < %dLL; c += %d) out0[(%s * %dLL + %s) * %dLL + c] = %s;\n",
 			indent, s.BN, p.N, T, r, p.K, slot, p.N, store(p.ResultDType, "0.0f"))
 	}
 	if !s.Grouped {
@@ -178,70 +182,127 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		w("  if (tid < nrows) {\n    // The row's slot for e: its chosen experts below e.\n    const long long r = rowOf[tid];\n    int n = 0;\n")
 		w("    for (int j = 0; j < e; j++) n += wts[r * %dLL + j] != 0.0f;\n    slotOf[tid] = n;\n  }\n  __syncthreads();\n", p.E)
 	}
-	reads := 1
-	if up {
-		reads = 2
+	// The lane's first weight column of each of its L vectors.
+	var cols [2]string
+	switch {
+	case !up:
+		cols[0] = fmt.Sprintf("o0 + lane * %d", P)
+	case p.Gating == ir.GatingSwiGLU:
+		cols[0], cols[1] = fmt.Sprintf("o0 + lane * %d", P), fmt.Sprintf("%dLL + o0 + lane * %d", p.N, P)
+	case V == 1:
+		cols[0], cols[1] = "2 * (o0 + lane)", "2 * (o0 + lane) + 1"
+	default:
+		cols[0] = fmt.Sprintf("2 * o0 + lane * %d", V)
 	}
-	w("  float acc[%d][%d][%d];\n", BM, CT, reads)
-	w("  for (int i = 0; i < %d; i++)\n    for (int c = 0; c < %d; c++)\n      for (int q = 0; q < %d; q++) acc[i][c][q] = 0.0f;\n", BM, CT, reads)
-	// Column c of the thread reads weight columns colA (and colB).
-	colA, colB := "col", ""
-	if up {
-		colA, colB = "col", fmt.Sprintf("%dLL + col", p.N)
-		if p.Gating == ir.GatingClampedSwiGLU {
-			colA, colB = "2 * col", "2 * col + 1"
-		}
+	w("  // The lane's columns; a lane past the last column loads nothing.\n")
+	w("  const bool live = o0 + lane * %d < %dLL;\n", P, p.N)
+	for j := range L {
+		w("  const long long col%d = %s;\n", j, cols[j])
 	}
-	vec := func(i string) string { // row i's vector element kk
+	w("  float acc[%d][%d][%d];\n", BM, L, V)
+	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) acc[i][j][v] = 0.0f;\n", BM, L, V)
+	vecArg := func(i string) string { // row i's vector element kk
 		if up {
 			return fmt.Sprintf("in0[rowOf[%s] * %dLL + kk]", i, p.Kd)
 		}
 		return fmt.Sprintf("in0[(rowOf[%s] * %dLL + slotOf[%s]) * %dLL + kk]", i, p.K, i, p.Kd)
 	}
-	w("  const %s* W = in2 + (long long)ex * %dLL;\n", wt, p.Kd*p.Read)
+	w("  const %s* Wt = in2 + (long long)ex * %dLL;\n", wt, p.Kd*p.Read)
 	w("  for (long long k0 = 0; k0 < %dLL; k0 += %dLL) {\n", p.Kd, chunk)
 	w("    const int kc = %dLL - k0 < %dLL ? (int)(%dLL - k0) : %d;\n", p.Kd, chunk, p.Kd, chunk)
 	w("    __syncthreads();\n")
 	w("    for (int t = tid; t < %d * kc; t += %d) {\n      const int i = t / kc, j = t %% kc;\n      const long long kk = k0 + j;\n", BM, T)
-	w("      A[i][j] = i < nrows ? %s : 0.0f;\n    }\n    __syncthreads();\n", load(p.DType, vec("i")))
-	w("    #pragma unroll %d\n", cost.ExpertsUnroll)
-	w("    for (int j = 0; j < kc; j++) {\n      const %s* wr = W + (k0 + j) * %dLL;\n", wt, p.Read)
-	w("      for (int c = 0; c < %d; c++) {\n        const long long col = c0 + tid + c * %d;\n        if (col >= %dLL) break;\n", CT, T, p.N)
-	w("        const float wa = %s;\n", load(p.DType, "wr["+colA+"]"))
-	if up {
-		w("        const float wb = %s;\n", load(p.DType, "wr["+colB+"]"))
-	}
-	w("        for (int i = 0; i < %d; i++) {\n          acc[i][c][0] += A[i][j] * wa;\n", BM)
-	if up {
-		w("          acc[i][c][1] += A[i][j] * wb;\n")
-	}
-	w("        }\n      }\n    }\n  }\n")
-	w("  const %s* bias = in3 + (long long)ex * %dLL;\n", wt, p.Read)
-	w("  for (int i = 0; i < %d; i++) {\n    if (i >= nrows) break;\n", BM)
-	w("    const long long o = (rowOf[i] * %dLL + slotOf[i]) * %dLL;\n", p.K, p.N)
-	if !up {
-		w("    const float wgt = wts[rowOf[i] * %dLL + ex];\n", p.E)
-	}
-	w("    for (int c = 0; c < %d; c++) {\n      const long long col = c0 + tid + c * %d;\n      if (col >= %dLL) break;\n", CT, T, p.N)
-	if up {
-		w("      float g = acc[i][c][0] + %s, u = acc[i][c][1] + %s;\n", load(p.DType, "bias["+colA+"]"), load(p.DType, "bias["+colB+"]"))
-		if p.Gating == ir.GatingClampedSwiGLU {
-			lim := fmt.Sprintf("%sf", fmtFloat32(p.Limit))
-			w("      // Comparisons keep a NaN (fminf would drop it).\n")
-			w("      g = g > %s ? %s : g;\n      u = u > %s ? %s : u < -%s ? -%s : u;\n", lim, lim, lim, lim, lim, lim)
-			w("      const float a = %sf * g;\n", fmtFloat32(ir.ClampedSwiGLUAlpha))
-			w("      const float sg = a >= 0.0f ? 1.0f / (1.0f + expf(-a)) : expf(a) / (1.0f + expf(a));\n")
-			w("      const float h = (u + 1.0f) * (g * sg);\n")
-		} else {
-			w("      const float sg = g >= 0.0f ? 1.0f / (1.0f + expf(-g)) : expf(g) / (1.0f + expf(g));\n")
-			w("      const float h = g * sg * u;\n")
-		}
-		w("      out0[o + col] = %s;\n", store(p.ResultDType, "h"))
+	w("      A[i][j] = i < nrows ? %s : 0.0f;\n    }\n    __syncthreads();\n", load(p.DType, vecArg("i")))
+	w("    for (int kb = warp; kb < kc; kb += %d) {\n", W*U)
+	if V > 1 {
+		w("      uint4 q[%d][%d];\n", U, L)
 	} else {
-		w("      out0[o + col] = wgt * (acc[i][c][0] + %s);\n", load(p.DType, "bias[col]"))
+		w("      float q[%d][%d];\n", U, L)
 	}
-	w("    }\n  }\n")
+	w("      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n        const int kr = kb + u * %d;\n", U, W)
+	w("        const %s* wr = Wt + (k0 + kr) * %dLL;\n", wt, p.Read)
+	w("        #pragma unroll\n        for (int j = 0; j < %d; j++) {\n", L)
+	colOf := "col0"
+	if L == 2 {
+		colOf = "(j == 0 ? col0 : col1)"
+	}
+	if V > 1 {
+		w("          q[u][j] = live && kr < kc ? lum_ld16(wr + %s) : make_uint4(0u, 0u, 0u, 0u);\n", colOf)
+	} else {
+		w("          q[u][j] = live && kr < kc ? %s : 0.0f;\n", load(p.DType, "wr["+colOf+"]"))
+	}
+	w("        }\n      }\n")
+	w("      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n        const int kr = kb + u * %d;\n        if (kr >= kc) break;\n", U, W)
+	w("        #pragma unroll\n        for (int j = 0; j < %d; j++) {\n", L)
+	w("          float f[%d];\n", V)
+	if V > 1 {
+		for v := range V {
+			w("          f[%d] = %s;\n", v, unpackElement(p.DType, "q[u][j]", v))
+		}
+	} else {
+		w("          f[0] = q[u][j];\n")
+	}
+	w("          #pragma unroll\n          for (int i = 0; i < %d; i++) {\n            const float a = A[i][kr];\n", BM)
+	w("            #pragma unroll\n            for (int v = 0; v < %d; v++) acc[i][j][v] += a * f[v];\n          }\n", V)
+	w("        }\n      }\n    }\n  }\n")
+	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) Part[warp][i][lane][j][v] = acc[i][j][v];\n", BM, L, V)
+	w("  __syncthreads();\n")
+	w("  auto sum = [&](int i, int ln, int j, int v) {\n    float t = 0.0f;\n    for (int ww = 0; ww < %d; ww++) t += Part[ww][i][ln][j][v];\n    return t;\n  };\n", W)
+	w("  const %s* bias = in3 + (long long)ex * %dLL;\n", wt, p.Read)
+	w("  for (int idx = tid; idx < %d; idx += %d) {\n", BM*32*P, T)
+	w("    const int i = idx / %d, ol = idx %% %d, ln = ol / %d, j = ol %% %d;\n", 32*P, 32*P, P, P)
+	w("    const long long col = o0 + ol;\n    if (i >= nrows || col >= %dLL) continue;\n", p.N)
+	w("    const long long o = (rowOf[i] * %dLL + slotOf[i]) * %dLL;\n", p.K, p.N)
+	switch {
+	case !up:
+		w("    const float wgt = wts[rowOf[i] * %dLL + ex];\n", p.E)
+		w("    out0[o + col] = wgt * (sum(i, ln, 0, j) + %s);\n", load(p.DType, "bias[col]"))
+	default:
+		var g, u, gcol, ucol string
+		switch {
+		case p.Gating == ir.GatingSwiGLU:
+			g, u, gcol, ucol = "sum(i, ln, 0, j)", "sum(i, ln, 1, j)", "col", fmt.Sprintf("%dLL + col", p.N)
+		case V == 1:
+			g, u, gcol, ucol = "sum(i, ln, 0, 0)", "sum(i, ln, 1, 0)", "2 * col", "2 * col + 1"
+		default:
+			g, u, gcol, ucol = "sum(i, ln, 0, 2 * j)", "sum(i, ln, 0, 2 * j + 1)", "2 * col", "2 * col + 1"
+		}
+		w("    float g = %s + %s, u = %s + %s;\n", g, load(p.DType, "bias["+gcol+"]"), u, load(p.DType, "bias["+ucol+"]"))
+		if p.Gating == ir.GatingClampedSwiGLU {
+			lim := fmtFloat32(p.Limit) + "f"
+			w("    // Comparisons keep a NaN (fminf would drop it).\n")
+			w("    g = g > %s ? %s : g;\n    u = u > %s ? %s : u < -%s ? -%s : u;\n", lim, lim, lim, lim, lim, lim)
+			w("    const float a = %sf * g;\n", fmtFloat32(ir.ClampedSwiGLUAlpha))
+			w("    const float sg = a >= 0.0f ? 1.0f / (1.0f + expf(-a)) : expf(a) / (1.0f + expf(a));\n")
+			w("    const float h = (u + 1.0f) * (g * sg);\n")
+		} else {
+			w("    const float sg = g >= 0.0f ? 1.0f / (1.0f + expf(-g)) : expf(g) / (1.0f + expf(g));\n")
+			w("    const float h = g * sg * u;\n")
+		}
+		w("    out0[o + col] = %s;\n", store(p.ResultDType, "h"))
+	}
+	w("  }\n")
 	return b.String(), nil
+}
+
+// unpackElement is element v of a 16-byte vector q of dt, widened to f32:
+// the words hold the elements in order, the lower-indexed half of a word
+// in its low 16 bits.
+func unpackElement(dt ir.DType, q string, v int) string {
+	word := func(i int) string { return q + "." + string("xyzw"[i]) }
+	switch dt {
+	case ir.BF16:
+		if v%2 == 0 {
+			return fmt.Sprintf("__uint_as_float(%s << 16)", word(v/2))
+		}
+		return fmt.Sprintf("__uint_as_float(%s & 0xffff0000u)", word(v/2))
+	case ir.F16:
+		if v%2 == 0 {
+			return fmt.Sprintf("lum_f16_to_f32((lum_f16)(%s & 0xffffu))", word(v/2))
+		}
+		return fmt.Sprintf("lum_f16_to_f32((lum_f16)(%s >> 16))", word(v/2))
+	}
+	return fmt.Sprintf("__uint_as_float(%s)", word(v))
 }
 
 // fmtFloat32 prints v rounded to f32, exactly, as the digits of a float
