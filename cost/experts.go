@@ -12,16 +12,17 @@ import (
 // halves of the experts (ir.OpExpertsUp, ir.OpExpertsDown), which one
 // kernel prints: each (row, slot) multiplies a vector of the reduction's
 // length (the row of x, or the slot's activations) by its expert's weight
-// columns, BN output columns a block, a thread's columns coalesced with
-// its warp's. How many rows each expert gets is known only on the device,
-// so a schedule says how blocks find their work:
+// columns, 32 lanes of 16-byte loads across a block's columns (Layout),
+// the block's warps splitting the reduction, Stages steps of loads in
+// flight a lane. How many rows each expert gets is known only on the
+// device, so a schedule says how blocks find their work:
 //
 //   - by slot (Grouped false, BM 1): a block per row and slot (and column
 //     tile) looks its expert up in the row's weights; the grid follows the
 //     rows present. An expert chosen by several rows is read once per row
 //     from L2, once from DRAM when its rows run in one wave. Few rows, as
 //     a decode step's, are this form's.
-//   - by expert (Grouped): a block per expert and group of BM of the rows
+//   - by expert (Grouped): a block per expert and group of BM (up to 8) of the rows
 //     choosing it, in the worst case's grid (every row choosing every
 //     expert): a block scans its expert's column of the weights for its
 //     group's rows and exits when the group is empty, so that the work and
