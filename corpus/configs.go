@@ -65,10 +65,5 @@ func EmbeddedConfig(name string) (*Config, error) {
 	if !ok {
 		return nil, fmt.Errorf("no embedded config %q%s", name, suggest(name, ConfigNames()))
 	}
-	cp := *c
-	if c.RopeScaling != nil {
-		s := *c.RopeScaling
-		cp.RopeScaling = &s
-	}
-	return &cp, nil
+	return c.clone(), nil
 }
