@@ -62,7 +62,7 @@ func TestDecodeMatchesPrefill(t *testing.T) {
 		{"tiny-mixtral", withConfig(t, "tiny-mixtral", func(*Config) {}), 6},
 		{"tiny-qwen3-moe", withConfig(t, "tiny-qwen3-moe", func(*Config) {}), 6},
 		{"tiny-gpt-oss past its window", withConfig(t, "tiny-gpt-oss", func(*Config) {}), 9},
-		{"tiny-gpt-oss, full layer first, unnormalised cos", withConfig(t, "tiny-gpt-oss", func(c *Config) {
+		{"tiny-gpt-oss, full layer first, truncated YaRN", withConfig(t, "tiny-gpt-oss", func(c *Config) {
 			c.LayerTypes = []string{fullAttention, slidingAttention}
 			c.RopeScaling.Truncate = true
 		}), 9},
