@@ -290,7 +290,9 @@ func (e *emitter) cache(x ir.Value, layer int, which string, p *pass) ir.Value {
 // Options.Composite it is the attention op instead. sinks, when not
 // NoValue, are gpt-oss's [heads] sink logits: as its eager attention
 // does, each row's scores get the head's sink as one more column before
-// the softmax, which is dropped after it.
+// the softmax, which is dropped after it. (transformers runs that softmax
+// in the model's dtype; here it is in f32 like every other, which differs
+// only below bf16's rounding.)
 func (e *emitter) attend(q, k, v, sinks ir.Value, p *pass) ir.Value {
 	if !ok(q, k, v) {
 		return ir.NoValue

@@ -133,7 +133,8 @@ func TestDecodeMatchesPrefill(t *testing.T) {
 // TestCompositeMatchesDecomposed compares the decomposed graphs with the
 // interpreter's composite ops.
 func TestCompositeMatchesDecomposed(t *testing.T) {
-	for _, name := range []string{"tiny-llama:layer", "tiny-qwen2:layer", "tiny-mistral:layer", "tiny-gpt2:block", "tiny-llama:softmax"} {
+	for _, name := range []string{"tiny-llama:layer", "tiny-qwen2:layer", "tiny-mistral:layer", "tiny-gpt2:block", "tiny-llama:softmax",
+		"tiny-mixtral:layer", "tiny-qwen3-moe:layer", "tiny-gpt-oss:mlp"} {
 		for _, seq := range []int{1, 7} {
 			a, err := Build(name, Options{Seq: seq, Batch: 2})
 			require.NoError(t, err)

@@ -4,8 +4,10 @@ package corpus
 // seconds: two layers, hidden size 64 in four heads of 16, an MLP of 128, a
 // vocabulary of 97, the grouping of key/value heads kept where four query
 // heads allow it, and everything else (activation, biases, norms, rotary
-// settings, a sliding window shrunk to 3) as c has it. Compiled programs
-// are verified on it: the kernels differ only in their sizes.
+// settings, a sliding window shrunk to 3) as c has it; a mixture of
+// experts keeps 4 to 8 experts of 32, as many chosen per token as fit, and
+// its first two layer types (gpt-oss's sliding and full). Compiled
+// programs are verified on it: the kernels differ only in their sizes.
 func Reduced(c *Config) *Config {
 	r := c.clone()
 	r.Name = c.Name + "-reduced"

@@ -186,7 +186,10 @@ func checkPositions(c *Config, k *kind, seq int) error {
 // llama-family configs give layer, model, decode, prefill, step,
 // attention, mlp, rmsnorm, softmax, rotary and their activation (silu);
 // gpt2 configs give block, model, decode, prefill, step, attention, mlp,
-// layernorm, softmax and their activation (gelu-tanh for gelu_new).
+// layernorm, softmax and their activation (gelu-tanh for gelu_new). The
+// mixtures of experts are llama-family configs whose mlp is the experts
+// block; gpt_oss has neither step (paged attention has no sinks nor
+// per-layer windows) nor an activation kind (its experts clamp).
 //
 //   - layer, block: decoder layer 0 over input hidden_states
 //     [batch, seq, hidden], a prefill, output hidden_states.

@@ -108,7 +108,7 @@ func TestTinyShapes(t *testing.T) {
 	}{
 		{1, 1, 0}, {1, 7, 0}, {2, 5, 3}, {3, 16, 15}, {1, 33, 20}, {2, 64, 63}, {1, 64, -1}, {1, 1, -1},
 	}
-	for _, model := range []string{"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"} {
+	for _, model := range []string{"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2", "tiny-mixtral", "tiny-qwen3-moe", "tiny-gpt-oss"} {
 		c, err := EmbeddedConfig(model)
 		require.NoError(t, err)
 		for _, tt := range tests {
@@ -157,8 +157,9 @@ func TestTinyShapes(t *testing.T) {
 					case "softmax":
 						assertOutput(t, g, "output", dt, ir.Shape{b, 4, s, s})
 					case "rotary":
-						assertOutput(t, g, "q_embed", dt, ir.Shape{b, 4, s, 16})
-						assertOutput(t, g, "k_embed", dt, ir.Shape{b, ir.Dim(c.NumKeyValueHeads), s, 16})
+						hd := ir.Dim(c.HeadDim) // 16, tiny-qwen3-moe's 32
+						assertOutput(t, g, "q_embed", dt, ir.Shape{b, 4, s, hd})
+						assertOutput(t, g, "k_embed", dt, ir.Shape{b, ir.Dim(c.NumKeyValueHeads), s, hd})
 					default: // the activation
 						assertOutput(t, g, "output", dt, ir.Shape{b, s, ir.Dim(c.IntermediateSize)})
 					}
