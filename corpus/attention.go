@@ -24,7 +24,8 @@ type pass struct {
 	at ir.Value
 
 	// window is the sliding window of the layers this pass serves (0 for
-	// none); other, when not nil, is the pass of the other layers' window.
+	// none); other, when not nil, is the pass of the other layers' window
+	// (see passFor).
 	window int
 	other  *pass
 	// windowCuts says that the sliding window hides some attended keys
@@ -70,7 +71,6 @@ func (e *emitter) passFor(p *pass, i int) *pass {
 	}
 	if p.other == nil {
 		p.other = e.passWindow(p.past, p.seq, p.decode, p.at, w, p)
-		p.other.other = p
 	}
 	return p.other
 }
