@@ -8,7 +8,7 @@ import (
 	"github.com/lumsearch/lumsearch/ir"
 )
 
-// These tests check the mixture-of-experts families against a float64
+// moeRef is the mixture-of-experts families' reference: a float64
 // forward pass written here from transformers' modeling code
 // (MixtralForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM in eager
 // mode), which shares nothing with the builders or with ir's route and
