@@ -23,6 +23,11 @@ type pass struct {
 	// which reads only keys 0..at.
 	at ir.Value
 
+	// window is the sliding window of the layers this pass serves (0 for
+	// none); other, when not nil, is the pass of the other layers' window
+	// (see passFor).
+	window int
+	other  *pass
 	// windowCuts says that the sliding window hides some attended keys
 	// from some query; composite says that attention is the composite op.
 	windowCuts, composite bool
@@ -49,29 +54,61 @@ func (e *emitter) newPass(past, seq int, decode bool) *pass {
 }
 
 // newPassAt is newPass for a position that is either static (at is
-// NoValue) or the runtime position at, the input of symbol "past".
+// NoValue) or the runtime position at, the input of symbol "past". The
+// pass serves the layers of layer 0's window; when the config's layers
+// differ in their windows (gpt-oss), passFor makes the other layers'.
 func (e *emitter) newPassAt(past, seq int, decode bool, at ir.Value) *pass {
-	p := &pass{past: past, seq: seq, decode: decode, cacheLen: e.opt.Seq, at: at, cos: ir.NoValue, sin: ir.NoValue, mask: ir.NoValue}
-	w := e.cfg.SlidingWindow
+	return e.passWindow(past, seq, decode, at, e.cfg.window(0), nil)
+}
+
+// passFor is the pass that layer i attends with: p, or the pass of the
+// other window that shares p's rotary tables, made on first use so that a
+// graph of one layer has no mask it does not use.
+func (e *emitter) passFor(p *pass, i int) *pass {
+	w := e.cfg.window(i)
+	if w == p.window {
+		return p
+	}
+	if p.other == nil {
+		p.other = e.passWindow(p.past, p.seq, p.decode, p.at, w, p)
+	}
+	return p.other
+}
+
+// passWindow is newPassAt for layers with sliding window w (0 for none),
+// sharing the rotary tables of shared when it is not nil.
+func (e *emitter) passWindow(past, seq int, decode bool, at ir.Value, w int, shared *pass) *pass {
+	cacheLen := e.opt.Seq
+	if shared != nil {
+		cacheLen = shared.cacheLen
+	}
+	p := &pass{past: past, seq: seq, decode: decode, cacheLen: cacheLen, at: at, window: w, cos: ir.NoValue, sin: ir.NoValue, mask: ir.NoValue}
 	if decode && w > 0 && !p.runtime() {
 		// The first query sees keys from past-w+1 on; older cache entries
 		// are sliced away rather than masked.
 		p.kvStart = max(0, past-w+1)
 	}
+	// The attention op has neither a window nor sinks: attention that
+	// needs either keeps the masked, decomposed form.
+	sinks := e.cfg.AttentionSinks
 	if p.runtime() {
 		// Whether the window cuts depends on the position: it can when
-		// the cache is longer than the window. The attention op has no
-		// window, so such a step keeps the masked, decomposed form.
+		// the cache is longer than the window.
 		p.windowCuts = w > 0 && p.cacheLen > w
-		p.composite = !p.windowCuts
+		p.composite = !p.windowCuts && !sinks
 	} else {
 		p.windowCuts = w > 0 && p.kvStart <= past+seq-1-w
-		p.composite = e.opt.Composite && !p.windowCuts
+		p.composite = e.opt.Composite && !p.windowCuts && !sinks
 	}
-	if e.cfg.Family() == Llama {
+	switch {
+	case shared != nil:
+		p.cos, p.sin = shared.cos, shared.sin
+	case e.cfg.Family() == Llama:
 		p.cos, p.sin = e.rotaryTables(p)
 	}
-	if !p.composite && (seq > 1 || p.windowCuts) {
+	// A decomposed step at a runtime position masks the cache's slots
+	// past it.
+	if !p.composite && (seq > 1 || p.windowCuts || p.runtime()) {
 		p.mask = e.causalMask(p)
 	}
 	return p
@@ -93,7 +130,7 @@ func (e *emitter) causalMask(p *pass) ir.Value {
 	}
 	see := e.Binary(ir.OpGe, d, e.scalar(ir.I64, 0))
 	if p.windowCuts {
-		see = e.Binary(ir.OpAnd, see, e.Binary(ir.OpLt, d, e.scalar(ir.I64, float64(e.cfg.SlidingWindow))))
+		see = e.Binary(ir.OpAnd, see, e.Binary(ir.OpLt, d, e.scalar(ir.I64, float64(p.window))))
 	}
 	return e.Where(see, e.scalar(e.dt, 0), e.scalar(e.dt, lowest(e.dt)))
 }
@@ -117,6 +154,9 @@ func (e *emitter) invFreq() ir.Value {
 	d := c.HeadDim
 	if s := c.RopeScaling; s != nil && s.Type == "llama3" {
 		return e.Const(ir.F32, ir.Shape{ir.Dim(d / 2)}, llama3InvFreq(c.RopeTheta, d, s)...)
+	}
+	if s := c.RopeScaling; s != nil && s.Type == "yarn" {
+		return e.Const(ir.F32, ir.Shape{ir.Dim(d / 2)}, yarnInvFreq(c.RopeTheta, d, s)...)
 	}
 	i := e.Iota(ir.F32, ir.Shape{ir.Dim(d / 2)}, 0)
 	exp := e.Div(e.Mul(i, e.scalar(ir.F32, 2)), e.scalar(ir.F32, float64(d)))
@@ -165,7 +205,18 @@ func (e *emitter) rotaryTables(p *pass) (cos, sin ir.Value) {
 	}
 	freqs := e.Mul(pos, e.invFreq()) // [seq, head/2]
 	emb := e.Concat(1, freqs, freqs)
-	return e.downcast(e.Unary(ir.OpCos, emb)), e.downcast(e.Unary(ir.OpSin, emb))
+	return e.rotaryCosSin(emb)
+}
+
+// rotaryCosSin is cos and sin of the angles emb, in f32, times YaRN's
+// attention factor when the config has one, cast to the model's dtype.
+func (e *emitter) rotaryCosSin(emb ir.Value) (cos, sin ir.Value) {
+	cos, sin = e.Unary(ir.OpCos, emb), e.Unary(ir.OpSin, emb)
+	if s := e.cfg.RopeScaling; s != nil && s.Type == "yarn" && s.AttentionFactor != 1 {
+		f := e.scalar(ir.F32, s.AttentionFactor)
+		cos, sin = e.Mul(cos, f), e.Mul(sin, f)
+	}
+	return e.downcast(cos), e.downcast(sin)
 }
 
 // applyRotary is transformers' apply_rotary_pos_emb for one of q and k,
@@ -236,8 +287,13 @@ func (e *emitter) cache(x ir.Value, layer int, which string, p *pass) ir.Value {
 // attend is eager attention over q [batch, heads, seq, head] and k, v
 // [batch, kv heads, keys, head]: repeat_kv, matmul(q, k^T) times the
 // scale, plus the mask, softmax in f32, matmul with v. With
-// Options.Composite it is the attention op instead.
-func (e *emitter) attend(q, k, v ir.Value, p *pass) ir.Value {
+// Options.Composite it is the attention op instead. sinks, when not
+// NoValue, are gpt-oss's [heads] sink logits: as its eager attention
+// does, each row's scores get the head's sink as one more column before
+// the softmax, which is dropped after it. (transformers runs that softmax
+// in the model's dtype; here it is in f32 like every other, which differs
+// only below bf16's rounding.)
+func (e *emitter) attend(q, k, v, sinks ir.Value, p *pass) ir.Value {
 	if !ok(q, k, v) {
 		return ir.NoValue
 	}
@@ -254,7 +310,13 @@ func (e *emitter) attend(q, k, v ir.Value, p *pass) ir.Value {
 	if p.mask != ir.NoValue {
 		s = e.Add(s, p.mask)
 	}
-	return e.MatMul(e.softmax(s), v)
+	if sinks == ir.NoValue {
+		return e.MatMul(e.softmax(s), v)
+	}
+	ss := e.Shape(s) // [batch, heads, seq, keys]
+	col := e.Expand(e.Reshape(sinks, 1, ss[1], 1, 1), ss[0], ss[1], ss[2], 1)
+	probs := e.softmax(e.Concat(3, s, col))
+	return e.MatMul(e.Slice(probs, 3, 0, int64(ss[3]), 1), v)
 }
 
 // llamaAttention is LlamaAttention (and Qwen2's and Mistral's) named
@@ -267,11 +329,12 @@ func (e *emitter) llamaAttention(x ir.Value, prefix string, layer int, p *pass) 
 	q := e.splitHeads(e.linear(x, prefix+".q_proj", c.HiddenSize, hq*hd, c.QKVBias), hq)
 	k := e.splitHeads(e.linear(x, prefix+".k_proj", c.HiddenSize, hkv*hd, c.QKVBias), hkv)
 	v := e.splitHeads(e.linear(x, prefix+".v_proj", c.HiddenSize, hkv*hd, c.QKVBias), hkv)
+	q, k = e.qkNorm(q, k, prefix)
 	q = e.applyRotary(q, p.cos, p.sin)
 	k = e.applyRotary(k, p.cos, p.sin)
 	k = e.cache(k, layer, "key", p)
 	v = e.cache(v, layer, "value", p)
-	o := e.mergeHeads(e.attend(q, k, v, p))
+	o := e.mergeHeads(e.attend(q, k, v, e.sinks(prefix), p))
 	return e.linear(o, prefix+".o_proj", hq*hd, c.HiddenSize, c.OutBias)
 }
 
@@ -288,6 +351,58 @@ func (e *emitter) gpt2Attention(x ir.Value, prefix string, layer int, p *pass) i
 	v := e.splitHeads(e.Slice(qkv, 2, 2*d, 3*d, 1), c.NumAttentionHeads)
 	k = e.cache(k, layer, "key", p)
 	v = e.cache(v, layer, "value", p)
-	o := e.mergeHeads(e.attend(q, k, v, p))
+	o := e.mergeHeads(e.attend(q, k, v, ir.NoValue, p))
 	return e.conv1d(o, prefix+".c_proj", c.HiddenSize, c.HiddenSize)
+}
+
+// qkNorm is Qwen3's q_norm and k_norm named prefix: an RMS norm over the
+// last axis (each head's head_dim) of q and k, before the rotary
+// embedding. Without QKNorm it returns q and k.
+func (e *emitter) qkNorm(q, k ir.Value, prefix string) (ir.Value, ir.Value) {
+	if !e.cfg.QKNorm {
+		return q, k
+	}
+	return e.rmsNorm(q, prefix+".q_norm", e.cfg.RMSNormEps), e.rmsNorm(k, prefix+".k_norm", e.cfg.RMSNormEps)
+}
+
+// sinks is the attention's sink logits [heads] named prefix (gpt-oss's
+// self_attn.sinks), or NoValue when the config has none.
+func (e *emitter) sinks(prefix string) ir.Value {
+	if !e.cfg.AttentionSinks {
+		return ir.NoValue
+	}
+	return e.weight(prefix+".sinks", e.cfg.NumAttentionHeads)
+}
+
+// yarnInvFreq is transformers' _compute_yarn_parameters' inverse
+// frequencies: each is a blend of the original frequency
+// (extrapolation) and the frequency divided by factor (interpolation),
+// weighted by a linear ramp over the frequency index that runs between the
+// dimensions at which beta_fast and beta_slow rotations fit in the
+// original context (rounded outward with truncate, clipped to the head),
+// the original kept below the ramp and the interpolated above it. Values
+// are rounded to f32 as torch computes them.
+func yarnInvFreq(theta float64, d int, s *RopeScaling) []float64 {
+	old := float64(s.OriginalMaxPositionEmbeddings)
+	dim := float64(d)
+	correction := func(rotations float64) float64 {
+		return dim * math.Log(old/(rotations*2*math.Pi)) / (2 * math.Log(theta))
+	}
+	low, high := correction(s.BetaFast), correction(s.BetaSlow)
+	if s.Truncate {
+		low, high = math.Floor(low), math.Ceil(high)
+	}
+	low, high = max(low, 0), min(high, dim-1)
+	if low == high {
+		high += 0.001 // as transformers avoids a zero-width ramp
+	}
+	out := make([]float64, d/2)
+	for i := range out {
+		pos := math.Pow(theta, float64(2*i)/dim)
+		extra, inter := 1/pos, 1/(s.Factor*pos)
+		ramp := min(max((float64(i)-low)/(high-low), 0), 1)
+		keep := 1 - ramp // the extrapolation's share
+		out[i] = ir.F32.Round(inter*(1-keep) + extra*keep)
+	}
+	return out
 }

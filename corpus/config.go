@@ -16,10 +16,14 @@ const (
 	Qwen2   = "qwen2"
 	Mistral = "mistral"
 	GPT2    = "gpt2"
+	// The mixture-of-experts model types (see config_moe.go).
+	Mixtral  = "mixtral"
+	Qwen3MoE = "qwen3_moe"
+	GPTOSS   = "gpt_oss"
 )
 
 // modelTypes lists the supported model types, for errors.
-var modelTypes = []string{Llama, Qwen2, Mistral, GPT2}
+var modelTypes = []string{Llama, Qwen2, Mistral, GPT2, Mixtral, Qwen3MoE, GPTOSS}
 
 // Activations, as config.json's hidden_act or activation_function names
 // them.
@@ -82,19 +86,69 @@ type Config struct {
 	MLPBias bool `json:"mlp_bias,omitempty"`
 
 	// SlidingWindow, when positive, lets each query see only the last
-	// SlidingWindow positions, itself included (mistral).
+	// SlidingWindow positions, itself included (mistral), in every layer
+	// or, when LayerTypes is set, in its sliding_attention layers.
 	SlidingWindow int `json:"sliding_window,omitempty"`
+	// LayerTypes, when not nil, gives each layer's attention kind,
+	// full_attention or sliding_attention (gpt-oss alternates them); nil
+	// means that every layer has the same attention.
+	LayerTypes []string `json:"layer_types,omitempty"`
+
+	// QKNorm says that an RMS norm over each head's head_dim scales q
+	// and k before the rotary embedding (Qwen3-MoE's q_norm and k_norm).
+	QKNorm bool `json:"qk_norm,omitempty"`
+	// AttentionSinks says that each attention head has a learned sink
+	// logit (gpt-oss's self_attn.sinks) that joins every row's softmax
+	// denominator and attends to nothing.
+	AttentionSinks bool `json:"attention_sinks,omitempty"`
+
+	// MoE, when not nil, makes every layer's MLP a mixture of experts.
+	MoE *MoE `json:"moe,omitempty"`
+}
+
+// MoE is the shape of a mixture-of-experts MLP: a router that weights the
+// top NumExpertsPerTok of NumExperts experts for each token, and experts
+// that are gated MLPs of IntermediateSize.
+type MoE struct {
+	NumExperts       int `json:"num_experts"`
+	NumExpertsPerTok int `json:"num_experts_per_tok"`
+	// IntermediateSize is each expert's: intermediate_size (Mixtral,
+	// gpt-oss) or moe_intermediate_size (Qwen3-MoE).
+	IntermediateSize int `json:"intermediate_size"`
+	// NormTopKProb says that the chosen experts' weights are a softmax over
+	// the chosen logits alone (ir.GatingChosen); otherwise they are the
+	// softmax over all the logits, kept unnormalised (ir.GatingAll).
+	// Mixtral and gpt-oss always normalise; Qwen3-MoE's norm_topk_prob.
+	NormTopKProb bool `json:"norm_topk_prob"`
+	// SwiGLULimit, when positive, makes the experts gpt-oss's clamped,
+	// interleaved SwiGLU (ir.GatingClampedSwiGLU) with this clamp;
+	// otherwise they are silu(gate) * up.
+	SwiGLULimit float64 `json:"swiglu_limit,omitempty"`
 }
 
 // RopeScaling is config.json's rope_scaling: how the rotary frequencies
 // are rescaled. Type "linear" divides every frequency by Factor; "llama3"
-// is Llama 3.1's piecewise rescaling.
+// is Llama 3.1's piecewise rescaling; "yarn" is YaRN (transformers'
+// _compute_yarn_parameters): frequencies blended between the original and
+// the interpolated ones by a ramp between the dimensions BetaFast and
+// BetaSlow rotations fit in the original context, and cos and sin
+// multiplied by AttentionFactor.
 type RopeScaling struct {
 	Type                          string  `json:"rope_type"`
 	Factor                        float64 `json:"factor"`
 	LowFreqFactor                 float64 `json:"low_freq_factor,omitempty"`
 	HighFreqFactor                float64 `json:"high_freq_factor,omitempty"`
 	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings,omitempty"`
+
+	// YaRN's: the rotation counts that bound the ramp (defaults 32 and
+	// 1), whether the ramp's ends are rounded outward to whole dimensions
+	// (truncate, default true), and the factor on cos and sin, resolved at
+	// parse time (attention_factor, else from mscale and mscale_all_dim,
+	// else 0.1 ln(factor) + 1).
+	BetaFast        float64 `json:"beta_fast,omitempty"`
+	BetaSlow        float64 `json:"beta_slow,omitempty"`
+	Truncate        bool    `json:"truncate,omitempty"`
+	AttentionFactor float64 `json:"attention_factor,omitempty"`
 }
 
 // LoadConfig reads and validates a config.json file.
@@ -157,6 +211,8 @@ func (p *fieldParser) config() (*Config, error) {
 	switch mt {
 	case Llama, Qwen2, Mistral:
 		p.llama(c)
+	case Mixtral, Qwen3MoE, GPTOSS:
+		p.moeModel(c)
 	case GPT2:
 		p.gpt2(c)
 	default:
@@ -189,7 +245,7 @@ func (p *fieldParser) llama(c *Config) {
 	c.TieWordEmbeddings = p.boolOr("tie_word_embeddings", false)
 	c.RMSNormEps = p.floatOr("rms_norm_eps", 1e-6)
 	c.HiddenAct = p.activation("hidden_act", ActSiLU)
-	c.RopeTheta, c.RopeScaling = p.rope()
+	c.RopeTheta, c.RopeScaling = p.rope(10000, c.MaxPositionEmbeddings)
 	switch c.ModelType {
 	case Llama:
 		c.QKVBias = p.boolOr("attention_bias", false)
@@ -289,8 +345,9 @@ func (p *fieldParser) gpt2(c *Config) {
 
 // rope reads rope_theta and rope_scaling, or their newer form, a
 // rope_parameters object that holds both.
-func (p *fieldParser) rope() (float64, *RopeScaling) {
-	const defaultTheta = 10000
+// defaultTheta is the config class's default base; maxPos the config's
+// positions, YaRN's original context when rope_scaling omits it.
+func (p *fieldParser) rope(defaultTheta float64, maxPos int) (float64, *RopeScaling) {
 	key := "rope_scaling"
 	raw, ok := p.lookup("rope_parameters")
 	theta := p.floatOr("rope_theta", defaultTheta)
@@ -342,8 +399,12 @@ func (p *fieldParser) rope() (float64, *RopeScaling) {
 		}
 		p.fail(q.err)
 		return theta, s
+	case "yarn":
+		s := q.yarn(maxPos)
+		p.fail(q.err)
+		return theta, s
 	}
-	p.fail(fmt.Errorf("%q: rope_type %q is not supported (supported: default, linear, llama3)", key, typ))
+	p.fail(fmt.Errorf("%q: rope_type %q is not supported (supported: default, linear, llama3, yarn)", key, typ))
 	return theta, nil
 }
 
@@ -429,7 +490,7 @@ func (c *Config) Validate() error {
 	if c.SlidingWindow < 0 {
 		return fmt.Errorf("config: %q is %d; want a positive number or none", "sliding_window", c.SlidingWindow)
 	}
-	return nil
+	return c.validateMoE()
 }
 
 func (s *RopeScaling) validate() error {
@@ -441,6 +502,16 @@ func (s *RopeScaling) validate() error {
 	}
 	switch s.Type {
 	case "linear":
+	case "yarn":
+		if s.OriginalMaxPositionEmbeddings <= 0 {
+			return fmt.Errorf("config: %q is %d; want a positive number", "rope_scaling.original_max_position_embeddings", s.OriginalMaxPositionEmbeddings)
+		}
+		if !(s.BetaFast > 0) || !(s.BetaSlow > 0) || math.IsInf(s.BetaFast, 0) || math.IsInf(s.BetaSlow, 0) {
+			return fmt.Errorf("config: rope_scaling: want positive, finite beta_fast and beta_slow, got %v and %v", s.BetaFast, s.BetaSlow)
+		}
+		if !(s.AttentionFactor > 0) || math.IsInf(s.AttentionFactor, 0) {
+			return fmt.Errorf("config: %q is %v; want a positive, finite number", "rope_scaling.attention_factor", s.AttentionFactor)
+		}
 	case "llama3":
 		if !(s.LowFreqFactor > 0) || !(s.HighFreqFactor > s.LowFreqFactor) {
 			return fmt.Errorf("config: rope_scaling: want 0 < low_freq_factor < high_freq_factor, got %v and %v", s.LowFreqFactor, s.HighFreqFactor)
@@ -449,7 +520,7 @@ func (s *RopeScaling) validate() error {
 			return fmt.Errorf("config: %q is %d; want a positive number", "rope_scaling.original_max_position_embeddings", s.OriginalMaxPositionEmbeddings)
 		}
 	default:
-		return fmt.Errorf("config: rope_scaling type %q is not supported (supported: default, linear, llama3)", s.Type)
+		return fmt.Errorf("config: rope_scaling type %q is not supported (supported: default, linear, llama3, yarn)", s.Type)
 	}
 	return nil
 }
@@ -477,167 +548,11 @@ func (c *Config) fieldName(key string) string {
 }
 
 // Family is "gpt2" for gpt2 and "llama" for the llama-style models (llama,
-// qwen2, mistral: RMS norms, rotary embeddings, gated MLPs).
+// qwen2, mistral, and the mixtures of experts mixtral, qwen3_moe and
+// gpt_oss: RMS norms, rotary embeddings, gated MLPs or experts).
 func (c *Config) Family() string {
 	if c.ModelType == GPT2 {
 		return GPT2
 	}
 	return Llama
-}
-
-// fields are a config.json object's members, decoded lazily so that a
-// type error names its field.
-type fields map[string]json.RawMessage
-
-// fieldParser reads typed fields, keeping the first error.
-type fieldParser struct {
-	f      fields
-	prefix string // for nested objects: "rope_scaling."
-	err    error
-	// read records the keys looked up, when not nil.
-	read map[string]bool
-}
-
-func (p *fieldParser) fail(err error) {
-	if p.err == nil && err != nil {
-		p.err = err
-	}
-}
-
-func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
-
-// lookup returns a field's raw value, or false when it is absent or null.
-func (p *fieldParser) lookup(key string) (json.RawMessage, bool) {
-	if p.read != nil {
-		p.read[key] = true
-	}
-	raw, ok := p.f[key]
-	if !ok || isNull(raw) {
-		return nil, false
-	}
-	return raw, true
-}
-
-// has says whether a field is present, null included.
-func (p *fieldParser) has(key string) bool {
-	if p.read != nil {
-		p.read[key] = true
-	}
-	_, ok := p.f[key]
-	return ok
-}
-
-// intAbsentNull reads an integral field that is absent for one default
-// and null for another, as transformers' Optional arguments are.
-func (p *fieldParser) intAbsentNull(key string, absent, null int) int {
-	if !p.has(key) {
-		return absent
-	}
-	if v, ok := p.integer(key); ok {
-		return v
-	}
-	return null
-}
-
-// strings reads an array of strings; nil when absent or null.
-func (p *fieldParser) strings(key string) []string {
-	raw, ok := p.lookup(key)
-	if !ok {
-		return nil
-	}
-	var s []string
-	if err := json.Unmarshal(raw, &s); err != nil || s == nil {
-		p.fail(fmt.Errorf("%q: want an array of strings, got %s", p.prefix+key, shortJSON(raw)))
-		return nil
-	}
-	return s
-}
-
-// number reads a numeric field.
-func (p *fieldParser) number(key string) (float64, bool) {
-	raw, ok := p.lookup(key)
-	if !ok {
-		return 0, false
-	}
-	var n json.Number
-	if bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`"`)) || json.Unmarshal(raw, &n) != nil {
-		// json.Number would take a quoted number; config.json's sizes are bare.
-		p.fail(fmt.Errorf("%q: want a number, got %s", p.prefix+key, raw))
-		return 0, false
-	}
-	v, err := n.Float64()
-	if err != nil {
-		p.fail(fmt.Errorf("%q: %s is not a number", p.prefix+key, raw))
-		return 0, false
-	}
-	return v, true
-}
-
-// integer reads an integral field (4096 or 4096.0).
-func (p *fieldParser) integer(key string) (int, bool) {
-	v, ok := p.number(key)
-	if !ok {
-		return 0, false
-	}
-	if v != math.Trunc(v) || math.Abs(v) > 1<<40 {
-		p.fail(fmt.Errorf("%q: want an integer, got %v", p.prefix+key, v))
-		return 0, false
-	}
-	return int(v), true
-}
-
-func (p *fieldParser) required(key string) int {
-	v, ok := p.integer(key)
-	if !ok {
-		p.fail(fmt.Errorf("missing %q", p.prefix+key))
-	}
-	return v
-}
-
-func (p *fieldParser) required64(key string) float64 {
-	v, ok := p.number(key)
-	if !ok {
-		p.fail(fmt.Errorf("missing %q", p.prefix+key))
-	}
-	return v
-}
-
-func (p *fieldParser) intOr(key string, def int) int {
-	if v, ok := p.integer(key); ok {
-		return v
-	}
-	return def
-}
-
-func (p *fieldParser) floatOr(key string, def float64) float64 {
-	if v, ok := p.number(key); ok {
-		return v
-	}
-	return def
-}
-
-func (p *fieldParser) boolOr(key string, def bool) bool {
-	raw, ok := p.lookup(key)
-	if !ok {
-		return def
-	}
-	var b bool
-	if err := json.Unmarshal(raw, &b); err != nil {
-		p.fail(fmt.Errorf("%q: want true or false, got %s", p.prefix+key, raw))
-		return def
-	}
-	return b
-}
-
-func (p *fieldParser) str(key string) (string, bool) {
-	raw, ok := p.lookup(key)
-	if !ok {
-		return "", false
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		p.fail(fmt.Errorf("%q: want a string, got %s", p.prefix+key, raw))
-		return "", false
-	}
-	return s, true
 }

@@ -17,8 +17,8 @@ import (
 // num_local_experts under model_type mistral, a quantization_config, a
 // partial rotary embedding) is refused by name instead of being built as
 // another model. The lists follow the transformers config classes
-// (LlamaConfig, Qwen2Config, MistralConfig, GPT2Config and their base,
-// PretrainedConfig).
+// (LlamaConfig, Qwen2Config, MistralConfig, MixtralConfig, Qwen3MoeConfig,
+// GptOssConfig, GPT2Config and their base, PretrainedConfig).
 
 // keySet lists one model type's keys.
 type keySet struct {
@@ -52,6 +52,28 @@ var configKeys = map[string]keySet{
 	Mistral: {
 		read:     append(slices.Clone(llamaRead), "sliding_window"),
 		harmless: []string{"attention_dropout"},
+	},
+	Mixtral: {
+		read: append(slices.Clone(llamaRead), "sliding_window", "num_local_experts", "num_experts_per_tok", "router_jitter_noise"),
+		// The router's auxiliary loss is a training loss; Mixtral's
+		// router jitter is read, since a model trained with it is refused.
+		harmless: []string{"attention_dropout", "router_aux_loss_coef", "output_router_logits"},
+	},
+	Qwen3MoE: {
+		read: append(slices.Clone(llamaRead), "attention_bias", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+			"norm_topk_prob", "use_sliding_window", "sliding_window", "max_window_layers", "decoder_sparse_step", "mlp_only_layers"),
+		harmless: []string{"attention_dropout", "router_aux_loss_coef", "output_router_logits"},
+	},
+	GPTOSS: {
+		read: append(slices.Clone(llamaRead), "attention_bias", "sliding_window", "layer_types", "num_local_experts",
+			"num_experts_per_tok", "swiglu_limit", "swiglu_alpha"),
+		harmless: []string{
+			"attention_dropout", "router_aux_loss_coef", "output_router_logits",
+			// openai's own spellings of num_experts_per_tok and
+			// rope_scaling's original_max_position_embeddings, which
+			// transformers keeps and never reads.
+			"experts_per_token", "initial_context_length",
+		},
 	},
 	GPT2: {
 		read: []string{
@@ -106,6 +128,7 @@ var commonHarmless = []string{
 // parser reads.
 var ropeKeys = []string{
 	"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings",
+	"beta_fast", "beta_slow", "truncate", "attention_factor", "mscale", "mscale_all_dim",
 }
 
 // offValues are unknown keys whose documented off value is not the

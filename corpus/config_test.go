@@ -42,8 +42,9 @@ func TestEmbeddedConfigs(t *testing.T) {
 			assert.Equal(t, &tt.want, c)
 		})
 	}
-	assert.Equal(t, []string{"gpt2", "llama-3-8b", "llama-3.2-1b", "mistral-7b", "qwen2.5-0.5b",
-		"tiny-gpt2", "tiny-llama", "tiny-mistral", "tiny-qwen2"}, ConfigNames())
+	assert.Equal(t, []string{"gpt-oss-120b", "gpt-oss-20b", "gpt2", "llama-3-8b", "llama-3.2-1b", "mistral-7b", "mixtral-8x7b",
+		"qwen2.5-0.5b", "qwen3-30b-a3b", "tiny-gpt-oss", "tiny-gpt2", "tiny-llama", "tiny-mistral", "tiny-mixtral", "tiny-qwen2",
+		"tiny-qwen3-moe"}, ConfigNames())
 
 	// Each embedded config is a copy: changing it changes no later one.
 	c, err := EmbeddedConfig("llama-3.2-1b")
@@ -182,7 +183,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"negative eps", `{"model_type":"llama",` + base + `,"rms_norm_eps":-1}`, `"rms_norm_eps" is -1`},
 		{"bad rope_theta", `{"model_type":"llama",` + base + `,"rope_theta":0.5}`, `"rope_theta" is 0.5`},
 		{"unsupported activation", `{"model_type":"llama",` + base + `,"hidden_act":"mish"}`, `"hidden_act": activation "mish" is not supported`},
-		{"unsupported rope scaling", `{"model_type":"llama",` + base + `,"rope_scaling":{"rope_type":"yarn","factor":4}}`, `rope_type "yarn" is not supported`},
+		{"unsupported rope scaling", `{"model_type":"llama",` + base + `,"rope_scaling":{"rope_type":"longrope","factor":4}}`, `rope_type "longrope" is not supported`},
 		{"rope scaling not an object", `{"model_type":"llama",` + base + `,"rope_scaling":4}`, `"rope_scaling": want an object`},
 		{"llama3 scaling without factor", `{"model_type":"llama",` + base + `,"rope_scaling":{"rope_type":"llama3","low_freq_factor":1,"high_freq_factor":4,"original_max_position_embeddings":64}}`, `missing "rope_scaling.factor"`},
 		{"llama3 scaling factors swapped", `{"model_type":"llama",` + base + `,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1,"original_max_position_embeddings":64}}`, "low_freq_factor < high_freq_factor"},

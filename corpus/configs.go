@@ -40,8 +40,8 @@ var embedded = sync.OnceValues(func() (map[string]*Config, error) {
 })
 
 // ConfigNames lists the embedded configs' names, sorted: llama-3-8b,
-// llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2 and the tiny-* test
-// models.
+// llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2, mixtral-8x7b,
+// qwen3-30b-a3b, gpt-oss-20b, gpt-oss-120b and the tiny-* test models.
 func ConfigNames() []string {
 	m, err := embedded()
 	if err != nil {
@@ -65,10 +65,5 @@ func EmbeddedConfig(name string) (*Config, error) {
 	if !ok {
 		return nil, fmt.Errorf("no embedded config %q%s", name, suggest(name, ConfigNames()))
 	}
-	cp := *c
-	if c.RopeScaling != nil {
-		s := *c.RopeScaling
-		cp.RopeScaling = &s
-	}
-	return &cp, nil
+	return c.clone(), nil
 }

@@ -1,7 +1,8 @@
 // Package corpus owns where graphs come from: builders that emit ir graphs
 // of decoder-only language models (llama, qwen2, mistral and gpt2 layers,
-// their building blocks and whole models, for prefill and for one decode
-// step over an in-place KV cache) from a Hugging Face config.json, a set of
+// and the mixtures of experts mixtral, qwen3_moe and gpt_oss; their
+// building blocks and whole models, for prefill and for one decode step
+// over an in-place KV cache) from a Hugging Face config.json, a set of
 // embedded configs of real models and tiny test models, a registry of named
 // graphs (MODEL:KIND, see Names and Build) and seeded random weights. ONNX
 // import and safetensors weights live in the subpackages onnx and
@@ -11,14 +12,16 @@
 // attention is matmul(q, k^T), a multiply by the scale, an additive causal
 // mask, a decomposed softmax and matmul with v; RMS and layer norms, SiLU
 // and GELU are their elementwise and reduction steps. Finding the fused
-// kernels is the search's job, not the builder's. The only composite op
-// they emit is matmul, unless Options.Composite asks for the composite
+// kernels is the search's job, not the builder's. The only composite ops
+// they emit are matmul and, for a mixture of experts, route and experts
+// (ir.Route, ir.Experts), unless Options.Composite asks for the composite
 // softmax, norm and attention ops instead.
 //
 // A config is built only when lumsearch can honour it: a key the parser
 // neither reads nor knows to be harmless (ReadKeys, HarmlessKeys) must be
-// absent or off, so that a mixture of experts or a quantized checkpoint is
-// refused by name rather than built as a dense model, and a length beyond
+// absent or off, so that a feature the builders lack (shared experts, dense
+// layers between the experts, a quantized checkpoint) is refused by name
+// rather than built as another model, and a length beyond
 // the config's positions is a PositionsError.
 //
 // Weights carry the Hugging Face checkpoint names

@@ -131,6 +131,10 @@ func (e *emitter) rmsNorm(x ir.Value, prefix string, eps float64) ir.Value {
 	h := e.upcast(x)
 	v := e.Mean(e.Mul(h, h), -1)
 	r := e.Rsqrt(e.Add(v, e.scalar(ir.F32, eps)))
+	if e.cfg.ModelType == GPTOSS {
+		// GptOssRMSNorm multiplies by the weight before the cast back.
+		return e.downcast(e.Mul(e.upcast(w), e.Mul(h, r)))
+	}
 	return e.Mul(w, e.downcast(e.Mul(h, r)))
 }
 

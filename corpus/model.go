@@ -22,7 +22,8 @@ func (e *emitter) layerPrefix(i int) string {
 
 // layer is decoder layer i over hidden states h [batch, seq, hidden]:
 // LlamaDecoderLayer (RMS norm, attention, residual add, RMS norm, gated
-// MLP, residual add) or GPT2Block (the same with layer norms and gpt2's
+// MLP or mixture of experts, residual add; the mixture-of-experts models'
+// layers are the same) or GPT2Block (the same with layer norms and gpt2's
 // attention and MLP).
 func (e *emitter) layer(h ir.Value, i int, p *pass) ir.Value {
 	c := e.cfg
@@ -33,9 +34,9 @@ func (e *emitter) layer(h ir.Value, i int, p *pass) ir.Value {
 		m := e.gpt2MLP(e.layerNorm(h, pre+".ln_2", c.LayerNormEps), pre+".mlp")
 		return e.Add(h, m)
 	}
-	a := e.llamaAttention(e.rmsNorm(h, pre+".input_layernorm", c.RMSNormEps), pre+".self_attn", i, p)
+	a := e.llamaAttention(e.rmsNorm(h, pre+".input_layernorm", c.RMSNormEps), pre+".self_attn", i, e.passFor(p, i))
 	h = e.Add(h, a)
-	m := e.gatedMLP(e.rmsNorm(h, pre+".post_attention_layernorm", c.RMSNormEps), pre+".mlp")
+	m := e.mlp(e.rmsNorm(h, pre+".post_attention_layernorm", c.RMSNormEps), pre)
 	return e.Add(h, m)
 }
 

@@ -34,6 +34,19 @@ func expectedParams(c *Config) (layer, model int64) {
 		if c.MLPBias {
 			mlp += 2*in + h
 		}
+		if m := c.MoE; m != nil {
+			e, ein := int64(m.NumExperts), int64(m.IntermediateSize)
+			mlp = e*h + e*3*h*ein // router, experts
+			if c.ModelType == GPTOSS {
+				mlp += e + e*2*ein + e*h // router and experts' biases
+			}
+		}
+		if c.QKNorm {
+			attn += 2 * int64(c.HeadDim)
+		}
+		if c.AttentionSinks {
+			attn += int64(c.NumAttentionHeads)
+		}
 		layer = attn + mlp + 2*h
 		model = embed + int64(c.NumHiddenLayers)*layer + h
 	}
@@ -51,6 +64,11 @@ func TestParamCounts(t *testing.T) {
 		"qwen2.5-0.5b": 494_032_768,
 		"mistral-7b":   7_241_732_096,
 		"gpt2":         124_439_808,
+		// The model cards' totals.
+		"mixtral-8x7b":  46_702_792_704,
+		"qwen3-30b-a3b": 30_532_122_624,
+		"gpt-oss-20b":   20_914_757_184,
+		"gpt-oss-120b":  116_829_156_672,
 	}
 	for _, name := range ConfigNames() {
 		t.Run(name, func(t *testing.T) {

@@ -4,10 +4,12 @@ package corpus
 // seconds: two layers, hidden size 64 in four heads of 16, an MLP of 128, a
 // vocabulary of 97, the grouping of key/value heads kept where four query
 // heads allow it, and everything else (activation, biases, norms, rotary
-// settings, a sliding window shrunk to 3) as c has it. Compiled programs
-// are verified on it: the kernels differ only in their sizes.
+// settings, a sliding window shrunk to 3) as c has it; a mixture of
+// experts keeps 4 to 8 experts of 32, as many chosen per token as fit, and
+// its first two layer types (gpt-oss's sliding and full). Compiled
+// programs are verified on it: the kernels differ only in their sizes.
 func Reduced(c *Config) *Config {
-	r := *c
+	r := c.clone()
 	r.Name = c.Name + "-reduced"
 	groups := 1
 	if c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads == 0 {
@@ -25,9 +27,17 @@ func Reduced(c *Config) *Config {
 	if r.SlidingWindow > 0 {
 		r.SlidingWindow = 3
 	}
-	if r.RopeScaling != nil {
-		rs := *r.RopeScaling
-		r.RopeScaling = &rs
+	if m := r.MoE; m != nil {
+		// Four to eight experts of 32, as many chosen as fit.
+		m.NumExperts = min(max(m.NumExperts, 4), 8)
+		m.NumExpertsPerTok = min(m.NumExpertsPerTok, m.NumExperts)
+		m.IntermediateSize = 32
+		if c.ModelType != Qwen3MoE {
+			r.IntermediateSize = m.IntermediateSize // the experts' size
+		}
 	}
-	return &r
+	if r.LayerTypes != nil {
+		r.LayerTypes = r.LayerTypes[:r.NumHiddenLayers]
+	}
+	return r
 }

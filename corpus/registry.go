@@ -16,18 +16,23 @@ type kind struct {
 	family string
 	// decode says that Options.Past matters.
 	decode bool
-	build  func(e *emitter) error
+	// attends says that the kind's graph has attention.
+	attends bool
+	// unsupported, when not nil, says why a config cannot have the
+	// kind; Kinds leaves such kinds out and BuildConfig refuses them.
+	unsupported func(c *Config) error
+	build       func(e *emitter) error
 }
 
 // kinds lists the kinds in the order Names and Kinds give them.
 var kinds = []kind{
-	{name: "layer", family: Llama, build: buildLayer},
-	{name: "block", family: GPT2, build: buildLayer},
-	{name: "model", build: func(e *emitter) error {
+	{name: "layer", family: Llama, attends: true, build: buildLayer},
+	{name: "block", family: GPT2, attends: true, build: buildLayer},
+	{name: "model", attends: true, build: func(e *emitter) error {
 		e.causalLM(0, e.opt.Seq, false)
 		return nil
 	}},
-	{name: "decode", decode: true, build: func(e *emitter) error {
+	{name: "decode", decode: true, attends: true, build: func(e *emitter) error {
 		if e.opt.Past >= e.opt.Seq {
 			return fmt.Errorf("past %d: want it below seq %d, the KV cache's capacity", e.opt.Past, e.opt.Seq)
 		}
@@ -37,7 +42,7 @@ var kinds = []kind{
 		e.causalLM(e.opt.Past, 1, true)
 		return nil
 	}},
-	{name: "prefill", build: func(e *emitter) error {
+	{name: "prefill", attends: true, build: func(e *emitter) error {
 		// The prompt's keys and values go into the caches, laid out as
 		// the decode step's (capacity Options.Cache), which goes on
 		// from position Seq.
@@ -47,8 +52,8 @@ var kinds = []kind{
 		e.causalLMPass(ids, p)
 		return nil
 	}},
-	{name: "step", build: func(e *emitter) error { return e.stepKind() }},
-	{name: "attention", build: func(e *emitter) error {
+	{name: "step", attends: true, unsupported: stepSupport, build: func(e *emitter) error { return e.stepKind() }},
+	{name: "attention", attends: true, build: func(e *emitter) error {
 		x := e.hiddenInput()
 		p := e.newPass(0, e.opt.Seq, false)
 		if e.cfg.Family() == GPT2 {
@@ -63,7 +68,7 @@ var kinds = []kind{
 		if e.cfg.Family() == GPT2 {
 			e.Output("output", e.gpt2MLP(x, e.layerPrefix(0)+".mlp"))
 		} else {
-			e.Output("output", e.gatedMLP(x, e.layerPrefix(0)+".mlp"))
+			e.Output("output", e.mlp(x, e.layerPrefix(0)))
 		}
 		return nil
 	}},
@@ -91,12 +96,30 @@ var kinds = []kind{
 		e.Output("k_embed", e.applyRotary(k, cos, sin))
 		return nil
 	}},
-	{name: "activation", build: func(e *emitter) error {
+	{name: "activation", unsupported: activationSupport, build: func(e *emitter) error {
 		c := e.cfg
 		x := e.Input("x", e.dt, ir.Dim(e.opt.Batch), ir.Dim(e.opt.Seq), ir.Dim(c.IntermediateSize))
 		e.Output("output", e.activation(x, c.HiddenAct))
 		return nil
 	}},
+}
+
+// activationSupport refuses the activation kind where hidden_act is not
+// the MLP's activation: gpt-oss's experts apply their own clamped SwiGLU.
+func activationSupport(c *Config) error {
+	if c.MoE != nil && c.MoE.SwiGLULimit > 0 {
+		return fmt.Errorf("the experts apply a clamped SwiGLU, not %s alone (see the mlp kind)", c.HiddenAct)
+	}
+	return nil
+}
+
+// compositeSupport refuses Options.Composite for the kinds with attention
+// where the attention op cannot express the config's.
+func compositeSupport(c *Config) error {
+	if c.AttentionSinks {
+		return fmt.Errorf("composite attention (Options.Composite) needs attention sinks in the attention op, not supported yet")
+	}
+	return nil
 }
 
 // kindAliases are the names of the same kind in the other family.
@@ -163,7 +186,10 @@ func checkPositions(c *Config, k *kind, seq int) error {
 // llama-family configs give layer, model, decode, prefill, step,
 // attention, mlp, rmsnorm, softmax, rotary and their activation (silu);
 // gpt2 configs give block, model, decode, prefill, step, attention, mlp,
-// layernorm, softmax and their activation (gelu-tanh for gelu_new).
+// layernorm, softmax and their activation (gelu-tanh for gelu_new). The
+// mixtures of experts are llama-family configs whose mlp is the experts
+// block; gpt_oss has neither step (paged attention has no sinks nor
+// per-layer windows) nor an activation kind (its experts clamp).
 //
 //   - layer, block: decoder layer 0 over input hidden_states
 //     [batch, seq, hidden], a prefill, output hidden_states.
@@ -198,7 +224,7 @@ func Kinds(c *Config) []string {
 	var out []string
 	for i := range kinds {
 		k := &kinds[i]
-		if k.family == "" || k.family == c.Family() {
+		if (k.family == "" || k.family == c.Family()) && (k.unsupported == nil || k.unsupported(c) == nil) {
 			out = append(out, k.nameFor(c))
 		}
 	}
@@ -229,6 +255,16 @@ func BuildConfig(name string, c *Config, kindName string, opt Options) (*ir.Grap
 		k := &kinds[i]
 		if (k.family != "" && k.family != c.Family()) || k.nameFor(c) != kindName {
 			continue
+		}
+		if k.unsupported != nil {
+			if err := k.unsupported(c); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		if k.attends && opt.Composite {
+			if err := compositeSupport(c); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
 		}
 		if err := checkPositions(c, k, opt.Seq); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)

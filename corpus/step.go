@@ -1,6 +1,7 @@
 package corpus
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/lumsearch/lumsearch/ir"
@@ -47,6 +48,9 @@ func StepLayout(c *Config, opt Options) (step.Layout, error) {
 // token). The runtime symbol seqs carries S; T is query_start[S], the
 // tokens past it belong to no sequence.
 func (e *emitter) stepKind() error {
+	if err := stepSupport(e.cfg); err != nil {
+		return err
+	}
 	l, err := StepLayout(e.cfg, e.opt)
 	if err != nil {
 		return err
@@ -102,9 +106,8 @@ func (e *emitter) stepRotary(positions ir.Value) (cos, sin ir.Value) {
 	freqs := e.Mul(pos, e.invFreq()) // [tokens, head/2]
 	emb := e.Concat(1, freqs, freqs)
 	d := ir.Dim(e.cfg.HeadDim)
-	cos = e.Reshape(e.downcast(e.Unary(ir.OpCos, emb)), T, 1, d)
-	sin = e.Reshape(e.downcast(e.Unary(ir.OpSin, emb)), T, 1, d)
-	return cos, sin
+	cos, sin = e.rotaryCosSin(emb)
+	return e.Reshape(cos, T, 1, d), e.Reshape(sin, T, 1, d)
 }
 
 // stepLayer is decoder layer i over the step's hidden states [tokens,
@@ -117,7 +120,7 @@ func (e *emitter) stepLayer(h ir.Value, i int, sp *stepPass) ir.Value {
 		return e.Add(h, e.gpt2MLP(e.layerNorm(h, pre+".ln_2", c.LayerNormEps), pre+".mlp"))
 	}
 	h = e.Add(h, e.stepAttention(e.rmsNorm(h, pre+".input_layernorm", c.RMSNormEps), pre+".self_attn", i, sp))
-	return e.Add(h, e.gatedMLP(e.rmsNorm(h, pre+".post_attention_layernorm", c.RMSNormEps), pre+".mlp"))
+	return e.Add(h, e.mlp(e.rmsNorm(h, pre+".post_attention_layernorm", c.RMSNormEps), pre))
 }
 
 // stepAttention is the attention block of layer i over x [tokens, hidden]:
@@ -146,6 +149,7 @@ func (e *emitter) stepAttention(x ir.Value, prefix string, layer int, sp *stepPa
 		q = heads(e.linear(x, prefix+".q_proj", c.HiddenSize, hq*hd, c.QKVBias), hq)
 		k = heads(e.linear(x, prefix+".k_proj", c.HiddenSize, hkv*hd, c.QKVBias), hkv)
 		v = heads(e.linear(x, prefix+".v_proj", c.HiddenSize, hkv*hd, c.QKVBias), hkv)
+		q, k = e.qkNorm(q, k, prefix)
 		q = e.applyRotary(q, sp.cos, sp.sin)
 		k = e.applyRotary(k, sp.cos, sp.sin)
 	}
@@ -165,4 +169,17 @@ func (e *emitter) stepAttention(x ir.Value, prefix string, layer int, sp *stepPa
 		return e.conv1d(o, prefix+".c_proj", c.HiddenSize, c.HiddenSize)
 	}
 	return e.linear(o, prefix+".o_proj", hq*hd, c.HiddenSize, c.OutBias)
+}
+
+// stepSupport refuses, by name, the configs whose attention paged
+// attention cannot express yet: sinks, and layers of different windows
+// (one pool layout's window serves every layer).
+func stepSupport(c *Config) error {
+	switch {
+	case c.AttentionSinks:
+		return fmt.Errorf("the step kind needs attention sinks in paged attention, not supported yet")
+	case c.mixedWindows():
+		return fmt.Errorf("the step kind needs per-layer sliding windows in paged attention, not supported yet")
+	}
+	return nil
 }

@@ -74,7 +74,7 @@ func TestStepMatchesEachSequenceAlone(t *testing.T) {
 	if testing.Short() {
 		trials = 2
 	}
-	for _, model := range []string{"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2"} {
+	for _, model := range []string{"tiny-llama", "tiny-qwen2", "tiny-mistral", "tiny-gpt2", "tiny-mixtral", "tiny-qwen3-moe"} {
 		for _, dt := range []ir.DType{ir.F32, ir.BF16} {
 			t.Run(fmt.Sprintf("%s/%s", model, dt), func(t *testing.T) {
 				t.Parallel()

@@ -16,12 +16,18 @@ const (
 	weightStd     = 0.02 // linear weights and embeddings: normal, std 0.02
 	biasStd       = 0.02 // biases: normal, std 0.02
 	normScaleSpan = 0.1  // norm scales: uniform in [1-0.1, 1+0.1]
+	// Attention sinks: normal, std 1. Trained sinks are logits of the
+	// scores' size; transformers' initializer_range would leave a sink
+	// near 0, the weight of one more key of score 0.
+	sinkStd = 1.0
 )
 
 // RandomWeights draws a seeded tensor for every weight of g, keyed by the
 // weight's name: norm scales (1-D weights whose name holds "norm" or
-// "ln_") uniform in 1 ± 0.1, biases (".bias") and every other weight
-// normal with std 0.02, clipped at three standard deviations. Each
+// "ln_", Qwen3's q_norm and k_norm included) uniform in 1 ± 0.1,
+// attention sinks (".sinks") normal with std 1, biases (".bias", and
+// gpt-oss's experts' "_bias") and every other weight (routers and experts
+// too) normal with std 0.02, clipped at three standard deviations. Each
 // weight's values depend only on the seed, its name and its shape, so a
 // layer's weights are the same in the layer graph and in the whole model.
 // Tensors keep float32 storage (ir.TensorOfFloat32), rounded to the
@@ -45,7 +51,9 @@ func RandomWeights(g *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
 			for i := range vals {
 				vals[i] = float32(1 + normScaleSpan*(2*rng.Float64()-1))
 			}
-		case strings.HasSuffix(n.Name, ".bias"):
+		case strings.HasSuffix(n.Name, ".sinks"):
+			fillNormal(rng, vals, sinkStd)
+		case strings.HasSuffix(n.Name, ".bias"), strings.HasSuffix(n.Name, "_bias"):
 			fillNormal(rng, vals, biasStd)
 		default:
 			fillNormal(rng, vals, weightStd)
@@ -70,7 +78,7 @@ func isNormScale(n *ir.Node) bool {
 
 // std is a weight's typical magnitude, for the all-zero fallback.
 func std(n *ir.Node) float64 {
-	if isNormScale(n) {
+	if isNormScale(n) || strings.HasSuffix(n.Name, ".sinks") {
 		return 1
 	}
 	return weightStd
