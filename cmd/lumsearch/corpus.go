@@ -19,14 +19,16 @@ var corpusCommand = &command{
 	synopsis: "corpus list [--json] | corpus show NAME|CONFIG.json|DIR|MODEL.onnx [--summary] | corpus eval NAME|CONFIG.json|DIR|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--composite] [--input-range NAME=LO..HI ...] [--inputs FILE] [--outputs FILE] [--save-outputs FILE]",
 	doc: `
 The corpus is the set of model graphs lumsearch builds itself, named
-MODEL:KIND: llama-3-8b, llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2 and
-tiny-* test models, each as one decoder layer (layer, or block for gpt2), a
+MODEL:KIND: llama-3-8b, llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2, the
+mixtures of experts mixtral-8x7b, qwen3-30b-a3b, gpt-oss-20b and
+gpt-oss-120b, and tiny-* test models, each as one decoder layer (layer, or
+block for gpt2), a
 whole-model prefill (model), one decode step over in-place KV caches
 (decode), and blocks (attention, mlp, rmsnorm or layernorm, softmax, rotary,
 the activation). MODEL may also be the path of a Hugging Face config.json
 (PATH.json:KIND); show and eval also take PATH.json alone, or a folder
 holding config.json, for the whole model (kind model). A config with a key
-lumsearch does not implement (a mixture of experts, quantization, ...) is
+lumsearch does not implement (quantization, shared experts, ...) is
 refused by name, and so is a --seq beyond the model's positions
 (max_position_embeddings, n_positions for gpt2).
 
