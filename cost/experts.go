@@ -74,11 +74,21 @@ func loneOp(body *ir.Graph, op ir.Op, what string) (ir.Value, *ir.Node, error) {
 		return 0, nil, fmt.Errorf("a %s kernel whose output is a %s", what, n.Op)
 	}
 	for i, m := range body.Nodes {
-		if ir.Value(i) != v && m.Op != ir.OpInput {
-			return 0, nil, fmt.Errorf("a %s in a %s kernel (it reads its operands as arguments)", m.Op, what)
+		if ir.Value(i) != v && m.Op != ir.OpInput && m.Op != ir.OpReshape {
+			return 0, nil, fmt.Errorf("a %s in a %s kernel (it reads its operands as arguments, or reshapes of them)", m.Op, what)
 		}
 	}
 	return v, n, nil
+}
+
+// ArgumentOf is the kernel argument operand v of a route or experts body
+// reads: v itself, or the input under its reshapes (which keep the
+// elements' order, so that the argument is indexed as v is).
+func ArgumentOf(body *ir.Graph, v ir.Value) ir.Value {
+	for body.Node(v).Op == ir.OpReshape {
+		v = body.Node(v).Inputs[0]
+	}
+	return v
 }
 
 // ExpertsParts are the shapes of an experts_up or experts_down kernel

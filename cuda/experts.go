@@ -55,7 +55,7 @@ func printRoute(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	w("  const int lane = threadIdx.x %% 32;\n")
 	w("  const long long r = (long long)blockIdx.x * %d + threadIdx.x / 32;\n", s.Rows)
 	w("  if (r >= %s) return;\n", rows)
-	w("  const %s* row = in0 + r * %dLL;\n", storageType(p.In), p.E)
+	w("  const %s* row = %s + r * %dLL;\n", storageType(p.In), paramName(body, cost.ArgumentOf(body, body.Node(p.Node).Inputs[0])), p.E)
 	w("  float v[%d];\n  bool taken[%d];\n", L, L)
 	w("  for (int i = 0; i < %d; i++) {\n    const int e = lane + 32 * i;\n", L)
 	w("    v[i] = e < %d ? %s : -INFINITY;\n    taken[i] = false;\n  }\n", p.E, load(p.In, "row[e]"))
@@ -136,11 +136,13 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		return "", fmt.Errorf("%s: schedule %s: a grid of %d blocks along y, more than 65535", p.Op, s, k.Grid[1])
 	}
 	wt := storageType(p.DType)
+	// The kernel arguments of the op's operands (through reshapes).
+	arg := func(k int) string { return paramName(body, cost.ArgumentOf(body, body.Node(p.Node).Inputs[k])) }
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("  const int tid = threadIdx.x, lane = tid %% 32, warp = tid / 32;\n")
 	w("  // The block's output columns o0 .. o0 + %d.\n  const long long o0 = (long long)blockIdx.x * %dLL;\n", s.BN-1, s.BN)
-	w("  const float* wts = in1;\n")
+	w("  const float* wts = %s;\n", arg(1))
 	w("  __shared__ float A[%d][%d];\n  __shared__ float Part[%d][%d][32][%d][%d];\n", BM, chunk, W, BM, L, V)
 	w("  __shared__ long long rowOf[%d];\n  __shared__ int slotOf[%d];\n  __shared__ int nrows, ex;\n", BM, BM)
 	zeros := func(indent, r, slot string) {
@@ -203,11 +205,11 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) acc[i][j][v] = 0.0f;\n", BM, L, V)
 	vecArg := func(i string) string { // row i's vector element kk
 		if up {
-			return fmt.Sprintf("in0[rowOf[%s] * %dLL + kk]", i, p.Kd)
+			return fmt.Sprintf("%s[rowOf[%s] * %dLL + kk]", arg(0), i, p.Kd)
 		}
-		return fmt.Sprintf("in0[(rowOf[%s] * %dLL + slotOf[%s]) * %dLL + kk]", i, p.K, i, p.Kd)
+		return fmt.Sprintf("%s[(rowOf[%s] * %dLL + slotOf[%s]) * %dLL + kk]", arg(0), i, p.K, i, p.Kd)
 	}
-	w("  const %s* Wt = in2 + (long long)ex * %dLL;\n", wt, p.Kd*p.Read)
+	w("  const %s* Wt = %s + (long long)ex * %dLL;\n", wt, arg(2), p.Kd*p.Read)
 	w("  for (long long k0 = 0; k0 < %dLL; k0 += %dLL) {\n", p.Kd, chunk)
 	w("    const int kc = %dLL - k0 < %dLL ? (int)(%dLL - k0) : %d;\n", p.Kd, chunk, p.Kd, chunk)
 	w("    __syncthreads();\n")
@@ -248,7 +250,7 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) Part[warp][i][lane][j][v] = acc[i][j][v];\n", BM, L, V)
 	w("  __syncthreads();\n")
 	w("  auto sum = [&](int i, int ln, int j, int v) {\n    float t = 0.0f;\n    for (int ww = 0; ww < %d; ww++) t += Part[ww][i][ln][j][v];\n    return t;\n  };\n", W)
-	w("  const %s* bias = in3 + (long long)ex * %dLL;\n", wt, p.Read)
+	w("  const %s* bias = %s + (long long)ex * %dLL;\n", wt, arg(3), p.Read)
 	w("  for (int idx = tid; idx < %d; idx += %d) {\n", BM*32*P, T)
 	w("    const int i = idx / %d, ol = idx %% %d, ln = ol / %d, j = ol %% %d;\n", 32*P, 32*P, P, P)
 	w("    const long long col = o0 + ol;\n    if (i >= nrows || col >= %dLL) continue;\n", p.N)
@@ -309,4 +311,78 @@ func unpackElement(dt ir.DType, q string, v int) string {
 // literal (an exponent always, so that the f suffix makes one).
 func fmtFloat32(v float64) string {
 	return strconv.FormatFloat(float64(float32(v)), 'e', -1, 32)
+}
+
+// verifyExpertsElements bounds the experts' weights (elements) a kernel of
+// the experts form is verified with at its real shapes: past it (gpt-oss's
+// and Qwen3-MoE's gigabytes), the kernel is printed again for fewer
+// experts (verifyExperts of them), whose code differs from its own only in
+// the count of experts it scans, and verified so: at its real rows,
+// hidden and intermediate sizes, schedule and grid layout.
+var verifyExpertsElements int64 = 1 << 26 // a variable for the tests
+
+const verifyExperts = 8
+
+// fewerExperts is k and body with the experts cut to verifyExperts (at
+// least twice the chosen), when the body is an experts form over more
+// weights than verifyExpertsElements and k is what the printer prints for
+// it; ok is false otherwise.
+func fewerExperts(k *Kernel, body *ir.Graph) (*Kernel, *ir.Graph, bool, error) {
+	p, err := cost.Experts(body)
+	if err != nil {
+		return nil, nil, false, nil
+	}
+	keep := max(int64(verifyExperts), 2*p.K)
+	if p.E <= keep || p.E*p.Kd*p.Read <= verifyExpertsElements {
+		return nil, nil, false, nil
+	}
+	// Only the printer's own text for the body stands for it: a kernel
+	// edited, or read from elsewhere, is verified as it is.
+	code := func(text string) string { return text[strings.Index(text, "extern \"C\""):] } // past the comment
+	if own, err := printKernel(k.Name, k.comment, body, k.Schedule, k.count); err != nil || code(own.Text) != code(k.Text) {
+		return nil, nil, false, nil
+	}
+	op := body.Node(p.Node)
+	role := map[ir.Value]int{}
+	for i, in := range op.Inputs {
+		a := cost.ArgumentOf(body, in)
+		if i > 0 && a != in {
+			return nil, nil, false, nil // a reshaped weight: verified whole
+		}
+		role[a] = i
+	}
+	b := ir.NewBuilder(body.Name)
+	vals := make([]ir.Value, len(body.Nodes))
+	for i, n := range body.Nodes {
+		v := ir.Value(i)
+		switch {
+		case n.Op == ir.OpInput:
+			s := n.Shape.Clone()
+			switch role[v] {
+			case 1:
+				s[1] = ir.Dim(keep)
+			case 2, 3:
+				s[0] = ir.Dim(keep)
+			}
+			vals[i] = b.Input(n.Name, n.DType, s...)
+		default: // the op and the reshapes of its operands
+			ins := make([]ir.Value, len(n.Inputs))
+			for j, in := range n.Inputs {
+				ins[j] = vals[in]
+			}
+			vals[i] = b.Apply(n.Op, n.Attrs, ins...)
+		}
+	}
+	for _, o := range body.Outputs {
+		b.Output(o.Name, vals[o.Value])
+	}
+	small, err := b.Build()
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("verify kernel %s over %d experts: %w", k.Name, keep, err)
+	}
+	sk, err := printKernel(k.Name, k.comment, small, k.Schedule, k.count)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("verify kernel %s over %d experts: %w", k.Name, keep, err)
+	}
+	return sk, small, true, nil
 }

@@ -123,3 +123,30 @@ func TestNVRTCCompilesMoEKernels(t *testing.T) {
 		assert.LessOrEqual(t, r.SharedBytes, attnStaticShared, "%s (%s)", k.Name, k.Schedule)
 	}
 }
+
+// TestVerifyManyExpertsOverFewer: an experts kernel over more weights than
+// the verification draws at real shapes is verified as its kernel for
+// fewer experts (the same code but the count it scans), at its real rows,
+// hidden and intermediate sizes; a planted error still fails (an edited
+// kernel is verified as it is). Not parallel: it lowers the bound for its
+// small weights, and the parallel tests run after it.
+func TestVerifyManyExpertsOverFewer(t *testing.T) {
+	needGXX(t)
+	defer func(was int64) { verifyExpertsElements = was }(verifyExpertsElements)
+	verifyExpertsElements = 1 << 20
+	body := buildBody(t, func(b *ir.Builder) ir.Value {
+		return b.ExpertsUp(b.Input("$0", ir.BF16, 3, 128), b.Input("$1", ir.F32, 3, 20), b.Input("$2", ir.BF16, 20, 128, 512), b.Input("$3", ir.BF16, 20, 512), 4, ir.GatingClampedSwiGLU, 7)
+	})
+	k, err := PrintKernel("many_experts", "many experts", body)
+	require.NoError(t, err)
+	small, sb, ok, err := fewerExperts(k, body)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, ir.Shape{8, 128, 512}, sb.Node(sb.Inputs()[2]).Shape)
+	assert.Equal(t, k.Grid, small.Grid, "the same grid")
+	_, err = VerifyKernels(context.Background(), []*Kernel{k}, []*ir.Graph{body}, VerifyOptions{Seed: 1})
+	require.NoError(t, err)
+	bad := editKernel(t, k, "many_experts", "(u + 1.0f) * (g * sg)", "(u + 1.0f) * (u * sg)")
+	_, err = VerifyKernels(context.Background(), []*Kernel{bad}, []*ir.Graph{body}, VerifyOptions{Seed: 1})
+	require.Error(t, err)
+}

@@ -252,7 +252,13 @@ func verifyKernels(ctx context.Context, ks []*Kernel, bodies []*ir.Graph, opt Ve
 			return nil, fmt.Errorf("verify kernels: two different kernels are named %s", k.Name)
 		}
 		names[k.Name] = true
-		p, err := planVerify(k, bodies[i], opt)
+		pk, body := k, bodies[i]
+		if sk, small, ok, err := fewerExperts(k, body); err != nil {
+			return nil, err
+		} else if ok {
+			pk, body = sk, small
+		}
+		p, err := planVerify(pk, body, opt)
 		if err != nil {
 			return nil, err
 		}

@@ -270,8 +270,9 @@ func (e *evaluator) route() (*Tensor, *Tensor, error) {
 // expertsOperands are experts' operands as float64 slices, with their
 // magnitudes when asked.
 type expertsOperands struct {
-	x, w, gu, dn, gub, dnb       []float64
-	xm, wm, gum, dnm, gubm, dnbm []float64
+	x, w                         []float64
+	xm, wm                       []float64
+	gu, dn, gub, dnb             floats // the experts' weights, which may be large
 	R, H, E, I                   int
 	gating                       Gating
 	limit                        float64
@@ -281,12 +282,18 @@ func (e *evaluator) expertsOperands() *expertsOperands {
 	o := &expertsOperands{gating: e.n.Gating, limit: e.n.Limit}
 	o.R, o.H = int(e.in(0).Shape[0]), int(e.in(0).Shape[1])
 	o.E, o.I = int(e.in(1).Shape[1]), int(e.in(2).Shape[2])/2
-	vals := []*[]float64{&o.x, &o.w, &o.gu, &o.dn, &o.gub, &o.dnb}
-	mags := []*[]float64{&o.xm, &o.wm, &o.gum, &o.dnm, &o.gubm, &o.dnbm}
+	vals := []*[]float64{&o.x, &o.w}
+	mags := []*[]float64{&o.xm, &o.wm}
 	for k := range vals {
 		*vals[k] = e.in(k).Float64s()
 		if e.magnitude {
 			*mags[k] = e.mag(k).F64
+		}
+	}
+	for k, f := range []*floats{&o.gu, &o.dn, &o.gub, &o.dnb} {
+		f.v = e.in(k + 2).Float64s()
+		if e.magnitude {
+			f.m = e.mag(k + 2).F64
 		}
 	}
 	return o
@@ -310,6 +317,23 @@ func (e *evaluator) experts() (*Tensor, *Tensor, error) {
 		o.row(r, v.F64[r*o.H:(r+1)*o.H], ym)
 	}
 	return v, m, nil
+}
+
+// floats is an operand's values and magnitudes (nil without magnitudes),
+// or a point evaluation's store of it, read in place.
+type floats struct {
+	v, m []float64
+	s    *pointStore
+}
+
+func (f floats) at(j int) (float64, float64) {
+	if f.s != nil {
+		return f.s.at(int64(j))
+	}
+	if f.m == nil {
+		return f.v[j], 0
+	}
+	return f.v[j], f.m[j]
 }
 
 // checkChosen refuses a row of weights with more than k experts chosen,
@@ -366,15 +390,15 @@ func (o *expertsOperands) up(r, ex int, h, hm []float64, mag bool) {
 	x := o.x[r*H : (r+1)*H]
 	gu, gum := make([]float64, 2*I), make([]float64, 2*I)
 	for c := range 2 * I {
-		s, sm := o.gub[ex*2*I+c], 0.0
-		if mag {
-			sm = o.gubm[ex*2*I+c]
+		s, sm := o.gub.at(ex*2*I + c)
+		if !mag {
+			sm = 0
 		}
 		for k := range H {
-			wv := o.gu[(ex*H+k)*2*I+c]
+			wv, wm := o.gu.at((ex*H+k)*2*I + c)
 			s += x[k] * wv
 			if mag {
-				sm += o.xm[r*H+k]*math.Abs(wv) + math.Abs(x[k])*o.gum[(ex*H+k)*2*I+c]
+				sm += o.xm[r*H+k]*math.Abs(wv) + math.Abs(x[k])*wm
 			}
 		}
 		gu[c], gum[c] = s, sm
@@ -393,15 +417,15 @@ func (o *expertsOperands) up(r, ex int, h, hm []float64, mag bool) {
 func (o *expertsOperands) down(ex int, h, hm, y, ym []float64, mag bool) {
 	H, I := o.H, o.I
 	for j := range H {
-		s, sm := o.dnb[ex*H+j], 0.0
-		if mag {
-			sm = o.dnbm[ex*H+j]
+		s, sm := o.dnb.at(ex*H + j)
+		if !mag {
+			sm = 0
 		}
 		for i := range I {
-			dv := o.dn[(ex*I+i)*H+j]
+			dv, dm := o.dn.at((ex*I+i)*H + j)
 			s += h[i] * dv
 			if mag {
-				sm += hm[i]*math.Abs(dv) + math.Abs(h[i])*o.dnm[(ex*I+i)*H+j]
+				sm += hm[i]*math.Abs(dv) + math.Abs(h[i])*dm
 			}
 		}
 		y[j] = s

@@ -50,23 +50,6 @@ func (pe *pointEval) demandMoE(n *Node, idx []int64) error {
 	return pe.tick(int64(len(idx)))
 }
 
-// storeFloats reads all of a store's elements, with their magnitudes when
-// asked.
-func storeFloats(s *pointStore, n int64, magnitude bool) (v, m []float64) {
-	v = make([]float64, n)
-	if magnitude {
-		m = make([]float64, n)
-	}
-	for j := range n {
-		x, xm := s.at(j)
-		v[j] = x
-		if m != nil {
-			m[j] = xm
-		}
-	}
-	return v, m
-}
-
 func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
 	L := n.Shape.NumElements() / int64(n.Shape[0])
 	rows, groups := rowGroups(idx, func(j int64) int64 { return j / L })
@@ -87,10 +70,10 @@ func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
 	x, w := pe.g.Nodes[n.Inputs[0]], pe.g.Nodes[n.Inputs[1]]
 	o := &expertsOperands{gating: n.Gating, limit: n.Limit,
 		R: int(x.Shape[0]), H: int(x.Shape[1]), E: int(w.Shape[1]), I: int(pe.g.Nodes[n.Inputs[2]].Shape[2]) / 2}
-	vals := []*[]float64{&o.x, &o.w, &o.gu, &o.dn, &o.gub, &o.dnb}
-	mags := []*[]float64{&o.xm, &o.wm, &o.gum, &o.dnm, &o.gubm, &o.dnbm}
-	for k, in := range n.Inputs[2:] {
-		*vals[k+2], *mags[k+2] = storeFloats(pe.store[in], pe.g.Nodes[in].Shape.NumElements(), pe.magnitude)
+	vals := []*[]float64{&o.x, &o.w}
+	mags := []*[]float64{&o.xm, &o.wm}
+	for k, f := range []*floats{&o.gu, &o.dn, &o.gub, &o.dnb} {
+		f.s = pe.store[n.Inputs[k+2]]
 	}
 	// x and the weights are held only at the rows asked for.
 	for k, width := range []int{o.H, o.E} {
@@ -204,11 +187,8 @@ func (pe *pointEval) rowsOf(v Value, rows []int64) (vals, mags []float64) {
 
 func (pe *pointEval) computeSlots(n *Node, idx []int64, out *pointStore, rows []int64, groups [][]int, L int64) error {
 	o := splitOperands(n, func(k int) Shape { return pe.g.Nodes[n.Inputs[k]].Shape }, func(k int) ([]float64, []float64) {
-		if k < 2 {
-			return pe.rowsOf(n.Inputs[k], rows)
-		}
-		return storeFloats(pe.store[n.Inputs[k]], pe.g.Nodes[n.Inputs[k]].Shape.NumElements(), pe.magnitude)
-	})
+		return pe.rowsOf(n.Inputs[k], rows)
+	}, func(k int) floats { return floats{s: pe.store[n.Inputs[k]]} })
 	y := make([]float64, L)
 	var ym []float64
 	if pe.magnitude {

@@ -103,7 +103,7 @@ func slotWeights(a Attrs, w ValueType, R Dim) (Dim, error) {
 // splitOperands are experts_up's or experts_down's operands in the slots
 // of an expertsOperands: x or h, the weights, then gate_up and its bias
 // or down and its bias.
-func splitOperands(n *Node, shapes func(k int) Shape, read func(k int) (v, m []float64)) *expertsOperands {
+func splitOperands(n *Node, shapes func(k int) Shape, read func(k int) (v, m []float64), weights func(k int) floats) *expertsOperands {
 	o := &expertsOperands{gating: n.Gating, limit: n.Limit}
 	w := shapes(1)
 	o.R, o.E = int(w[0]), int(w[1])
@@ -111,13 +111,11 @@ func splitOperands(n *Node, shapes func(k int) Shape, read func(k int) (v, m []f
 	if n.Op == OpExpertsUp {
 		o.H, o.I = int(shapes(0)[1]), int(shapes(2)[2])/2
 		o.x, o.xm = read(0)
-		o.gu, o.gum = read(2)
-		o.gub, o.gubm = read(3)
+		o.gu, o.gub = weights(2), weights(3)
 	} else {
 		o.I, o.H = int(shapes(0)[2]), int(shapes(2)[2])
 		o.x, o.xm = read(0) // h
-		o.dn, o.dnm = read(2)
-		o.dnb, o.dnbm = read(3)
+		o.dn, o.dnb = weights(2), weights(3)
 	}
 	return o
 }
@@ -165,12 +163,16 @@ func (o *expertsOperands) slotsRow(op Op, k, r int, y, ym []float64) error {
 
 func (e *evaluator) expertsSlots() (*Tensor, *Tensor, error) {
 	n := e.n
-	o := splitOperands(n, func(k int) Shape { return e.in(k).Shape }, func(k int) ([]float64, []float64) {
+	read := func(k int) ([]float64, []float64) {
 		var m []float64
 		if e.magnitude {
 			m = e.mag(k).F64
 		}
 		return e.in(k).Float64s(), m
+	}
+	o := splitOperands(n, func(k int) Shape { return e.in(k).Shape }, read, func(k int) floats {
+		v, m := read(k)
+		return floats{v: v, m: m}
 	})
 	v, m := e.out()
 	row := int(n.Shape[1] * n.Shape[2])
