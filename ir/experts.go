@@ -270,12 +270,12 @@ func (e *evaluator) route() (*Tensor, *Tensor, error) {
 // expertsOperands are experts' operands as float64 slices, with their
 // magnitudes when asked.
 type expertsOperands struct {
-	x, w                         []float64
-	xm, wm                       []float64
-	gu, dn, gub, dnb             floats // the experts' weights, which may be large
-	R, H, E, I                   int
-	gating                       Gating
-	limit                        float64
+	x, w             []float64
+	xm, wm           []float64
+	gu, dn, gub, dnb floats // the experts' weights, which may be large
+	R, H, E, I       int
+	gating           Gating
+	limit            float64
 }
 
 func (e *evaluator) expertsOperands() *expertsOperands {
