@@ -96,8 +96,28 @@ func (e *emitter) stackExperts(expert, gate, up, down string) (gateUp, downs ir.
 		d := e.Transpose(e.weight(pre+down+".weight", H, I), 0, 1)
 		dns[j] = e.Reshape(d, 1, ir.Dim(I), ir.Dim(H))
 	}
-	if len(gus) == 1 {
-		return gus[0], dns[0]
+	return e.stack(gus), e.stack(dns)
+}
+
+// stackArity is the most pieces one concat of stack joins: the lowering
+// gives a concat of up to four operands a kernel (rules.LowerRewrites).
+const stackArity = 4
+
+// stack joins pieces along axis 0 by a tree of concats of at most
+// stackArity operands, so that every concat has a kernel (at load time:
+// the pieces are weights).
+func (e *emitter) stack(pieces []ir.Value) ir.Value {
+	for len(pieces) > 1 {
+		var next []ir.Value
+		for i := 0; i < len(pieces); i += stackArity {
+			group := pieces[i:min(i+stackArity, len(pieces))]
+			if len(group) == 1 {
+				next = append(next, group[0])
+			} else {
+				next = append(next, e.Concat(0, group...))
+			}
+		}
+		pieces = next
 	}
-	return e.Concat(0, gus...), e.Concat(0, dns...)
+	return pieces[0]
 }

@@ -36,7 +36,7 @@ func TestGenerateAcrossPositions(t *testing.T) {
 	}
 	withoutNVRTC(t)
 	prompt, steps := 5, 32
-	models := []string{"tiny-llama", "tiny-gpt2", "tiny-qwen2"}
+	models := []string{"tiny-llama", "tiny-gpt2", "tiny-qwen2", "tiny-gpt-oss", "tiny-qwen3-moe"}
 	if raceEnabled {
 		// Each model costs two compiles, 30 s each under the race
 		// detector, which sees the same code paths in a smaller model:
