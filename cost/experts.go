@@ -179,11 +179,13 @@ func ExpertsChunk(kd int64, bm int) int64 {
 }
 
 // ExpertsShared is the static shared memory of the experts form: the
-// staged chunk of the rows' vectors and each warp's partial sums of its
-// share of the reduction, which the block adds up at the end.
+// staged chunk of the rows' vectors, each warp's partial sums of its share
+// of the reduction (which the block adds up at the end), the rows' indices
+// and slots, and by expert the threads' counts of rows (bounded by 16
+// bytes a row and 4 a thread, with 16 more for the scalars).
 func ExpertsShared(p ExpertsParts, s Schedule) int {
 	l := p.Layout()
-	return int(ExpertsChunk(p.Kd, s.BM))*s.BM*4 + (s.Threads/32)*s.BM*32*l.L*l.V*4
+	return int(ExpertsChunk(p.Kd, s.BM))*s.BM*4 + (s.Threads/32)*s.BM*32*l.L*l.V*4 + 16*s.BM + 4*s.Threads + 16
 }
 
 // expertsMaxAccumulators bounds a lane's accumulators (rows × vectors ×
