@@ -28,6 +28,7 @@ type routeTies struct {
 	eps      []float64
 	launches map[ir.Value][2]int // route node: its run launch and output buffer
 	got      map[ir.Value]*ir.Tensor
+	present  map[ir.Value]int64 // a step's route: the rows present
 	// ties counts the rows that took the program's choice.
 	ties int
 }
@@ -51,7 +52,7 @@ func newRouteTies(ctx context.Context, g *ir.Graph, c *compiled, feeds map[strin
 	if len(nodes) == 0 || len(nodes) != len(launches) {
 		return nil
 	}
-	t := &routeTies{ctx: ctx, g: g, c: c, feeds: feeds, eps: ir.PathEps(g), launches: map[ir.Value][2]int{}, got: map[ir.Value]*ir.Tensor{}}
+	t := &routeTies{ctx: ctx, g: g, c: c, feeds: feeds, eps: ir.PathEps(g), launches: map[ir.Value][2]int{}, got: map[ir.Value]*ir.Tensor{}, present: map[ir.Value]int64{}}
 	for i, v := range nodes {
 		if !c.lowered.Buffers[launches[i][1]].Shape.Equal(g.Node(v).Shape) {
 			return nil
@@ -66,6 +67,21 @@ func (t *routeTies) choose(v ir.Value, row int, logits, mags []float64, ref []in
 	k := len(ref)
 	if k >= len(logits) || mags == nil {
 		return nil, nil
+	}
+	// A step's rows past the tokens present are padding: the program
+	// computes nothing there, and they are compared with nothing.
+	if l := t.c.lowered.Run[t.launches[v][0]]; l.Rows != nil {
+		n, ok := t.present[v]
+		if !ok {
+			var err error
+			if n, err = cuda.RowsPresent(t.c.lowered, l, t.feeds); err != nil {
+				return nil, fmt.Errorf("route %%%d: %w", v, err)
+			}
+			t.present[v] = n
+		}
+		if int64(row) >= n {
+			return nil, nil
+		}
 	}
 	top := ir.TopK(logits, k+1)
 	// Each of the two logits may be off by its allowance.
