@@ -48,8 +48,8 @@ func Paged(body *ir.Graph) (PagedParts, error) {
 	for k := range p.MetaTypes {
 		p.MetaTypes[k] = in(5 + k).DType
 	}
-	if len(n.Inputs) > 9 {
-		p.Sinks = in(9).DType
+	if sk, ok := ir.PagedSinks(n); ok {
+		p.Sinks = body.Node(sk).DType
 	}
 	return p, nil
 }
