@@ -228,3 +228,34 @@ func TestNVRTCCompilesPagedSinks(t *testing.T) {
 		t.Logf("%s (%s): %d registers, %d bytes shared", k.Name, k.Schedule, r.Registers, r.SharedBytes)
 	}
 }
+
+// TestVerifyPagedSinksSampled verifies paged attention with sinks, its
+// keys split across 8 blocks, as verification before output does (a
+// sample of whole groups of a pair's splits on random valid metadata, the
+// reference at the sampled elements: ir.EvalAt's paged rule with sinks);
+// the same kernel counting the sink in every split's partial fails.
+func TestVerifyPagedSinksSampled(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is missing:", err)
+	}
+	b := ir.NewBuilder("paged_sinks_verify")
+	in := func(name string, dt ir.DType, shape ...ir.Dim) ir.Value { return b.Input(name, dt, shape...) }
+	b.Output("out", b.PagedAttentionSinks(in("q", ir.F32, 96, 8, 128), in("k", ir.F32, 96, 2, 128), in("v", ir.F32, 96, 2, 128),
+		in("kpool", ir.F32, 4096, 2, 128), in("vpool", ir.F32, 4096, 2, 128), in("table", ir.I32, 8, 64),
+		in("lens", ir.I32, 8), in("starts", ir.I32, 9), in("seqs", ir.I32), in("sinks", ir.F32, 8), 1/math.Sqrt(128), 16, 100))
+	body, err := b.Build()
+	require.NoError(t, err)
+	c := pagedSplitCase{pagedCase{threads: 64, meta: ir.I32}, 8, false}
+	good := pagedSplitKernel(t, "paged_sinks_verify_good", c, pagedStep{body: body})
+	bad := editKernel(t, good, "paged_sinks_verify_bad", "L += a * __ldcg(px + 129);", "L += a * __ldcg(px + 129) + (mx == -INFINITY ? 0.0f : expf(sk - M));")
+	for seed := range uint64(2) {
+		opt := VerifyOptions{Seed: seed, MaxBlocks: 16}
+		check, err := VerifyKernel(context.Background(), good, body, opt)
+		require.NoError(t, err, "seed %d", seed)
+		assert.True(t, check.Sampled, "a kernel of %d outputs runs a sample", 96*8*128)
+		_, err = VerifyKernel(context.Background(), bad, body, opt)
+		t.Logf("seed %d, broken: %v", seed, err)
+		assert.Error(t, err, "seed %d: the sink counted in every split went unnoticed", seed)
+	}
+}
