@@ -143,7 +143,9 @@ func (m *PagedMeta) KeyRow(t int, j int64) (row int64, fromPool bool) {
 
 // pagedAttention evaluates paged attention token by token: each token's
 // query heads attend over positions Lo..Pos of its sequence, the
-// grouped key head Hq/Hkv heads share; a token of no sequence gets zeros.
+// grouped key head Hq/Hkv heads share, each head's sink (when the node
+// has sinks) one more softmax term with no value; a token of no sequence
+// gets zeros.
 func (e *evaluator) pagedAttention() (*Tensor, *Tensor, error) {
 	n := e.n
 	ins := make([]ValueType, len(n.Inputs))
