@@ -103,10 +103,8 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	st := storageType(dt)
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	// The sinks enter once, in the final combine of query head g's
-	// partials (the warps', or with splits the splits'): the max M takes
-	// the sink, and the sum L (not the accumulators) its exp(sink - M).
-	// A partial that saw no key weighs 0 as before, and M is finite.
+	// The sinks' lines in the final combine (see above); a partial that
+	// saw no key still weighs 0, and M is finite.
 	sinkMax, sinkSum := func(func(string, ...any), string) {}, func(func(string, ...any), string) {}
 	if p.Sinks.Valid() {
 		sink := load(p.Sinks, fmt.Sprintf("%s[kh * %dLL + g]", arg(9), G))
