@@ -52,7 +52,7 @@ var kinds = []kind{
 		e.causalLMPass(ids, p)
 		return nil
 	}},
-	{name: "step", attends: true, unsupported: stepSupport, build: func(e *emitter) error { return e.stepKind() }},
+	{name: "step", attends: true, build: func(e *emitter) error { return e.stepKind() }},
 	{name: "attention", attends: true, build: func(e *emitter) error {
 		x := e.hiddenInput()
 		p := e.newPass(0, e.opt.Seq, false)

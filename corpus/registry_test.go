@@ -22,19 +22,18 @@ func TestNames(t *testing.T) {
 		"gpt2:block", "gpt2:model", "gpt2:decode", "gpt2:step", "llama-3-8b:step", "gpt2:attention", "gpt2:mlp", "gpt2:layernorm", "gpt2:softmax", "gpt2:gelu-tanh",
 		"tiny-llama:model", "tiny-qwen2:model", "tiny-mistral:model", "tiny-gpt2:model",
 		"mixtral-8x7b:step", "qwen3-30b-a3b:step", "qwen3-30b-a3b:silu", "gpt-oss-20b:decode", "gpt-oss-120b:mlp",
-		"tiny-mixtral:model", "tiny-qwen3-moe:model", "tiny-gpt-oss:model",
+		"tiny-mixtral:model", "tiny-qwen3-moe:model", "tiny-gpt-oss:model", "gpt-oss-20b:step", "tiny-gpt-oss:step",
 	} {
 		assert.Contains(t, names, want)
 	}
-	// gpt-oss has no step kind (paged attention has no sinks) and no
-	// activation kind (its experts clamp).
+	// gpt-oss has no activation kind (its experts clamp).
 	for _, absent := range []string{"gpt2:layer", "gpt2:rotary", "gpt2:rmsnorm", "llama-3-8b:block", "llama-3-8b:layernorm",
-		"gpt-oss-20b:step", "gpt-oss-20b:silu", "tiny-gpt-oss:step"} {
+		"gpt-oss-20b:silu"} {
 		assert.NotContains(t, names, absent)
 	}
 	// 7 dense llama-family configs and 4 mixtral and qwen3_moe ones with
-	// 11 kinds, 2 gpt2 configs with 10, 3 gpt_oss configs with 9.
-	assert.Len(t, names, 11*11+2*10+3*9)
+	// 11 kinds, 2 gpt2 configs with 10, 3 gpt_oss configs with 10.
+	assert.Len(t, names, 11*11+2*10+3*10)
 	seen := map[string]bool{}
 	for _, n := range names {
 		assert.False(t, seen[n], "duplicate %s", n)

@@ -1,7 +1,6 @@
 package corpus
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/lumsearch/lumsearch/ir"
@@ -26,10 +25,17 @@ func StepLayout(c *Config, opt Options) (step.Layout, error) {
 		MaxTokens: so.MaxTokens, MaxSeqs: so.MaxSeqs, BlockSize: so.BlockSize, Blocks: so.KVBlocks,
 		BlocksPerSeq: (opt.Seq + so.BlockSize - 1) / so.BlockSize,
 		KVHeads:      c.NumKeyValueHeads, HeadDim: c.HeadDim, Layers: c.NumHiddenLayers, Vocab: c.VocabSize,
-		Window: c.SlidingWindow, AllLogits: so.AllLogits,
+		Window: c.window(0), AllLogits: so.AllLogits,
 	}
 	if c.Family() == GPT2 {
 		l.KVHeads = c.NumAttentionHeads
+	}
+	if c.mixedWindows() {
+		// gpt-oss: sliding layers beside full ones, each layer's own.
+		l.Window = 0
+		for i := range c.NumHiddenLayers {
+			l.LayerWindows = append(l.LayerWindows, c.window(i))
+		}
 	}
 	if err := l.Validate(); err != nil {
 		return step.Layout{}, err
@@ -48,9 +54,6 @@ func StepLayout(c *Config, opt Options) (step.Layout, error) {
 // token). The runtime symbol seqs carries S; T is query_start[S], the
 // tokens past it belong to no sequence.
 func (e *emitter) stepKind() error {
-	if err := stepSupport(e.cfg); err != nil {
-		return err
-	}
 	l, err := StepLayout(e.cfg, e.opt)
 	if err != nil {
 		return err
@@ -127,7 +130,9 @@ func (e *emitter) stepLayer(h ir.Value, i int, sp *stepPass) ir.Value {
 // the projections as the model has them, heads as [tokens, heads, head
 // size], rotary at each token's position (llama family), this step's keys
 // and values scattered into the layer's pools at their slots (updated in
-// place), paged attention, heads merged and the output projection.
+// place), paged attention (in the layer's own window, with the layer's
+// sinks where the model has them), heads merged and the output
+// projection.
 func (e *emitter) stepAttention(x ir.Value, prefix string, layer int, sp *stepPass) ir.Value {
 	if !ok(x) {
 		return ir.NoValue
@@ -163,23 +168,18 @@ func (e *emitter) stepAttention(x ir.Value, prefix string, layer int, sp *stepPa
 	kp := pool(step.KeyPool(layer), k)
 	vp := pool(step.ValuePool(layer), v)
 	scale := 1 / math.Sqrt(float64(hd))
-	o := e.PagedAttention(q, k, v, kp, vp, sp.table, sp.lens, sp.starts, sp.seqs, scale, int64(sp.layout.BlockSize), int64(sp.layout.Window))
+	block, window := int64(sp.layout.BlockSize), int64(sp.layout.WindowOf(layer))
+	var o ir.Value
+	if sinks := e.sinks(prefix); sinks != ir.NoValue {
+		// gpt-oss's sinks, the weight in the model's dtype (q's), as the
+		// eager attention reads them.
+		o = e.PagedAttentionSinks(q, k, v, kp, vp, sp.table, sp.lens, sp.starts, sp.seqs, sinks, scale, block, window)
+	} else {
+		o = e.PagedAttention(q, k, v, kp, vp, sp.table, sp.lens, sp.starts, sp.seqs, scale, block, window)
+	}
 	o = e.Reshape(o, T, ir.Dim(hq*hd))
 	if c.Family() == GPT2 {
 		return e.conv1d(o, prefix+".c_proj", c.HiddenSize, c.HiddenSize)
 	}
 	return e.linear(o, prefix+".o_proj", hq*hd, c.HiddenSize, c.OutBias)
-}
-
-// stepSupport refuses, by name, the configs whose attention paged
-// attention cannot express yet: sinks, and layers of different windows
-// (one pool layout's window serves every layer).
-func stepSupport(c *Config) error {
-	switch {
-	case c.AttentionSinks:
-		return fmt.Errorf("the step kind needs attention sinks in paged attention, not supported yet")
-	case c.mixedWindows():
-		return fmt.Errorf("the step kind needs per-layer sliding windows in paged attention, not supported yet")
-	}
-	return nil
 }

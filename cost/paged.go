@@ -22,6 +22,9 @@ type PagedParts struct {
 	DType                      ir.DType
 	// MetaTypes are the dtypes of the table, lengths, starts and count.
 	MetaTypes [4]ir.DType
+	// Sinks, when valid, is the dtype of the sinks [Hq] (the op's tenth
+	// operand, a kernel argument); InvalidDType: none.
+	Sinks ir.DType
 }
 
 // Group is the query heads that share a key head.
@@ -45,6 +48,9 @@ func Paged(body *ir.Graph) (PagedParts, error) {
 	for k := range p.MetaTypes {
 		p.MetaTypes[k] = in(5 + k).DType
 	}
+	if sk, ok := ir.PagedSinks(n); ok {
+		p.Sinks = body.Node(sk).DType
+	}
 	return p, nil
 }
 
@@ -52,8 +58,9 @@ func Paged(body *ir.Graph) (PagedParts, error) {
 // alone, its result the one output; q, k and v read from the kernel's
 // arguments in place or through views and casts (lowering folds a
 // reshape of a projection, a slice of a fused one, into its reader); the
-// pools and the metadata kernel arguments themselves (the pools are read
-// at the slots the table names, the metadata as the scheduler wrote it).
+// pools, the metadata and the sinks (when present) kernel arguments
+// themselves (the pools are read at the slots the table names, the
+// metadata as the scheduler wrote it).
 // Fusing a computing prologue into it (rotary on q, say) is not printed
 // yet.
 func pagedStructure(body *ir.Graph) error {
@@ -73,12 +80,12 @@ func pagedStructure(body *ir.Graph) error {
 	if len(body.Outputs) != 1 || body.Outputs[0].Value != opV {
 		return fmt.Errorf("a paged attention kernel with %d outputs, or an epilogue (it writes the attention's result only)", len(body.Outputs))
 	}
-	if len(op.Inputs) != 9 {
-		return fmt.Errorf("paged attention with %d operands, not 9", len(op.Inputs))
+	if len(op.Inputs) != 9 && len(op.Inputs) != 10 {
+		return fmt.Errorf("paged attention with %d operands, not 9 or 10", len(op.Inputs))
 	}
-	for k := 3; k < 9; k++ {
+	for k := 3; k < len(op.Inputs); k++ {
 		if n := body.Node(op.Inputs[k]); n.Op != ir.OpInput {
-			return fmt.Errorf("paged attention whose operand %d is a %s (the pools and the metadata are kernel arguments)", k, n.Op)
+			return fmt.Errorf("paged attention whose operand %d is a %s (the pools, the metadata and the sinks are kernel arguments)", k, n.Op)
 		}
 	}
 	// Every other node is a view or cast on the way from an argument to
@@ -255,6 +262,9 @@ func (k *kernelForm) pagedFeatures(s Schedule, d *Device, out float64) (Features
 	poolBytes := rereads(2*seqs*cached*row, int(chunk), concurrent, d)
 	metaSize := func(i int) float64 { return float64(p.MetaTypes[i].Size()) }
 	meta := seqs*math.Ceil(cached/float64(p.Block))*metaSize(0) + float64(p.Seqs)*(metaSize(1)+metaSize(2)) + metaSize(2) + metaSize(3)
+	if p.Sinks.Valid() {
+		meta += float64(p.Hq * int64(p.Sinks.Size()))
+	}
 	step := 2 * float64(p.T) * row
 	bytes := out + float64(p.T*p.Hq*p.D)*size + step + poolBytes + meta
 	keysPad := math.Ceil(keys/PagedTile) * PagedTile // a split's share is whole tiles

@@ -49,6 +49,13 @@ const pagedThreads = 128
 // blocks, the splits of a pair consecutive (Kernel.BlockGroup), and
 // follows the tokens present as before (n x Hkv blocks a token).
 //
+// With sinks (the op's tenth operand, gpt-oss's learned sink logit a
+// query head) each head's softmax has one more term in its denominator:
+// the sink is counted once, in the final combine (the warps' without a
+// split, the pair's last block's with splits), which takes it into the
+// max and adds exp(sink - max) to the sum, never to the accumulators.
+// Counting it anywhere earlier would count it once a warp or a split.
+//
 // The work follows the lengths: a block reads only the keys lo..p of its
 // token and the table entries of its sequence's cached blocks below ctx,
 // never the pool's capacity or the table's width. The metadata is read
@@ -96,6 +103,17 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	st := storageType(dt)
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	// The sinks' lines in the final combine (see above); a partial that
+	// saw no key still weighs 0, and M is finite.
+	sinkMax, sinkSum := func(func(string, ...any), string) {}, func(func(string, ...any), string) {}
+	if p.Sinks.Valid() {
+		sink := load(p.Sinks, fmt.Sprintf("%s[kh * %dLL + g]", arg(9), G))
+		sinkMax = func(w func(string, ...any), ind string) {
+			w("%s// The head's sink: a logit in the denominator alone, counted once.\n", ind)
+			w("%sconst float sk = %s;\n%sM = M > sk ? M : sk;\n", ind, sink, ind)
+		}
+		sinkSum = func(w func(string, ...any), ind string) { w("%sL += expf(sk - M);\n", ind) }
+	}
 	w("  __shared__ float Qs[%d][%d];\n  __shared__ float Ps[%d][%d][%d];\n", G, D, warps, G, cost.PagedTile)
 	w("  __shared__ float Os[%d][%d][%d];\n  __shared__ float Ms[%d][%d], Ls[%d][%d];\n", warps, G, D, warps, G, warps, G)
 	w("  // A tile's key rows: a pool slot (>= 0), or -1 - the step's row.\n")
@@ -258,14 +276,18 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 	w("      const int g = (int)(i / %d), d = (int)(i %% %d);\n", D, D)
 	w("      float M = -INFINITY;\n")
 	w("      for (int x = 0; x < %d; x++) M = M > Ms[x][g] ? M : Ms[x][g];\n", warps)
+	if splits == 1 {
+		sinkMax(w, "      ")
+	}
 	w("      float acc = 0.0f, L = 0.0f;\n")
 	w("      for (int x = 0; x < %d; x++) {\n", warps)
 	w("        const float a = Ms[x][g] == -INFINITY ? 0.0f : expf(Ms[x][g] - M);\n")
 	w("        acc += a * Os[x][g][d];\n        L += a * Ls[x][g];\n      }\n")
 	if splits == 1 {
+		sinkSum(w, "      ")
 		w("      out0[qo + i] = %s;\n    }\n", store(dt, "(acc / L)"))
 	} else {
-		printPagedCombine(w, splits, G, D, dt)
+		printPagedCombine(w, splits, G, D, dt, sinkMax, sinkSum)
 	}
 	w("    // The next token overwrites Qs, Ms, Ls and Os, which slower threads\n    // may still read.\n    __syncthreads();\n  }\n")
 	return b.String(), nil
@@ -276,7 +298,7 @@ func printPagedAttention(k *Kernel, body *ir.Graph, s cost.Schedule) (string, er
 // the block's partial written to the workspace, its count on its pair's
 // counter, and the pair's last block combining the splits partials in split
 // order into out0 (see printPagedAttention).
-func printPagedCombine(w func(string, ...any), splits int, G, D int64, dt ir.DType) {
+func printPagedCombine(w func(string, ...any), splits int, G, D int64, dt ir.DType, sinkMax, sinkSum func(func(string, ...any), string)) {
 	part := G * (D + 2) // one split's partial
 	w("      // The block's partial, unnormalized: split j of pair bt, head g.\n")
 	w("      float* const part = lum_ws + ((bt * %dLL + split) * %d + g) * %d;\n", splits, G, D+2)
@@ -291,12 +313,14 @@ func printPagedCombine(w func(string, ...any), splits int, G, D int64, dt ir.DTy
 	w("        const float* const part = lum_ws + (bt * %dLL * %d + g) * %d;\n", splits, G, D+2)
 	w("        float M = -INFINITY;\n")
 	w("        for (int x = 0; x < %d; x++) {\n          const float mx = __ldcg(part + x * %d + %d);\n          M = M > mx ? M : mx;\n        }\n", splits, part, D)
+	sinkMax(w, "        ")
 	w("        float acc = 0.0f, L = 0.0f;\n")
 	w("        for (int x = 0; x < %d; x++) {\n", splits)
 	w("          const float* const px = part + x * %d;\n", part)
 	w("          const float mx = __ldcg(px + %d);\n", D)
 	w("          const float a = mx == -INFINITY ? 0.0f : expf(mx - M);\n")
 	w("          acc += a * __ldcg(px + d);\n          L += a * __ldcg(px + %d);\n        }\n", D+1)
+	sinkSum(w, "        ")
 	w("        out0[qo + i] = %s;\n      }\n", store(dt, "(acc / L)"))
 	w("      if (threadIdx.x == 0) lum_wc[bt] = 0u;\n    }\n")
 }

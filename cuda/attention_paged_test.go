@@ -38,7 +38,8 @@ type pagedCase struct {
 	absent, tail  int64
 	threads       int
 	scale         float64
-	extraBlocks   int64 // table columns past the longest sequence's need
+	extraBlocks   int64    // table columns past the longest sequence's need
+	sinks         ir.DType // the sinks' dtype (a tenth operand); InvalidDType: none
 }
 
 // pagedStep is a case's body and inputs: the metadata and the values,
@@ -78,14 +79,27 @@ func (c pagedCase) build(t *testing.T, seed uint64) pagedStep {
 	if scale == 0 {
 		scale = 1 / math.Sqrt(float64(c.d))
 	}
-	out := b.PagedAttention(in("q", c.dt, dim(T), dim(c.hq), dim(c.d)), in("k", c.dt, dim(T), dim(c.hkv), dim(c.d)), in("v", c.dt, dim(T), dim(c.hkv), dim(c.d)),
+	ops := []ir.Value{in("q", c.dt, dim(T), dim(c.hq), dim(c.d)), in("k", c.dt, dim(T), dim(c.hkv), dim(c.d)), in("v", c.dt, dim(T), dim(c.hkv), dim(c.d)),
 		in("kpool", c.dt, dim(P), dim(c.hkv), dim(c.d)), in("vpool", c.dt, dim(P), dim(c.hkv), dim(c.d)),
-		in("table", c.meta, dim(S), dim(M)), in("lens", c.meta, dim(S)), in("starts", c.meta, dim(S+1)), in("seqs", c.meta), scale, c.block, c.window)
+		in("table", c.meta, dim(S), dim(M)), in("lens", c.meta, dim(S)), in("starts", c.meta, dim(S+1)), in("seqs", c.meta)}
+	var out ir.Value
+	if c.sinks.Valid() {
+		out = b.PagedAttentionSinks(ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], in("sinks", c.sinks, dim(c.hq)), scale, c.block, c.window)
+	} else {
+		out = b.PagedAttention(ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], ops[6], ops[7], ops[8], scale, c.block, c.window)
+	}
 	b.Output("out", out)
 	body, err := b.Build()
 	require.NoError(t, err, c.name)
 	feeds, err := ir.RandomFeeds(body, seed, ir.Typical)
 	require.NoError(t, err)
+	if c.sinks.Valid() {
+		// Sinks from -2 to 5, so that they weigh as much as a few keys
+		// or more than all of them.
+		for h := range c.hq {
+			feeds["sinks"].Set(h, -2+7*rng.Float64())
+		}
+	}
 	// The metadata: blocks from a shuffled pool, the spare ones poisoned.
 	perm := rng.Perm(int(P / c.block))
 	poisonBlock := int64(perm[len(perm)-1])

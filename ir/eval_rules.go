@@ -290,6 +290,14 @@ func normRow(op Op, eps float64, x, xm, w, wm, b, bm, y, ym []float64) {
 // quadrature sum sqrt(sum_j (p_j pm_j)^2), which attentionOut needs, as
 // softmaxRow.
 func attentionProbs(q, qm, k, km []float64, scale float64, p, pm []float64) float64 {
+	return attentionProbsSink(q, qm, k, km, scale, p, pm, nil)
+}
+
+// attentionProbsSink is attentionProbs with a sink when sink is not nil:
+// its logit sink[0] (magnitude sink[1]) is one more column of the softmax
+// whose weight is left out of p, as a sink column concatenated to the
+// scores and sliced off after the softmax would be.
+func attentionProbsSink(q, qm, k, km []float64, scale float64, p, pm []float64, sink *[2]float64) float64 {
 	D := len(q)
 	mx := math.Inf(-1)
 	for j := range p {
@@ -304,10 +312,18 @@ func attentionProbs(q, qm, k, km []float64, scale float64, p, pm []float64) floa
 		}
 		mx = math.Max(mx, p[j])
 	}
+	if sink != nil {
+		mx = math.Max(mx, sink[0])
+	}
 	sum := 0.0
 	for j := range p {
 		p[j] = math.Exp(p[j] - mx)
 		sum += p[j]
+	}
+	ps := 0.0
+	if sink != nil {
+		ps = math.Exp(sink[0] - mx)
+		sum += ps
 	}
 	avg2 := 0.0
 	for j := range p {
@@ -316,6 +332,11 @@ func attentionProbs(q, qm, k, km []float64, scale float64, p, pm []float64) floa
 			if e := scaled(p[j], pm[j]); e > 0 {
 				avg2 += e * e
 			}
+		}
+	}
+	if sink != nil && qm != nil {
+		if e := scaled(ps/sum, sink[1]); e > 0 {
+			avg2 += e * e
 		}
 	}
 	return math.Sqrt(avg2)

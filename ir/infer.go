@@ -43,7 +43,7 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		}
 		return nil, 0, fmt.Errorf("takes %d inputs, got %d", ar, len(in))
 	}
-	if ar := op.Arity(); ar >= 0 && len(in) > ar {
+	if ar := op.Arity(); ar >= 0 && len(in) > ar && op.HasPosition() {
 		if p := in[ar]; !p.DType.IsInt() || len(p.Shape) != 0 {
 			return nil, 0, fmt.Errorf("runtime position is %s%v; want an integer scalar", p.DType, p.Shape)
 		}
@@ -418,7 +418,8 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 // step's own keys and values k, v [T, Hkv, D]; the pools kpool, vpool
 // [P, Hkv, D] (P slots, Block to a block); the block table [S, M], the
 // sequence lengths [S] and the query starts [S+1], integers; and the count
-// of sequences present, an integer scalar.
+// of sequences present, an integer scalar; and optionally the sinks
+// [Hq], one logit a query head, f32 or q's dtype.
 func inferPagedAttention(a Attrs, in []ValueType) (Shape, DType, error) {
 	q, k, v, kp, vp := in[0], in[1], in[2], in[3], in[4]
 	table, lens, starts, seqs := in[5], in[6], in[7], in[8]
@@ -459,6 +460,11 @@ func inferPagedAttention(a Attrs, in []ValueType) (Shape, DType, error) {
 	}
 	if len(seqs.Shape) != 0 {
 		return nil, 0, fmt.Errorf("the sequence count must be a scalar")
+	}
+	if len(in) > 9 {
+		if sk := in[9]; len(sk.Shape) != 1 || sk.Shape[0] != q.Shape[1] || (sk.DType != F32 && sk.DType != q.DType) {
+			return nil, 0, fmt.Errorf("the sinks are %s%v; want f32 or %s [%d], one a query head", sk.DType, sk.Shape, q.DType, q.Shape[1])
+		}
 	}
 	return q.Shape.Clone(), q.DType, nil
 }

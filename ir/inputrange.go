@@ -173,7 +173,7 @@ func (w *useWalk) visit(v int, slack int64, flipped bool) {
 		c, pos := w.g.Nodes[uk[0]], uk[1]
 		other := func() *Node { return w.g.Nodes[c.Inputs[1-pos]] }
 		switch {
-		case pos == c.Op.Arity() && c.Op.MaxArity() > pos:
+		case pos == c.Op.Arity() && c.Op.HasPosition():
 			// A runtime position: the update must fit, the causal queries
 			// must have their keys.
 			if flipped {

@@ -88,7 +88,7 @@ const (
 	// digests of existing kernel bodies (which hash op numbers) stay as
 	// they were.
 	OpScatter        // attr Axis; (base, update, index [n]): base with update's slice i written at index[i] along Axis; -1 skips
-	OpPagedAttention // (q [T,Hq,D], k, v [T,Hkv,D], kpool, vpool [P,Hkv,D], table [S,M], lens [S], starts [S+1], seqs) -> [T,Hq,D]; attrs Scale, Block, Window
+	OpPagedAttention // (q [T,Hq,D], k, v [T,Hkv,D], kpool, vpool [P,Hkv,D], table [S,M], lens [S], starts [S+1], seqs[, sinks [Hq]]) -> [T,Hq,D]; attrs Scale, Block, Window
 
 	// Mixture of experts, numbered after the serving step's ops for the
 	// same reason (see experts.go).
@@ -150,6 +150,11 @@ type opInfo struct {
 	// ops whose offset can be a symbol's value.
 	optional int
 }
+
+// extras is, per op, the number of operands that may follow the arity's
+// and are no position (paged attention's sinks). An op has optional or
+// extra operands, not both.
+var extras = [numOps]int{OpPagedAttention: 1}
 
 var ops = [numOps]opInfo{
 	OpInput:  {"input", ClassLeaf, 0, aName, 0},
@@ -241,13 +246,18 @@ func (o Op) Class() Class { return ops[o].class }
 func (o Op) Arity() int { return ops[o].arity }
 
 // MaxArity is the most inputs the op takes: Arity plus its optional
-// runtime position operand (slice_update, attention), -1 for concat.
+// runtime position operand (slice_update, attention) or its extra
+// operands (paged attention's sinks), -1 for concat.
 func (o Op) MaxArity() int {
 	if ops[o].arity < 0 {
 		return -1
 	}
-	return ops[o].arity + ops[o].optional
+	return ops[o].arity + ops[o].optional + extras[o]
 }
+
+// HasPosition says the op's operand past its arity, when given, is a
+// runtime position (Node.DynamicOffset), not an extra operand.
+func (o Op) HasPosition() bool { return o.Valid() && ops[o].optional > 0 }
 
 // DynamicOffset returns the operand that holds a node's runtime position,
 // the integer scalar added to its static Offset (slice_update's write

@@ -1,6 +1,9 @@
 package ir
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // A serving step runs the tokens of many sequences through one graph with
 // their keys and values in a paged pool: slots of [kv heads, head size]
@@ -23,6 +26,28 @@ func (b *Builder) Scatter(base, update, index Value, axis int) Value {
 // [S+1] and the number of sequences present seqs (a scalar, at most S).
 func (b *Builder) PagedAttention(q, k, v, kpool, vpool, table, lens, starts, seqs Value, scale float64, block, window int64) Value {
 	return b.Apply(OpPagedAttention, Attrs{Scale: scale, Block: block, Window: window}, q, k, v, kpool, vpool, table, lens, starts, seqs)
+}
+
+// PagedAttentionSinks is PagedAttention with learned sinks [Hq] (f32 or
+// q's dtype; gpt-oss's self_attn.sinks): one more logit a query head that
+// enters each softmax's denominator once and the output not at all,
+//
+//	p_j = exp(s_j - m) / (sum_i exp(s_i - m) + exp(sink - m)),
+//
+// m the larger of the scores' max and the sink. It is paged attention's
+// tenth operand, after the metadata; a graph without it means what it
+// meant before (no sinks).
+func (b *Builder) PagedAttentionSinks(q, k, v, kpool, vpool, table, lens, starts, seqs, sinks Value, scale float64, block, window int64) Value {
+	return b.Apply(OpPagedAttention, Attrs{Scale: scale, Block: block, Window: window}, q, k, v, kpool, vpool, table, lens, starts, seqs, sinks)
+}
+
+// PagedSinks is the operand that holds paged attention n's sinks, if it
+// has them.
+func PagedSinks(n *Node) (Value, bool) {
+	if n.Op == OpPagedAttention && len(n.Inputs) > 9 {
+		return n.Inputs[9], true
+	}
+	return NoValue, false
 }
 
 // PagedToken is where one token of a step sits: its sequence, its position
@@ -118,7 +143,9 @@ func (m *PagedMeta) KeyRow(t int, j int64) (row int64, fromPool bool) {
 
 // pagedAttention evaluates paged attention token by token: each token's
 // query heads attend over positions Lo..Pos of its sequence, the
-// grouped key head Hq/Hkv heads share; a token of no sequence gets zeros.
+// grouped key head Hq/Hkv heads share, each head's sink (when the node
+// has sinks) one more softmax term with no value; a token of no sequence
+// gets zeros.
 func (e *evaluator) pagedAttention() (*Tensor, *Tensor, error) {
 	n := e.n
 	ins := make([]ValueType, len(n.Inputs))
@@ -169,7 +196,8 @@ func (e *evaluator) pagedAttention() (*Tensor, *Tensor, error) {
 						qrm[d] = e.mag(0).F64[qo+int64(d)]
 					}
 				}
-				avg := attentionProbs(qr, qrm, kr, krm, n.Scale, p, pm)
+				sink := e.pagedSink(h)
+				avg := attentionProbsSink(qr, qrm, kr, krm, n.Scale, p, pm, sink)
 				for d := range D {
 					var col []float64
 					if mag {
@@ -185,6 +213,21 @@ func (e *evaluator) pagedAttention() (*Tensor, *Tensor, error) {
 		}
 	}
 	return v, m, nil
+}
+
+// pagedSink is query head h's sink (its value and magnitude) when the
+// node has sinks, else nil.
+func (e *evaluator) pagedSink(h int) *[2]float64 {
+	if len(e.n.Inputs) <= 9 {
+		return nil
+	}
+	s := &[2]float64{e.in(9).At(int64(h)), 0}
+	if e.magnitude {
+		s[1] = e.mag(9).F64[h]
+	} else {
+		s[1] = math.Abs(s[0])
+	}
+	return s
 }
 
 // scatter evaluates scatter: base copied, then each slice of update

@@ -105,7 +105,7 @@ func DrawPaged(rng *rand.Rand, tokens, slots, block, seqs, blocks int64) (*Paged
 func pagedFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string]Range) error {
 	done := map[string]bool{}
 	for i, n := range g.Nodes {
-		if n.Op != OpPagedAttention || len(n.Inputs) != 9 {
+		if n.Op != OpPagedAttention || len(n.Inputs) < 9 {
 			continue
 		}
 		meta := []*Node{g.Nodes[n.Inputs[5]], g.Nodes[n.Inputs[6]], g.Nodes[n.Inputs[7]], g.Nodes[n.Inputs[8]]}

@@ -69,6 +69,11 @@ func (pe *pointEval) demandPaged(n *Node, idx []int64) error {
 			return err
 		}
 	}
+	if len(n.Inputs) > 9 {
+		for _, r := range distinctDiv(idx, D) {
+			pe.add1(n.Inputs[9], r%Hq)
+		}
+	}
 	return nil
 }
 
@@ -124,7 +129,12 @@ func (pe *pointEval) computePaged(n *Node, idx []int64, out *pointStore) error {
 		if pe.magnitude {
 			pm = make([]float64, L)
 		}
-		avg := attentionProbs(q.x, q.xm, k.x, k.xm, n.Scale, p, pm)
+		var sink *[2]float64
+		if len(n.Inputs) > 9 {
+			x, xm := pe.store[n.Inputs[9]].at(h)
+			sink = &[2]float64{x, xm}
+		}
+		avg := attentionProbsSink(q.x, q.xm, k.x, k.xm, n.Scale, p, pm, sink)
 		col := newRowBuffers(int(L), pe.magnitude)
 		for _, pos := range groups[g] {
 			d := idx[pos] % D

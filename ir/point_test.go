@@ -52,6 +52,10 @@ var pointCases = []textCase{
 		b.Output("out", b.PagedAttention(q, k, v, kp, vp, meta[0], meta[1], meta[2], meta[3], 0.4, 4, 6))
 		// Computed operands: the reference computes only the rows read.
 		b.Output("computed", b.PagedAttention(b.Neg(q), k, v, b.Exp(kp), vp, meta[0], meta[1], meta[2], meta[3], 0.3, 4, 0))
+		// Sinks, a leaf and computed.
+		sinks := b.Input("sinks", F32, 4)
+		b.Output("sinks", b.PagedAttentionSinks(q, k, v, kp, vp, meta[0], meta[1], meta[2], meta[3], sinks, 0.4, 4, 6))
+		b.Output("sinks_computed", b.PagedAttentionSinks(q, k, v, kp, vp, meta[0], meta[1], meta[2], meta[3], b.Neg(sinks), 0.3, 4, 0))
 	}},
 	{"attention decomposed with mask and gqa broadcast", func(b *Builder) {
 		q := b.Input("q", F32, 1, 4, 5, 8)

@@ -144,6 +144,8 @@ var textCases = []textCase{
 		table, lens, starts, seqs := b.Input("table", I32, 3, 4), b.Input("lens", I32, 3), b.Input("starts", I32, 4), b.Input("seqs", I64)
 		b.Output("full", b.PagedAttention(q, k, v, kp, vp, table, lens, starts, seqs, 0.125, 8, 0))
 		b.Output("window", b.PagedAttention(q, k, v, kp, vp, table, lens, starts, seqs, 1/math.Sqrt(8), 8, 5))
+		b.Output("sinks", b.PagedAttentionSinks(q, k, v, kp, vp, table, lens, starts, seqs, b.Input("sinks", BF16, 4), 0.125, 8, 5))
+		b.Output("sinks32", b.PagedAttentionSinks(q, k, v, kp, vp, table, lens, starts, seqs, b.Input("sinks32", F32, 4), 0.125, 8, 0))
 	}},
 	{"experts", func(b *Builder) {
 		x := b.Input("x", BF16, 3, 4)

@@ -419,6 +419,8 @@ func rowAxis(body *ir.Graph, n *ir.Node, at []rowsAt) (axis int, ok bool) {
 		}
 		return 0, op(0).isRows() && a == 0 && op(1).isRows() && op(1).axis == 0
 	case ir.OpPagedAttention:
+		// The pools, the metadata and the sinks (one a query head, when
+		// present) hold no token rows.
 		for i := 3; i < len(n.Inputs); i++ {
 			if op(i).class != free {
 				return 0, false

@@ -163,7 +163,7 @@ func opRewrites(prefix string, apply func(op ir.Op, name string) egraph.ApplyFun
 			arities = []int{2, 3, 4}
 		}
 		if op.MaxArity() > op.Arity() {
-			arities = append(arities, op.MaxArity()) // with the runtime position
+			arities = append(arities, op.MaxArity()) // with the runtime position, or paged attention's sinks
 		}
 		for _, n := range arities {
 			kids := make([]egraph.PatternTerm, n)

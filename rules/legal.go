@@ -64,7 +64,8 @@ func legal(body *ir.Graph, gathered bool) bool {
 	for _, n := range body.Nodes {
 		if n.Op == ir.OpPagedAttention {
 			// Paged attention takes nine arguments (q, k, v, the pools,
-			// the metadata); its form is the op alone (cost.FormOf).
+			// the metadata), ten with sinks; its form is the op alone
+			// (cost.FormOf).
 			args = max(args, len(n.Inputs))
 		}
 	}

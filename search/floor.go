@@ -119,8 +119,10 @@ func floorOf(g *ir.Graph, d *cost.Device, pos func(ir.Value) int64, work *step.W
 			f.FLOPs += attentionFLOPs(g, n, pos)
 		case ir.OpPagedAttention:
 			if work != nil {
+				// The keys within this layer's own window.
 				q := g.Node(n.Inputs[0]).Shape
-				f.FLOPs += 4 * float64(q[1]) * float64(q[2]) * work.Keys
+				keys, _ := work.Within(int(n.Window))
+				f.FLOPs += 4 * float64(q[1]) * float64(q[2]) * keys
 			}
 		}
 	}
@@ -225,7 +227,8 @@ func stateBytes(g *ir.Graph, v ir.Value, users [][]ir.Value, pos func(ir.Value) 
 				read += float64(u.Shape.NumElements()) * float64(u.DType.Size())
 			case u.Op == ir.OpPagedAttention && (u.Inputs[3] == x || u.Inputs[4] == x) && work != nil:
 				row := whole / float64(n.Shape[0])
-				read += row * work.Cached
+				_, cached := work.Within(int(u.Window))
+				read += row * cached
 			case u.Op == ir.OpAttention && u.Inputs[0] != x:
 				q, k := g.Node(u.Inputs[0]).Shape, g.Node(x).Shape
 				keys := float64(k[2])

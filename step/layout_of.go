@@ -8,8 +8,8 @@ import (
 )
 
 // LayoutOf reads a step program's layout from its graph: the maxima from
-// its metadata inputs' shapes, the block size and window from its paged
-// attention ops, the pool from its state buffers, the vocabulary from its
+// its metadata inputs' shapes, the block size and window (or, where they
+// differ, each layer's window) from its paged attention ops, the pool from its state buffers, the vocabulary from its
 // logits. A graph without paged attention, or without every input the
 // step's contract names, is not a step: (nil, nil). One with them all
 // that breaks the contract is an error.
@@ -58,9 +58,17 @@ func LayoutOf(g *ir.Graph) (*Layout, error) {
 		Blocks: int(int64(pool[0]) / first.Block), KVHeads: int(pool[1]), HeadDim: int(pool[2]), Layers: len(attn),
 	}
 	for _, n := range attn[1:] {
-		if n.Block != first.Block || n.Window != first.Window || !g.Node(n.Inputs[3]).Shape.Equal(pool) {
-			return nil, fmt.Errorf("step graph %s: its layers' paged attention disagree on the pool (block %d, window %d, %v against block %d, window %d, %v)",
-				g.Name, n.Block, n.Window, g.Node(n.Inputs[3]).Shape, first.Block, first.Window, pool)
+		if n.Block != first.Block || !g.Node(n.Inputs[3]).Shape.Equal(pool) {
+			return nil, fmt.Errorf("step graph %s: its layers' paged attention disagree on the pool (block %d, %v against block %d, %v)",
+				g.Name, n.Block, g.Node(n.Inputs[3]).Shape, first.Block, pool)
+		}
+		if n.Window != first.Window && l.LayerWindows == nil {
+			// Layers of their own windows (gpt-oss's sliding and full
+			// layers), in graph order: the layers'.
+			l.Window = 0
+			for _, a := range attn {
+				l.LayerWindows = append(l.LayerWindows, int(a.Window))
+			}
 		}
 	}
 	for _, o := range g.Outputs {

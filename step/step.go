@@ -19,6 +19,7 @@ package step
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // The names of a step program's inputs, symbols and pools.
@@ -70,9 +71,13 @@ type Layout struct {
 	Layers int `json:"layers"`
 	// Vocab bounds the token ids.
 	Vocab int `json:"vocab"`
-	// Window, when positive, is the sliding window: a token sees the
-	// Window latest positions, its own included.
+	// Window, when positive, is the sliding window of every layer: a
+	// token sees the Window latest positions, its own included.
 	Window int `json:"window,omitempty"`
+	// LayerWindows, when the layers' windows differ (gpt-oss alternates
+	// sliding and full attention), is each layer's window (0: none), one
+	// a layer; Window is 0 then. Empty when every layer has Window.
+	LayerWindows []int `json:"layer_windows,omitempty"`
 	// AllLogits says that the logits output has a row per token [T, vocab]
 	// instead of one per sequence's last token [S, vocab].
 	AllLogits bool `json:"all_logits,omitempty"`
@@ -83,6 +88,14 @@ func (l Layout) Slots() int { return l.Blocks * l.BlockSize }
 
 // MaxLen is the longest sequence the block table can hold.
 func (l Layout) MaxLen() int { return l.BlocksPerSeq * l.BlockSize }
+
+// WindowOf is layer i's sliding window (0: none).
+func (l Layout) WindowOf(i int) int {
+	if len(l.LayerWindows) > 0 {
+		return l.LayerWindows[i]
+	}
+	return l.Window
+}
 
 // Validate says whether the layout describes a program that can exist.
 func (l Layout) Validate() error {
@@ -103,6 +116,15 @@ func (l Layout) Validate() error {
 		return fmt.Errorf("%d blocks of %d slots do not fit an i32 slot index", l.Blocks, l.BlockSize)
 	case l.Window < 0:
 		return fmt.Errorf("window %d; want 0 (none) or positive", l.Window)
+	case len(l.LayerWindows) > 0 && len(l.LayerWindows) != l.Layers:
+		return fmt.Errorf("%d layer windows for %d layers; want one a layer", len(l.LayerWindows), l.Layers)
+	case len(l.LayerWindows) > 0 && l.Window != 0:
+		return fmt.Errorf("window %d and layer windows: one or the other", l.Window)
+	}
+	for i, w := range l.LayerWindows {
+		if w < 0 {
+			return fmt.Errorf("layer %d: window %d; want 0 (none) or positive", i, w)
+		}
 	}
 	return nil
 }
@@ -142,11 +164,35 @@ const Padding = -1
 // sequences sharing the most tokens evenly, each after a context of half
 // the longest sequence. Keys counts the positions all tokens attend
 // (causally, each token its sequence's context plus the step tokens up
-// to itself), Cached the context positions read from the pools.
+// to itself), Cached the context positions read from the pools, within
+// the layout's Window; a layer of its own window counts Within it.
 type Workload struct {
 	Tokens, Seqs  int
 	Keys, Cached  float64
 	ContextPerSeq int
+	// seqs are the sequences of a workload WorkloadOf made, for Within.
+	seqs []SeqWork
+}
+
+// Within is the workload's Keys and Cached for a layer of sliding window
+// window (0: none; a layer of the layout's Window gets the workload's own
+// figures): each token's keys and each sequence's cached positions held
+// to the window, exactly for a workload of listed sequences and as
+// Priced holds them otherwise.
+func (w Workload) Within(window int) (keys, cached float64) {
+	if window <= 0 {
+		return w.Keys, w.Cached
+	}
+	if w.seqs == nil {
+		return math.Min(w.Keys, float64(w.Tokens*window)), math.Min(w.Cached, float64(w.Seqs*window))
+	}
+	for _, s := range w.seqs {
+		cached += float64(min(s.Context, window))
+		for j := range s.Tokens {
+			keys += float64(min(s.Context+j+1, window))
+		}
+	}
+	return math.Min(keys, w.Keys), math.Min(cached, w.Cached)
 }
 
 // Priced is the workload of a step with seqs sequences present.
@@ -203,6 +249,7 @@ func (l Layout) WorkloadOf(seqs []SeqWork) (Workload, error) {
 	}
 	w.Seqs = len(seqs)
 	w.ContextPerSeq = ctxs / len(seqs)
+	w.seqs = slices.Clone(seqs)
 	return w, nil
 }
 
