@@ -1,7 +1,6 @@
 package corpus
 
 import (
-	"fmt"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -77,47 +76,14 @@ func (e *emitter) moe(x ir.Value, layerPrefix string) ir.Value {
 	return y
 }
 
-// stackExperts stacks the experts' nn.Linear weights named expert
-// (a format with the expert's index) + "." + gate, up or down + ".weight":
-// gate and up [size, hidden] transposed and concatenated into
-// [hidden, 2 × size] (gate's columns first, as ir.GatingSwiGLU reads
-// them), down [hidden, size] transposed to [size, hidden], each given a
-// leading expert axis and concatenated along it.
+// stackExperts declares the experts' nn.Linear weights named expert (a
+// format with the expert's index) + "." + gate, up or down + ".weight" as
+// the two stacked weights the experts op reads (stacked.go): gate and up
+// [size, hidden] transposed side by side into [experts, hidden, 2 × size]
+// (gate's columns first, as ir.GatingSwiGLU reads them), down [hidden,
+// size] transposed into [experts, size, hidden].
 func (e *emitter) stackExperts(expert, gate, up, down string) (gateUp, downs ir.Value) {
 	c, m := e.cfg, e.cfg.MoE
-	H, I := c.HiddenSize, m.IntermediateSize
-	gus := make([]ir.Value, m.NumExperts)
-	dns := make([]ir.Value, m.NumExperts)
-	for j := range m.NumExperts {
-		pre := fmt.Sprintf(expert, j) + "."
-		g := e.Transpose(e.weight(pre+gate+".weight", I, H), 0, 1)
-		u := e.Transpose(e.weight(pre+up+".weight", I, H), 0, 1)
-		gus[j] = e.Reshape(e.Concat(1, g, u), 1, ir.Dim(H), ir.Dim(2*I))
-		d := e.Transpose(e.weight(pre+down+".weight", H, I), 0, 1)
-		dns[j] = e.Reshape(d, 1, ir.Dim(I), ir.Dim(H))
-	}
-	return e.stack(gus), e.stack(dns)
-}
-
-// stackArity is the most pieces one concat of stack joins: the lowering
-// gives a concat of up to four operands a kernel (rules.LowerRewrites).
-const stackArity = 4
-
-// stack joins pieces along axis 0 by a tree of concats of at most
-// stackArity operands, so that every concat has a kernel (at load time:
-// the pieces are weights).
-func (e *emitter) stack(pieces []ir.Value) ir.Value {
-	for len(pieces) > 1 {
-		var next []ir.Value
-		for i := 0; i < len(pieces); i += stackArity {
-			group := pieces[i:min(i+stackArity, len(pieces))]
-			if len(group) == 1 {
-				next = append(next, group[0])
-			} else {
-				next = append(next, e.Concat(0, group...))
-			}
-		}
-		pieces = next
-	}
-	return pieces[0]
+	E, H, I := m.NumExperts, c.HiddenSize, m.IntermediateSize
+	return e.weight(stackedName(expert, gate, up), E, H, 2*I), e.weight(stackedName(expert, down), E, I, H)
 }

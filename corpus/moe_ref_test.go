@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -37,11 +39,40 @@ type moeRef struct {
 }
 
 func (m *moeRef) vec(name string) []float64 {
-	t, ok := m.w[name]
-	if !ok {
-		panic("no weight " + name)
+	if t, ok := m.w[name]; ok {
+		return t.Float64s()
 	}
-	return t.Float64s()
+	// A checkpoint's per-expert tensor [out, in], as Hugging Face names
+	// it, cut out of the graph's stacked weight [experts, in, parts × out]
+	// (independently of corpus's own assembly: by its name's pattern).
+	for stacked, t := range m.w {
+		before, after, ok := strings.Cut(stacked, ".*.")
+		if !ok || !strings.HasPrefix(name, before+".") {
+			continue
+		}
+		parts, suffix, _ := strings.Cut(after, ".")
+		rest := strings.TrimPrefix(name, before+".")
+		idx, tail, _ := strings.Cut(rest, ".")
+		e, err := strconv.Atoi(idx)
+		if err != nil {
+			continue
+		}
+		for p, part := range strings.Split(parts, "+") {
+			if tail != part+"."+suffix {
+				continue
+			}
+			in, cols := int(t.Shape[1]), int(t.Shape[2])
+			out := cols / len(strings.Split(parts, "+"))
+			v := make([]float64, out*in)
+			for o := range out {
+				for k := range in {
+					v[o*in+k] = t.At(int64((e*in+k)*cols + p*out + o))
+				}
+			}
+			return v
+		}
+	}
+	panic("no weight " + name)
 }
 
 // linear is nn.Linear: x [in] times weight [out, in], plus bias [out].

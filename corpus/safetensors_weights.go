@@ -36,6 +36,27 @@ func SafetensorsWeights(g *ir.Graph, dir string) (map[string]*ir.Tensor, *safete
 			// prefix that save_pretrained writes.
 			t, ok = set.Tensor(strings.TrimPrefix(n.Name, "transformer."))
 		}
+		if st, stacked := ParseStacked(n.Name); !ok && stacked {
+			// Stacked from the experts' own tensors (stacked.go).
+			w, err := st.Assemble(n, func(name string, shape ir.Shape) ([]float32, error) {
+				t, ok := set.Tensor(name)
+				switch {
+				case !ok:
+					return nil, fmt.Errorf("%s: missing", name)
+				case !sameDims(t.Shape, shape):
+					return nil, fmt.Errorf("%s: shape %v, want %v", name, t.Shape, []int64(shapeInts(shape)))
+				case t.DType != "F32" && t.DType != "F16" && t.DType != "BF16":
+					return nil, fmt.Errorf("%s: dtype %s; want F32, F16 or BF16", name, t.DType)
+				}
+				return t.Float32s()
+			})
+			if err != nil {
+				problems = append(problems, err.Error())
+				continue
+			}
+			out[n.Name] = w
+			continue
+		}
 		if !ok {
 			problems = append(problems, fmt.Sprintf("%s: missing", n.Name))
 			continue
