@@ -1,7 +1,6 @@
 package corpus
 
 import (
-
 	"github.com/lumsearch/lumsearch/ir"
 )
 
