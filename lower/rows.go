@@ -409,7 +409,7 @@ func rowAxis(body *ir.Graph, n *ir.Node, at []rowsAt) (axis int, ok bool) {
 	case ir.OpRoute:
 		// Each row's weights from its logits.
 		return 0, op(0).isRows() && a == 0
-	case ir.OpExpertsUp, ir.OpExpertsDown:
+	case ir.OpExperts, ir.OpExpertsUp, ir.OpExpertsDown:
 		// Each row's slots from its vector (or slots) and weights; the
 		// experts' weights hold no rows.
 		for i := 2; i < len(n.Inputs); i++ {
