@@ -52,6 +52,12 @@ func TestExpertsFormsByRows(t *testing.T) {
 			for i, e := range ranked[:min(6, len(ranked))] {
 				t.Logf("R=%d up=%v #%d %s: %.1f µs (%s), %.1f MB", c.R, up, i, e.Schedule, e.Seconds*1e6, e.Bound, e.Features.Bytes/1e6)
 			}
+			for i, e := range ranked {
+				if e.Schedule.Grouped != c.grouped {
+					t.Logf("R=%d up=%v the other way's best, #%d %s: %.1f µs (%s), %.1f MB", c.R, up, i, e.Schedule, e.Seconds*1e6, e.Bound, e.Features.Bytes/1e6)
+					break
+				}
+			}
 		}
 	}
 }
