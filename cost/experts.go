@@ -201,7 +201,7 @@ func ExpertsFits(p ExpertsParts, s Schedule) bool {
 	l := p.Layout()
 	return s.Threads%32 == 0 && s.Threads >= 32 && s.Threads <= 256 && s.Stages >= 1 && s.Stages <= 8 && s.BN == 32*l.P &&
 		s.BM >= 1 && s.BM <= 8 && (s.Grouped || s.BM == 1) && s.BM*l.L*l.V <= expertsMaxAccumulators &&
-		ExpertsShared(p, s) <= StaticShared && s.BK == 0 && s.Rows == 0 && !s.Tensor && !s.GEMV && s.TM == 0 && s.Warp == 0 && !s.SplitKeys && s.KeySplits == 0
+		ExpertsShared(p, s) <= StaticShared && ExpertsWorkBlocks(p, s) <= math.MaxInt32 && (p.N+int64(s.BN)-1)/int64(s.BN) <= 65535 && s.BK == 0 && s.Rows == 0 && !s.Tensor && !s.GEMV && s.TM == 0 && s.Warp == 0 && !s.SplitKeys && s.KeySplits == 0
 }
 
 // expertsSchedules are the experts forms' schedules: by slot and by
@@ -227,6 +227,16 @@ func (k *kernelForm) expertsSchedules() []Schedule {
 		}
 	}
 	return out
+}
+
+// ExpertsWorkBlocks is the experts form's grid along x (its column tiles
+// go along y): a block a row's slot, or by expert a block for each
+// expert's groups of BM rows and for the zero-filling of each BM rows.
+func ExpertsWorkBlocks(p ExpertsParts, s Schedule) int64 {
+	if s.Grouped {
+		return (p.E + 1) * ExpertsGroupBlocks(p.R, s.BM)
+	}
+	return p.R * p.K
 }
 
 // ExpertsGroupBlocks is the rows of the zero-filling blocks of the by

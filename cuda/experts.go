@@ -46,7 +46,7 @@ func printRoute(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	k.Grid = [3]int{int(max(1, (p.R+int64(s.Rows)-1)/int64(s.Rows))), 1, 1}
 	rows := fmt.Sprintf("%dLL", p.R)
 	if k.count != nil && k.count.Axis == 0 && k.count.Max == p.R {
-		rows = "lum_t"
+		rows = fmt.Sprintf("(lum_t < %dLL ? lum_t : %dLL)", p.R, p.R)
 		k.Rows = &RowGrid{Dim: 0, Num: 1, Den: int64(s.Rows)}
 	}
 	var b strings.Builder
@@ -122,18 +122,15 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	rows := fmt.Sprintf("%dLL", p.R)
 	present := k.count != nil && k.count.Axis == 0 && k.count.Max == p.R
 	if present {
-		rows = "lum_t"
+		// The rows present, never past the buffers' rows.
+		rows = fmt.Sprintf("(lum_t < %dLL ? lum_t : %dLL)", p.R, p.R)
 	}
-	if s.Grouped {
-		k.Grid = [3]int{int(tiles), int(p.E*groups + groups), 1}
-	} else {
-		k.Grid = [3]int{int(tiles), int(p.R * p.K), 1}
-		if present {
-			k.Rows = &RowGrid{Dim: 1, Num: p.K, Den: 1}
-		}
-	}
-	if k.Grid[1] > 65535 {
-		return "", fmt.Errorf("%s: schedule %s: a grid of %d blocks along y, more than 65535", p.Op, s, k.Grid[1])
+	// The work along x (up to 2^31 - 1 blocks: a long chunk's slots, or
+	// every expert's groups), the column tiles along y.
+	work := cost.ExpertsWorkBlocks(p, s)
+	k.Grid = [3]int{int(work), int(tiles), 1}
+	if !s.Grouped && present {
+		k.Rows = &RowGrid{Dim: 0, Num: p.K, Den: 1}
 	}
 	wt := storageType(p.DType)
 	// The kernel arguments of the op's operands (through reshapes).
@@ -141,7 +138,7 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	w("  const int tid = threadIdx.x, lane = tid %% 32, warp = tid / 32;\n")
-	w("  // The block's output columns o0 .. o0 + %d.\n  const long long o0 = (long long)blockIdx.x * %dLL;\n", s.BN-1, s.BN)
+	w("  // The block's output columns o0 .. o0 + %d.\n  const long long o0 = (long long)blockIdx.y * %dLL;\n", s.BN-1, s.BN)
 	w("  const float* wts = %s;\n", arg(1))
 	w("  __shared__ float A[%d][%d];\n  __shared__ float Part[%d][%d][32][%d][%d];\n", BM, chunk, W, BM, L, V)
 	w("  __shared__ long long rowOf[%d];\n  __shared__ int slotOf[%d];\n  __shared__ int nrows, ex;\n", BM, BM)
@@ -150,7 +147,7 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 			indent, s.BN, p.N, T, r, p.K, slot, p.N, store(p.ResultDType, "0.0f"))
 	}
 	if !s.Grouped {
-		w("  const long long r = blockIdx.y / %d;\n  const int s = blockIdx.y %% %d;\n", p.K, p.K)
+		w("  const long long r = blockIdx.x / %d;\n  const int s = blockIdx.x %% %d;\n", p.K, p.K)
 		w("  if (r >= %s) return;\n", rows)
 		w("  if (tid == 0) {\n    // The row's s-th chosen expert, in expert order.\n")
 		w("    int n = 0, e = -1;\n    for (int j = 0; j < %d; j++)\n", p.E)
@@ -161,9 +158,9 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		w("    return;\n  }\n")
 	} else {
 		w("  __shared__ int pre[%d];\n", T)
-		w("  if (blockIdx.y >= %dLL) {\n", p.E*groups)
+		w("  if (blockIdx.x >= %dLL) {\n", p.E*groups)
 		w("    // Zeros for the slots no expert takes, of rows z * %d on.\n", BM)
-		w("    const long long z = blockIdx.y - %dLL;\n", p.E*groups)
+		w("    const long long z = blockIdx.x - %dLL;\n", p.E*groups)
 		w("    if (tid < %d) {\n      const long long r = z * %dLL + tid;\n      int n = 0;\n", BM, BM)
 		w("      if (r < %s)\n        for (int j = 0; j < %d; j++) n += wts[r * %dLL + j] != 0.0f;\n", rows, p.E, p.E)
 		w("      pre[tid] = n;\n    }\n    __syncthreads();\n")
@@ -171,7 +168,7 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		w("      for (int sl = pre[i]; sl < %d; sl++) {\n", p.K)
 		zeros("        ", "r", "sl")
 		w("      }\n    }\n    return;\n  }\n")
-		w("  const int e = blockIdx.y / %d;\n  const long long g = blockIdx.y %% %d;\n", groups, groups)
+		w("  const int e = (int)(blockIdx.x / %dLL);\n  const long long g = blockIdx.x %% %dLL;\n", groups, groups)
 		w("  // The rows choosing expert e: each thread counts those of its share,\n  // a prefix of the counts ranks them, group g takes ranks g * %d on.\n", BM)
 		w("  const long long nr = %s, per = (nr + %d - 1) / %d, lo = tid * per, hi = lo + per < nr ? lo + per : nr;\n", rows, T, T)
 		w("  int cnt = 0;\n  for (long long r = lo; r < hi; r++) cnt += wts[r * %dLL + e] != 0.0f;\n", p.E)
@@ -182,7 +179,8 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		w("  {\n    long long rank = pre[tid];\n    for (long long r = lo; r < hi; r++)\n      if (wts[r * %dLL + e] != 0.0f) {\n", p.E)
 		w("        if (rank >= g * %dLL && rank < (g + 1) * %dLL) rowOf[rank - g * %dLL] = r;\n        rank++;\n      }\n  }\n  __syncthreads();\n", BM, BM, BM)
 		w("  if (tid < nrows) {\n    // The row's slot for e: its chosen experts below e.\n    const long long r = rowOf[tid];\n    int n = 0;\n")
-		w("    for (int j = 0; j < e; j++) n += wts[r * %dLL + j] != 0.0f;\n    slotOf[tid] = n;\n  }\n  __syncthreads();\n", p.E)
+		w("    for (int j = 0; j < e; j++) n += wts[r * %dLL + j] != 0.0f;\n", p.E)
+		w("    // A row choosing more than %d experts has no meaning: not written past its slots.\n    slotOf[tid] = n < %d ? n : -1;\n  }\n  __syncthreads();\n", p.K, p.K)
 	}
 	// The lane's first weight column of each of its L vectors.
 	var cols [2]string
@@ -214,7 +212,7 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	w("    const int kc = %dLL - k0 < %dLL ? (int)(%dLL - k0) : %d;\n", p.Kd, chunk, p.Kd, chunk)
 	w("    __syncthreads();\n")
 	w("    for (int t = tid; t < %d * kc; t += %d) {\n      const int i = t / kc, j = t %% kc;\n      const long long kk = k0 + j;\n", BM, T)
-	w("      A[i][j] = i < nrows ? %s : 0.0f;\n    }\n    __syncthreads();\n", load(p.DType, vecArg("i")))
+	w("      A[i][j] = i < nrows && slotOf[i] >= 0 ? %s : 0.0f;\n    }\n    __syncthreads();\n", load(p.DType, vecArg("i")))
 	w("    for (int kb = warp; kb < kc; kb += %d) {\n", W*U)
 	if V > 1 {
 		w("      uint4 q[%d][%d];\n", U, L)
@@ -253,7 +251,7 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	w("  const %s* bias = %s + (long long)ex * %dLL;\n", wt, arg(3), p.Read)
 	w("  for (int idx = tid; idx < %d; idx += %d) {\n", BM*32*P, T)
 	w("    const int i = idx / %d, ol = idx %% %d, ln = ol / %d, j = ol %% %d;\n", 32*P, 32*P, P, P)
-	w("    const long long col = o0 + ol;\n    if (i >= nrows || col >= %dLL) continue;\n", p.N)
+	w("    const long long col = o0 + ol;\n    if (i >= nrows || slotOf[i] < 0 || col >= %dLL) continue;\n", p.N)
 	w("    const long long o = (rowOf[i] * %dLL + slotOf[i]) * %dLL;\n", p.K, p.N)
 	switch {
 	case !up:
@@ -338,8 +336,13 @@ func fewerExperts(k *Kernel, body *ir.Graph) (*Kernel, *ir.Graph, bool, error) {
 	}
 	// Only the printer's own text for the body stands for it: a kernel
 	// edited, or read from elsewhere, is verified as it is.
-	code := func(text string) string { return text[strings.Index(text, "extern \"C\""):] } // past the comment
-	if own, err := printKernel(k.Name, k.comment, body, k.Schedule, k.count); err != nil || code(own.Text) != code(k.Text) {
+	code := func(text string) string { // past the comment
+		if i := strings.Index(text, "extern \"C\""); i >= 0 {
+			return text[i:]
+		}
+		return ""
+	}
+	if own, err := printKernel(k.Name, k.comment, body, k.Schedule, k.count); err != nil || code(k.Text) == "" || code(own.Text) != code(k.Text) {
 		return nil, nil, false, nil
 	}
 	op := body.Node(p.Node)

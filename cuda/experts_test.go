@@ -176,3 +176,43 @@ func TestVerifyManyExpertsOverFewer(t *testing.T) {
 	_, err = VerifyKernels(context.Background(), []*Kernel{bad}, []*ir.Graph{body}, VerifyOptions{Seed: 1})
 	require.Error(t, err)
 }
+
+// TestMoEEveryRankedSchedulePrintsAtLongChunks: at a long chunk's rows
+// (Qwen3-30B-A3B's 128 experts, 8 a token, at 8192 rows; gpt-oss-120b's
+// at 4096) every schedule the cost model ranks prints, its grid within
+// CUDA's limits (the work along x, the column tiles along y).
+func TestMoEEveryRankedSchedulePrintsAtLongChunks(t *testing.T) {
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	model := cost.NewModel(dev, cost.Defaults(dev))
+	for _, c := range []struct {
+		name          string
+		R, H, E, I, k int
+		g             ir.Gating
+		limit         float64
+	}{
+		{"qwen3", 8192, 2048, 128, 768, 8, ir.GatingSwiGLU, 0},
+		{"gptoss", 4096, 2880, 128, 2880, 4, ir.GatingClampedSwiGLU, 7},
+	} {
+		R, H, E, I := ir.Dim(c.R), ir.Dim(c.H), ir.Dim(c.E), ir.Dim(c.I)
+		for _, body := range []*ir.Graph{
+			buildBody(t, func(b *ir.Builder) ir.Value {
+				return b.ExpertsUp(b.Input("$0", ir.BF16, R, H), b.Input("$1", ir.F32, R, E), b.Input("$2", ir.BF16, E, H, 2*I), b.Input("$3", ir.BF16, E, 2*I), c.k, c.g, c.limit)
+			}),
+			buildBody(t, func(b *ir.Builder) ir.Value {
+				return b.ExpertsDown(b.Input("$0", ir.BF16, R, ir.Dim(c.k), I), b.Input("$1", ir.F32, R, E), b.Input("$2", ir.BF16, E, I, H), b.Input("$3", ir.BF16, E, H), c.k)
+			}),
+			buildBody(t, func(b *ir.Builder) ir.Value { return b.Route(b.Input("$0", ir.F32, R, E), c.k, ir.GatingChosen) }),
+		} {
+			ranked, err := model.Ranked(body)
+			require.NoError(t, err, c.name)
+			for _, e := range ranked {
+				k, err := PrintKernelWith("k", c.name, body, e.Schedule)
+				require.NoError(t, err, "%s %s", c.name, e.Schedule)
+				assert.LessOrEqual(t, k.Grid[0], 1<<31-1)
+				assert.LessOrEqual(t, k.Grid[1], 65535)
+				assert.LessOrEqual(t, k.Grid[2], 65535)
+			}
+		}
+	}
+}

@@ -75,7 +75,7 @@ func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
 	for k, f := range []*floats{&o.gu, &o.dn, &o.gub, &o.dnb} {
 		f.s = pe.store[n.Inputs[k+2]]
 	}
-	// x and the weights are held only at the rows asked for.
+	// x and the weights are held only at the rows asked for (0 elsewhere).
 	for k, width := range []int{o.H, o.E} {
 		*vals[k] = make([]float64, o.R*width)
 		if pe.magnitude {
@@ -124,14 +124,20 @@ func routeFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string
 		if n.Op != OpExperts && n.Op != OpExpertsUp && n.Op != OpExpertsDown {
 			continue
 		}
-		w := g.Nodes[n.Inputs[1]]
+		// The weights operand, or the leaf under its reshapes (a kernel
+		// body reads them so), drawn as the operand's [rows, experts].
+		wv := n.Inputs[1]
+		for g.Nodes[wv].Op == OpReshape {
+			wv = g.Nodes[wv].Inputs[0]
+		}
+		w, ws := g.Nodes[wv], g.Nodes[n.Inputs[1]].Shape
 		_, drawn := out[w.Name]
 		_, fixed := stated[w.Name]
 		if !drawn || fixed || done[w.Name] || !slices.Contains([]Op{OpInput, OpWeight, OpState}, w.Op) {
 			continue
 		}
 		rng := rand.New(rand.NewPCG(seed, 0x7e0e^uint64(i)))
-		R, E := int(w.Shape[0]), int(w.Shape[1])
+		R, E := int(ws[0]), int(ws[1])
 		vals := make([]float64, R*E)
 		for r := range R {
 			if R > 1 && rng.IntN(8) == 0 {
@@ -164,7 +170,7 @@ func routeFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[string
 }
 
 // rowsOf reads input v of n at the given rows only (rows along its first
-// axis), NaN elsewhere, with magnitudes when asked.
+// axis), 0 elsewhere, with magnitudes when asked.
 func (pe *pointEval) rowsOf(v Value, rows []int64) (vals, mags []float64) {
 	s := pe.g.Nodes[v].Shape
 	width := s.NumElements() / int64(s[0])

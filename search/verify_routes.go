@@ -114,7 +114,18 @@ func (t *routeTies) choose(v ir.Value, row int, logits, mags []float64, ref []in
 			most = math.Max(most, logits[e])
 		}
 	}
-	if len(choice) > k || most-least > allow {
+	// Fewer than k only where an expert's weight is 0 in f32 (a logit far
+	// below the largest, whose exponential underflows): then the
+	// reference's weight rounds to 0 too.
+	underflow := 0
+	refW := make([]float64, E)
+	ir.RouteRow(t.g.Node(v).Gating, logits, nil, ref, refW, nil)
+	for _, e := range ref {
+		if float32(refW[e]) == 0 {
+			underflow++
+		}
+	}
+	if len(choice) > k || len(choice) < k-underflow || most-least > allow {
 		return nil, fmt.Errorf("route %%%d row %d: the program chose experts %v, not a top %d of the logits within their allowance %.3g", v, row, choice, k, allow)
 	}
 	t.ties++
