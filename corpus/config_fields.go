@@ -66,14 +66,20 @@ func (p *fieldParser) intAbsentNull(key string, absent, null int) int {
 }
 
 // strings reads an array of strings; nil when absent or null.
-func (p *fieldParser) strings(key string) []string {
+func (p *fieldParser) strings(key string) []string { return arrayField[string](p, key, "strings") }
+
+// ints reads an array of integers; nil when absent or null.
+func (p *fieldParser) ints(key string) []int { return arrayField[int](p, key, "integers") }
+
+// arrayField reads an array of what's elements; nil when absent or null.
+func arrayField[T any](p *fieldParser, key, what string) []T {
 	raw, ok := p.lookup(key)
 	if !ok {
 		return nil
 	}
-	var s []string
-	if err := json.Unmarshal(raw, &s); err != nil || s == nil {
-		p.fail(fmt.Errorf("%q: want an array of strings, got %s", p.prefix+key, shortJSON(raw)))
+	var s []T
+	if err := json.Unmarshal(raw, &s); err != nil {
+		p.fail(fmt.Errorf("%q: want an array of %s, got %s", p.prefix+key, what, shortJSON(raw)))
 		return nil
 	}
 	return s

@@ -1,7 +1,6 @@
 package corpus
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -131,20 +130,6 @@ func (p *fieldParser) layerTypes(layers int) []string {
 		}
 	}
 	return types
-}
-
-// ints reads an array of integers; nil when absent or null.
-func (p *fieldParser) ints(key string) []int {
-	raw, ok := p.lookup(key)
-	if !ok {
-		return nil
-	}
-	var s []int
-	if err := json.Unmarshal(raw, &s); err != nil {
-		p.fail(fmt.Errorf("%q: want an array of integers, got %s", p.prefix+key, shortJSON(raw)))
-		return nil
-	}
-	return s
 }
 
 // yarn reads a rope_scaling object of type yarn, resolving its defaults

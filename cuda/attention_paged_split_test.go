@@ -60,6 +60,27 @@ func pagedSplitKernel(t *testing.T, name string, c pagedSplitCase, st pagedStep)
 }
 
 // firstRows is the first n rows (along axis 0) of x.
+// assertPagedRun checks a paged attention kernel's output out of run st
+// against the reference (its first present rows alone when the launch
+// followed the rows present), and that no element is NaN or infinite: the
+// kernel read no poisoned element and left none unwritten.
+func assertPagedRun(t *testing.T, label string, k *Kernel, out *ir.Tensor, st pagedStep, rows bool, present int64) {
+	t.Helper()
+	want, mag := st.want.Outputs["out"], st.want.Magnitudes["out"]
+	if rows {
+		out, want, mag = firstRows(out, present), firstRows(want, present), firstRows(mag, present)
+	}
+	mm, err := ir.Compare(out, want, mag, 1024)
+	require.NoError(t, err)
+	assert.Nil(t, mm, "%s (%s): %v", label, k.Schedule, mm)
+	for j := range out.Len() {
+		if x := out.At(j); math.IsNaN(x) || math.IsInf(x, 0) {
+			t.Errorf("%s: element %d is %v: the kernel read a poisoned element or left it unwritten", label, j, x)
+			break
+		}
+	}
+}
+
 func firstRows(x *ir.Tensor, n int64) *ir.Tensor {
 	shape := slices.Clone(x.Shape)
 	shape[0] = ir.Dim(n)
@@ -147,19 +168,7 @@ func TestPagedAttentionSplitMatchesReference(t *testing.T) {
 	require.NoError(t, err)
 	for i, st := range steps {
 		c := cases[i/2]
-		out, want, mag := got[i][0], st.want.Outputs["out"], st.want.Magnitudes["out"]
-		if c.rows {
-			out, want, mag = firstRows(out, present[i]), firstRows(want, present[i]), firstRows(mag, present[i])
-		}
-		mm, err := ir.Compare(out, want, mag, 1024)
-		require.NoError(t, err)
-		assert.Nil(t, mm, "%s, step %d (%s): %v", c.name, i%2, launches[i].Schedule, mm)
-		for j := range out.Len() {
-			if x := out.At(j); math.IsNaN(x) || math.IsInf(x, 0) {
-				t.Errorf("%s, step %d: element %d is %v: the kernel read a poisoned element or left it unwritten", c.name, i%2, j, x)
-				break
-			}
-		}
+		assertPagedRun(t, fmt.Sprintf("%s, step %d", c.name, i%2), launches[i], got[i][0], st, c.rows, present[i])
 	}
 	// The cases do leave shares empty.
 	assert.Equal(t, int64(64), cost.PagedSplitChunk(301, 8), "decode_gqa: 5 shares of 64 cover 301 keys, 3 are empty")

@@ -274,10 +274,8 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		return e.pagedAttention()
 	case OpRoute:
 		return e.route()
-	case OpExperts:
-		return e.experts()
-	case OpExpertsUp, OpExpertsDown:
-		return e.expertsSlots()
+	case OpExperts, OpExpertsUp, OpExpertsDown:
+		return e.moe()
 	}
 	return nil, nil, fmt.Errorf("no evaluation rule")
 }

@@ -200,34 +200,35 @@ func RouteRow(g Gating, xs, xm []float64, chosen []int, y, ym []float64) {
 	if ym != nil {
 		clear(ym)
 	}
-	over := chosen
-	if g == GatingAll {
-		over = make([]int, len(xs))
-		for i := range over {
-			over[i] = i
-		}
-	}
-	x := make([]float64, len(over))
-	var m, p, pm []float64
-	if xm != nil {
-		m, pm = make([]float64, len(over)), make([]float64, len(over))
-	}
-	p = make([]float64, len(over))
-	for j, i := range over {
+	// The softmax runs over the chosen logits, or over all of them (then
+	// a logit's place is its expert).
+	x, m := make([]float64, len(chosen)), []float64(nil)
+	for j, i := range chosen {
 		x[j] = xs[i]
-		if m != nil {
+	}
+	if xm != nil {
+		m = make([]float64, len(chosen))
+		for j, i := range chosen {
 			m[j] = xm[i]
 		}
 	}
-	softmaxRow(x, m, p, pm)
-	in := make(map[int]int, len(over))
-	for j, i := range over {
-		in[i] = j
+	if g == GatingAll {
+		x, m = xs, xm
 	}
-	for _, i := range chosen {
-		y[i] = p[in[i]]
+	p := make([]float64, len(x))
+	var pm []float64
+	if xm != nil {
+		pm = make([]float64, len(x))
+	}
+	softmaxRow(x, m, p, pm)
+	for j, i := range chosen {
+		at := j
+		if g == GatingAll {
+			at = i
+		}
+		y[i] = p[at]
 		if ym != nil {
-			ym[i] = pm[in[i]]
+			ym[i] = pm[at]
 		}
 	}
 }
@@ -267,54 +268,78 @@ func (e *evaluator) route() (*Tensor, *Tensor, error) {
 	return v, m, nil
 }
 
-// expertsOperands are experts' operands as float64 slices, with their
-// magnitudes when asked.
+// expertsOperands are the operands of experts, experts_up or
+// experts_down: the rows' vectors x (h for experts_down, [R, k, I]) and
+// the routing weights as float64 slices, with their magnitudes when asked,
+// and the experts' weights (which may be large) read in place.
 type expertsOperands struct {
 	x, w             []float64
 	xm, wm           []float64
-	gu, dn, gub, dnb floats // the experts' weights, which may be large
+	gu, dn, gub, dnb floats
 	R, H, E, I       int
 	gating           Gating
 	limit            float64
 }
 
-func (e *evaluator) expertsOperands() *expertsOperands {
-	o := &expertsOperands{gating: e.n.Gating, limit: e.n.Limit}
-	o.R, o.H = int(e.in(0).Shape[0]), int(e.in(0).Shape[1])
-	o.E, o.I = int(e.in(1).Shape[1]), int(e.in(2).Shape[2])/2
-	vals := []*[]float64{&o.x, &o.w}
-	mags := []*[]float64{&o.xm, &o.wm}
-	for k := range vals {
-		*vals[k] = e.in(k).Float64s()
-		if e.magnitude {
-			*mags[k] = e.mag(k).F64
-		}
-	}
-	for k, f := range []*floats{&o.gu, &o.dn, &o.gub, &o.dnb} {
-		f.v = e.in(k + 2).Float64s()
-		if e.magnitude {
-			f.m = e.mag(k + 2).F64
-		}
+// operandsOf reads n's operands: the rows' vectors and the routing
+// weights through read, the experts' weights through weights; shape gives
+// an operand's shape.
+func operandsOf(n *Node, shape func(k int) Shape, read func(k int) (v, m []float64), weights func(k int) floats) *expertsOperands {
+	o := &expertsOperands{gating: n.Gating, limit: n.Limit}
+	w := shape(1)
+	o.R, o.E = int(w[0]), int(w[1])
+	o.x, o.xm = read(0)
+	o.w, o.wm = read(1)
+	switch n.Op {
+	case OpExperts:
+		o.H, o.I = int(shape(0)[1]), int(shape(2)[2])/2
+		o.gu, o.dn, o.gub, o.dnb = weights(2), weights(3), weights(4), weights(5)
+	case OpExpertsUp:
+		o.H, o.I = int(shape(0)[1]), int(shape(2)[2])/2
+		o.gu, o.gub = weights(2), weights(3)
+	default:
+		o.I, o.H = int(shape(0)[2]), int(shape(2)[2])
+		o.dn, o.dnb = weights(2), weights(3)
 	}
 	return o
 }
 
-func (e *evaluator) experts() (*Tensor, *Tensor, error) {
-	o := e.expertsOperands()
-	if err := o.checkChosen(int(e.n.TopK)); err != nil {
-		return nil, nil, err
+// compute writes row r of op's result (at most k experts a row) into y,
+// and its magnitudes into ym when not nil.
+func (o *expertsOperands) compute(op Op, k, r int, y, ym []float64) error {
+	if err := o.checkRow(r, k); err != nil {
+		return err
 	}
+	if op == OpExperts {
+		o.row(r, y, ym)
+		return nil
+	}
+	return o.slotsRow(op, k, r, y, ym)
+}
+
+// moe evaluates experts, experts_up or experts_down, row by row.
+func (e *evaluator) moe() (*Tensor, *Tensor, error) {
+	read := func(k int) ([]float64, []float64) {
+		var m []float64
+		if e.magnitude {
+			m = e.mag(k).F64
+		}
+		return e.in(k).Float64s(), m
+	}
+	o := operandsOf(e.n, func(k int) Shape { return e.in(k).Shape }, read, func(k int) floats {
+		v, m := read(k)
+		return floats{v: v, m: m}
+	})
 	v, m := e.out()
-	var mo []float64
-	if m != nil {
-		mo = m.F64
-	}
+	L := int(e.n.Shape.NumElements()) / o.R
 	for r := range o.R {
 		var ym []float64
-		if mo != nil {
-			ym = mo[r*o.H : (r+1)*o.H]
+		if m != nil {
+			ym = m.F64[r*L : (r+1)*L]
 		}
-		o.row(r, v.F64[r*o.H:(r+1)*o.H], ym)
+		if err := o.compute(e.n.Op, int(e.n.TopK), r, v.F64[r*L:(r+1)*L], ym); err != nil {
+			return nil, nil, err
+		}
 	}
 	return v, m, nil
 }
@@ -336,22 +361,20 @@ func (f floats) at(j int) (float64, float64) {
 	return f.v[j], f.m[j]
 }
 
-// checkChosen refuses a row of weights with more than k experts chosen,
-// or with a weight that is not finite.
-func (o *expertsOperands) checkChosen(k int) error {
-	for r := range o.R {
-		n := 0
-		for ex, w := range o.w[r*o.E : (r+1)*o.E] {
-			if w != 0 {
-				n++
-			}
-			if math.IsInf(w, 0) {
-				return fmt.Errorf("row %d weights expert %d by %v", r, ex, w)
-			}
+// checkRow refuses a row of weights with more than k experts chosen, or
+// with a weight that is not finite: neither has a meaning.
+func (o *expertsOperands) checkRow(r, k int) error {
+	n := 0
+	for ex, w := range o.w[r*o.E : (r+1)*o.E] {
+		if w != 0 {
+			n++
 		}
-		if n > k {
-			return fmt.Errorf("row %d chooses %d experts, more than k=%d", r, n, k)
+		if math.IsInf(w, 0) {
+			return fmt.Errorf("row %d weights expert %d by %v", r, ex, w)
 		}
+	}
+	if n > k {
+		return fmt.Errorf("row %d chooses %d experts, more than k=%d", r, n, k)
 	}
 	return nil
 }

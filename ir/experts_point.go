@@ -64,48 +64,22 @@ func (pe *pointEval) computeMoE(n *Node, idx []int64, out *pointStore) error {
 		}
 		return pe.tick(int64(len(rows)) * L)
 	}
-	if n.Op != OpExperts {
-		return pe.computeSlots(n, idx, out, rows, groups, L)
-	}
-	x, w := pe.g.Nodes[n.Inputs[0]], pe.g.Nodes[n.Inputs[1]]
-	o := &expertsOperands{gating: n.Gating, limit: n.Limit,
-		R: int(x.Shape[0]), H: int(x.Shape[1]), E: int(w.Shape[1]), I: int(pe.g.Nodes[n.Inputs[2]].Shape[2]) / 2}
-	vals := []*[]float64{&o.x, &o.w}
-	mags := []*[]float64{&o.xm, &o.wm}
-	for k, f := range []*floats{&o.gu, &o.dn, &o.gub, &o.dnb} {
-		f.s = pe.store[n.Inputs[k+2]]
-	}
-	// x and the weights are held only at the rows asked for (0 elsewhere).
-	for k, width := range []int{o.H, o.E} {
-		*vals[k] = make([]float64, o.R*width)
-		if pe.magnitude {
-			*mags[k] = make([]float64, o.R*width)
-		}
-		for _, r := range rows {
-			for j := range width {
-				at := int(r)*width + j
-				v, m := pe.store[n.Inputs[k]].at(int64(at))
-				(*vals[k])[at] = v
-				if pe.magnitude {
-					(*mags[k])[at] = m
-				}
-			}
-		}
-	}
-	if err := o.checkChosen(int(n.TopK)); err != nil {
-		return err
-	}
+	o := operandsOf(n, func(k int) Shape { return pe.g.Nodes[n.Inputs[k]].Shape }, func(k int) ([]float64, []float64) {
+		return pe.rowsOf(n.Inputs[k], rows)
+	}, func(k int) floats { return floats{s: pe.store[n.Inputs[k]]} })
 	y := make([]float64, L)
 	var ym []float64
 	if pe.magnitude {
 		ym = make([]float64, L)
 	}
 	for g, r := range rows {
-		o.row(int(r), y, ym)
+		if err := o.compute(n.Op, int(n.TopK), int(r), y, ym); err != nil {
+			return err
+		}
 		for _, p := range groups[g] {
 			out.put(p, y[idx[p]%L], orZero(ym, idx[p]%L))
 		}
-		if err := pe.tick(int64(o.E) * int64(o.H) * int64(o.I)); err != nil {
+		if err := pe.tick(int64(n.TopK) * int64(o.H) * int64(o.I)); err != nil {
 			return err
 		}
 	}
@@ -189,27 +163,4 @@ func (pe *pointEval) rowsOf(v Value, rows []int64) (vals, mags []float64) {
 		}
 	}
 	return vals, mags
-}
-
-func (pe *pointEval) computeSlots(n *Node, idx []int64, out *pointStore, rows []int64, groups [][]int, L int64) error {
-	o := splitOperands(n, func(k int) Shape { return pe.g.Nodes[n.Inputs[k]].Shape }, func(k int) ([]float64, []float64) {
-		return pe.rowsOf(n.Inputs[k], rows)
-	}, func(k int) floats { return floats{s: pe.store[n.Inputs[k]]} })
-	y := make([]float64, L)
-	var ym []float64
-	if pe.magnitude {
-		ym = make([]float64, L)
-	}
-	for g, r := range rows {
-		if err := o.slotsRow(n.Op, int(n.TopK), int(r), y, ym); err != nil {
-			return err
-		}
-		for _, p := range groups[g] {
-			out.put(p, y[idx[p]%L], orZero(ym, idx[p]%L))
-		}
-		if err := pe.tick(int64(n.TopK) * int64(o.H) * int64(o.I)); err != nil {
-			return err
-		}
-	}
-	return nil
 }

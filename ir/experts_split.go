@@ -100,28 +100,9 @@ func slotWeights(a Attrs, w ValueType, R Dim) (Dim, error) {
 	return E, nil
 }
 
-// splitOperands are experts_up's or experts_down's operands in the slots
-// of an expertsOperands: x or h, the weights, then gate_up and its bias
-// or down and its bias.
-func splitOperands(n *Node, shapes func(k int) Shape, read func(k int) (v, m []float64), weights func(k int) floats) *expertsOperands {
-	o := &expertsOperands{gating: n.Gating, limit: n.Limit}
-	w := shapes(1)
-	o.R, o.E = int(w[0]), int(w[1])
-	o.w, o.wm = read(1)
-	if n.Op == OpExpertsUp {
-		o.H, o.I = int(shapes(0)[1]), int(shapes(2)[2])/2
-		o.x, o.xm = read(0)
-		o.gu, o.gub = weights(2), weights(3)
-	} else {
-		o.I, o.H = int(shapes(0)[2]), int(shapes(2)[2])
-		o.x, o.xm = read(0) // h
-		o.dn, o.dnb = weights(2), weights(3)
-	}
-	return o
-}
-
 // slotsRow computes row r of experts_up or experts_down into y (its k
-// slots, each of the result's last extent L) and ym when not nil.
+// slots, each of the result's last extent L) and ym when not nil; the row
+// is checked (compute).
 func (o *expertsOperands) slotsRow(op Op, k, r int, y, ym []float64) error {
 	clear(y)
 	if ym != nil {
@@ -159,31 +140,4 @@ func (o *expertsOperands) slotsRow(op Op, k, r int, y, ym []float64) error {
 		}
 	}
 	return nil
-}
-
-func (e *evaluator) expertsSlots() (*Tensor, *Tensor, error) {
-	n := e.n
-	read := func(k int) ([]float64, []float64) {
-		var m []float64
-		if e.magnitude {
-			m = e.mag(k).F64
-		}
-		return e.in(k).Float64s(), m
-	}
-	o := splitOperands(n, func(k int) Shape { return e.in(k).Shape }, read, func(k int) floats {
-		v, m := read(k)
-		return floats{v: v, m: m}
-	})
-	v, m := e.out()
-	row := int(n.Shape[1] * n.Shape[2])
-	for r := range o.R {
-		var ym []float64
-		if m != nil {
-			ym = m.F64[r*row : (r+1)*row]
-		}
-		if err := o.slotsRow(n.Op, int(n.TopK), r, v.F64[r*row:(r+1)*row], ym); err != nil {
-			return nil, nil, err
-		}
-	}
-	return v, m, nil
 }

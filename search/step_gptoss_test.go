@@ -1,9 +1,6 @@
 package search
 
 import (
-	"context"
-	"fmt"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -13,7 +10,6 @@ import (
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/cost"
-	"github.com/lumsearch/lumsearch/internal/steptest"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/step"
 	"github.com/stretchr/testify/assert"
@@ -29,17 +25,13 @@ import (
 // model (its eager attention, a sink column concatenated to the scores
 // and a mask a layer), within the model's allowance. The pools hold each
 // context's keys and values in its blocks and NaN everywhere else. The
-// plan's layout names each layer's window. (The compiler's own
-// verification of a mixture-of-experts step, tiny-mixtral's as well,
-// stops at the route of a row past the tokens present; so the folder is
-// compiled unverified, as compileFolder does, and checked here.)
+// plan's layout names each layer's window.
 func TestCompiledGPTOSSStep(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("the CPU emulation needs g++")
 	}
 	withoutNVRTC(t)
 	const model = "tiny-gpt-oss"
-	ctx := context.Background()
 	opt := corpus.Options{Seq: 24, DType: ir.F32, Step: corpus.StepOptions{MaxTokens: 14, MaxSeqs: 6, BlockSize: 4, KVBlocks: 48}}
 	f := compileFolder(t, model+":step", opt)
 	pl, err := readPlan(f.dir)
@@ -54,51 +46,19 @@ func TestCompiledGPTOSSStep(t *testing.T) {
 	weights, err := corpus.RandomWeights(f.g, 1)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(23, 5))
-	compared, ties, beyond := 0, 0, 0
 	trials := 4
 	if testing.Short() {
 		trials = 2
 	}
-	for trial := range trials {
-		shapes := l.DrawShapes(rng, 5, opt.Seq)
-		used := 0
-		for _, s := range shapes {
-			used += s.Tokens
-		}
-		if trial%2 == 0 && used < l.MaxTokens && len(shapes) < l.MaxSeqs {
-			shapes = append(shapes, step.SeqShape{Tokens: 1, Padding: true})
-		}
-		b, err := l.Arrange(rng, shapes)
-		require.NoError(t, err)
-		pools := steptest.NaNPools(f.g)
-		seqIDs := make([][]int64, len(shapes))
-		for s, sh := range shapes {
-			ids := make([]int64, sh.Context+sh.Tokens)
-			for i := range ids {
-				ids[i] = int64(rng.IntN(cfg.VocabSize))
-			}
-			seqIDs[s] = ids
-			copy(b.IDs[b.QueryStarts[s]:], ids[sh.Context:])
-			if sh.Context > 0 {
-				steptest.FillPools(t, l, pools, steptest.PrefillCaches(t, model, cfg, opt.DType, weights, ids[:sh.Context]), b.BlockTable[s], sh.Context)
-			}
-		}
-		feeds, err := l.Feeds(b)
-		require.NoError(t, err)
-		maps.Copy(feeds, pools)
-		got := f.run(t, ctx, feeds)
-		for s, ids := range seqIDs {
-			if len(ids) > 4 {
-				beyond++
-			}
-			_, tie := steptest.NextToken(t, model, cfg, opt.DType, weights, ids, got["logits"], s, fmt.Sprintf("trial %d, sequence %d (%+v)", trial, s, shapes[s]))
-			ties += tie
-			compared += 1 - tie
+	compared, ties, lens := stepTrials(t, f, l, model, cfg, opt.DType, weights, rng, trials, 5, opt.Seq)
+	beyond := 0
+	for _, n := range lens {
+		if n > 4 {
+			beyond++
 		}
 	}
 	t.Logf("%s: %d sequences compared, %d near ties left to the allowance, %d longer than the window", model, compared, ties, beyond)
 	assert.Positive(t, beyond, "sequences longer than the window")
-
 }
 
 // TestStepFloorPerLayerWindows: gpt-oss-20b's step (sliding layers of
