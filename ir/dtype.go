@@ -20,12 +20,17 @@ const (
 	I32
 	I64
 	Bool
+	// U8 is an unsigned byte: the storage of packed quantized weights
+	// (MXFP4's blocks and e8m0 scales, FP8's e4m3 codes), which only a
+	// dequant reads. It is numbered last so that existing dtypes keep
+	// their numbers (kernel digests hash them).
+	U8
 )
 
-var dtypeNames = [...]string{InvalidDType: "invalid", F32: "f32", F16: "f16", BF16: "bf16", I32: "i32", I64: "i64", Bool: "bool"}
+var dtypeNames = [...]string{InvalidDType: "invalid", F32: "f32", F16: "f16", BF16: "bf16", I32: "i32", I64: "i64", Bool: "bool", U8: "u8"}
 
 // String is the dtype's name in the text format: f32, f16, bf16, i32, i64,
-// bool.
+// bool, u8.
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) {
 		return dtypeNames[d]
@@ -40,11 +45,11 @@ func ParseDType(s string) (DType, error) {
 			return DType(i), nil
 		}
 	}
-	return InvalidDType, fmt.Errorf("unknown dtype %q (want f32, f16, bf16, i32, i64 or bool)", s)
+	return InvalidDType, fmt.Errorf("unknown dtype %q (want f32, f16, bf16, i32, i64, bool or u8)", s)
 }
 
 // Valid reports whether d is one of the element types.
-func (d DType) Valid() bool { return d > InvalidDType && d <= Bool }
+func (d DType) Valid() bool { return d > InvalidDType && d <= U8 }
 
 // Size is the bytes one element takes in memory.
 func (d DType) Size() int {
@@ -55,7 +60,7 @@ func (d DType) Size() int {
 		return 2
 	case I64:
 		return 8
-	case Bool:
+	case Bool, U8:
 		return 1
 	}
 	return 0
@@ -65,7 +70,7 @@ func (d DType) Size() int {
 func (d DType) IsFloat() bool { return d == F32 || d == F16 || d == BF16 }
 
 // IsInt reports whether d is an integer type.
-func (d DType) IsInt() bool { return d == I32 || d == I64 }
+func (d DType) IsInt() bool { return d == I32 || d == I64 || d == U8 }
 
 // Eps is the unit roundoff of a float type (half the distance from 1 to the
 // next value), and 0 for exact types.
@@ -94,7 +99,7 @@ func (d DType) Round(x float64) float64 {
 		return float64(float16.Fromfloat32(float32(x)).Float32())
 	case BF16:
 		return float64(BF16FromFloat32(float32(x)).Float32())
-	case I32, I64:
+	case I32, I64, U8:
 		return float64(d.IntOf(x))
 	case Bool:
 		if x != 0 {
@@ -128,13 +133,15 @@ func (d DType) IntOf(x float64) int64 {
 	return d.WrapInt(v)
 }
 
-// WrapInt wraps v to integer dtype d: two's complement for i32, v != 0
+// WrapInt wraps v to integer dtype d: two's complement for i32 and u8, v != 0
 // for bool, v itself for i64 (and for float dtypes, which never store
 // integers this way).
 func (d DType) WrapInt(v int64) int64 {
 	switch d {
 	case I32:
 		return int64(int32(v))
+	case U8:
+		return int64(uint8(v))
 	case Bool:
 		if v != 0 {
 			return 1
@@ -150,7 +157,7 @@ func (d DType) MinInt() int64 {
 	switch d {
 	case I32:
 		return math.MinInt32
-	case Bool:
+	case Bool, U8:
 		return 0
 	}
 	return math.MinInt64
@@ -161,6 +168,8 @@ func (d DType) MaxInt() int64 {
 	switch d {
 	case I32:
 		return math.MaxInt32
+	case U8:
+		return math.MaxUint8
 	case Bool:
 		return 1
 	}

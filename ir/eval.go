@@ -276,6 +276,8 @@ func (e *evaluator) run(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 		return e.route()
 	case OpExperts, OpExpertsUp, OpExpertsDown:
 		return e.moe()
+	case OpDequant:
+		return e.dequant()
 	}
 	return nil, nil, fmt.Errorf("no evaluation rule")
 }

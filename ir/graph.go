@@ -2,6 +2,7 @@ package ir
 
 import (
 	"fmt"
+	"github.com/lumsearch/lumsearch/quant"
 	"slices"
 )
 
@@ -18,28 +19,31 @@ const NoValue Value = -1
 // the rest stay zero. Leaves (input, weight, state, const, iota) declare
 // their shape in To and their dtype in DType.
 type Attrs struct {
-	Name   string    // input, weight, state
-	Data   []float64 // const of a float or bool dtype: one value (broadcast) or every element, row-major
-	Ints   []int64   // const of an integer dtype: as Data, exactly (see const.go)
-	Axis   int       // iota, reductions, softmax, concat, gather, slice_update
-	To     Shape     // reshape, expand: the result shape; leaves: their shape
-	Perm   []int     // permute
-	Starts []int64   // slice
-	Ends   []int64   // slice
-	Steps  []int64   // slice
-	Before []int64   // pad
-	After  []int64   // pad
-	Value  float64   // pad
-	DType  DType     // cast: the target; leaves: their dtype
-	Eps    float64   // layer_norm, rms_norm
-	Scale  float64   // attention
-	Causal bool      // attention
-	Offset int64     // attention (position of the first query), slice_update (start along Axis)
-	Block  int64     // paged_attention: positions per block of the KV pool
-	Window int64     // paged_attention: a query sees the Window latest positions (0: all)
-	TopK   int64     // route: the experts chosen per row; experts: the most a row may have
-	Gating Gating    // route: how chosen logits become weights; experts: the gated activation
-	Limit  float64   // experts: the clamp of a clamped SwiGLU
+	Name   string       // input, weight, state
+	Data   []float64    // const of a float or bool dtype: one value (broadcast) or every element, row-major
+	Ints   []int64      // const of an integer dtype: as Data, exactly (see const.go)
+	Axis   int          // iota, reductions, softmax, concat, gather, slice_update
+	To     Shape        // reshape, expand: the result shape; leaves: their shape
+	Perm   []int        // permute
+	Starts []int64      // slice
+	Ends   []int64      // slice
+	Steps  []int64      // slice
+	Before []int64      // pad
+	After  []int64      // pad
+	Value  float64      // pad
+	DType  DType        // cast: the target; leaves: their dtype
+	Eps    float64      // layer_norm, rms_norm
+	Scale  float64      // attention
+	Causal bool         // attention
+	Offset int64        // attention (position of the first query), slice_update (start along Axis)
+	Block  int64        // paged_attention: positions per block of the KV pool
+	Window int64        // paged_attention: a query sees the Window latest positions (0: all)
+	TopK   int64        // route: the experts chosen per row; experts: the most a row may have
+	Gating Gating       // route: how chosen logits become weights; experts: the gated activation
+	Limit  float64      // experts: the clamp of a clamped SwiGLU
+	Format quant.Format // dequant: the weight's format
+	Group  int64        // dequant: elements of the reduction (K) axis a scale covers
+	GroupN int64        // dequant (fp8): elements of the output (N) axis a scale covers
 }
 
 // Node is one operation with its result's shape and dtype.

@@ -334,6 +334,8 @@ func infer(op Op, a Attrs, in []ValueType) (Shape, DType, error) {
 		return inferExpertsUp(a, in)
 	case OpExpertsDown:
 		return inferExpertsDown(a, in)
+	case OpDequant:
+		return inferDequant(a, in)
 
 	case OpMatMul:
 		x, y := in[0], in[1]

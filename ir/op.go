@@ -99,6 +99,10 @@ const (
 	OpExpertsUp   // (x [R,H], weights f32 [R,E], gate_up [E,H,2I], gate_up_bias [E,2I]) -> [R,K,I]: the slots' gated activations; attrs TopK, Gating, Limit
 	OpExpertsDown // (h [R,K,I], weights f32 [R,E], down [E,I,H], down_bias [E,H]) -> f32 [R,K,H]: the slots' outputs times their weights; attr TopK
 
+	// Quantized weights, numbered after the mixture-of-experts ops for
+	// the same reason (see dequant.go).
+	OpDequant // (codes, scales[, zeros]) -> the weight's values in attr DType; attrs Format, Group, GroupN
+
 	numOps
 )
 
@@ -138,6 +142,7 @@ const (
 	aRoute // TopK, Gating
 	aMoE   // TopK, Gating, Limit
 	aTopK  // TopK
+	aQuant // DType, Format, Group, GroupN
 )
 
 type opInfo struct {
@@ -154,7 +159,7 @@ type opInfo struct {
 // extras is, per op, the number of operands that may follow the arity's
 // and are no position (paged attention's sinks). An op has optional or
 // extra operands, not both.
-var extras = [numOps]int{OpPagedAttention: 1}
+var extras = [numOps]int{OpPagedAttention: 1, OpDequant: 1}
 
 var ops = [numOps]opInfo{
 	OpInput:  {"input", ClassLeaf, 0, aName, 0},
@@ -228,6 +233,8 @@ var ops = [numOps]opInfo{
 
 	OpExpertsUp:   {"experts_up", ClassComposite, 4, aMoE, 0},
 	OpExpertsDown: {"experts_down", ClassComposite, 4, aTopK, 0},
+
+	OpDequant: {"dequant", ClassComposite, 2, aQuant, 0},
 }
 
 // String is the op's name in the text format.
@@ -355,6 +362,9 @@ func (o Op) Normalize(a Attrs) Attrs {
 	}
 	if set&aTopK != 0 {
 		n.TopK = a.TopK
+	}
+	if set&aQuant != 0 {
+		n.DType, n.Format, n.Group, n.GroupN = a.DType, a.Format, a.Group, a.GroupN
 	}
 	return n
 }

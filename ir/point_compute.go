@@ -87,6 +87,8 @@ func (pe *pointEval) compute(n *Node, idx []int64) (*pointStore, error) {
 		return out, pe.computePaged(n, idx, out)
 	case OpRoute, OpExperts, OpExpertsUp, OpExpertsDown:
 		return out, pe.computeMoE(n, idx, out)
+	case OpDequant:
+		return out, pe.computeDequant(n, idx, out)
 	}
 	return nil, fmt.Errorf("no evaluation rule")
 }

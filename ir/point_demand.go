@@ -69,6 +69,8 @@ func (pe *pointEval) demand(v Value) error {
 		return pe.demandPaged(n, idx)
 	case OpRoute, OpExperts, OpExpertsUp, OpExpertsDown:
 		return pe.demandMoE(n, idx)
+	case OpDequant:
+		return pe.demandDequant(n, idx)
 	}
 	return fmt.Errorf("no evaluation rule")
 }

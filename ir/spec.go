@@ -234,6 +234,12 @@ func encodeAttrs(b []byte, a *Attrs) []byte {
 		u(uint64(a.Gating))
 		u(math.Float64bits(a.Limit))
 	}
+	if a.Format != 0 || a.Group != 0 || a.GroupN != 0 {
+		// Likewise only dequant.
+		u(uint64(a.Format))
+		u(uint64(a.Group))
+		u(uint64(a.GroupN))
+	}
 	return b
 }
 

@@ -3,6 +3,7 @@ package ir
 import (
 	"context"
 	"fmt"
+	"github.com/lumsearch/lumsearch/quant"
 	"reflect"
 	"testing"
 
@@ -60,11 +61,11 @@ func TestCanonical(t *testing.T) {
 // in any field (Attrs gaining a field without encodeAttrs learning it
 // fails here).
 func TestAttrsKeyMatchesPrint(t *testing.T) {
-	require.Equal(t, 22, reflect.TypeFor[Attrs]().NumField(), "encodeAttrs must encode every field of Attrs")
+	require.Equal(t, 25, reflect.TypeFor[Attrs]().NumField(), "encodeAttrs must encode every field of Attrs")
 	base := Attrs{Name: "x", Data: []float64{1, -0.5}, Ints: []int64{3, -1 << 63}, Axis: 1, To: Shape{2, 3}, Perm: []int{1, 0},
 		Starts: []int64{0}, Ends: []int64{4}, Steps: []int64{1}, Before: []int64{1}, After: []int64{2},
 		Value: 0.25, DType: BF16, Eps: 1e-5, Scale: 0.125, Causal: true, Offset: 7, Block: 16, Window: 3,
-		TopK: 2, Gating: GatingChosen, Limit: 7}
+		TopK: 2, Gating: GatingChosen, Limit: 7, Format: quant.FP8, Group: 128, GroupN: 1}
 	variants := []Attrs{base, {}}
 	v := reflect.ValueOf(&base).Elem()
 	for i := range v.NumField() {

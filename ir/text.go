@@ -232,6 +232,12 @@ func formatTextNode(b *strings.Builder, n *Node) {
 			b.WriteString(formatTextFloat(n.Limit))
 		}
 	}
+	if a&aQuant != 0 {
+		fmt.Fprintf(b, " dtype=%s format=%s group=%d", n.Attrs.DType, n.Format, n.Group)
+		if n.GroupN != 0 {
+			fmt.Fprintf(b, " group_n=%d", n.GroupN)
+		}
+	}
 	if info.class != ClassLeaf {
 		b.WriteString(" : ")
 		b.WriteString(n.DType.String())

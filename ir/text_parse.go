@@ -344,22 +344,25 @@ func init() {
 			}
 			return err
 		}},
-		"starts": {aSlice, func(p *textParser, a *Attrs) (err error) { a.Starts, err = p.ints(64); return err }},
-		"ends":   {aSlice, func(p *textParser, a *Attrs) (err error) { a.Ends, err = p.ints(64); return err }},
-		"steps":  {aSlice, func(p *textParser, a *Attrs) (err error) { a.Steps, err = p.ints(64); return err }},
-		"before": {aPad, func(p *textParser, a *Attrs) (err error) { a.Before, err = p.ints(64); return err }},
-		"after":  {aPad, func(p *textParser, a *Attrs) (err error) { a.After, err = p.ints(64); return err }},
-		"value":  {aPad, func(p *textParser, a *Attrs) (err error) { a.Value, err = p.float(); return err }},
-		"dtype":  {aDType, func(p *textParser, a *Attrs) (err error) { a.DType, err = p.dtype(); return err }},
-		"eps":    {aEps, func(p *textParser, a *Attrs) (err error) { a.Eps, err = p.float(); return err }},
-		"scale":  {aAttn | aPaged, func(p *textParser, a *Attrs) (err error) { a.Scale, err = p.float(); return err }},
-		"causal": {aAttn, nil}, // a flag: no value
-		"offset": {aAttn | aOffset, func(p *textParser, a *Attrs) (err error) { a.Offset, err = p.int(64); return err }},
-		"block":  {aPaged, func(p *textParser, a *Attrs) (err error) { a.Block, err = p.int(64); return err }},
-		"window": {aPaged, func(p *textParser, a *Attrs) (err error) { a.Window, err = p.int(64); return err }},
-		"k":      {aRoute | aMoE | aTopK, func(p *textParser, a *Attrs) (err error) { a.TopK, err = p.int(64); return err }},
-		"gating": {aRoute | aMoE, func(p *textParser, a *Attrs) (err error) { a.Gating, err = p.gating(); return err }},
-		"limit":  {aMoE, func(p *textParser, a *Attrs) (err error) { a.Limit, err = p.float(); return err }},
+		"starts":  {aSlice, func(p *textParser, a *Attrs) (err error) { a.Starts, err = p.ints(64); return err }},
+		"ends":    {aSlice, func(p *textParser, a *Attrs) (err error) { a.Ends, err = p.ints(64); return err }},
+		"steps":   {aSlice, func(p *textParser, a *Attrs) (err error) { a.Steps, err = p.ints(64); return err }},
+		"before":  {aPad, func(p *textParser, a *Attrs) (err error) { a.Before, err = p.ints(64); return err }},
+		"after":   {aPad, func(p *textParser, a *Attrs) (err error) { a.After, err = p.ints(64); return err }},
+		"value":   {aPad, func(p *textParser, a *Attrs) (err error) { a.Value, err = p.float(); return err }},
+		"dtype":   {aDType | aQuant, func(p *textParser, a *Attrs) (err error) { a.DType, err = p.dtype(); return err }},
+		"eps":     {aEps, func(p *textParser, a *Attrs) (err error) { a.Eps, err = p.float(); return err }},
+		"scale":   {aAttn | aPaged, func(p *textParser, a *Attrs) (err error) { a.Scale, err = p.float(); return err }},
+		"causal":  {aAttn, nil}, // a flag: no value
+		"offset":  {aAttn | aOffset, func(p *textParser, a *Attrs) (err error) { a.Offset, err = p.int(64); return err }},
+		"block":   {aPaged, func(p *textParser, a *Attrs) (err error) { a.Block, err = p.int(64); return err }},
+		"window":  {aPaged, func(p *textParser, a *Attrs) (err error) { a.Window, err = p.int(64); return err }},
+		"k":       {aRoute | aMoE | aTopK, func(p *textParser, a *Attrs) (err error) { a.TopK, err = p.int(64); return err }},
+		"gating":  {aRoute | aMoE, func(p *textParser, a *Attrs) (err error) { a.Gating, err = p.gating(); return err }},
+		"limit":   {aMoE, func(p *textParser, a *Attrs) (err error) { a.Limit, err = p.float(); return err }},
+		"format":  {aQuant, func(p *textParser, a *Attrs) (err error) { a.Format, err = p.format(); return err }},
+		"group":   {aQuant, func(p *textParser, a *Attrs) (err error) { a.Group, err = p.int(64); return err }},
+		"group_n": {aQuant, func(p *textParser, a *Attrs) (err error) { a.GroupN, err = p.int(64); return err }},
 	}
 }
 
@@ -368,12 +371,13 @@ func init() {
 // matmul's accumulator dtype.
 func optionalTextAttr(op Op, key string) bool {
 	return op == OpAttention && (key == "causal" || key == "offset") || op == OpMatMul && key == "dtype" ||
-		op == OpPagedAttention && key == "window" || (op == OpExperts || op == OpExpertsUp) && key == "limit"
+		op == OpPagedAttention && key == "window" || (op == OpExperts || op == OpExpertsUp) && key == "limit" ||
+		op == OpDequant && key == "group_n"
 }
 
 // textAttrOrder is the order in which missing attributes are reported, the
 // order printing uses.
-var textAttrOrder = []string{"axis", "to", "perm", "starts", "ends", "steps", "before", "after", "value", "dtype", "eps", "scale", "causal", "offset", "block", "window", "k", "gating", "limit"}
+var textAttrOrder = []string{"axis", "to", "perm", "starts", "ends", "steps", "before", "after", "value", "dtype", "eps", "scale", "causal", "offset", "block", "window", "k", "gating", "limit", "format", "group", "group_n"}
 
 func (p *textParser) nodeStatement() error {
 	def := p.next()

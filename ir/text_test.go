@@ -3,6 +3,7 @@ package ir
 import (
 	"errors"
 	"flag"
+	"github.com/lumsearch/lumsearch/quant"
 	"math"
 	"os"
 	"path/filepath"
@@ -161,6 +162,13 @@ var textCases = []textCase{
 		b.Output("down", b.ExpertsDown(h, chosen, dn, dnb, 2))
 		b.Output("up_swiglu", b.ExpertsUp(x, chosen, gu, gub, 3, GatingSwiGLU, 0))
 	}},
+	{"dequant", func(b *Builder) {
+		mx := b.Dequant(quant.MXFP4, BF16, 32, 0, b.Weight("blocks", U8, 2, 6, 2, 16), b.Weight("scales", U8, 2, 6, 2))
+		b.Output("mxfp4", mx)
+		b.Output("fp8", b.Dequant(quant.FP8, F16, 128, 1, b.Weight("w8", U8, 6, 64), b.Weight("s8", F32, 6, 1)))
+		b.Output("awq", b.Dequant(quant.AWQ, BF16, 4, 0, b.Weight("qw", I32, 8, 2), b.Weight("sa", F16, 2, 16), b.Weight("qz", I32, 2, 2)))
+		b.Output("gptq", b.Dequant(quant.GPTQ, F32, 8, 0, b.Weight("qg", I32, 1, 16), b.Weight("sg", F16, 1, 16), b.Weight("zg", I32, 1, 2)))
+	}},
 	{"names", func(b *Builder) {
 		x := b.Input("a \"quoted\"\nname ; not a comment", F32, 1)
 		y := b.Input("\xff\x00é", F32, 1)
@@ -216,6 +224,8 @@ type textNodeView struct {
 	Limit                              uint64
 	Shape                              Shape
 	DType                              DType
+	Format                             quant.Format
+	Group, GroupN                      int64
 }
 
 type textGraphView struct {
@@ -242,6 +252,7 @@ func viewTextGraph(g *Graph) textGraphView {
 			Value: math.Float64bits(n.Value), Eps: math.Float64bits(n.Eps), Scale: math.Float64bits(n.Scale),
 			AttrDType: n.Attrs.DType, Causal: n.Causal, Offset: n.Offset,
 			Block: n.Block, Window: n.Window, TopK: n.TopK, Gating: n.Gating, Limit: math.Float64bits(n.Limit), Shape: textNilIfEmpty(n.Shape), DType: n.DType,
+			Format: n.Format, Group: n.Group, GroupN: n.GroupN,
 		}
 		for _, d := range n.Data {
 			nv.Data = append(nv.Data, math.Float64bits(d))
