@@ -102,7 +102,7 @@ func (e *elementwise) temp(typ, expr string) string {
 // cType is the C type a value of dt is computed in.
 func cType(dt ir.DType) string {
 	switch dt {
-	case ir.I32, ir.I64:
+	case ir.I32, ir.I64, ir.U8:
 		return "long long"
 	case ir.Bool:
 		return "bool"
@@ -121,7 +121,7 @@ func storageType(dt ir.DType) string {
 		return "int"
 	case ir.I64:
 		return "long long"
-	case ir.Bool:
+	case ir.Bool, ir.U8:
 		return "unsigned char"
 	}
 	return "float"
@@ -134,7 +134,7 @@ func load(dt ir.DType, ref string) string {
 		return "lum_f16_to_f32(" + ref + ")"
 	case ir.BF16:
 		return "lum_bf16_to_f32(" + ref + ")"
-	case ir.I32:
+	case ir.I32, ir.U8:
 		return "(long long)" + ref
 	case ir.Bool:
 		return "(" + ref + " != 0)"
@@ -151,6 +151,8 @@ func store(dt ir.DType, v string) string {
 		return "lum_f32_to_bf16(" + v + ")"
 	case ir.I32:
 		return "(int)" + v
+	case ir.U8:
+		return "(unsigned char)" + v
 	case ir.Bool:
 		return "(unsigned char)(" + v + ")"
 	}
@@ -461,6 +463,8 @@ func (e *elementwise) expr(v ir.Value, ix index, guarded bool) (string, error) {
 		return fmt.Sprintf("(%s >= %s && %s < %s + %dLL) ? %s : %s", ix[ax], off, ix[ax], off, size, u, b), nil
 	case ir.OpScatter:
 		return e.scatterLoop(n, ix)
+	case ir.OpDequant:
+		return e.dequant(n, ix)
 	}
 	return "", fmt.Errorf("%s has no elementwise form", n.Op)
 }

@@ -140,6 +140,8 @@ func encodeRange(t *ir.Tensor, b []byte, lo, hi int) {
 			binary.LittleEndian.PutUint32(p, uint32(int32(t.Int(int64(i)))))
 		case ir.I64:
 			binary.LittleEndian.PutUint64(p, uint64(t.Int(int64(i))))
+		case ir.U8:
+			p[0] = uint8(t.Int(int64(i)))
 		case ir.Bool:
 			if v != 0 {
 				p[0] = 1
@@ -175,6 +177,8 @@ func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 				ints[i] = int64(int32(binary.LittleEndian.Uint32(p)))
 			case ir.I64:
 				ints[i] = int64(binary.LittleEndian.Uint64(p))
+			case ir.U8:
+				ints[i] = int64(p[0])
 			case ir.Bool:
 				ints[i] = int64(p[0])
 			}

@@ -7,7 +7,7 @@ import "strings"
 // (inline PTX, rounding to nearest even), 16-byte vector loads and stores,
 // the tensor-core helpers (packing f16x2/bf16x2 fragment registers,
 // mma.sync m16n8k16 with f32 accumulators, cp.async global-to-shared
-// copies, ldmatrix fragment loads), and INFINITY and NAN (which come from headers NVRTC compiles without).
+// copies, ldmatrix fragment loads), the quantized weights' element decoders, and INFINITY and NAN (which come from headers NVRTC compiles without).
 // The emulation header (package cuda/emu) defines the same names in plain
 // C++.
 const NVRTCPrelude = `// lumsearch NVRTC prelude
@@ -36,6 +36,28 @@ __device__ __forceinline__ lum_bf16 lum_f32_to_bf16(float f) {
   lum_bf16 h;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
+}
+// Quantized weights' element codes (package quant): OCP MX e2m1 and e8m0,
+// OCP FP8 e4m3, and the 4-bit fields of AWQ's and GPTQ's 32-bit words.
+__device__ __forceinline__ float lum_e2m1_to_f32(unsigned c) {
+  unsigned e = (c >> 1) & 3u, m = c & 1u;
+  unsigned bits = e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3f000000u : 0u);
+  return __uint_as_float(bits | ((c & 8u) << 28));
+}
+__device__ __forceinline__ float lum_e8m0_to_f32(unsigned s) {
+  return __uint_as_float(s == 255u ? 0x7fffffffu : (s ? (s << 23) : 0x00400000u));
+}
+__device__ __forceinline__ float lum_e4m3_to_f32(unsigned c) {
+  unsigned e = (c >> 3) & 15u, m = c & 7u;
+  float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
+  if ((c & 0x7fu) == 0x7fu) v = __uint_as_float(0x7fffffffu);
+  return (c & 0x80u) ? -v : v;
+}
+__device__ __forceinline__ unsigned lum_awq_nibble(unsigned w, unsigned j) {
+  return (w >> (((j & 1u) << 4) | ((j >> 1) << 2))) & 15u;
+}
+__device__ __forceinline__ unsigned lum_gptq_nibble(unsigned w, unsigned j) {
+  return (w >> (j << 2)) & 15u;
 }
 __device__ __forceinline__ float4 lum_ld4(const float* p) {
   return *reinterpret_cast<const float4*>(p);

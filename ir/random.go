@@ -149,6 +149,10 @@ func randomLeaves(g *Graph, seed uint64, mode RandomMode, take func(n int) []flo
 	if err := routeFeeds(g, seed, out, stated); err != nil {
 		return nil, err
 	}
+	// And a quantized weight's codes, scales and zero points.
+	if err := dequantFeeds(g, seed, out, stated); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

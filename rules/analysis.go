@@ -102,7 +102,10 @@ func (a *Analysis) Make(g *egraph.EGraph[Data], n egraph.Node) Data {
 	}
 	kids := make([]Data, len(n.Children))
 	types := make([]ir.ValueType, len(n.Children))
-	weightOnly := op != ir.OpInput && op != ir.OpState
+	// A dequantized weight is decoded where it is read, never prepared
+	// into a copy at load time: the packed bytes are what the run moves
+	// and what memory holds.
+	weightOnly := op != ir.OpInput && op != ir.OpState && op != ir.OpDequant
 	for i, c := range n.Children {
 		kids[i] = g.Data(c)
 		if kids[i].Err != "" {

@@ -72,7 +72,7 @@ func TestParseCondErrors(t *testing.T) {
 		{"weightonly(?p)", "c.rules:1:46: weightonly needs a class variable, but ?p is a payload variable"},
 		{"axis(?x) == 1", "c.rules:1:40: axis needs a payload variable (sum[?p]), but ?x is a class variable"},
 		{"foo(?x) == 1", "c.rules:1:35: unknown function foo (want shape, rank, size, dtype, const, weightonly or axis)"},
-		{"dtype(?x) == f64", `c.rules:1:48: unknown dtype "f64" (want f32, f16, bf16, i32, i64 or bool)`},
+		{"dtype(?x) == f64", `c.rules:1:48: unknown dtype "f64" (want f32, f16, bf16, i32, i64, bool or u8)`},
 		{"dtype(?x) == 1", "c.rules:1:45: cannot compare dtype(?x) (a dtype) with 1 (an integer)"},
 		{"shape(?x) == 4", "c.rules:1:45: cannot compare shape(?x) (a shape) with 4 (an integer)"},
 		{"const(?x) == f32", "c.rules:1:45: cannot compare const(?x) (a number) with f32 (a dtype)"},

@@ -125,13 +125,26 @@ func dataBytes(d Data) int64 {
 func OneOpKernel(g *egraph.EGraph[Data], op ir.Op, attrs ir.Attrs, args []egraph.ClassID) (egraph.ClassID, bool) {
 	b := ir.NewBuilder("kernel")
 	ins := make([]ir.Value, len(args))
+	var leaves []egraph.ClassID
 	for i, a := range args {
 		d := g.Data(a)
 		if !d.Valid() {
 			return 0, false
 		}
-		ins[i] = b.Input(fmt.Sprintf("$%d", i), d.DType, d.Shape...)
+		if dequantChain(g, a) {
+			// A quantized weight (through views) is read through its
+			// dequant: the kernel's arguments are the packed operands.
+			v, ok := inlineDequant(g, b, a, &leaves)
+			if !ok {
+				return 0, false
+			}
+			ins[i] = v
+			continue
+		}
+		ins[i] = b.Input(fmt.Sprintf("$%d", len(leaves)), d.DType, d.Shape...)
+		leaves = append(leaves, a)
 	}
+	args = leaves
 	b.Output("out", b.Apply(op, attrs, ins...))
 	body, err := b.Build()
 	if err != nil {
@@ -195,10 +208,18 @@ func LowerRewrites() []*egraph.Rewrite[Data] {
 			if !ok {
 				return 0, false
 			}
-			if op == ir.OpExperts {
+			switch {
+			case op == ir.OpExperts:
 				// No kernel computes experts whole: its lowering is its
 				// split form, whose ops have kernels.
 				return splitExperts(g, attrs, m.Subst)
+			case op == ir.OpDequant:
+				// No kernel writes a dequantized weight out: its readers
+				// decode it as they load it (OneOpKernel inlines it).
+				return 0, false
+			case op.Class() == ir.ClassView && len(m.Subst) > 0 && dequantChain(g, m.Subst[0]):
+				// Nor a view of one (a transposed copy of the weight).
+				return 0, false
 			}
 			return OneOpKernel(g, op, attrs, m.Subst)
 		}
@@ -224,6 +245,9 @@ func SimpleCost(eg *egraph.EGraph[Data]) extract.CostFunc {
 			return 0
 		}
 		if n.Op == KernelSymbol {
+			if writesDequantized(eg, n) {
+				return math.Inf(1)
+			}
 			out := dataBytes(d)
 			var in int64
 			for _, k := range n.Children {
@@ -265,7 +289,7 @@ func ModelCost(eg *egraph.EGraph[Data], m *cost.Model) extract.CostFunc {
 			return 0
 		case KernelSymbol:
 			body, ok := Spec(n.Payload)
-			if !ok {
+			if !ok || writesDequantized(eg, n) {
 				return math.Inf(1)
 			}
 			if rows, ok := inPlaceRows(eg, n, body); ok {
@@ -377,6 +401,100 @@ func inPlaceRows(eg *egraph.EGraph[Data], n egraph.Node, body *ir.Graph) (*ir.Gr
 func isState(eg *egraph.EGraph[Data], c egraph.ClassID) bool {
 	for _, id := range eg.ClassNodes(eg.Find(c)) {
 		if op, ok := OpOf(eg.Node(id).Op); ok && op == ir.OpState {
+			return true
+		}
+	}
+	return false
+}
+
+// dequantChain reports whether class c holds a dequant, or a view of one
+// (a chain of views down to a dequant): a quantized weight as its readers
+// see it.
+func dequantChain(g *egraph.EGraph[Data], c egraph.ClassID) bool {
+	_, ok := dequantNode(g, c, 0)
+	return ok
+}
+
+// dequantNode is the node of class c that inlineDequant follows: its
+// dequant, or else a view whose operand is a dequant chain.
+func dequantNode(g *egraph.EGraph[Data], c egraph.ClassID, depth int) (egraph.Node, bool) {
+	if depth > 8 {
+		return egraph.Node{}, false
+	}
+	var view egraph.Node
+	found := false
+	for _, nid := range g.ClassNodes(c) {
+		n := g.Node(nid)
+		op, ok := OpOf(n.Op)
+		if !ok {
+			continue
+		}
+		if op == ir.OpDequant {
+			return n, true
+		}
+		if !found && op.Class() == ir.ClassView && len(n.Children) == 1 {
+			if _, ok := dequantNode(g, n.Children[0], depth+1); ok {
+				view, found = n, true
+			}
+		}
+	}
+	return view, found
+}
+
+// inlineDequant adds class c's dequant chain to b, its dequant's operands
+// as inputs named for their places in leaves (appended to), and returns
+// the chain's value.
+func inlineDequant(g *egraph.EGraph[Data], b *ir.Builder, c egraph.ClassID, leaves *[]egraph.ClassID) (ir.Value, bool) {
+	n, ok := dequantNode(g, c, 0)
+	if !ok {
+		return ir.NoValue, false
+	}
+	op, _ := OpOf(n.Op)
+	attrs, ok := Attrs(n.Payload)
+	if !ok {
+		return ir.NoValue, false
+	}
+	if op != ir.OpDequant {
+		x, ok := inlineDequant(g, b, n.Children[0], leaves)
+		if !ok {
+			return ir.NoValue, false
+		}
+		return b.Apply(op, attrs, x), true
+	}
+	ins := make([]ir.Value, len(n.Children))
+	for i, k := range n.Children {
+		d := g.Data(k)
+		if !d.Valid() {
+			return ir.NoValue, false
+		}
+		ins[i] = b.Input(fmt.Sprintf("$%d", len(*leaves)), d.DType, d.Shape...)
+		*leaves = append(*leaves, k)
+	}
+	return b.Apply(op, attrs, ins...), true
+}
+
+// writesDequantized reports whether kernel n computes from weights alone
+// a value that decodes a quantized weight: a dequantized copy of it (or
+// of a view of it), which no program holds. A quantized weight is decoded
+// by the kernels that read it, as they load it, so that the packed bytes
+// are what runs move and memory holds; such a kernel costs +Inf.
+func writesDequantized(eg *egraph.EGraph[Data], n egraph.Node) bool {
+	body, ok := Spec(n.Payload)
+	if !ok || !holdsDequant(body) {
+		return false
+	}
+	for _, k := range n.Children {
+		if !eg.Data(k).WeightOnly {
+			return false
+		}
+	}
+	return true
+}
+
+// holdsDequant reports whether a kernel body decodes a quantized weight.
+func holdsDequant(body *ir.Graph) bool {
+	for _, n := range body.Nodes {
+		if n.Op == ir.OpDequant {
 			return true
 		}
 	}

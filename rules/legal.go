@@ -163,6 +163,10 @@ func formOf[V any](op ir.Op, axis int, inputs []V, shape func(V) ir.Shape, dtype
 	switch {
 	case op == ir.OpCast:
 		return formNode{kind: formFree}
+	case op == ir.OpDequant:
+		// A quantized weight is decoded as its consumer loads it, like
+		// a gather reading its codes and scales where the element is.
+		return formNode{kind: formFree, moves: true}
 	case op == ir.OpConcat:
 		// A concat, like a view, only says where its elements come
 		// from: a kernel reads through it (rotary's rotate_half).

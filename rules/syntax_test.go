@@ -255,7 +255,7 @@ func TestParseRulesErrors(t *testing.T) {
 		{"bad function", "rule r: (f ?x) => ?x if\n    foo(?x) == 1",
 			"t.rules:2:5: unknown function foo (want shape, rank, size, dtype, const, weightonly or axis)"},
 		{"bad dtype", "rule r: (f ?x) => ?x if dtype(?x) == f64",
-			`t.rules:1:38: unknown dtype "f64" (want f32, f16, bf16, i32, i64 or bool)`},
+			`t.rules:1:38: unknown dtype "f64" (want f32, f16, bf16, i32, i64, bool or u8)`},
 		{"dtype compared with an integer", "rule r: (f ?x) => ?x if dtype(?x) == 1",
 			"t.rules:1:35: cannot compare dtype(?x) (a dtype) with 1 (an integer)"},
 		{"empty condition", "rule r: (f ?x) => ?x if ; nothing",

@@ -157,6 +157,28 @@ inline lum_f16 lum_f32_to_f16(float f) {
 }
 
 inline float lum_bf16_to_f32(lum_bf16 h) { return lum_emu_bits_f32(uint32_t(h) << 16); }
+// Quantized weights' element codes (package quant): OCP MX e2m1 and e8m0,
+// OCP FP8 e4m3, and the 4-bit fields of AWQ's and GPTQ's 32-bit words.
+__device__ __forceinline__ float lum_e2m1_to_f32(unsigned c) {
+  unsigned e = (c >> 1) & 3u, m = c & 1u;
+  unsigned bits = e ? (((e + 126u) << 23) | (m << 22)) : (m ? 0x3f000000u : 0u);
+  return __uint_as_float(bits | ((c & 8u) << 28));
+}
+__device__ __forceinline__ float lum_e8m0_to_f32(unsigned s) {
+  return __uint_as_float(s == 255u ? 0x7fffffffu : (s ? (s << 23) : 0x00400000u));
+}
+__device__ __forceinline__ float lum_e4m3_to_f32(unsigned c) {
+  unsigned e = (c >> 3) & 15u, m = c & 7u;
+  float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * 0.001953125f;
+  if ((c & 0x7fu) == 0x7fu) v = __uint_as_float(0x7fffffffu);
+  return (c & 0x80u) ? -v : v;
+}
+__device__ __forceinline__ unsigned lum_awq_nibble(unsigned w, unsigned j) {
+  return (w >> (((j & 1u) << 4) | ((j >> 1) << 2))) & 15u;
+}
+__device__ __forceinline__ unsigned lum_gptq_nibble(unsigned w, unsigned j) {
+  return (w >> (j << 2)) & 15u;
+}
 
 // Round to nearest, ties to even; NaN becomes the canonical 0x7fff.
 inline lum_bf16 lum_f32_to_bf16(float f) {
