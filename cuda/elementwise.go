@@ -645,6 +645,8 @@ func unary(op ir.Op, x string, dt ir.DType) (string, error) {
 		return "floorf(" + x + ")", nil
 	case ir.OpCeil:
 		return "ceilf(" + x + ")", nil
+	case ir.OpRoundE4M3:
+		return "lum_round_e4m3(" + x + ")", nil
 	case ir.OpNot:
 		return fmt.Sprintf("(%s == 0.0f)", x), nil
 	}

@@ -145,6 +145,9 @@ func (b *Builder) Tanh(x Value) Value { return b.Unary(OpTanh, x) }
 // Sigmoid is 1/(1+e^-x).
 func (b *Builder) Sigmoid(x Value) Value { return b.Unary(OpSigmoid, x) }
 
+// RoundE4M3 rounds x to the nearest e4m3 value, saturating at ±448.
+func (b *Builder) RoundE4M3(x Value) Value { return b.Unary(OpRoundE4M3, x) }
+
 // Erf is the error function.
 func (b *Builder) Erf(x Value) Value { return b.Unary(OpErf, x) }
 

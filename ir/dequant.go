@@ -268,3 +268,30 @@ func (p *textParser) format() (quant.Format, error) {
 	}
 	return f, nil
 }
+
+// roundE4M3Magnitude is the magnitude of y = round_e4m3(x), x's magnitude
+// being mx. Rounding to e4m3 is discontinuous: an x within the error its
+// magnitude allows of the midpoint between two e4m3 values may round to
+// either, a step of 2^-3 relative, far past an f32 allowance. There the
+// magnitude grows so that the allowance holds the step (for f32 results,
+// whose unit roundoff scales magnitudes into allowances: the op computes
+// in f32); elsewhere the rounding is exact and the value's.
+func roundE4M3Magnitude(x, y, mx float64) float64 {
+	ax := math.Abs(x)
+	if math.IsNaN(x) || ax >= quant.MaxE4M3 {
+		return math.Max(mx, math.Abs(y))
+	}
+	step := e4m3Step(ax)
+	lo := math.Floor(ax/step) * step
+	mid := lo + step/2
+	if math.Abs(ax-mid) <= 4*F32.Eps()*mx+0x1p-30*ax {
+		return math.Abs(y) + step/F32.Eps()
+	}
+	return math.Max(mx, math.Abs(y))
+}
+
+// e4m3Step is the distance between e4m3 values around magnitude a.
+func e4m3Step(a float64) float64 {
+	_, e := math.Frexp(a)
+	return math.Ldexp(1, max(e-1, -6)-3)
+}

@@ -77,6 +77,8 @@ func unaryMagnitude(op Op, x, y, mx float64) float64 {
 		return mx
 	case OpFloor, OpCeil:
 		return math.Max(mx, math.Abs(y))
+	case OpRoundE4M3:
+		return roundE4M3Magnitude(x, y, mx)
 	case OpNot:
 		return math.Abs(y)
 	}

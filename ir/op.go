@@ -102,6 +102,9 @@ const (
 	// Quantized weights, numbered after the mixture-of-experts ops for
 	// the same reason (see dequant.go).
 	OpDequant // (codes, scales[, zeros]) -> the weight's values in attr DType; attrs Format, Group, GroupN
+	// OpRoundE4M3 rounds to the nearest e4m3 value (ties to even),
+	// saturating at ±448: an activation's quantization to fp8 (W8A8).
+	OpRoundE4M3
 
 	numOps
 )
@@ -234,7 +237,8 @@ var ops = [numOps]opInfo{
 	OpExpertsUp:   {"experts_up", ClassComposite, 4, aMoE, 0},
 	OpExpertsDown: {"experts_down", ClassComposite, 4, aTopK, 0},
 
-	OpDequant: {"dequant", ClassComposite, 2, aQuant, 0},
+	OpDequant:   {"dequant", ClassComposite, 2, aQuant, 0},
+	OpRoundE4M3: {"round_e4m3", ClassUnary, 1, 0, 0},
 }
 
 // String is the op's name in the text format.

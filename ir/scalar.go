@@ -1,6 +1,10 @@
 package ir
 
-import "math"
+import (
+	"math"
+
+	"github.com/lumsearch/lumsearch/quant"
+)
 
 // unaryFn is the float64 meaning of a unary op.
 func unaryFn(op Op) func(float64) float64 {
@@ -45,6 +49,8 @@ func unaryFn(op Op) func(float64) float64 {
 		return math.Ceil
 	case OpNot:
 		return func(x float64) float64 { return b2f(x == 0) }
+	case OpRoundE4M3:
+		return quant.SaturateE4M3
 	}
 	return nil
 }

@@ -167,6 +167,7 @@ var textCases = []textCase{
 		b.Output("mxfp4", mx)
 		b.Output("fp8", b.Dequant(quant.FP8, F16, 128, 1, b.Weight("w8", U8, 6, 64), b.Weight("s8", F32, 6, 1)))
 		b.Output("awq", b.Dequant(quant.AWQ, BF16, 4, 0, b.Weight("qw", I32, 8, 2), b.Weight("sa", F16, 2, 16), b.Weight("qz", I32, 2, 2)))
+		b.Output("w8a8", b.RoundE4M3(b.Input("act", F32, 2, 3)))
 		b.Output("gptq", b.Dequant(quant.GPTQ, F32, 8, 0, b.Weight("qg", I32, 1, 16), b.Weight("sg", F16, 1, 16), b.Weight("zg", I32, 1, 2)))
 	}},
 	{"names", func(b *Builder) {

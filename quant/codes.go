@@ -107,3 +107,13 @@ func AWQNibble(word uint32, j int) uint8 { return uint8(word>>awqShift[j]) & 15 
 // GPTQNibble is element j's (0..7) 4-bit value in a GPTQ-packed word:
 // sequential, element j at bits 4j..4j+3.
 func GPTQNibble(word uint32, j int) uint8 { return uint8(word>>(4*uint(j))) & 15 }
+
+// SaturateE4M3 is x rounded to the nearest e4m3 value, ties to the even
+// code, saturating at ±448 (NaN stays NaN): how a quantizer converts a
+// scaled activation (torch's clamp to ±448 before .to(float8_e4m3fn)).
+func SaturateE4M3(x float64) float64 {
+	if math.IsNaN(x) {
+		return x
+	}
+	return E4M3(RoundE4M3(math.Max(-MaxE4M3, math.Min(MaxE4M3, x))))
+}

@@ -179,6 +179,18 @@ __device__ __forceinline__ unsigned lum_awq_nibble(unsigned w, unsigned j) {
 __device__ __forceinline__ unsigned lum_gptq_nibble(unsigned w, unsigned j) {
   return (w >> (j << 2)) & 15u;
 }
+__device__ __forceinline__ float lum_round_e4m3(float x) {
+  // Saturate at 448, then round to e4m3's grid: 2^(e-3) apart at
+  // exponent e, 2^-9 apart below 2^-6; rintf rounds ties to even, which
+  // is the even code.
+  float a = fabsf(x);
+  if (a != a) return x;
+  if (a >= 448.0f) return copysignf(448.0f, x);
+  int e;
+  frexpf(a, &e);
+  float q = ldexpf(1.0f, (e - 1 < -6 ? -6 : e - 1) - 3);
+  return copysignf(rintf(a / q) * q, x);
+}
 
 // Round to nearest, ties to even; NaN becomes the canonical 0x7fff.
 inline lum_bf16 lum_f32_to_bf16(float f) {
