@@ -2,6 +2,43 @@ package quant
 
 import "math"
 
+// Where each fact about the element codes comes from:
+//
+//   - e2m1 and e8m0: the OCP Microscaling Formats (MX) Specification v1.0
+//     (https://www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf),
+//     section 5.3.3 (table 5: FP4 E2M1, bias 1, max normal S 11 1 = 6.0,
+//     min normal 1.0, one subnormal 0.5, no infinity or NaN) and section
+//     5.4.1 (table 7: E8M0, bias 127, exponents -127 to 127, NaN
+//     0b11111111, no sign, zero or infinity). The e2m1 magnitudes agree
+//     with triton_kernels' reference decoder (triton-lang/triton,
+//     python/triton_kernels/triton_kernels/numerics_details/mxfp.py,
+//     cvt_e2m1_to_fp32: vals = [0.0, 0.5, 1, 1.5, 2, 3, 4, 6], then
+//     torch.cat([outputs, -outputs]) for the sign bit).
+//   - e4m3: the OCP 8-bit Floating Point Specification (OFP8) revision 1.0,
+//     table 1 (bias 7) and table 2 (max normal S.1111.110 = 448, min normal
+//     S.0001.000 = 2^-6, subnormals S.0000.001 = 2^-9 to S.0000.111, NaN
+//     S.1111.111 only, infinities N/A), as PyTorch decodes it
+//     (pytorch/pytorch, c10/util/Float8_e4m3fn.h and Float8_e4m3fn-inl.h:
+//     "bias = 7"; isnan is (x & 0b01111111) == 0b01111111).
+//   - RoundE4M3: OFP8 table 3, whose non-saturating conversion of a value
+//     beyond the largest magnitude gives NaN for e4m3, and PyTorch's
+//     fp8e4m3fn_from_fp32_value (same file), which rounds to nearest even
+//     (the mant_odd rounding bias) and gives 0x7f for every magnitude from
+//     480, "the first value not representable": so (464, 480) rounds up to
+//     the NaN pattern and 464 itself ties to 448's even code.
+//   - AWQ's order: AutoAWQ (casper-hansen/AutoAWQ), awq/modules/linear/gemm.py,
+//     WQLinear_GEMM.from_linear: order_map = [0, 2, 4, 6, 1, 3, 5, 7] and
+//     qweight[:, col] |= intweight[:, col*8 + order_map[i]] << (i * 4), the
+//     same for qzeros; awq/utils/packing_utils.py reads it back with
+//     AWQ_REVERSE_ORDER = [0, 4, 1, 5, 2, 6, 3, 7] and (iweight - izeros) *
+//     scales: the zero points are stored as they are.
+//   - GPTQ's order: AutoGPTQ (AutoGPTQ/AutoGPTQ),
+//     auto_gptq/nn_modules/qlinear/qlinear_cuda_old.py, QuantLinear.pack:
+//     qweight[row] |= intweight[j] << (bits * (j - i)) along the input
+//     features, then zeros -= 1 and qzeros[:, col] |= zeros[:, j] << (bits
+//     * (j - i)) along the output features; forward adds the one back
+//     (zeros = zeros + 1; weight = scales * (weight - zeros)).
+
 // E2M1 is the value of a 4-bit e2m1 code (OCP MX v1.0, section 5.3.3):
 // sign in bit 3, a 2-bit exponent of bias 1 and one mantissa bit. Its
 // magnitudes are 0, 0.5, 1, 1.5, 2, 3, 4 and 6; it has no infinity or
@@ -18,6 +55,29 @@ func E2M1(code uint8) float64 {
 		v = -v
 	}
 	return v
+}
+
+// MaxE2M1 is e2m1's largest magnitude.
+const MaxE2M1 = 6
+
+// roundE2M1 is the e2m1 code nearest x, ties to the even code, saturating:
+// a magnitude past 6 gives ±6, as the MX conversion clamps normal numbers
+// (OCP MX v1.0 section 6.3) and as triton_kernels' downcast_to_mxfp_torch
+// does (round_inc = guard & (sticky | lsb_keep), then min(e2m1, 0x7)).
+// Signed zeros keep their sign. x must not be NaN.
+func roundE2M1(x float64) uint8 {
+	var sign uint8
+	if math.Signbit(x) {
+		sign, x = 8, -x
+	}
+	c := uint8(0)
+	for ; c < 7; c++ { // the magnitudes rise with the code
+		mid := (E2M1(c) + E2M1(c+1)) / 2
+		if x < mid || x == mid && c&1 == 0 {
+			break
+		}
+	}
+	return sign | c
 }
 
 // E8M0 is the value of an e8m0 scale (OCP MX v1.0, section 5.4.1): 2^(s −

@@ -8,5 +8,6 @@
 // independently of the kernels that decode the same bytes on a GPU, so
 // that the two can check each other.
 //
-// The package imports the standard library only.
+// The package imports the standard library and x448/float16 (the f16 that
+// AWQ quantizes in and AWQ and GPTQ store their scales in) only.
 package quant
