@@ -2,11 +2,13 @@ package cuda
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/quant"
 )
@@ -68,5 +70,40 @@ func TestDequantOperandLoads(t *testing.T) {
 				require.Error(t, err, "the planted error %q -> %q", c.old, c.bad)
 			})
 		}
+	}
+}
+
+// TestRoundE4M3MatchesTheReference: lum_round_e4m3 under the emulation
+// gives quant.SaturateE4M3's value, bit for bit, at every e4m3 value, at
+// every midpoint between two (ties to the even code), just beside them,
+// past the saturation and below the subnormals, signed, and NaN.
+func TestRoundE4M3MatchesTheReference(t *testing.T) {
+	needGXX(t)
+	var xs []float64
+	for c := range 0x7F {
+		v, next := quant.E4M3(uint8(c)), quant.E4M3(uint8(c+1))
+		mid := (v + next) / 2
+		if c == 0x7E {
+			mid, next = 464, 480
+		}
+		for _, x := range []float64{v, mid, math.Nextafter(mid, 0), math.Nextafter(mid, 1000), next * 1.01} {
+			xs = append(xs, float64(float32(x)), -float64(float32(x)))
+		}
+	}
+	xs = append(xs, 1e30, -1e30, 1e-30, math.NaN(), math.Inf(1), math.Inf(-1))
+	body := buildBody(t, func(b *ir.Builder) ir.Value { return b.RoundE4M3(b.Input("$0", ir.F32, ir.Dim(len(xs)))) })
+	k, err := PrintKernel("round_e4m3", "rounding to e4m3", body)
+	require.NoError(t, err)
+	in, err := ir.TensorOf(ir.F32, ir.Shape{ir.Dim(len(xs))}, xs...)
+	require.NoError(t, err)
+	outs, err := Emulate(context.Background(), []*Kernel{k}, [][]*ir.Tensor{{in}}, [][]ir.ValueType{{{Shape: ir.Shape{ir.Dim(len(xs))}, DType: ir.F32}}}, emu.Options{})
+	require.NoError(t, err)
+	for i, x := range xs {
+		want, got := quant.SaturateE4M3(float64(float32(x))), outs[0][0].At(int64(i))
+		if math.IsNaN(want) {
+			require.True(t, math.IsNaN(got), "x=%g", x)
+			continue
+		}
+		require.Equal(t, want, got, "x=%g", x)
 	}
 }

@@ -164,8 +164,11 @@ type naiveOpBody struct {
 func naiveOpBodies(t *testing.T) (bodies []naiveOpBody, refused []string) {
 	variants := opVariants()
 	for _, op := range ir.Ops() {
-		if op.Class() == ir.ClassLeaf || op == ir.OpExperts {
-			continue // experts: see opVariants
+		if op.Class() == ir.ClassLeaf || op == ir.OpExperts || op == ir.OpDequant {
+			// experts: see opVariants. A dequant has no kernel of its
+			// own either: the kernels reading a quantized weight decode
+			// it (dequant_test.go, and search's quantized tests).
+			continue
 		}
 		require.NotEmpty(t, variants[op], "op %s has no test variant", op)
 		kept := 0
