@@ -381,6 +381,11 @@ func leafDomains(g *Graph) []domain {
 				doms[leaf].positive = true
 			case (c.Op == OpDiv || c.Op == OpMod) && u[1] == 1, c.Op == OpPow && u[1] == 0:
 				doms[leaf].positive = true
+			case (c.Op == OpMul || c.Op == OpAdd) && constAll(g, g.Nodes[c.Inputs[1-u[1]]], func(x float64) bool { return x > 0 }):
+				// A positive scale or offset keeps a positive value
+				// positive: a row statistic fed to a norm's rsqrt
+				// (rsqrt(sum_sq / n + eps)) is a sum of squares.
+				visit(u[0], leaf, seen)
 			case c.Op.Class() == ClassView || c.Op == OpConcat || c.Op == OpCast ||
 				(c.Op == OpSliceUpdate) || (c.Op == OpGather && u[1] == 0) || (c.Op == OpScatter && u[1] < 2):
 				visit(u[0], leaf, seen)

@@ -37,3 +37,20 @@ func TestRandomFeedsShared(t *testing.T) {
 	assert.NotSame(t, a["$1"], c["$1"], "another seed draws its own")
 	assert.Len(t, shared, 3, "the large leaves: the weight at two seeds, the 1024-row input")
 }
+
+// TestRandomStatisticIsPositive: a leaf read through a positive scale
+// and offset into an rsqrt (a norm's sum of squares handed to a kernel as
+// an argument) is drawn positive, so that the kernel's inputs are ones a
+// run can give it.
+func TestRandomStatisticIsPositive(t *testing.T) {
+	b := NewBuilder("stat")
+	sq := b.Input("sum_sq", F32, 64)
+	b.Output("r", b.Rsqrt(b.Add(b.Mul(sq, b.BroadcastTo(b.Scalar(F32, 1.0/64), Shape{64})), b.BroadcastTo(b.Scalar(F32, F32.Round(1e-5)), Shape{64}))))
+	g, err := b.Build()
+	require.NoError(t, err)
+	feeds, err := RandomFeeds(g, 7, Typical)
+	require.NoError(t, err)
+	for i := range feeds["sum_sq"].Len() {
+		require.Positive(t, feeds["sum_sq"].At(i))
+	}
+}
