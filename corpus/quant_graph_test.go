@@ -43,6 +43,8 @@ var quantCases = []quantCase{
 		`{"quant_method":"mxfp4","modules_to_not_convert":["model.layers.*.self_attn","model.layers.*.mlp.router","model.embed_tokens","lm_head"]}`},
 	{"gpt-oss layer mxfp4", "tiny-gpt-oss", "layer", ir.F32, quant.None,
 		`{"quant_method":"mxfp4","modules_to_not_convert":["model.layers.*.self_attn","model.layers.*.mlp.router","model.embed_tokens","lm_head"]}`},
+	{"gpt-oss decode mxfp4", "tiny-gpt-oss", "decode", ir.BF16, quant.None,
+		`{"quant_method":"mxfp4","modules_to_not_convert":["model.layers.*.self_attn","model.layers.*.mlp.router","model.embed_tokens","lm_head"]}`},
 	{"gpt-oss awq", "tiny-gpt-oss", "mlp", ir.F32, quant.AWQ, ""},
 	{"gpt-oss fp8", "tiny-gpt-oss", "mlp", ir.F32, quant.FP8, ""},
 	{"mixtral fp8", "tiny-mixtral", "mlp", ir.F32, quant.FP8, ""},
@@ -158,10 +160,10 @@ func TestQuantizedLeaves(t *testing.T) {
 			"model.layers.0.mlp.experts.gate_up_proj.qweight": "i32[4,64,8]", "model.layers.0.mlp.experts.down_proj.scales": "f16[4,1,64]",
 		}, nil},
 		{"mixtral fp8 blocks", map[string]string{
-			"model.layers.0.block_sparse_moe.experts.*.w1+w3.weight": "u8[4,64,64]",
+			"model.layers.0.block_sparse_moe.experts.*.w1+w3.weight":       "u8[4,64,64]",
 			"model.layers.0.block_sparse_moe.experts.*.w1+w3.weight_scale": "f32[4,4,4]",
-			"model.layers.0.block_sparse_moe.experts.*.w2.weight_scale": "f32[4,4,2]",
-			"model.layers.0.block_sparse_moe.gate.weight": "f32[4,64]",
+			"model.layers.0.block_sparse_moe.experts.*.w2.weight_scale":    "f32[4,4,2]",
+			"model.layers.0.block_sparse_moe.gate.weight":                  "f32[4,64]",
 		}, nil},
 		{"qwen3 gptq", map[string]string{"model.layers.0.mlp.experts.*.gate_proj+up_proj.qweight": "i32[8,8,64]"}, nil},
 	}
