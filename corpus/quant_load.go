@@ -69,7 +69,9 @@ func (r packedRole) sameElements(file []int64, s ir.Shape) bool {
 	if r.dq.Format != quant.FP8 || r.operand != 1 {
 		return false
 	}
-	squeeze := func(d []int64) []int64 { return slices.DeleteFunc(slices.Clone(d), func(x int64) bool { return x == 1 }) }
+	squeeze := func(d []int64) []int64 {
+		return slices.DeleteFunc(slices.Clone(d), func(x int64) bool { return x == 1 })
+	}
 	return slices.Equal(squeeze(file), squeeze(shapeInts(s)))
 }
 
