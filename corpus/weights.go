@@ -41,21 +41,13 @@ func RandomWeights(g *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
 	if g == nil {
 		return nil, fmt.Errorf("random weights: no graph")
 	}
-	out := map[string]*ir.Tensor{}
-	packed := map[ir.Value]bool{}
-	for _, p := range packedWeights(g) {
-		ts, err := randomPacked(g, p, seed)
-		if err != nil {
-			return nil, err
-		}
-		maps.Copy(out, ts)
-		for _, v := range p.leaves {
-			packed[v] = true
-		}
+	out, err := RandomPackedWeights(g, seed)
+	if err != nil {
+		return nil, err
 	}
 	for _, v := range g.Weights() {
 		n := g.Node(v)
-		if packed[v] {
+		if out[n.Name] != nil {
 			continue
 		}
 		if !n.DType.IsFloat() {
@@ -122,4 +114,22 @@ func allZero(vals []float32) bool {
 		}
 	}
 	return true
+}
+
+// RandomPackedWeights draws, as RandomWeights does, only the packed
+// weights of g: the codes, scales and zero points its dequants read, the
+// bytes a checkpoint of each weight's format holds. Feeds that draw the
+// other weights their own way use it so that a quantized weight's
+// scales are a checkpoint's, not random bytes (an e8m0 scale of 0xFF is
+// NaN).
+func RandomPackedWeights(g *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
+	out := map[string]*ir.Tensor{}
+	for _, p := range packedWeights(g) {
+		ts, err := randomPacked(g, p, seed)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, ts)
+	}
+	return out, nil
 }
