@@ -14,9 +14,10 @@ import (
 // what the model computes at inference), or unknown. An unknown key is
 // refused unless its value is the one that turns its feature off, so that a
 // config asking for something the builders do not implement (Mixtral's
-// num_local_experts under model_type mistral, a partial rotary
-// embedding) is refused by name instead of being built as
-// another model. The lists follow the transformers config classes
+// num_local_experts under model_type mistral, a partial rotary embedding)
+// is refused by name instead of being built as another model.
+// quantization_config is read (quant_config.go), its own keys checked
+// the same way. The lists follow the transformers config classes
 // (LlamaConfig, Qwen2Config, MistralConfig, MixtralConfig, Qwen3MoeConfig,
 // GptOssConfig, GPT2Config and their base, PretrainedConfig).
 

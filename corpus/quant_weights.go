@@ -140,3 +140,18 @@ func appendWords(dst []int64, w []int32) []int64 {
 	}
 	return dst
 }
+
+// Params is the number of parameters of the model g computes: each weight
+// leaf's elements, but a quantized weight's values (its dequant's result)
+// in place of its packed codes, scales and zero points, so that a model
+// has as many parameters quantized as in its float checkpoint.
+func Params(g *ir.Graph) int64 {
+	n := g.NumParams()
+	for _, p := range packedWeights(g) {
+		for _, v := range p.leaves {
+			n -= g.Node(v).Shape.NumElements()
+		}
+		n += p.node.Shape.NumElements()
+	}
+	return n
+}
