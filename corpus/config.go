@@ -104,6 +104,10 @@ type Config struct {
 
 	// MoE, when not nil, makes every layer's MLP a mixture of experts.
 	MoE *MoE `json:"moe,omitempty"`
+
+	// Quantization, when not nil, is how the checkpoint stores the
+	// linear weights (quantization_config; see quant_config.go).
+	Quantization *Quantization `json:"quantization,omitempty"`
 }
 
 // MoE is the shape of a mixture-of-experts MLP: a router that weights the
@@ -218,6 +222,7 @@ func (p *fieldParser) config() (*Config, error) {
 	default:
 		return nil, fmt.Errorf("model_type %q is not supported (supported: %s)", mt, strings.Join(modelTypes, ", "))
 	}
+	p.quantization(c)
 	if p.err != nil {
 		return nil, p.err
 	}
@@ -490,7 +495,13 @@ func (c *Config) Validate() error {
 	if c.SlidingWindow < 0 {
 		return fmt.Errorf("config: %q is %d; want a positive number or none", "sliding_window", c.SlidingWindow)
 	}
-	return c.validateMoE()
+	if err := c.validateMoE(); err != nil {
+		return err
+	}
+	if err := c.checkQuantization(c.Quantization); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
 }
 
 func (s *RopeScaling) validate() error {

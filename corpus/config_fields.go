@@ -173,3 +173,33 @@ func (p *fieldParser) str(key string) (string, bool) {
 	}
 	return s, true
 }
+
+// subFields decodes a nested object's members; an error for anything but
+// an object.
+func subFields(raw json.RawMessage) (fields, error) {
+	var sub fields
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&sub); err != nil {
+		return nil, err
+	}
+	if sub == nil {
+		return nil, fmt.Errorf("null")
+	}
+	return sub, nil
+}
+
+// object reads a nested object field as a parser of its own (its errors
+// prefixed with the path); nil when absent or null.
+func (p *fieldParser) object(key string) *fieldParser {
+	raw, ok := p.lookup(key)
+	if !ok {
+		return nil
+	}
+	sub, err := subFields(raw)
+	if err != nil {
+		p.fail(fmt.Errorf("%q: want an object, got %s", p.prefix+key, shortJSON(raw)))
+		return nil
+	}
+	return &fieldParser{f: sub, prefix: p.prefix + key + "."}
+}

@@ -14,9 +14,10 @@ import (
 // what the model computes at inference), or unknown. An unknown key is
 // refused unless its value is the one that turns its feature off, so that a
 // config asking for something the builders do not implement (Mixtral's
-// num_local_experts under model_type mistral, a quantization_config, a
-// partial rotary embedding) is refused by name instead of being built as
-// another model. The lists follow the transformers config classes
+// num_local_experts under model_type mistral, a partial rotary embedding)
+// is refused by name instead of being built as another model.
+// quantization_config is read (quant_config.go), its own keys checked
+// the same way. The lists follow the transformers config classes
 // (LlamaConfig, Qwen2Config, MistralConfig, MixtralConfig, Qwen3MoeConfig,
 // GptOssConfig, GPT2Config and their base, PretrainedConfig).
 
@@ -33,7 +34,7 @@ type keySet struct {
 var llamaRead = []string{
 	"model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
 	"num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "tie_word_embeddings",
-	"rms_norm_eps", "hidden_act", "rope_theta", "rope_scaling", "rope_parameters",
+	"rms_norm_eps", "hidden_act", "rope_theta", "rope_scaling", "rope_parameters", "quantization_config",
 }
 
 // configKeys are the keys of each model type.
@@ -79,6 +80,7 @@ var configKeys = map[string]keySet{
 		read: []string{
 			"model_type", "n_embd", "n_layer", "n_head", "vocab_size", "n_positions", "n_inner",
 			"layer_norm_epsilon", "tie_word_embeddings", "activation_function", "scale_attn_weights",
+			"quantization_config",
 		},
 		harmless: []string{
 			// Dropout is off at inference.

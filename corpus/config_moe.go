@@ -252,5 +252,6 @@ func (c *Config) clone() *Config {
 		cp.MoE = &m
 	}
 	cp.LayerTypes = slices.Clone(c.LayerTypes)
+	cp.Quantization = c.Quantization.clone()
 	return &cp
 }

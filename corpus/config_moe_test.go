@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/quant"
 )
 
 // alternating is gpt-oss's layer_types default for n layers.
@@ -32,7 +34,10 @@ func TestMoEEmbeddedConfigs(t *testing.T) {
 			NumAttentionHeads: 64, NumKeyValueHeads: 8, HeadDim: 64, VocabSize: 201088, MaxPositionEmbeddings: 131072,
 			RMSNormEps: 1e-5, RopeTheta: 150000, RopeScaling: gptOSSYaRN(4096), HiddenAct: ActSiLU, QKVBias: true, OutBias: true,
 			SlidingWindow: 128, LayerTypes: alternating(layers), AttentionSinks: true,
-			MoE: &MoE{NumExperts: experts, NumExpertsPerTok: 4, IntermediateSize: 2880, NormTopKProb: true, SwiGLULimit: 7}}
+			MoE: &MoE{NumExperts: experts, NumExpertsPerTok: 4, IntermediateSize: 2880, NormTopKProb: true, SwiGLULimit: 7},
+			// The checkpoints' experts are MXFP4.
+			Quantization: &Quantization{Method: MethodMXFP4, Format: quant.MXFP4, Group: 32, ExpertsOnly: true,
+				Keep: []string{"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}}
 	}
 	tests := []struct {
 		name string
@@ -117,7 +122,8 @@ func TestMoEConfigRefusals(t *testing.T) {
 		{"qwen3 sliding window", string(withKey(t, qwen, "use_sliding_window", "true")), `qwen3_moe: "use_sliding_window" true is not supported`},
 		{"mixtral jitter", string(withKey(t, mixtral, "router_jitter_noise", "0.1")), `"router_jitter_noise" is 0.1`},
 		{"gpt-oss alpha", string(withKey(t, oss, "swiglu_alpha", "1.5")), `gpt_oss: "swiglu_alpha" 1.5 is not supported`},
-		{"gpt-oss quantized", string(withKey(t, oss, "quantization_config", `{"quant_method":"mxfp4"}`)), `lumsearch does not implement "quantization_config"`},
+		{"gpt-oss mxfp4 of 48 inputs", string(withKey(t, oss, "quantization_config", `{"quant_method":"mxfp4"}`)),
+			`"quantization_config.quant_method" "mxfp4": model.layers.0.mlp.experts: 48 inputs are not a whole number of mxfp4's blocks of 32`},
 		{"shared experts", string(withKey(t, qwen, "shared_expert_intermediate_size", "512")), `lumsearch does not implement "shared_expert_intermediate_size": 512`},
 		{"k above experts", string(withKey(t, mixtral, "num_experts_per_tok", "5")), `"num_experts_per_tok" is 5; want 1 to 4 ("num_local_experts")`},
 		{"no experts", string(withKey(t, qwen, "num_experts", "0")), `"num_experts" is 0`},

@@ -15,14 +15,17 @@ type emitter struct {
 	cfg *Config
 	opt Options
 	dt  ir.DType // weights and activations
+	// q is how the layers' linear weights are stored; nil for the
+	// model's dtype.
+	q *Quantization
 
 	// rows memoizes the [rows, features] views that affine makes, so that
 	// projections of one input (q, k and v; gate and up) share one view.
 	rows map[ir.Value]ir.Value
 }
 
-func newEmitter(name string, cfg *Config, opt Options) *emitter {
-	return &emitter{Builder: ir.NewBuilder(name), cfg: cfg, opt: opt, dt: opt.DType, rows: map[ir.Value]ir.Value{}}
+func newEmitter(name string, cfg *Config, opt Options, q *Quantization) *emitter {
+	return &emitter{Builder: ir.NewBuilder(name), cfg: cfg, opt: opt, dt: opt.DType, q: q, rows: map[ir.Value]ir.Value{}}
 }
 
 // ok reports whether every value exists, so that a method can read their
@@ -100,8 +103,23 @@ func (e *emitter) affine(x, w, bias ir.Value) ir.Value {
 }
 
 // linear is a Hugging Face nn.Linear named prefix: weight [out, in],
-// applied as x @ transpose(weight), plus bias [out] when asked.
+// applied as x @ transpose(weight), plus bias [out] when asked; a
+// quantized weight is its checkpoint's tensors and their dequant (the
+// bias stays in the model's dtype).
 func (e *emitter) linear(x ir.Value, prefix string, in, out int, bias bool) ir.Value {
+	if !e.q.quantizes(prefix, false) {
+		return e.floatLinear(x, prefix, in, out, bias)
+	}
+	b := ir.NoValue
+	if bias {
+		b = e.weight(prefix+".bias", out)
+	}
+	return e.affine(x, e.dequantized(prefix+".weight", nil, out, in, 1), b)
+}
+
+// floatLinear is linear with its weight in the model's dtype, whatever
+// the quantization (a router's).
+func (e *emitter) floatLinear(x ir.Value, prefix string, in, out int, bias bool) ir.Value {
 	w := e.weight(prefix+".weight", out, in)
 	b := ir.NoValue
 	if bias {

@@ -60,7 +60,7 @@ func Evaluate(ctx context.Context, name string, g *ir.Graph, weights map[string]
 // order.
 func (e *Evaluation) WriteText(w io.Writer) error {
 	g := e.Graph
-	fmt.Fprintf(w, "graph:    %s (%d ops, %d parameters)\n", e.Name, len(g.Nodes), g.NumParams())
+	fmt.Fprintf(w, "graph:    %s (%d ops, %d parameters)\n", e.Name, len(g.Nodes), Params(g))
 	fmt.Fprintf(w, "build:    %v\n", e.Build.Round(time.Millisecond))
 	fmt.Fprintf(w, "random:   %v (inputs, and weights unless the model has them; seed %d)\n", e.Random.Round(time.Millisecond), e.Seed)
 	fmt.Fprintf(w, "evaluate: %v (float64 reference interpreter)\n", e.Evaluate.Round(time.Millisecond))

@@ -44,7 +44,7 @@ func List(ctx context.Context, opt Options) (Listing, error) {
 		if err != nil {
 			return nil, err
 		}
-		l = append(l, Entry{Name: name, Ops: len(g.Nodes), Params: g.NumParams()})
+		l = append(l, Entry{Name: name, Ops: len(g.Nodes), Params: Params(g)})
 	}
 	return l, nil
 }

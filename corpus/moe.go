@@ -1,6 +1,8 @@
 package corpus
 
 import (
+	"fmt"
+
 	"github.com/lumsearch/lumsearch/ir"
 )
 
@@ -45,9 +47,16 @@ func (e *emitter) moe(x ir.Value, layerPrefix string) ir.Value {
 	case GPTOSS:
 		pre := layerPrefix + ".mlp"
 		router = pre + ".router"
-		gateUp = e.weight(pre+".experts.gate_up_proj", E, H, 2*I)
+		if e.q.quantizes(pre+".experts", true) {
+			// The checkpoint's [E, 2I, H] and [E, H, I], transposed as
+			// transformers does after decoding them.
+			gateUp = e.dequantized(pre+".experts.gate_up_proj", []int{E}, 2*I, H, 1)
+			down = e.dequantized(pre+".experts.down_proj", []int{E}, H, I, 1)
+		} else {
+			gateUp = e.weight(pre+".experts.gate_up_proj", E, H, 2*I)
+			down = e.weight(pre+".experts.down_proj", E, I, H)
+		}
 		gateUpBias = e.weight(pre+".experts.gate_up_proj_bias", E, 2*I)
-		down = e.weight(pre+".experts.down_proj", E, I, H)
 		downBias = e.weight(pre+".experts.down_proj_bias", E, H)
 		act, limit = ir.GatingClampedSwiGLU, m.SwiGLULimit
 	case Mixtral:
@@ -63,7 +72,7 @@ func (e *emitter) moe(x ir.Value, layerPrefix string) ir.Value {
 		gateUpBias = e.Const(e.dt, ir.Shape{ir.Dim(E), ir.Dim(2 * I)}, 0)
 		downBias = e.Const(e.dt, ir.Shape{ir.Dim(E), ir.Dim(H)}, 0)
 	}
-	logits := e.linear(rows, router, H, E, c.ModelType == GPTOSS)
+	logits := e.floatLinear(rows, router, H, E, c.ModelType == GPTOSS)
 	if e.dt != ir.F32 {
 		logits = e.Cast(logits, ir.F32)
 	}
@@ -80,9 +89,22 @@ func (e *emitter) moe(x ir.Value, layerPrefix string) ir.Value {
 // the two stacked weights the experts op reads (stacked.go): gate and up
 // [size, hidden] transposed side by side into [experts, hidden, 2 × size]
 // (gate's columns first, as ir.GatingSwiGLU reads them), down [hidden,
-// size] transposed into [experts, size, hidden].
+// size] transposed into [experts, size, hidden]. Quantized, the stacked
+// tensors keep the checkpoint's layout (each part's rows after the
+// earlier parts') and their dequants are transposed.
 func (e *emitter) stackExperts(expert, gate, up, down string) (gateUp, downs ir.Value) {
 	c, m := e.cfg, e.cfg.MoE
 	E, H, I := m.NumExperts, c.HiddenSize, m.IntermediateSize
-	return e.weight(stackedName(expert, gate, up), E, H, 2*I), e.weight(stackedName(expert, down), E, I, H)
+	e0 := fmt.Sprintf(expert, 0) + "."
+	if e.q.quantizes(e0+gate, true) {
+		gateUp = e.dequantized(stackedName(expert, gate, up), []int{E}, I, H, 2)
+	} else {
+		gateUp = e.weight(stackedName(expert, gate, up), E, H, 2*I)
+	}
+	if e.q.quantizes(e0+down, true) {
+		downs = e.dequantized(stackedName(expert, down), []int{E}, H, I, 1)
+	} else {
+		downs = e.weight(stackedName(expert, down), E, I, H)
+	}
+	return gateUp, downs
 }

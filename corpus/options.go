@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
 )
 
 // Options size a built graph. Zero Batch, Seq and DType take their
@@ -48,6 +49,22 @@ type Options struct {
 	// sliding window that cuts into a prefill stays decomposed, since the
 	// attention op has no window.
 	Composite bool
+	// Weights, when a quantized format, stores the layers' linear
+	// weights (attention, MLP and experts projections) in it, as a
+	// checkpoint of that format would (see Quantization): fp8 in 128 ×
+	// 128 blocks where both extents divide by 128, else per output
+	// channel; awq and gptq in groups of 128 inputs, or one group where
+	// the inputs do not divide by 128; mxfp4 in its blocks of 32 inputs,
+	// which must divide them. The embeddings, the LM head and the
+	// routers stay in DType, and so do the modules the config's
+	// quantization_config leaves out. quant.None, the zero value, stores
+	// them as the config's quantization_config says (gpt-oss's experts
+	// in MXFP4, as its checkpoints are), or in DType without one.
+	Weights quant.Format
+	// PlainWeights stores every weight in DType, whatever the config's
+	// quantization_config says (--weights none): gpt-oss's experts as
+	// bf16 checkpoints have them.
+	PlainWeights bool
 
 	// Step sizes a serving step (the step kind; see package step): the
 	// most tokens and sequences one step runs, the pool's block size and
@@ -135,6 +152,9 @@ func (o Options) resolve() (Options, error) {
 	}
 	if !o.DType.IsFloat() {
 		return o, fmt.Errorf("dtype %s; want f32, f16 or bf16", o.DType)
+	}
+	if o.Weights != quant.None && (o.PlainWeights || !o.Weights.Valid()) {
+		return o, fmt.Errorf("weights %s: want one of mxfp4, fp8, awq and gptq, or plain weights in the dtype", o.Weights)
 	}
 	if o.Cache == 0 {
 		o.Cache = o.Seq

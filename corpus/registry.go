@@ -269,7 +269,11 @@ func BuildConfig(name string, c *Config, kindName string, opt Options) (*ir.Grap
 		if err := checkPositions(c, k, opt.Seq); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		e := newEmitter(name, c, opt)
+		q, err := weightQuantization(c, opt)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		e := newEmitter(name, c, opt, q)
 		if err := k.build(e); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}

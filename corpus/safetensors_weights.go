@@ -14,7 +14,12 @@ import (
 // folder (one or more .safetensors files, with or without an index),
 // memory-mapped. Every weight of g must be in the checkpoint with g's shape,
 // stored as F32, F16 or BF16; tensors g does not use are ignored (the
-// rotary buffers some checkpoints carry). An F32 tensor for an f32 weight
+// rotary buffers some checkpoints carry). A quantized weight's tensors
+// (the operands of a dequant) must have its format's file dtypes: fp8's
+// codes F8_E4M3, mxfp4's blocks U8 and scales U8 or F8_E8M0, awq's and
+// gptq's words I32, scales any float dtype; an fp8 scale of one element
+// may be stored as [] or [1] for the graph's [1, 1]. A gptq weight's
+// g_idx, when the checkpoint has one, must be the inputs' own order. An F32 tensor for an f32 weight
 // is used in place, aliasing the mapping, so a large model is never read
 // into memory twice; other combinations are converted to float32 storage
 // (every f32, f16 and bf16 value is exact in float32) and rounded to the
@@ -27,9 +32,19 @@ func SafetensorsWeights(g *ir.Graph, dir string) (map[string]*ir.Tensor, *safete
 		return nil, nil, err
 	}
 	out := map[string]*ir.Tensor{}
-	var problems []string
+	problems := checkGIdx(set, g)
+	roles := packedRoles(g)
 	for _, v := range g.Weights() {
 		n := g.Node(v)
+		if r, packed := roles[v]; packed {
+			w, err := loadPacked(set, n, r)
+			if err != nil {
+				problems = append(problems, err.Error())
+				continue
+			}
+			out[n.Name] = w
+			continue
+		}
 		t, ok := set.Tensor(n.Name)
 		if !ok {
 			// openai-community/gpt2's own file predates the "transformer."
@@ -125,4 +140,21 @@ func weightTensor(t safetensors.Tensor, dt ir.DType, shape ir.Shape) (*ir.Tensor
 		return nil, err
 	}
 	return ir.TensorOfFloat32(dt, shape, vals)
+}
+
+// loadPacked makes the packed leaf n, of role r, from the checkpoint's
+// tensor of its name or, for a stacked leaf, from each expert's.
+func loadPacked(set *safetensors.Set, n *ir.Node, r packedRole) (*ir.Tensor, error) {
+	t, ok := set.Tensor(n.Name)
+	if !ok {
+		if st, stacked := ParseStacked(n.Name); stacked {
+			return assemblePacked(set, st, n, r)
+		}
+		return nil, fmt.Errorf("%s: missing", n.Name)
+	}
+	w, err := packedTensor(t, n, r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", n.Name, err)
+	}
+	return w, nil
 }

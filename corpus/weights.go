@@ -3,6 +3,7 @@ package corpus
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/rand/v2"
 	"strings"
 
@@ -32,13 +33,23 @@ const (
 // layer's weights are the same in the layer graph and in the whole model.
 // Tensors keep float32 storage (ir.TensorOfFloat32), rounded to the
 // weight's dtype; none is all zeros. A whole 8B model takes 32 GB this way.
+// A quantized weight's codes, scales and zero points (the operands of a
+// dequant) are drawn together: its float values as any other weight's,
+// keyed by the codes' name, packed into the format as its checkpoint
+// would hold them.
 func RandomWeights(g *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
 	if g == nil {
 		return nil, fmt.Errorf("random weights: no graph")
 	}
-	out := map[string]*ir.Tensor{}
+	out, err := RandomPackedWeights(g, seed)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range g.Weights() {
 		n := g.Node(v)
+		if out[n.Name] != nil {
+			continue
+		}
 		if !n.DType.IsFloat() {
 			return nil, fmt.Errorf("random weights: weight %q is %s; want a float type", n.Name, n.DType)
 		}
@@ -103,4 +114,22 @@ func allZero(vals []float32) bool {
 		}
 	}
 	return true
+}
+
+// RandomPackedWeights draws, as RandomWeights does, only the packed
+// weights of g: the codes, scales and zero points its dequants read, the
+// bytes a checkpoint of each weight's format holds. Feeds that draw the
+// other weights their own way use it so that a quantized weight's
+// scales are a checkpoint's, not random bytes (an e8m0 scale of 0xFF is
+// NaN).
+func RandomPackedWeights(g *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
+	out := map[string]*ir.Tensor{}
+	for _, p := range packedWeights(g) {
+		ts, err := randomPacked(g, p, seed)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, ts)
+	}
+	return out, nil
 }

@@ -27,10 +27,15 @@ const MetadataKey = "__metadata__"
 // (the reference implementation's limit).
 const MaxHeaderBytes = MaxHeaderSize
 
-var dtypeNames = map[ir.DType]string{ir.F32: "F32", ir.F16: "F16", ir.BF16: "BF16", ir.I32: "I32", ir.I64: "I64", ir.Bool: "BOOL"}
+var dtypeNames = map[ir.DType]string{ir.F32: "F32", ir.F16: "F16", ir.BF16: "BF16", ir.I32: "I32", ir.I64: "I64", ir.Bool: "BOOL", ir.U8: "U8"}
+
+// byteDTypes are the file dtypes of one byte whose bytes an ir u8 tensor
+// holds as they are: the packed codes and scales of quantized weights
+// (FP8's e4m3 codes, MXFP4's e8m0 scales when a file names them so).
+var byteDTypes = []string{"U8", "F8_E4M3", "F8_E8M0"}
 
 // DTypeName is the safetensors name of an ir dtype: F32, F16, BF16, I32,
-// I64 or BOOL.
+// I64, BOOL or U8.
 func DTypeName(dt ir.DType) (string, error) {
 	s, ok := dtypeNames[dt]
 	if !ok {
@@ -39,15 +44,20 @@ func DTypeName(dt ir.DType) (string, error) {
 	return s, nil
 }
 
-// ParseDTypeName is the ir dtype of a safetensors dtype name; the names
-// DTypeName does not give (U8, F64, ...) are errors.
+// ParseDTypeName is the ir dtype of a safetensors dtype name: those
+// DTypeName gives, and F8_E4M3 and F8_E8M0, whose bytes are u8 codes
+// (quantized weights' e4m3 codes and e8m0 scales); the others (F64, I8,
+// ...) are errors.
 func ParseDTypeName(s string) (ir.DType, error) {
 	for dt, n := range dtypeNames {
 		if n == s {
 			return dt, nil
 		}
 	}
-	return ir.InvalidDType, fmt.Errorf("safetensors: dtype %q is not one of F32, F16, BF16, I32, I64, BOOL", s)
+	if slices.Contains(byteDTypes, s) {
+		return ir.U8, nil
+	}
+	return ir.InvalidDType, fmt.Errorf("safetensors: dtype %q is not one of F32, F16, BF16, I32, I64, BOOL, U8, F8_E4M3, F8_E8M0", s)
 }
 
 // entry is one tensor's header record.
@@ -65,8 +75,17 @@ type layout struct {
 	bytes  int64 // the data buffer's size
 }
 
-func plan(tensors map[string]*ir.Tensor, metadata map[string]string) (*layout, error) {
+func plan(tensors map[string]*ir.Tensor, metadata map[string]string, opt WriteOptions) (*layout, error) {
 	l := &layout{}
+	for name, d := range opt.DTypes {
+		t, ok := tensors[name]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("safetensors: file dtype %s for tensor %q, which is not written", d, name)
+		case t == nil || t.DType != ir.U8 || !slices.Contains(byteDTypes, d):
+			return nil, fmt.Errorf("safetensors: tensor %q: file dtype %s; want a u8 tensor stored as one of %v", name, d, byteDTypes)
+		}
+	}
 	for name, t := range tensors {
 		if name == MetadataKey {
 			return nil, fmt.Errorf("safetensors: a tensor may not be named %s", MetadataKey)
@@ -100,7 +119,11 @@ func plan(tensors map[string]*ir.Tensor, metadata map[string]string) (*layout, e
 			shape[i] = int64(d)
 		}
 		n := t.Len() * int64(t.DType.Size())
-		hdr[name] = entry{DType: dtypeNames[t.DType], Shape: shape, DataOffsets: [2]int64{l.bytes, l.bytes + n}}
+		dt := dtypeNames[t.DType]
+		if d, ok := opt.DTypes[name]; ok {
+			dt = d
+		}
+		hdr[name] = entry{DType: dt, Shape: shape, DataOffsets: [2]int64{l.bytes, l.bytes + n}}
 		l.bytes += n
 	}
 	if len(metadata) > 0 {
@@ -159,7 +182,20 @@ func check(t *ir.Tensor) error {
 // ir.DType.Round does (the values of an ir tensor already are). The same
 // input gives the same bytes.
 func Write(w io.Writer, tensors map[string]*ir.Tensor, metadata map[string]string) error {
-	l, err := plan(tensors, metadata)
+	return WriteWith(w, tensors, metadata, WriteOptions{})
+}
+
+// WriteOptions change how Write records tensors.
+type WriteOptions struct {
+	// DTypes names the file dtype of u8 tensors stored as another
+	// dtype of one byte: F8_E4M3 for e4m3 codes (an fp8 checkpoint's
+	// weights), F8_E8M0 for e8m0 scales. The bytes are the same.
+	DTypes map[string]string
+}
+
+// WriteWith is Write with options.
+func WriteWith(w io.Writer, tensors map[string]*ir.Tensor, metadata map[string]string, opt WriteOptions) error {
+	l, err := plan(tensors, metadata, opt)
 	if err != nil {
 		return err
 	}
@@ -200,7 +236,7 @@ func Encode(tensors map[string]*ir.Tensor, metadata map[string]string) ([]byte, 
 // whole: the file is written beside it under a temporary name and renamed,
 // so that a reader never sees half a file.
 func WriteFile(path string, tensors map[string]*ir.Tensor, metadata map[string]string) (err error) {
-	if _, err := plan(tensors, metadata); err != nil {
+	if _, err := plan(tensors, metadata, WriteOptions{}); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
@@ -247,21 +283,20 @@ func appendElement(b []byte, t *ir.Tensor, i int64) []byte {
 			return append(b, 1)
 		}
 		return append(b, 0)
+	case ir.U8:
+		return append(b, uint8(t.Int(i)))
 	}
 	panic("unreachable: check refused the dtype")
 }
 
 // Read parses a safetensors file held in data and decodes every tensor
-// into an ir tensor (float dtypes in float32 storage, which holds every
-// f32, f16 and bf16 value exactly; integers in int64, exactly; bool in
-// float64), with the file's metadata
-// (nil when it has none). name is the file's name in errors. A malformed
-// file (a header length beyond the file, JSON that is not an object of
-// well-formed entries, offsets out of order, out of range or overlapping,
-// a byte count that disagrees with the shape), a dtype other than F32,
-// F16, BF16, I32, I64 or BOOL, a shape of more than 2^62 elements, or a
-// BOOL byte other than 0 or 1 is an error naming the file and the tensor;
-// Read never panics.
+// into an ir tensor (Decode), with the file's metadata (nil when it has
+// none). name is the file's name in errors. A malformed file (a header
+// length beyond the file, JSON that is not an object of well-formed
+// entries, offsets out of order, out of range or overlapping, a byte
+// count that disagrees with the shape), a dtype Decode does not take, a
+// shape of more than 2^62 elements, or a BOOL byte other than 0 or 1 is
+// an error naming the file and the tensor; Read never panics.
 func Read(name string, data []byte) (map[string]*ir.Tensor, map[string]string, error) {
 	f, err := Parse(name, data)
 	if err != nil {
@@ -270,7 +305,7 @@ func Read(name string, data []byte) (map[string]*ir.Tensor, map[string]string, e
 	out := make(map[string]*ir.Tensor, len(f.Names()))
 	for _, n := range f.Names() {
 		st, _ := f.Tensor(n)
-		t, err := decode(st)
+		t, err := Decode(st)
 		if err != nil {
 			return nil, nil, &Error{File: name, Tensor: n, Reason: err.Error()}
 		}
@@ -288,12 +323,19 @@ func ReadFile(path string) (map[string]*ir.Tensor, map[string]string, error) {
 	return Read(path, data)
 }
 
-// decode converts one parsed tensor (its byte count already checked
-// against its shape and dtype).
-func decode(st Tensor) (*ir.Tensor, error) {
+// Decode converts a tensor of a parsed file (its byte count checked
+// against its shape and dtype) into an ir tensor of the dtype
+// ParseDTypeName gives: float dtypes in float32 storage, which holds every
+// f32, f16 and bf16 value exactly; integers, and the bytes of U8, F8_E4M3
+// and F8_E8M0 as u8, in int64, exactly; bool in float64. The tensor's data
+// is copied.
+func Decode(st Tensor) (*ir.Tensor, error) {
 	dt, err := ParseDTypeName(st.DType)
 	if err != nil {
-		return nil, fmt.Errorf("dtype %q is not one of F32, F16, BF16, I32, I64, BOOL", st.DType)
+		return nil, fmt.Errorf("dtype %q is not one of F32, F16, BF16, I32, I64, BOOL, U8, F8_E4M3, F8_E8M0", st.DType)
+	}
+	if want := st.NumElements() * int64(dt.Size()); int64(len(st.Data)) != want {
+		return nil, fmt.Errorf("%d data bytes for %s%v; want %d", len(st.Data), st.DType, st.Shape, want)
 	}
 	shape := make(ir.Shape, len(st.Shape))
 	for i, d := range st.Shape {
@@ -329,6 +371,8 @@ func decode(st Tensor) (*ir.Tensor, error) {
 			if b[i] > 1 {
 				return nil, fmt.Errorf("BOOL element %d is %d, not 0 or 1", i, b[i])
 			}
+			t.SetInt(i, int64(b[i]))
+		case ir.U8:
 			t.SetInt(i, int64(b[i]))
 		}
 	}

@@ -247,7 +247,7 @@ func TestReadErrors(t *testing.T) {
 		{"header too large", binary.LittleEndian.AppendUint64(nil, 1<<40), "exceeds"},
 		{"not JSON", rawFile("{nope", nil), "invalid header JSON"},
 		{"not an object", rawFile("[1]", nil), "want a JSON object"},
-		{"unsupported dtype", rawFile(`{"u":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}`, []byte{1, 2}), `tensor "u": dtype "U8" is not one of`},
+		{"unsupported dtype", rawFile(`{"u":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}}`, []byte{1, 2}), `tensor "u": dtype "I8" is not one of`},
 		{"unknown dtype", rawFile(`{"u":{"dtype":"X9","shape":[2],"data_offsets":[0,2]}}`, []byte{1, 2}), `tensor "u": unknown dtype`},
 		{"bool byte", rawFile(`{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}`, []byte{1, 2}), `tensor "b": BOOL element 1 is 2`},
 		{"wrong size", rawFile(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`, make([]byte, 4)), `tensor "w": shape [2] × F32 is 8 bytes`},
@@ -271,7 +271,7 @@ func TestDTypeNames(t *testing.T) {
 	for _, c := range []struct {
 		dt   ir.DType
 		name string
-	}{{ir.F32, "F32"}, {ir.F16, "F16"}, {ir.BF16, "BF16"}, {ir.I32, "I32"}, {ir.I64, "I64"}, {ir.Bool, "BOOL"}} {
+	}{{ir.F32, "F32"}, {ir.F16, "F16"}, {ir.BF16, "BF16"}, {ir.I32, "I32"}, {ir.I64, "I64"}, {ir.Bool, "BOOL"}, {ir.U8, "U8"}} {
 		n, err := DTypeName(c.dt)
 		require.NoError(t, err)
 		assert.Equal(t, c.name, n)
@@ -283,6 +283,11 @@ func TestDTypeNames(t *testing.T) {
 	assert.Error(t, err)
 	_, err = ParseDTypeName("F64")
 	assert.Error(t, err)
+	for _, name := range []string{"F8_E4M3", "F8_E8M0"} {
+		dt, err := ParseDTypeName(name)
+		require.NoError(t, err)
+		assert.Equal(t, ir.U8, dt, "%s's bytes are u8 codes", name)
+	}
 }
 
 // FuzzRead feeds arbitrary bytes to Read: it never panics, an error names
@@ -290,7 +295,7 @@ func TestDTypeNames(t *testing.T) {
 // same tensors.
 func FuzzRead(f *testing.F) {
 	seed := map[string]*ir.Tensor{}
-	for i, dt := range []ir.DType{ir.F32, ir.F16, ir.BF16, ir.I32, ir.I64, ir.Bool} {
+	for i, dt := range []ir.DType{ir.F32, ir.F16, ir.BF16, ir.I32, ir.I64, ir.Bool, ir.U8} {
 		tt, err := ir.TensorOf(dt, ir.Shape{2}, float64(i+1), -1)
 		if err != nil {
 			f.Fatal(err)

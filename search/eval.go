@@ -119,7 +119,7 @@ func Evaluate(ctx context.Context, m *Model, o EvalOptions, build time.Duration)
 // order, then what was compared and saved.
 func (e *Evaluation) WriteText(w io.Writer) error {
 	g := e.Graph
-	fmt.Fprintf(w, "graph:    %s (%d ops, %d parameters)\n", e.Name, len(g.Nodes), g.NumParams())
+	fmt.Fprintf(w, "graph:    %s (%d ops, %d parameters)\n", e.Name, len(g.Nodes), corpus.Params(g))
 	fmt.Fprintf(w, "build:    %v\n", e.Build.Round(time.Millisecond))
 	if e.Inputs != "" {
 		fmt.Fprintf(w, "inputs:   %v (read from %s)\n", e.Random.Round(time.Millisecond), e.Inputs)

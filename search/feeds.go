@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/safetensors"
 )
@@ -193,6 +194,20 @@ func (f Feeds) feedWith(g *ir.Graph, seed uint64, weights, file map[string]*ir.T
 		var err error
 		if feeds, err = ir.RandomLeavesIn(g, seed, ir.Typical, f.Ranges, draw...); err != nil {
 			return nil, err
+		}
+	}
+	if slices.Contains(draw, ir.OpWeight) {
+		// A quantized weight's codes and scales are packed from float
+		// values, as its checkpoint's are (random bytes would make
+		// e8m0 and e4m3 NaNs), unless the user states their range.
+		packed, err := corpus.RandomPackedWeights(g, seed)
+		if err != nil {
+			return nil, err
+		}
+		for name, t := range packed {
+			if _, stated := f.Ranges[name]; !stated {
+				feeds[name] = t
+			}
 		}
 	}
 	maps.Copy(feeds, weights)

@@ -2,6 +2,7 @@ package search
 
 import (
 	"bytes"
+	"context"
 	"maps"
 	"math"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
 	"github.com/lumsearch/lumsearch/safetensors"
 )
 
@@ -268,5 +271,28 @@ func TestRelativeL2(t *testing.T) {
 			require.NoError(t, err)
 			assert.InDelta(t, tt.rel, rel, 1e-7)
 		})
+	}
+}
+
+// TestFeedsPackQuantizedWeights: random feeds of a quantized graph pack
+// its weights as a checkpoint does, so that every dequantized value is
+// finite (random e8m0 and e4m3 bytes would hold NaNs).
+func TestFeedsPackQuantizedWeights(t *testing.T) {
+	for _, f := range []quant.Format{quant.MXFP4, quant.FP8, quant.AWQ, quant.GPTQ} {
+		g, err := corpus.Build("tiny-llama:mlp", corpus.Options{Seq: 2, Weights: f})
+		require.NoError(t, err)
+		feeds, err := Feeds{}.feed(g, 3, nil, ir.OpInput, ir.OpWeight)
+		require.NoError(t, err)
+		packed, err := corpus.RandomPackedWeights(g, 3)
+		require.NoError(t, err)
+		require.NotEmpty(t, packed)
+		for name, want := range packed {
+			assert.Equal(t, want, feeds[name], "%s %s", f, name)
+		}
+		r, err := ir.Eval(context.Background(), g, feeds, ir.EvalOptions{})
+		require.NoError(t, err)
+		for _, v := range r.Outputs["output"].Float64s() {
+			require.False(t, math.IsNaN(v) || math.IsInf(v, 0), f)
+		}
 	}
 }

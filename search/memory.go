@@ -17,7 +17,10 @@ import (
 // math.MaxInt64 rather than wrap.
 type Memory struct {
 	// Weights, Inputs, Outputs and States are the bytes of the graph's
-	// leaves of each kind and of its outputs.
+	// leaves of each kind and of its outputs. A quantized weight counts
+	// its packed codes, scales and zero points, as its checkpoint stores
+	// them; its dequantized values take no memory of their own (a
+	// kernel decodes them as it loads them).
 	Weights, Inputs, Outputs, States int64
 	// Activations is the peak of the intermediates when the graph's ops
 	// run in order, each value live from the op that makes it to the
@@ -74,7 +77,10 @@ func GraphMemory(g *ir.Graph) Memory {
 			if strings.HasPrefix(nd.Name, "past_key_values.") && len(nd.Shape) == 4 {
 				m.CachePositions = max(m.CachePositions, int64(nd.Shape[2]))
 			}
-		case ir.OpReshape, ir.OpPermute, ir.OpExpand, ir.OpSlice, ir.OpPad, ir.OpSliceUpdate, ir.OpScatter:
+		case ir.OpReshape, ir.OpPermute, ir.OpExpand, ir.OpSlice, ir.OpPad, ir.OpSliceUpdate, ir.OpScatter,
+			// A dequantized weight is decoded in the loads of the
+			// kernels that read it: its packed leaves are its memory.
+			ir.OpDequant:
 			if len(nd.Inputs) > 0 {
 				root[i] = root[nd.Inputs[0]]
 			}
@@ -138,7 +144,7 @@ func CheckMemory(m *Model, dev *cost.Device) error {
 	if mem.Total() <= dev.MemoryBytes {
 		return nil
 	}
-	remedy := "a shorter --seq, a narrower --dtype (bf16 or f16 halve f32's weights)"
+	remedy := "a shorter --seq, a narrower --dtype (bf16 or f16 halve f32's weights), quantized --weights (fp8 halves bf16's, mxfp4, awq and gptq quarter them)"
 	if m.imported() {
 		remedy = "smaller --dim bindings"
 	}

@@ -173,3 +173,34 @@ func TestBytes(t *testing.T) {
 		assert.Equal(t, tt.want, Bytes(tt.n), "%d", tt.n)
 	}
 }
+
+// TestGraphMemoryQuantized: gpt-oss-120b's decode step, its experts MXFP4
+// as its config says, fits an H100 with a KV cache of its whole context:
+// the packed experts count as the checkpoint stores them (60.8 GiB of
+// weights) and their dequantized values take no memory. With plain bf16
+// experts it does not fit, and the refusal gives the figures.
+func TestGraphMemoryQuantized(t *testing.T) {
+	dev, err := cost.LookupDevice("h100")
+	require.NoError(t, err)
+	c, err := corpus.EmbeddedConfig("gpt-oss-120b")
+	require.NoError(t, err)
+	opt := corpus.Options{Seq: c.MaxPositionEmbeddings, Past: -1, DType: ir.BF16}
+	g, err := corpus.Build("gpt-oss-120b:decode", opt)
+	require.NoError(t, err)
+	m := GraphMemory(g)
+	t.Logf("gpt-oss-120b:decode --dtype bf16 --max-seq %d: %s; total %s of the %s's %s", opt.Seq, m, Bytes(m.Total()), dev.Name, Bytes(dev.MemoryBytes))
+	assert.Equal(t, int64(65_248_815_744), m.Weights, "60.8 GiB: the checkpoint's bytes")
+	assert.Equal(t, int64(c.NumHiddenLayers*2*c.NumKeyValueHeads*c.HeadDim*opt.Seq*2), m.States)
+	assert.Less(t, m.Activations, int64(1<<30), "no dequantized expert is an intermediate")
+	assert.NoError(t, CheckMemory(&Model{Name: "gpt-oss-120b:decode", Graph: g}, dev))
+
+	opt.PlainWeights = true
+	plain, err := corpus.Build("gpt-oss-120b:decode", opt)
+	require.NoError(t, err)
+	err = CheckMemory(&Model{Name: "gpt-oss-120b:decode", Graph: plain}, dev)
+	require.Error(t, err)
+	assert.Equal(t, KindOption, KindOf(err))
+	for _, w := range []string{"gpt-oss-120b:decode needs ", "(weights 218 GiB, KV cache at 131072 positions 9 GiB", "the h100-sxm has 80 GiB", "quantized --weights"} {
+		assert.Contains(t, err.Error(), w)
+	}
+}

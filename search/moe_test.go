@@ -163,38 +163,47 @@ func TestMoEFloorReadsTheExpectedExperts(t *testing.T) {
 
 // TestMoEStepFloorFollowsTheTokens: a serving step's floor at T tokens
 // reads the experts T tokens choose (E·(1 − (1 − k/E)^T) of them), so that
-// a one-token step reads 4 of gpt-oss-20b's 32 experts, not all of them.
+// a one-token step reads 4 of gpt-oss-20b's 32 experts, not all of them;
+// packed MXFP4 experts (its config's) and bf16 ones (--weights none) alike.
 func TestMoEStepFloorFollowsTheTokens(t *testing.T) {
 	dev, err := cost.LookupDevice("h100")
 	require.NoError(t, err)
-	g, err := corpus.Build("gpt-oss-20b:step", corpus.Options{DType: ir.BF16})
-	require.NoError(t, err)
-	l, err := step.LayoutOf(g)
-	require.NoError(t, err)
-	var all, experts float64
-	for _, v := range g.Weights() {
-		n := g.Node(v)
-		b := float64(n.Shape.NumElements() * int64(n.DType.Size()))
-		if strings.Contains(n.Name, "embed_tokens") {
-			continue // read at the tokens' rows alone
-		}
-		all += b
-		if strings.Contains(n.Name, ".experts.") {
-			experts += b
-		}
-	}
-	for _, T := range []int{1, 8, 32} {
-		seqs := make([]step.SeqWork, T)
-		for i := range seqs {
-			seqs[i] = step.SeqWork{Tokens: 1, Context: 64}
-		}
-		w, err := l.WorkloadOf(seqs)
+	other := map[int]float64{} // by T, the bytes besides the weights
+	for _, plain := range []bool{true, false} {
+		g, err := corpus.Build("gpt-oss-20b:step", corpus.Options{DType: ir.BF16, PlainWeights: plain})
 		require.NoError(t, err)
-		f := StepFloor(g, dev, w)
-		share := cost.ExpectedExperts(32, 4, int64(T)) / 32
-		weights := all - experts + share*experts
-		// Besides the weights: the tokens' activations, KV rows and
-		// logits, a few MB.
-		assert.InDelta(t, weights, f.Bytes, 0.01*weights, "T=%d", T)
+		l, err := step.LayoutOf(g)
+		require.NoError(t, err)
+		var all, experts float64
+		for _, v := range g.Weights() {
+			n := g.Node(v)
+			b := float64(n.Shape.NumElements() * int64(n.DType.Size()))
+			if strings.Contains(n.Name, "embed_tokens") {
+				continue // read at the tokens' rows alone
+			}
+			all += b
+			if strings.Contains(n.Name, ".experts.") {
+				experts += b
+			}
+		}
+		for _, T := range []int{1, 8, 32} {
+			seqs := make([]step.SeqWork, T)
+			for i := range seqs {
+				seqs[i] = step.SeqWork{Tokens: 1, Context: 64}
+			}
+			w, err := l.WorkloadOf(seqs)
+			require.NoError(t, err)
+			f := StepFloor(g, dev, w)
+			share := cost.ExpectedExperts(32, 4, int64(T)) / 32
+			weights := all - experts + share*experts
+			if plain {
+				// Besides the weights: the tokens' activations, KV
+				// rows and logits, a few MB to a hundred.
+				assert.InDelta(t, weights, f.Bytes, 0.01*weights, "T=%d", T)
+				other[T] = f.Bytes - weights
+				continue
+			}
+			assert.InDelta(t, other[T], f.Bytes-weights, 1, "T=%d: the same traffic besides the packed weights", T)
+		}
 	}
 }

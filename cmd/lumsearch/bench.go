@@ -22,7 +22,7 @@ import (
 var benchCommand = &command{
 	name:     "bench",
 	summary:  "check a compiled program against the naive one, then time both on a GPU (or under the CPU emulation)",
-	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--compare-kernels [--budget D]] [--workers URL] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
+	synopsis: "bench DIR|MODEL [--measure gpu|emulated] [--compare-kernels [--budget D]] [--workers URL] [--json] [--tunedb PATH] [--min-runs N] [--max-time D] [--seed N] [--save DIR] [--seq N] [--dtype f32|f16|bf16] [--weights FORMAT] [--dim NAME=VALUE ...] [--target NAME] [--arch sm_80|sm_90] [--input-range NAME=LO..HI ...] [--inputs FILE.safetensors] [--outputs FILE.safetensors]",
 	doc: `
 "bench" builds two programs of the same model: the one "compile" makes (the
 search, the cost model's extraction and schedules) and the naive one (each
@@ -112,6 +112,7 @@ lumsearch bench out/ --compare-kernels --budget 2m`,
 		db := fs.String("tunedb", "", "the tuning database `PATH` the measurements go to (default $LUMSEARCH_TUNEDB, else the user cache's lumsearch/tunedb.jsonl)")
 		seq := fs.Int("seq", corpus.DefaultSeq, "MODEL only: tokens per sequence (a decode step's cache size)")
 		dtype := fs.String("dtype", "f32", "MODEL only: dtype of weights and activations: f32, f16 or bf16")
+		weights := weightsFlag(fs, "MODEL only: ")
 		target := fs.String("target", "h100-sxm", "MODEL only: the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "MODEL only: the architecture schedules are priced for with NVRTC: sm_80 or sm_90")
 		dims := dimFlag(fs, dimUsage+"; for DIR, NAME=VALUE runs the program at that runtime extent (past=P)")
@@ -170,7 +171,8 @@ lumsearch bench out/ --compare-kernels --budget 2m`,
 				if dtErr != nil || !dt.IsFloat() {
 					return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 				}
-				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt}, Dims: dims.Pins, Ranges: dims.Ranges})
+				build := weights.apply(corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt})
+				m, loadErr := search.LoadModel(pos[0], search.ModelOptions{Build: build, Dims: dims.Pins, Ranges: dims.Ranges})
 				if loadErr != nil {
 					return loadErr
 				}

@@ -18,7 +18,7 @@ import (
 var compileCommand = &command{
 	name:     "compile",
 	summary:  "search, lower and print a model's CUDA program, compile it with NVRTC and verify it",
-	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--max-seq N] [--dtype f32|f16|bf16] [--dim NAME=VALUE|NAME=LO..HI ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--expect past=LO..HI|context=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET]",
+	synopsis: "compile MODEL|MODEL.onnx -o DIR [--seq N] [--max-seq N] [--dtype f32|f16|bf16] [--weights mxfp4|fp8|awq|gptq|none] [--dim NAME=VALUE|NAME=LO..HI ...] [--target NAME] [--arch sm_80|sm_90] [--verify=false] [--expect past=LO..HI|context=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET]",
 	doc: `
 "compile MODEL" runs the compiler without measuring anything: it saturates
 the model's e-graph with every rule set (a model whose layers repeat is
@@ -66,11 +66,14 @@ lum_prepare.`,
 lumsearch compile llama-3-8b:layer --seq 16 -o out/
 lumsearch compile gpt2:block --target a100 --arch sm_80 -o out/
 lumsearch compile llama-3-8b:decode --max-seq 8192 --dtype bf16 -o out/
+lumsearch compile gpt-oss-120b:decode --dtype bf16 -o out/   # MXFP4 experts, as the checkpoint
+lumsearch compile llama-3-8b:decode --dtype bf16 --weights fp8 -o out/
 lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 	setup: func(fs *flag.FlagSet) action {
 		out := fs.String("o", "", "the output `DIR`")
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
 		dtype := fs.String("dtype", "f32", "dtype of weights and activations: f32, f16 or bf16")
+		weights := weightsFlag(fs, "")
 		target := fs.String("target", "h100-sxm", "the device the cost model prices for")
 		arch := fs.String("arch", "sm_90", "the architecture NVRTC compiles for: sm_80 or sm_90")
 		verify := fs.Bool("verify", true, "verify under the CPU emulation (needs g++)")
@@ -96,7 +99,8 @@ lumsearch compile model.onnx --dim batch=1 --dim sequence=16 -o out/`,
 			if err != nil || !dt.IsFloat() {
 				return usagef("--dtype %s: want f32, f16 or bf16", *dtype)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt}, Dims: dims.Pins, Ranges: dims.Ranges})
+			build := weights.apply(corpus.Options{Seq: *seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: build, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

@@ -16,7 +16,7 @@ import (
 var corpusCommand = &command{
 	name:     "corpus",
 	summary:  "list the built-in model graphs, print one, or run one in the reference interpreter",
-	synopsis: "corpus list [--json] | corpus show NAME|CONFIG.json|DIR|MODEL.onnx [--summary] | corpus eval NAME|CONFIG.json|DIR|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--composite] [--input-range NAME=LO..HI ...] [--inputs FILE] [--outputs FILE] [--save-outputs FILE]",
+	synopsis: "corpus list [--json] | corpus show NAME|CONFIG.json|DIR|MODEL.onnx [--summary] | corpus eval NAME|CONFIG.json|DIR|MODEL.onnx [--seed N] [--dim NAME=VALUE ...] [--batch N] [--seq N] [--past N] [--dtype T] [--weights FORMAT] [--composite] [--input-range NAME=LO..HI ...] [--inputs FILE] [--outputs FILE] [--save-outputs FILE]",
 	doc: `
 The corpus is the set of model graphs lumsearch builds itself, named
 MODEL:KIND: llama-3-8b, llama-3.2-1b, qwen2.5-0.5b, mistral-7b, gpt2, the
@@ -28,9 +28,15 @@ whole-model prefill (model), one decode step over in-place KV caches
 the activation). MODEL may also be the path of a Hugging Face config.json
 (PATH.json:KIND); show and eval also take PATH.json alone, or a folder
 holding config.json, for the whole model (kind model). A config with a key
-lumsearch does not implement (quantization, shared experts, ...) is
-refused by name, and so is a --seq beyond the model's positions
+lumsearch does not implement (shared experts, quantized activations, ...)
+is refused by name, and so is a --seq beyond the model's positions
 (max_position_embeddings, n_positions for gpt2).
+
+A quantized model (a config's quantization_config: mxfp4, fp8,
+compressed-tensors, awq or gptq; or --weights) declares its checkpoint's
+packed tensors and dequantizes them in the graph; eval draws its weights
+in float and packs them as such a checkpoint would. --weights none keeps
+every weight in --dtype (gpt-oss's experts in bf16).
 
 "corpus list" builds every graph and prints its name, its number of ops and
 its number of parameters (a model with fewer positions than --seq has its
@@ -73,6 +79,7 @@ lumsearch corpus list --json --seq 1024`,
 		seq := fs.Int("seq", corpus.DefaultSeq, "tokens per sequence; for decode, the KV cache's capacity")
 		past := fs.Int("past", -1, "decode: tokens already in the cache, the new token's position (-1: the runtime input past over 0..seq-1)")
 		dtype := fs.String("dtype", "f32", "dtype of weights and activations: f32, f16 or bf16")
+		weights := weightsFlag(fs, "")
 		feeds := feedFlags(fs, "eval: ")
 		saveOutputs := fs.String("save-outputs", "", "eval: write the outputs and updated states to the safetensors `FILE` (the layout --outputs reads)")
 		composite := fs.Bool("composite", false, "emit the composite softmax, norm and attention ops instead of their decompositions")
@@ -87,7 +94,7 @@ lumsearch corpus list --json --seq 1024`,
 			}
 			// checkSizeFlags has refused a --batch, --seq or --past
 			// that does not fit.
-			opt := corpus.Options{Batch: *batch, Seq: *seq, Past: *past, DType: dt, Composite: *composite, Step: *stepOpt}
+			opt := weights.apply(corpus.Options{Batch: *batch, Seq: *seq, Past: *past, DType: dt, Composite: *composite, Step: *stepOpt})
 			if len(pos) == 0 {
 				return usagef("missing subcommand: list, show or eval")
 			}

@@ -21,7 +21,7 @@ import (
 var optimizeCommand = &command{
 	name:     "optimize",
 	summary:  "search a model's fastest verified program within a time budget and write it with a report",
-	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--workers URL] [--seed N] [--json] [--dump DIR] [--expect past=LO..HI|context=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET] [...]",
+	synopsis: "optimize MODEL.onnx|CORPUS-NAME|HF-FOLDER -o DIR [--budget 10m] [--target NAME] [--measure auto|gpu|emulated|none] [--workers URL] [--seed N] [--weights mxfp4|fp8|awq|gptq|none] [--json] [--dump DIR] [--expect past=LO..HI|context=LO..HI] [--input-range NAME=LO..HI ...] [--rules FILE ...] [--disable SET] [--enable SET] [...]",
 	doc: `
 "optimize" searches the fastest program it can verify for a model within
 --budget, and writes it to DIR. The model is an ONNX file (its symbolic
@@ -97,6 +97,7 @@ lumsearch optimize llama-3-8b:layer --target h100 --workers nats://fleet.example
 		fs.StringVar(&o.Arch, "arch", "", "the architecture NVRTC compiles for: sm_80 or sm_90 (default: the target's)")
 		fs.IntVar(&seq, "seq", corpus.DefaultSeq, "tokens per sequence (a decode step's cache size)")
 		fs.StringVar(&dtype, "dtype", "f32", "dtype of weights and activations for corpus and config models: f32, f16 or bf16")
+		weights := weightsFlag(fs, "")
 		fs.StringVar(&kind, "kind", "model", "what to build from a Hugging Face folder: model, layer, decode, ...")
 		fs.Uint64Var(&o.Seed, "seed", 1, "seeds random weights, inputs and samples")
 		fs.StringVar((*string)(&o.Measure), "measure", "auto", "where to measure kernels: auto (the GPU when there is one), gpu, emulated or none")
@@ -142,7 +143,8 @@ lumsearch optimize llama-3-8b:layer --target h100 --workers nats://fleet.example
 			if err := search.CheckOutputDir(out); err != nil {
 				return exitCodes(err)
 			}
-			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: corpus.Options{Seq: seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt}, Kind: kind, Dims: dims.Pins, Ranges: dims.Ranges})
+			build := weights.apply(corpus.Options{Seq: seq, MaxSeq: *maxSeq, Past: -1, DType: dt, Step: *stepOpt})
+			m, err := search.LoadModel(pos[0], search.ModelOptions{Build: build, Kind: kind, Dims: dims.Pins, Ranges: dims.Ranges})
 			if err != nil {
 				if isUsage(err) {
 					return err

@@ -2,9 +2,11 @@ package main
 
 import (
 	"flag"
+	"fmt"
 
 	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
 	"github.com/lumsearch/lumsearch/search"
 )
 
@@ -113,5 +115,57 @@ func stepFlags(fs *flag.FlagSet) *corpus.StepOptions {
 	fs.IntVar(&o.BlockSize, "block-size", 0, "positions per block of the paged KV pool (step kind; default 16)")
 	fs.IntVar(&o.KVBlocks, "kv-blocks", 0, "blocks in each layer's KV pool (step kind; default: --max-seqs sequences of --max-seq positions)")
 	fs.BoolVar(&o.AllLogits, "all-logits", false, "output every token's logits [T, vocab], not each sequence's last [S, vocab] (step kind)")
+	return o
+}
+
+// weightsUsage is the --weights flag's help.
+const weightsUsage = "how a corpus or config model stores its layers' linear weights (attention, MLP, experts): " +
+	"`FORMAT` mxfp4, fp8, awq or gptq packs them as such a checkpoint does (the embeddings, LM head and routers stay in --dtype); " +
+	"none keeps every weight in --dtype (default: as the config's quantization_config says: gpt-oss's experts MXFP4, as its checkpoints)"
+
+// weightsValue is --weights: a quantized format, none, or unset (the
+// config's own).
+type weightsValue struct {
+	format quant.Format
+	plain  bool
+}
+
+// weightsFlag defines --weights on fs, its help after prefix.
+func weightsFlag(fs *flag.FlagSet, prefix string) *weightsValue {
+	w := &weightsValue{}
+	fs.Var(w, "weights", prefix+weightsUsage)
+	return w
+}
+
+// String is the flag's value as given: "" when unset.
+func (w *weightsValue) String() string {
+	switch {
+	case w == nil:
+		return ""
+	case w.plain:
+		return "none"
+	case w.format.Valid():
+		return w.format.String()
+	}
+	return ""
+}
+
+// Set reads mxfp4, fp8, awq, gptq or none.
+func (w *weightsValue) Set(s string) error {
+	if s == "none" {
+		w.format, w.plain = quant.None, true
+		return nil
+	}
+	f, err := quant.ParseFormat(s)
+	if err != nil || !f.Valid() {
+		return fmt.Errorf("%q: want mxfp4, fp8, awq, gptq or none", s)
+	}
+	w.format, w.plain = f, false
+	return nil
+}
+
+// apply sets the build options the flag gives.
+func (w *weightsValue) apply(o corpus.Options) corpus.Options {
+	o.Weights, o.PlainWeights = w.format, w.plain
 	return o
 }

@@ -68,3 +68,28 @@ func TestLengthsBeyondTheModel(t *testing.T) {
 		})
 	}
 }
+
+// TestWeightsFlag: --weights packs a model's linear weights as a
+// checkpoint of that format does, none keeps gpt-oss's experts in
+// --dtype (and then gpt-oss-120b no longer fits an H100), and another
+// value is a command line error.
+func TestWeightsFlag(t *testing.T) {
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	out := filepath.Join(t.TempDir(), "out")
+	r := runArgs(t, "corpus", "show", "tiny-llama:mlp", "--seq", "2", "--weights", "awq")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `weight "model.layers.0.mlp.gate_proj.qweight" i32[64,16]`)
+	assert.Contains(t, r.stdout, "dequant")
+
+	r = runArgs(t, "compile", "gpt-oss-120b:decode", "--dtype", "bf16", "--weights", "none", "-o", out)
+	assert.Equal(t, exitUsage, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "(weights 218 GiB, ")
+	assert.Contains(t, r.stderr, "quantized --weights")
+	assert.NoDirExists(t, out)
+
+	for _, cmd := range [][]string{{"compile", "tiny-llama:mlp", "-o", out}, {"corpus", "show", "tiny-llama:mlp"}, {"bench", "tiny-llama:mlp"}, {"optimize", "tiny-llama:mlp", "-o", out}} {
+		r = runArgs(t, append(cmd, "--weights", "int8")...)
+		assert.Equal(t, exitUsage, r.code, r.stderr)
+		assert.Contains(t, r.stderr, `"int8": want mxfp4, fp8, awq, gptq or none`)
+	}
+}
