@@ -26,14 +26,20 @@ func (e *elementwise) dequant(n *ir.Node, ix index) (string, error) {
 	}
 	row, col := ix[r-2], ix[r-1]
 	rows, cols := int64(n.Shape[r-2]), int64(n.Shape[r-1])
-	codes, scales := paramName(e.body, n.Inputs[0]), paramName(e.body, n.Inputs[1])
+	// The operands are kernel arguments, seen through reshapes at most
+	// (a checkpoint's [N, K/2] bytes viewed as [N, K/32, 16]), which
+	// keep the linear offsets computed here.
+	args := make([]ir.Value, len(n.Inputs))
 	for k, in := range n.Inputs {
-		if e.body.Node(in).Op != ir.OpInput {
+		a, ok := ir.DequantOperand(e.body, in)
+		if !ok {
 			return "", fmt.Errorf("dequant operand %d is a %s, not a kernel argument (a quantized weight's operands are its packed leaves)", k, e.body.Node(in).Op)
 		}
+		args[k] = a
 	}
+	codes, scales := paramName(e.body, args[0]), paramName(e.body, args[1])
 	scaleOf := func(at string) string {
-		return load(e.body.Node(n.Inputs[1]).DType, fmt.Sprintf("%s[%s]", scales, at))
+		return load(e.body.Node(args[1]).DType, fmt.Sprintf("%s[%s]", scales, at))
 	}
 	var v string
 	switch n.Format {
@@ -49,7 +55,7 @@ func (e *elementwise) dequant(n *ir.Node, ix index) (string, error) {
 	case quant.AWQ, quant.GPTQ:
 		K, N, g := rows, cols, n.Group
 		k, c := row, col
-		zeros := paramName(e.body, n.Inputs[2])
+		zeros := paramName(e.body, args[2])
 		grp := fmt.Sprintf("(%s * %dLL + %s / %dLL)", batch, K/g, k, g)
 		z := fmt.Sprintf("lum_awq_nibble((unsigned)%s[%s * %dLL + %s / 8], (unsigned)(%s %% 8))", zeros, grp, N/8, c, c)
 		q := fmt.Sprintf("lum_awq_nibble((unsigned)%s[(%s * %dLL + %s) * %dLL + %s / 8], (unsigned)(%s %% 8))", codes, batch, K, k, N/8, c, c)

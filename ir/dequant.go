@@ -295,3 +295,13 @@ func e4m3Step(a float64) float64 {
 	_, e := math.Frexp(a)
 	return math.Ldexp(1, max(e-1, -6)-3)
 }
+
+// DequantOperand is the kernel argument a dequant operand v of body reads:
+// an input, seen through reshapes at most (which keep its linear order, so
+// that the operand's layout is the argument's); false for anything else.
+func DequantOperand(body *Graph, v Value) (Value, bool) {
+	for body.Node(v).Op == OpReshape {
+		v = body.Node(v).Inputs[0]
+	}
+	return v, body.Node(v).Op == OpInput
+}
