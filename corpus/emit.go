@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
 )
 
 // emitter writes one graph: an ir.Builder with the model's config, the
@@ -113,6 +114,13 @@ func (e *emitter) linear(x ir.Value, prefix string, in, out int, bias bool) ir.V
 	b := ir.NoValue
 	if bias {
 		b = e.weight(prefix+".bias", out)
+	}
+	if e.q.Acts != nil && e.q.Format == quant.FP8 {
+		// W8A8: the quantized activations times the weight, in f32.
+		if bias {
+			b = e.upcast(b)
+		}
+		return e.downcast(e.affine(e.quantizedActs(x, prefix, in), e.dequantizedAs(prefix+".weight", nil, out, in, 1, ir.F32), b))
 	}
 	return e.affine(x, e.dequantized(prefix+".weight", nil, out, in, 1), b)
 }

@@ -62,6 +62,19 @@ type Quantization struct {
 	// ExpertsOnly says that only the experts are quantized: mxfp4, which
 	// transformers applies to gpt-oss's experts alone.
 	ExpertsOnly bool `json:"experts_only,omitempty"`
+	// Acts, when set, says the checkpoint quantizes the activations its
+	// fp8 weights multiply (W8A8), which the graph then does too.
+	Acts *ActQuant `json:"activations,omitempty"`
+}
+
+// ActQuant is how a W8A8 checkpoint quantizes a projection's input
+// activations to e4m3 before its fp8 weights multiply them: scaled by
+// the checkpoint's input_scale (Static), or at run time by the largest
+// magnitude of each token's row, or of each group of Group inputs of it
+// (the scale mapping it to e4m3's 448).
+type ActQuant struct {
+	Static bool `json:"static,omitempty"`
+	Group  int  `json:"group,omitempty"`
 }
 
 // clone is a deep copy of q (nil for nil).
@@ -234,9 +247,10 @@ func (q *fieldParser) mxfp4() *Quantization {
 }
 
 // fp8 reads transformers' FineGrainedFP8Config: e4m3 weights with a scale
-// per weight_block_size block (default 128 × 128). Its activations are
-// quantized too (activation_scheme, "dynamic" when absent), which the IR
-// cannot express yet, so a config that asks for it is refused.
+// per weight_block_size block (default 128 × 128), and activations
+// quantized at run time (activation_scheme "dynamic", the default) per
+// token and block of weight_block_size[1] inputs (transformers'
+// act_quant).
 func (q *fieldParser) fp8() *Quantization {
 	q.fail(checkKeys(q.f, q.prefix, []string{"quant_method", "activation_scheme", "weight_block_size", "modules_to_not_convert", "fmt"}, []string{"dequantize"}))
 	if f, ok := q.str("fmt"); ok && f != "e4m3" {
@@ -253,14 +267,16 @@ func (q *fieldParser) fp8() *Quantization {
 	if !ok {
 		scheme = "dynamic"
 	}
-	if q.err == nil {
-		q.fail(fmt.Errorf("%q %q (transformers' default): the activations are quantized to e4m3 too (W8A8), which lumsearch cannot express yet; --weights fp8 gives a model fp8 weights alone",
-			q.prefix+"activation_scheme", scheme))
+	if q.err == nil && scheme != "dynamic" {
+		// transformers' FP8Linear quantizes activations per token and
+		// block of inputs at run time, and implements nothing else.
+		q.fail(fmt.Errorf("%q %q is not supported (want dynamic, transformers' only scheme)", q.prefix+"activation_scheme", scheme))
 	}
 	if q.err != nil {
 		return nil
 	}
-	return &Quantization{Method: MethodFP8, Format: quant.FP8, GroupN: block[0], Group: block[1], Keep: q.strings("modules_to_not_convert")}
+	return &Quantization{Method: MethodFP8, Format: quant.FP8, GroupN: block[0], Group: block[1], Keep: q.strings("modules_to_not_convert"),
+		Acts: &ActQuant{Group: block[1]}}
 }
 
 // awq reads transformers' AwqConfig: AutoAWQ's GEMM packing of 4-bit

@@ -11,9 +11,8 @@ import (
 // config group that targets every Linear with float 8-bit weights
 // (format float-quantized, quantization_status compressed), scaled per
 // tensor, per output channel or per block (weights.strategy), the modules
-// in ignore left in the model's dtype. Quantized activations (W8A8:
-// input_activations) are refused: the IR cannot express their e4m3
-// rounding yet. A quantized KV cache, sparsity or transforms are refused
+// in ignore left in the model's dtype, and its input activations quantized
+// to e4m3 where input_activations says so (W8A8). A quantized KV cache, sparsity or transforms are refused
 // as unknown keys, unless off.
 func (q *fieldParser) compressedTensors() *Quantization {
 	q.fail(checkKeys(q.f, q.prefix, []string{"quant_method", "format", "config_groups", "ignore", "quantization_status"},
@@ -51,10 +50,15 @@ func (q *fieldParser) compressedTensors() *Quantization {
 	if t := g.strings("targets"); g.err == nil && !slices.Equal(t, []string{"Linear"}) {
 		g.fail(fmt.Errorf("%q %q is not supported (want [\"Linear\"])", g.prefix+"targets", t))
 	}
-	for _, key := range []string{"input_activations", "output_activations"} {
-		if raw, ok := g.lookup(key); ok && g.err == nil {
-			g.fail(fmt.Errorf("%q %s: the activations are quantized (W8A8), which lumsearch cannot express yet; --weights fp8 gives a model fp8 weights alone",
-				g.prefix+key, shortJSON(raw)))
+	if raw, ok := g.lookup("output_activations"); ok && g.err == nil && !isOff("", raw) {
+		g.fail(fmt.Errorf("%q %s is not supported (outputs quantized)", g.prefix+"output_activations", shortJSON(raw)))
+	}
+	var acts *ActQuant
+	if raw, ok := g.lookup("input_activations"); ok && g.err == nil && !isOff("", raw) {
+		ap := g.object("input_activations")
+		acts = ap.ctActivations()
+		if ap != nil {
+			g.fail(ap.err)
 		}
 	}
 	if g.err == nil && format != "float-quantized" {
@@ -74,7 +78,51 @@ func (q *fieldParser) compressedTensors() *Quantization {
 		return nil
 	}
 	qz.Keep = q.strings("ignore")
+	qz.Acts = acts
 	return qz
+}
+
+// ctActivations reads a compressed-tensors group's input_activations
+// (W8A8): float 8-bit, symmetric, scaled per token at run time (strategy
+// token, dynamic), per group of group_size inputs of a token (strategy
+// group, dynamic), or by the checkpoint's input_scale (strategy tensor,
+// static).
+func (a *fieldParser) ctActivations() *ActQuant {
+	if a == nil {
+		return nil
+	}
+	a.fail(checkKeys(a.f, a.prefix, []string{"num_bits", "type", "symmetric", "strategy", "dynamic", "group_size", "block_structure", "actorder"},
+		[]string{"observer", "observer_kwargs"}))
+	if b := a.intOr("num_bits", 8); b != 8 {
+		a.fail(fmt.Errorf("%q %d is not supported (want 8)", a.prefix+"num_bits", b))
+	}
+	if t, _ := a.str("type"); t != "float" {
+		a.fail(fmt.Errorf("%q %q is not supported (want float: e4m3 activations)", a.prefix+"type", t))
+	}
+	if !a.boolOr("symmetric", true) {
+		a.fail(fmt.Errorf("%q false is not supported (e4m3 activations have no zero point)", a.prefix+"symmetric"))
+	}
+	strategy, _ := a.str("strategy")
+	dynamic := a.boolOr("dynamic", false)
+	var acts *ActQuant
+	switch {
+	case strategy == "token" && dynamic:
+		acts = &ActQuant{}
+	case strategy == "group" && dynamic:
+		g, ok := a.integer("group_size")
+		if !ok || g < 1 {
+			a.fail(fmt.Errorf("%q: a dynamic group strategy needs a positive group_size", a.prefix+"group_size"))
+		}
+		acts = &ActQuant{Group: g}
+	case strategy == "tensor" && !dynamic:
+		acts = &ActQuant{Static: true}
+	default:
+		a.fail(fmt.Errorf("%q %q with %q %v is not supported (want token or group, dynamic; or tensor, static)", a.prefix+"strategy", strategy, a.prefix+"dynamic", dynamic))
+	}
+	if a.err != nil {
+		return nil
+	}
+	return acts
 }
 
 // ctWeights reads a compressed-tensors group's weights: 8-bit, float,

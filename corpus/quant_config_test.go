@@ -49,6 +49,16 @@ func TestQuantizationConfigs(t *testing.T) {
 			&Quantization{Method: MethodGPTQ, Format: quant.GPTQ, Group: 16}},
 		{"gptq one group", llama, `{"quant_method":"gptq","bits":4,"group_size":-1,"desc_act":false,"sym":false}`,
 			&Quantization{Method: MethodGPTQ, Format: quant.GPTQ}},
+		{"fp8 (W8A8: activations per token and block)", llama, `{"quant_method":"fp8","activation_scheme":"dynamic","weight_block_size":[16,16]}`,
+			&Quantization{Method: MethodFP8, Format: quant.FP8, GroupN: 16, Group: 16, Acts: &ActQuant{Group: 16}}},
+		{"fp8 default activations", llama, `{"quant_method":"fp8","fmt":"e4m3"}`,
+			&Quantization{Method: MethodFP8, Format: quant.FP8, GroupN: 128, Group: 128, Acts: &ActQuant{Group: 128}}},
+		{"W8A8 dynamic per token", llama, `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],
+			"weights":{"num_bits":8,"type":"float","strategy":"channel"},"input_activations":{"num_bits":8,"type":"float","strategy":"token","dynamic":true,"symmetric":true}}}}`,
+			&Quantization{Method: MethodCompressedTensors, Format: quant.FP8, GroupN: 1, Acts: &ActQuant{}}},
+		{"W8A8 static per tensor", llama, `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],
+			"weights":{"num_bits":8,"type":"float","strategy":"tensor"},"input_activations":{"num_bits":8,"type":"float","strategy":"tensor","dynamic":false}}}}`,
+			&Quantization{Method: MethodCompressedTensors, Format: quant.FP8, Acts: &ActQuant{Static: true}}},
 		{"empty", llama, `{}`, nil},
 		{"null", llama, `null`, nil},
 	}
@@ -73,6 +83,10 @@ func TestQuantizationConfigRefusals(t *testing.T) {
 	ct := func(weights string) string {
 		return `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],"weights":` + weights + `}}}`
 	}
+	ct8 := func(acts string) string {
+		return `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],` +
+			`"weights":{"num_bits":8,"type":"float","strategy":"channel"},"input_activations":` + acts + `}}}`
+	}
 	tests := []struct {
 		name, base, qc, want string
 	}{
@@ -80,14 +94,19 @@ func TestQuantizationConfigRefusals(t *testing.T) {
 		{"not an object", llama, `"awq"`, `"quantization_config": want an object`},
 		{"mxfp4 without gpt-oss's experts", llama, `{"quant_method":"mxfp4"}`, `"quantization_config.quant_method" "mxfp4" quantizes gpt_oss's experts, and model_type "llama" has none`},
 		{"mxfp4 unknown key", oss, `{"quant_method":"mxfp4","block_size":64}`, `lumsearch does not implement "quantization_config.block_size": 64`},
-		{"fp8 dynamic activations", llama, `{"quant_method":"fp8","activation_scheme":"dynamic","weight_block_size":[128,128]}`,
-			`"quantization_config.activation_scheme" "dynamic"`},
-		{"fp8 default activations", llama, `{"quant_method":"fp8","fmt":"e4m3"}`, `"quantization_config.activation_scheme" "dynamic" (transformers' default): the activations are quantized to e4m3 too (W8A8)`},
+		{"fp8 static activations", llama, `{"quant_method":"fp8","activation_scheme":"static"}`,
+			`"quantization_config.activation_scheme" "static" is not supported (want dynamic`},
 		{"fp8 e5m2", llama, `{"quant_method":"fp8","fmt":"e5m2"}`, `"quantization_config.fmt" "e5m2" is not supported`},
 		{"fp8 bad blocks", llama, `{"quant_method":"fp8","weight_block_size":[128]}`, `"quantization_config.weight_block_size" [128]: want [rows, columns]`},
-		{"W8A8", llama, `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],
-			"weights":{"num_bits":8,"type":"float","strategy":"channel"},"input_activations":{"num_bits":8,"type":"float","strategy":"token","dynamic":true}}}}`,
-			`"quantization_config.config_groups.g.input_activations" {"num_bits":8,"type":"float","strategy":"token",`},
+		{"W8A8 per channel activations", llama, ct8(`{"num_bits":8,"type":"float","strategy":"channel","dynamic":true}`),
+			`"quantization_config.config_groups.g.input_activations.strategy" "channel" with`},
+		{"W8A8 int activations", llama, ct8(`{"num_bits":8,"type":"int","strategy":"token","dynamic":true}`),
+			`"quantization_config.config_groups.g.input_activations.type" "int" is not supported`},
+		{"W8A8 experts", smallConfigs[Mixtral][0], ct8(`{"num_bits":8,"type":"float","strategy":"token","dynamic":true}`),
+			`the activations of experts quantized to e4m3 (W8A8) are not implemented`},
+		{"W8A8 outputs", llama, `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],
+			"weights":{"num_bits":8,"type":"float","strategy":"channel"},"output_activations":{"num_bits":8,"type":"float","strategy":"token","dynamic":true}}}}`,
+			`"quantization_config.config_groups.g.output_activations" {"num_bits":8`},
 		{"int8 weights", llama, ct(`{"num_bits":8,"type":"int","strategy":"channel"}`), `"quantization_config.config_groups.g.weights.type" "int" is not supported`},
 		{"4-bit weights", llama, ct(`{"num_bits":4,"type":"float","strategy":"channel"}`), `"quantization_config.config_groups.g.weights.num_bits" 4 is not supported`},
 		{"group strategy", llama, ct(`{"num_bits":8,"type":"float","strategy":"group","group_size":128}`), `"quantization_config.config_groups.g.weights.group_size" 128 is not supported`},

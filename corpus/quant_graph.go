@@ -110,6 +110,9 @@ func (c *Config) checkQuantization(q *Quantization) error {
 			if !q.quantizes(w.module, w.experts) {
 				continue
 			}
+			if w.experts && q.Acts != nil {
+				return fmt.Errorf("%s: %s: the activations of experts quantized to e4m3 (W8A8) are not implemented (the experts kernels read fp8 weights alone)", what, w.module)
+			}
 			group, groupN := q.groups(w.n, w.k)
 			var bad string
 			switch q.Format {
@@ -181,6 +184,11 @@ func regexpQuote(s string) string { return strings.ReplaceAll(s, ".", `\.`) }
 // model's dtype as [lead.., k, parts × n], the [in, out] layout the
 // matmuls and the experts op read.
 func (e *emitter) dequantized(name string, lead []int, n, k, parts int) ir.Value {
+	return e.dequantizedAs(name, lead, n, k, parts, e.dt)
+}
+
+// dequantizedAs is dequantized with the values in dtype dt.
+func (e *emitter) dequantizedAs(name string, lead []int, n, k, parts int, dt ir.DType) ir.Value {
 	q := e.q
 	group, groupN := q.groups(n, k)
 	N := n * parts
@@ -201,11 +209,11 @@ func (e *emitter) dequantized(name string, lead []int, n, k, parts int) ir.Value
 			blocks = e.Weight(name+"_blocks", ir.U8, dims(N, k/32, 16)...)
 			scales = e.Weight(name+"_scales", ir.U8, dims(N, k/32)...)
 		}
-		return e.swapLast(e.Dequant(quant.MXFP4, e.dt, 32, 0, blocks, scales))
+		return e.swapLast(e.Dequant(quant.MXFP4, dt, 32, 0, blocks, scales))
 	case quant.FP8:
 		codes := e.Weight(name, ir.U8, dims(N, k)...)
 		scales := e.Weight(name+q.fp8ScaleSuffix(groupN), ir.F32, dims(ceilDiv(N, groupN), ceilDiv(k, group))...)
-		return e.swapLast(e.Dequant(quant.FP8, e.dt, int64(group), int64(groupN), codes, scales))
+		return e.swapLast(e.Dequant(quant.FP8, dt, int64(group), int64(groupN), codes, scales))
 	}
 	base := strings.TrimSuffix(name, ".weight")
 	qshape := dims(k, N/8)
@@ -215,7 +223,7 @@ func (e *emitter) dequantized(name string, lead []int, n, k, parts int) ir.Value
 	qweight := e.Weight(base+".qweight", ir.I32, qshape...)
 	qzeros := e.Weight(base+".qzeros", ir.I32, dims(k/group, N/8)...)
 	scales := e.Weight(base+".scales", ir.F16, dims(k/group, N)...)
-	return e.Dequant(q.Format, e.dt, int64(group), 0, qweight, scales, qzeros)
+	return e.Dequant(q.Format, dt, int64(group), 0, qweight, scales, qzeros)
 }
 
 // swapLast exchanges x's last two axes.
@@ -228,3 +236,31 @@ func (e *emitter) swapLast(x ir.Value) ir.Value {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// quantizedActs is x quantized to e4m3 as a W8A8 checkpoint's projection
+// prefix quantizes its in inputs (Quantization.Acts), in f32: each row's
+// values (or each group of a row's) divided by a scale, rounded to e4m3
+// (saturating at 448) and multiplied back. The scale is the checkpoint's
+// input_scale, or the group's largest magnitude over 448 (at least
+// 2^-24/448, so that a row of zeros stays zeros), as vLLM's and
+// transformers' per-token quantizers compute it. The matmul that reads it
+// runs in f32 over the weight's f32 dequantization: the e4m3 products an
+// fp8 tensor core would sum, exactly.
+func (e *emitter) quantizedActs(x ir.Value, prefix string, in int) ir.Value {
+	a := e.q.Acts
+	xs := e.upcast(x)
+	shape := e.Shape(xs)
+	if a.Static {
+		s := e.Weight(prefix+".input_scale", ir.F32, 1)
+		return e.Mul(e.RoundE4M3(e.Div(xs, s)), s)
+	}
+	g := a.Group
+	if g <= 0 || in%g != 0 {
+		g = in
+	}
+	rows := shape.NumElements() / int64(in)
+	r := e.Reshape(xs, ir.Dim(rows), ir.Dim(in/g), ir.Dim(g))
+	amax := e.Max(e.ReduceMax(e.Abs(r), -1), e.Scalar(ir.F32, 0x1p-24))
+	s := e.Div(amax, e.Scalar(ir.F32, quant.MaxE4M3))
+	return e.Reshape(e.Mul(e.RoundE4M3(e.Div(r, s)), s), shape...)
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
 )
 
 // Ranges of RandomWeights: the initializer_range of the Hugging Face
@@ -32,7 +33,8 @@ const (
 // weight's values depend only on the seed, its name and its shape, so a
 // layer's weights are the same in the layer graph and in the whole model.
 // Tensors keep float32 storage (ir.TensorOfFloat32), rounded to the
-// weight's dtype; none is all zeros. A whole 8B model takes 32 GB this way.
+// weight's dtype; none is all zeros. A W8A8 checkpoint's activation
+// scales (".input_scale") are uniform in [1/448, 8/448]. A whole 8B model takes 32 GB this way.
 // A quantized weight's codes, scales and zero points (the operands of a
 // dequant) are drawn together: its float values as any other weight's,
 // keyed by the codes' name, packed into the format as its checkpoint
@@ -66,6 +68,12 @@ func RandomWeights(g *ir.Graph, seed uint64) (map[string]*ir.Tensor, error) {
 			fillNormal(rng, vals, sinkStd)
 		case strings.HasSuffix(n.Name, ".bias"), strings.HasSuffix(n.Name, "_bias"):
 			fillNormal(rng, vals, biasStd)
+		case strings.HasSuffix(n.Name, ".input_scale"):
+			// A W8A8 checkpoint's static activation scale: what maps
+			// an activation of magnitude 1 to 8 to e4m3's 448.
+			for i := range vals {
+				vals[i] = float32((1 + 7*rng.Float64()) / quant.MaxE4M3)
+			}
 		default:
 			fillNormal(rng, vals, weightStd)
 		}
