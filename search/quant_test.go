@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/corpus"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/quant"
 	"github.com/lumsearch/lumsearch/tunedb"
@@ -80,6 +81,36 @@ func TestQuantizedLinearCompiles(t *testing.T) {
 					src.WriteString(k.Text)
 				}
 				t.Logf("%s", log.String())
+			})
+		}
+	}
+}
+
+// TestTinyQuantizedModelsCompile: the tiny Llama's decode step with its
+// linear weights in each format (corpus.Options.Weights, packed from its
+// random weights) compiles, its kernels verified and its reduced
+// configuration emulated against the reference at several positions, in
+// f32 and bf16 activations. Long command only: eight whole compilations.
+func TestTinyQuantizedModelsCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("eight compilations of a whole decode step: the long test command")
+	}
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("the CPU emulation needs g++")
+	}
+	for _, f := range []quant.Format{quant.MXFP4, quant.FP8, quant.AWQ, quant.GPTQ} {
+		for _, dt := range []ir.DType{ir.F32, ir.BF16} {
+			t.Run(f.String()+"/"+dt.String(), func(t *testing.T) {
+				t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+				md, err := LoadModel("tiny-llama:decode", ModelOptions{Build: corpus.Options{Seq: 8, Past: -1, DType: dt, Weights: f}})
+				require.NoError(t, err)
+				var log bytes.Buffer
+				res, err := Compile(t.Context(), md, Options{Events: NewPrinter(&log, false).Event})
+				require.NoError(t, err, log.String())
+				assert.Contains(t, res.Verified, "matches the reference interpreter", log.String())
+				for _, l := range res.final.compiled.lowered.Prep {
+					assert.NotContains(t, l.Body.String(), "dequant", "launch %s decodes a weight at load time", l.Name)
+				}
 			})
 		}
 	}
