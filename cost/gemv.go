@@ -19,8 +19,9 @@ import (
 // in shared memory). The model prices what the printer prints (GEMVLoop,
 // gemvFeatures): the loads in flight, the round trips outside the main
 // loop, the instructions by pipe. The weight must be a direct right
-// operand (DirectOperand): a weight the kernel would compute element by
-// element is not streamed.
+// operand (DirectOperand), or a dequant of the kernel's packed arguments
+// (gemv_quant.go): a weight the kernel would compute element by element
+// is not streamed.
 
 // GEMVRows is the most rows of A the matrix-vector kernel takes.
 const GEMVRows = 8
@@ -43,9 +44,12 @@ func GEMVShared(M, K int64, bn, partials int) int64 {
 // GEMVChunk is the length of the chunks of K the matrix-vector kernel
 // computes A in: as much as gemvChunkBytes holds for M rows, a multiple of
 // 8 (whole 16-byte weight loads), no longer than K rounded up to 8.
-func GEMVChunk(M, K int64) int64 {
-	c := int64(gemvChunkBytes/4) / max(M, 1) / 8 * 8
-	return max(8, min(c, (K+7)/8*8))
+func GEMVChunk(M, K int64) int64 { return gemvChunkUnit(M, K, 8) }
+
+// gemvChunkUnit is GEMVChunk in multiples of unit.
+func gemvChunkUnit(M, K, unit int64) int64 {
+	c := int64(gemvChunkBytes/4) / max(M, 1) / unit * unit
+	return max(unit, min(c, (K+unit-1)/unit*unit))
 }
 
 // GEMVLayout is how a matrix-vector schedule over a K-contiguous weight
@@ -197,6 +201,11 @@ const gemvBlockBytes = 16 << 10
 // (an eighth of the whole for small ones), no pass along K leaves lanes
 // idle, and no group of loads is longer than K.
 func (k *kernelForm) gemvSchedules() []Schedule {
+	if k.form == FormMatMul && len(k.matmuls) == 1 {
+		if q, ok := GEMVQuantWeight(k.body, k.matmuls[0]); ok {
+			return k.gemvQuantSchedules(q)
+		}
+	}
 	M, N, K, _, size, kContiguous, ok := k.gemvShape()
 	if !ok {
 		return nil
@@ -255,6 +264,12 @@ const sharedBandwidthPerSM = 128
 // K-contiguous weight), and the loop's pointer arithmetic and branch.
 // False when the schedule is none the printer takes for body.
 func GEMVLoop(body *ir.Graph, mm ir.Value, s Schedule) (loads, step int, mix IssueMix, ok bool) {
+	if q, quantized := GEMVQuantWeight(body, mm); quantized {
+		if !s.GEMV || s.Stages < 1 {
+			return 0, 0, IssueMix{}, false
+		}
+		return gemvQuantLoop(body, mm, q, s)
+	}
 	_, kContiguous, direct := GEMVWeight(body, mm)
 	if !direct || !s.GEMV || s.Stages < 1 {
 		return 0, 0, IssueMix{}, false
@@ -312,48 +327,91 @@ func GEMVLoop(body *ir.Graph, mm ir.Value, s Schedule) (loads, step int, mix Iss
 	return loads, step, mix, true
 }
 
-// gemvFeatures prices a matrix-vector schedule as printGEMV prints it.
-// DRAM: the weight once (each element by one thread), A's inputs once
-// (every block re-reads them from L2: TileBytes), C. Latency: each warp
-// keeps GEMVLoop's loads in flight (InFlight), and a block makes Trips
-// round trips its main loop does not overlap: a norm's pass over A and
-// the chunk computed from its statistics after it (the first group of
-// weight loads is issued before the prologue, so a prologue without a
-// norm hides under that first trip), and an epilogue's loads of its own
-// inputs. Issue: the main loop's mix (the PTX's when compiled, else
-// GEMVLoop's) over every warp's iterations, plus the prologue, a warp
-// instruction per 32 of its values' operations in every block. Shared
-// memory: A's reads in the main loop, a 512-byte float4 read a warp
-// (conflict-free) or a broadcast 128-byte wavefront.
-func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+// gemvPlan is what pricing a matrix-vector schedule needs of its layout:
+// the matmul's extents, GEMVLoop's group of loads, its step along K and
+// its mix, the partial sums a column has (the warps of a split, or every
+// warp of a row-major layout), the K and N its passes cover (padding
+// included), the registers a thread takes, the shared memory of A's chunk
+// and the partials, the bytes of one shared read of A by a warp, the
+// weight bytes every block streams, what a block issues outside its
+// main loop beyond the prologue (a quantized weight's scales decoded once
+// a slab), and the bytes of one of the loads in flight.
+type gemvPlan struct {
+	M, N, K, batch int
+	loads, step    int
+	iterations     float64
+	loop           IssueMix
+	partials       int
+	padN, padK     float64
+	regs           int
+	shared         int64
+	ldsBytes       float64
+	weight         float64
+	outside        IssueMix
+	loadBytes      int
+}
+
+// gemvPlanOf is a plain f32, f16 or bf16 weight's plan, or a quantized
+// one's (gemvQuantPlan).
+func (k *kernelForm) gemvPlanOf(s Schedule) (gemvPlan, bool) {
+	if q, ok := GEMVQuantWeight(k.body, k.matmuls[0]); ok && len(k.matmuls) == 1 && k.form == FormMatMul {
+		return k.gemvQuantPlan(q, s)
+	}
 	M, N, K, batch, size, kContiguous, ok := k.gemvShape()
-	if !ok || !s.GEMV || s.BM != M || s.Stages < 1 || s.Stages > 8 || s.Tensor || s.Threads > 1024 {
-		return Features{}, false
+	if !ok {
+		return gemvPlan{}, false
 	}
 	loads, step, loop, ok := GEMVLoop(k.body, k.matmuls[0], s)
 	if !ok {
-		return Features{}, false
+		return gemvPlan{}, false
 	}
 	vec := 16 / size
-	warps := s.Threads / 32
-	var partials, passStep int
-	var padK, padN, ldsBytes float64
-	if kContiguous {
-		_, split, _ := GEMVLayout(s)
-		partials, passStep = split, 32*vec*split
-		padN = float64(ceilDiv(N, s.BN) * s.BN)
-		ldsBytes = 512
-	} else {
-		_, rows, _ := GEMVRowLayout(s, size)
-		partials, passStep = warps, rows
-		padN = float64(ceilDiv(N, s.BN) * s.BN)
-		ldsBytes = 128
-	}
-	padK = float64(ceilDiv(K, passStep) * passStep)
 	// A warp's main loop runs over each chunk's whole groups; the rest
 	// of a chunk (fewer passes than a group) costs a fraction of one.
-	iterations := float64(K) / float64(step)
-	regs := 24 + 4*loads + M*max(loads/s.Stages, vec) + vec
+	p := gemvPlan{M: M, N: N, K: K, batch: batch, loads: loads, step: step, iterations: float64(K) / float64(step), loop: loop, loadBytes: 16}
+	var passStep int
+	if kContiguous {
+		_, split, _ := GEMVLayout(s)
+		p.partials, passStep = split, 32*vec*split
+		p.ldsBytes = 512
+	} else {
+		_, rows, _ := GEMVRowLayout(s, size)
+		p.partials, passStep = s.Threads/32, rows
+		p.ldsBytes = 128
+	}
+	p.padN = float64(ceilDiv(N, s.BN) * s.BN)
+	p.padK = float64(ceilDiv(K, passStep) * passStep)
+	p.regs = 24 + 4*loads + M*max(loads/s.Stages, vec) + vec
+	p.shared = GEMVShared(int64(M), int64(K), s.BN, p.partials)
+	p.weight = float64(batch) * float64(N) * float64(K) * float64(size)
+	return p, true
+}
+
+// gemvFeatures prices a matrix-vector schedule as printGEMV prints it.
+// DRAM: the weight once (each element by one thread; a quantized one's
+// packed codes, scales and zero points), A's inputs once (every block
+// re-reads them from L2: TileBytes), C. Latency: each warp keeps
+// GEMVLoop's loads in flight (InFlight), and a block makes Trips round
+// trips its main loop does not overlap: a norm's pass over A and the
+// chunk computed from its statistics after it (the first group of weight
+// loads is issued before the prologue, so a prologue without a norm hides
+// under that first trip), and an epilogue's loads of its own inputs.
+// Issue: the main loop's mix (the PTX's when compiled, else GEMVLoop's)
+// over every warp's iterations, plus the prologue, a warp instruction per
+// 32 of its values' operations in every block, plus what the layout
+// issues outside its main loop. Shared memory: A's reads in the main
+// loop, a 512-byte float4 read a warp (conflict-free) or a broadcast
+// 128-byte wavefront.
+func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features, bool) {
+	if !s.GEMV || s.BM > GEMVRows || s.Stages < 1 || s.Stages > 8 || s.Tensor || s.Threads > 1024 {
+		return Features{}, false
+	}
+	p, ok := k.gemvPlanOf(s)
+	if !ok || s.BM != p.M {
+		return Features{}, false
+	}
+	M, N, K, batch := p.M, p.N, p.K, p.batch
+	warps := s.Threads / 32
 	reductions, norms := 0, 0
 	for _, n := range k.body.Nodes {
 		if n.Op.Class() == ir.ClassReduce {
@@ -363,12 +421,11 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 			norms++
 		}
 	}
-	base := GEMVShared(int64(M), int64(K), s.BN, partials)
-	if base > GEMVSharedLimit {
+	if p.shared > GEMVSharedLimit {
 		return Features{}, false
 	}
-	shared := int(base) + 4*reductions*M*(warps+1)
-	per := k.occupancy(d, s.Threads, shared, regs)
+	shared := int(p.shared) + 4*reductions*M*(warps+1)
+	per := k.occupancy(d, s.Threads, shared, p.regs)
 	if per == 0 {
 		return Features{}, false
 	}
@@ -398,14 +455,13 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 	}
 	// Threads past the end of K or N in their last pass still issue; the
 	// arithmetic pays for them.
-	flops += 2 * float64(batch) * float64(M) * padN * padK
-	weight := float64(batch) * float64(N) * float64(K) * float64(size)
-	warpIterations := float64(blocks*warps) * iterations
-	mix := loop
+	flops += 2 * float64(batch) * float64(M) * p.padN * p.padK
+	warpIterations := float64(blocks*warps) * p.iterations
+	mix := p.loop
 	if k.res != nil && k.res.Loop.Total() > 0 {
 		mix = k.res.Loop
 	}
-	issue := mix.Scale(warpIterations)
+	issue := mix.Scale(warpIterations).Add(p.outside.Scale(float64(blocks)))
 	// The prologue: its operations on A's M x K values in every block,
 	// and about two integer ops a value for unpacking and indices.
 	prologue := float64(blocks) / 32
@@ -429,11 +485,11 @@ func (k *kernelForm) gemvFeatures(s Schedule, d *Device, out float64) (Features,
 		PerSM:         per,
 		WarpsPerBlock: warps,
 		Launches:      1,
-		Stages:        loads,
-		TileBytes:     weight + float64(tilesN)*aBytes,
-		SharedBytes:   warpIterations * loop.Shared * ldsBytes,
+		Stages:        p.loads,
+		TileBytes:     p.weight + float64(tilesN)*aBytes,
+		SharedBytes:   warpIterations * p.loop.Shared * p.ldsBytes,
 		Instructions:  instructions,
-		InFlight:      float64(32 * loads * 16),
+		InFlight:      float64(32 * p.loads * p.loadBytes),
 		Trips:         trips,
 		Issue:         issue,
 	}, true

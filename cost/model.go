@@ -517,6 +517,8 @@ func opFLOPs(body *ir.Graph, n *ir.Node) float64 {
 		return numel(body.Node(n.Inputs[0]).Shape)
 	case n.Op == ir.OpSoftmax, n.Op == ir.OpRMSNorm, n.Op == ir.OpLayerNorm:
 		return 8 * numel(n.Shape)
+	case n.Op == ir.OpDequant:
+		return dequantOps * numel(n.Shape)
 	}
 	switch n.Op {
 	case ir.OpExp, ir.OpLog, ir.OpSqrt, ir.OpRsqrt, ir.OpRecip, ir.OpDiv, ir.OpSigmoid, ir.OpTanh, ir.OpErf:

@@ -301,11 +301,14 @@ func gemvNorm(b *strings.Builder, body *ir.Graph, aShape ir.Shape, M, K int64, t
 // gemvChunk prints the computation of A's chunk of K (from k0, kc values
 // of it) into As in f32, groups of gemvGroup K values a thread (scalar
 // when K is no multiple of it). The positions past kc are written zeros so
-// that no thread reads shared memory left undefined. With halves, a
-// group's first four values go to the chunk's first half and its last
-// four to the second (position kg/2 in each), so that a lane's two float4
-// reads of As in the main loop fall on distinct banks across the warp.
-func gemvChunk(b *strings.Builder, body *ir.Graph, aValue ir.Value, aIndex func(k string) index, M, K, chunk int64, threads int, halves bool, reducedAt func(ir.Value, index) (string, bool)) error {
+// that no thread reads shared memory left undefined. With slices S > 1
+// (a main loop whose lanes each multiply 4S consecutive values of K by a
+// 16-byte load), the chunk is S slices, value k in slice k % 4S / 4 at
+// position k / 4S * 4 + k % 4: a lane's S float4 reads of As fall on
+// consecutive 16 bytes across the warp, on distinct banks. Two slices
+// put a group's first four values in the chunk's first half and its last
+// four in the second (position kg/2 in each).
+func gemvChunk(b *strings.Builder, body *ir.Graph, aValue ir.Value, aIndex func(k string) index, M, K, chunk int64, threads, slices int, reducedAt func(ir.Value, index) (string, bool)) error {
 	group := int64(gemvGroup)
 	if K%group != 0 || chunk%group != 0 {
 		group = 1
@@ -321,11 +324,14 @@ func gemvChunk(b *strings.Builder, body *ir.Graph, aValue ir.Value, aIndex func(
 	fmt.Fprintf(b, "      const bool inK = kg < kc;\n")
 	fmt.Fprintf(b, "      const long long m = mm, kb = k0 + min(kg, kc - %d);\n", group)
 	dst := func(j int) string {
-		if halves && j >= 4 {
+		switch {
+		case slices == 2 && j >= 4:
 			return fmt.Sprintf("As[mm][%d + kg / 2 + %d]", chunk/2, j-4)
-		}
-		if halves {
+		case slices == 2:
 			return fmt.Sprintf("As[mm][kg / 2 + %d]", j)
+		case slices > 2:
+			k, vec := fmt.Sprintf("(kg + %d)", j), 4*slices
+			return fmt.Sprintf("As[mm][%s %% %d / 4 * %d + %s / %d * 4 + %s %% 4]", k, vec, chunk/int64(slices), k, vec, k)
 		}
 		return fmt.Sprintf("As[mm][kg + %d]", j)
 	}

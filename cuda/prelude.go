@@ -71,6 +71,22 @@ __device__ __forceinline__ float lum_round_e4m3(float x) {
   float q = ldexpf(1.0f, (e - 1 < -6 ? -6 : e - 1) - 3);
   return copysignf(rintf(a / q) * q, x);
 }
+// A quantized weight's codes decoded from whole words in registers (the
+// matrix-vector kernel's 16-byte loads): an e2m1 (e4m3) code in a word's
+// top 4 (8) bits to its value, its bits put in an f32's sign, exponent and
+// mantissa and the exponent biases' difference multiplied in (exact; e4m3's
+// NaN codes are the caller's to test); and byte b of a word of 4-bit codes
+// less their zero points plus 16 (one a byte) to that difference, the byte
+// put in the mantissa of 2^23.
+__device__ __forceinline__ float lum_e2m1_top(unsigned t) {
+  return __uint_as_float((unsigned)((int)t >> 6) & 0x81c00000u) * __uint_as_float(0x7e800000u);
+}
+__device__ __forceinline__ float lum_e4m3_top(unsigned t) {
+  return __uint_as_float((unsigned)((int)t >> 4) & 0x87f00000u) * __uint_as_float(0x7b800000u);
+}
+__device__ __forceinline__ float lum_q4_byte(unsigned d, unsigned b) {
+  return __uint_as_float(__byte_perm(d, 0x4b000000u, 0x7650u | b)) - 8388624.0f;
+}
 __device__ __forceinline__ float4 lum_ld4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
@@ -105,6 +121,10 @@ __device__ __forceinline__ void lum_st4_f16(lum_f16* p, float4 v) {
 // an in-place kernel may write the buffer it reads.
 __device__ __forceinline__ uint4 lum_ld16(const void* p) {
   return *reinterpret_cast<const uint4*>(p);
+}
+// 8 bytes (8-byte aligned) as two 32-bit words: a few f16 scales.
+__device__ __forceinline__ uint2 lum_ld8(const void* p) {
+  return *reinterpret_cast<const uint2*>(p);
 }
 // Tensor cores (sm_80 and later). Fragment registers hold two f16 or bf16
 // values, the lower-indexed one in the low 16 bits; cvt.rn.{f16x2,bf16x2}.f32

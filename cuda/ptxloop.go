@@ -15,8 +15,10 @@ import (
 var (
 	ptxLabel  = regexp.MustCompile(`(?m)^(\$L__BB\w+):`)
 	ptxBranch = regexp.MustCompile(`bra(\.uni)?\s+(\$L__BB\w+);`)
-	// ptxVectorLoad is a 16-byte global load (a streamed weight).
+	// ptxVectorLoad is a 16-byte global load (a streamed weight), and
+	// ptxHalfLoad an 8-byte one (an awq weight's 16-column lanes).
 	ptxVectorLoad = regexp.MustCompile(`ld\.global(\.nc)?\.v4\.`)
+	ptxHalfLoad   = regexp.MustCompile(`ld\.global(\.nc)?\.v2\.u32`)
 )
 
 // ptxEntry is entry name's text in ptx ("" when absent).
@@ -78,9 +80,9 @@ func MainLoopInstructions(ptx, name string) int {
 }
 
 // mainLoop is the text of entry's main loop: the innermost loop around its
-// mma (a tensor-core kernel) or its 16-byte global loads, else, with
-// anyLoad, the innermost loop that loads global memory at all; "" when
-// there is none.
+// mma (a tensor-core kernel) or its 16-byte global loads (or 8-byte ones
+// nested in it), else, with anyLoad, the innermost loop that loads global
+// memory at all; "" when there is none.
 func mainLoop(entry string, anyLoad bool) string {
 	marker := ptxVectorLoad
 	if ptxMMA.MatchString(entry) {
@@ -97,6 +99,17 @@ func mainLoop(entry string, anyLoad bool) string {
 	for _, l := range loops[1:] {
 		if len(l) < len(inner) {
 			inner = l
+		}
+	}
+	if marker == ptxVectorLoad {
+		// A loop of 8-byte loads within it is the main loop: a
+		// quantized matrix-vector kernel whose 16-column awq lanes
+		// stream their codes 8 bytes at a time, in slabs whose loop
+		// loads the scales 16 at a time (gemv_quant.go).
+		for _, l := range ptxLoops(inner, ptxHalfLoad) {
+			if len(l) < len(inner) {
+				inner = l
+			}
 		}
 	}
 	return inner

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/corpus"
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/quant"
 	"github.com/lumsearch/lumsearch/tunedb"
@@ -47,9 +48,10 @@ func quantLinear(t *testing.T, f quant.Format, dt ir.DType, M, H, I int) *ir.Gra
 
 // TestQuantizedLinearCompiles: quantized weights compile through the whole
 // pipeline, each dequant inlined into the kernels that read its weight
-// (no kernel writes a dequantized copy, none runs at load time), every
-// kernel verified and the whole program emulated against the reference,
-// for a decode row and a chunk of rows.
+// (no kernel writes a dequantized copy, none runs at load time; a decode
+// row's through the matrix-vector kernel, which streams the packed
+// bytes), every kernel verified and the whole program emulated against
+// the reference, for a decode row and a chunk of rows.
 func TestQuantizedLinearCompiles(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("the CPU emulation needs g++")
@@ -79,6 +81,9 @@ func TestQuantizedLinearCompiles(t *testing.T) {
 				var src strings.Builder
 				for _, k := range res.final.compiled.kernels {
 					src.WriteString(k.Text)
+					if c.M <= cost.GEMVRows {
+						assert.True(t, k.Schedule.GEMV, "%s: a decode row's projection streams its packed weight (%s)", k.Name, k.Schedule)
+					}
 				}
 				t.Logf("%s", log.String())
 			})
@@ -113,5 +118,30 @@ func TestTinyQuantizedModelsCompile(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestQuantizedFloorCountsPackedBytes: the floor of a quantized MLP at a
+// decode row counts its weights' packed bytes (codes, scales, zero points
+// as the checkpoint stores them, by hand), never a dequantized copy's.
+func TestQuantizedFloorCountsPackedBytes(t *testing.T) {
+	dev, err := cost.LookupDevice("h100-sxm")
+	require.NoError(t, err)
+	const H, I = 256, 512
+	packed := func(f quant.Format, N, K float64) float64 {
+		switch f {
+		case quant.MXFP4:
+			return N*K/2 + N*K/32 // e2m1 codes, an e8m0 byte a block of 32
+		case quant.FP8:
+			return N*K + N*K/16*4 // e4m3 codes, an f32 scale a row's 16
+		}
+		return K*N/2 + K/16*N*2 + K/16*N/8*4 // 4-bit codes, f16 scales and packed zeros a group of 16
+	}
+	for _, f := range []quant.Format{quant.MXFP4, quant.FP8, quant.AWQ, quant.GPTQ} {
+		g := quantLinear(t, f, ir.BF16, 1, H, I)
+		fl := programFloor(g, dev, nil)
+		want := 2*H*2 + packed(f, I, H) + packed(f, H, I) // x and y in bf16, the two weights
+		assert.InDelta(t, want, fl.Bytes, 0.5, f.String())
+		assert.InDelta(t, want/dev.MemoryBandwidth, fl.Hardware, 1e-15, "%s: bound by its packed bytes", f)
 	}
 }

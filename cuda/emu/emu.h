@@ -71,6 +71,7 @@ struct __align__(8) float2 { float x, y; };
 struct __align__(16) int4 { int x, y, z, w; };
 struct __align__(8) int2 { int x, y; };
 struct __align__(16) uint4 { unsigned x, y, z, w; };
+struct __align__(8) uint2 { unsigned x, y; };
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
@@ -112,6 +113,14 @@ inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return i; }
 inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
+// Byte n of the result is byte s<4n+2:4n> of the eight bytes y:x (x's
+// the low four), as CUDA's __byte_perm.
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t v = (uint64_t(y) << 32) | x;
+  unsigned r = 0;
+  for (int n = 0; n < 4; n++) r |= unsigned((v >> (8 * ((s >> (4 * n)) & 7u))) & 0xffu) << (8 * n);
+  return r;
+}
 template <typename T> inline T __ldg(const T* p) { return *p; }
 
 // ---------------------------------------------------------------- f16, bf16
@@ -190,6 +199,22 @@ __device__ __forceinline__ float lum_round_e4m3(float x) {
   frexpf(a, &e);
   float q = ldexpf(1.0f, (e - 1 < -6 ? -6 : e - 1) - 3);
   return copysignf(rintf(a / q) * q, x);
+}
+// A quantized weight's codes decoded from whole words in registers (the
+// matrix-vector kernel's 16-byte loads): an e2m1 (e4m3) code in a word's
+// top 4 (8) bits to its value, its bits put in an f32's sign, exponent and
+// mantissa and the exponent biases' difference multiplied in (exact; e4m3's
+// NaN codes are the caller's to test); and byte b of a word of 4-bit codes
+// less their zero points plus 16 (one a byte) to that difference, the byte
+// put in the mantissa of 2^23.
+__device__ __forceinline__ float lum_e2m1_top(unsigned t) {
+  return __uint_as_float((unsigned)((int)t >> 6) & 0x81c00000u) * __uint_as_float(0x7e800000u);
+}
+__device__ __forceinline__ float lum_e4m3_top(unsigned t) {
+  return __uint_as_float((unsigned)((int)t >> 4) & 0x87f00000u) * __uint_as_float(0x7b800000u);
+}
+__device__ __forceinline__ float lum_q4_byte(unsigned d, unsigned b) {
+  return __uint_as_float(__byte_perm(d, 0x4b000000u, 0x7650u | b)) - 8388624.0f;
 }
 
 // Round to nearest, ties to even; NaN becomes the canonical 0x7fff.
@@ -1117,6 +1142,12 @@ inline uint4 lum_ld16(const void* p) {
   if (uintptr_t(p) & 15) lum_emu::misaligned("lum_ld16", p);
   uint4 v;
   memcpy(&v, p, 16);
+  return v;
+}
+inline uint2 lum_ld8(const void* p) {
+  if (uintptr_t(p) & 7) lum_emu::misaligned8("lum_ld8", p);
+  uint2 v;
+  memcpy(&v, p, 8);
   return v;
 }
 

@@ -1,0 +1,155 @@
+package cost
+
+import (
+	"testing"
+
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// quantProjection is a decode projection x [M, K] (bf16) times a weight
+// of N columns quantized in format f: mxfp4 blocks; fp8 with groupN ×
+// group scale blocks; awq and gptq with f16 scales in groups of group.
+func quantProjection(t testing.TB, f quant.Format, M, K, N, group, groupN ir.Dim) *ir.Graph {
+	return body(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", ir.BF16, M, K)
+		switch f {
+		case quant.MXFP4:
+			w := b.Dequant(f, ir.BF16, 32, 0, b.Input("$1", ir.U8, N, K/32, 16), b.Input("$2", ir.U8, N, K/32))
+			return b.MatMul(x, b.Permute(w, 1, 0))
+		case quant.FP8:
+			sn, sk := (N+groupN-1)/groupN, (K+group-1)/group
+			w := b.Dequant(f, ir.BF16, int64(group), int64(groupN), b.Input("$1", ir.U8, N, K), b.Input("$2", ir.F32, sn, sk))
+			return b.MatMul(x, b.Permute(w, 1, 0))
+		case quant.AWQ:
+			return b.MatMul(x, b.Dequant(f, ir.BF16, int64(group), 0, b.Input("$1", ir.I32, K, N/8), b.Input("$2", ir.F16, K/group, N), b.Input("$3", ir.I32, K/group, N/8)))
+		}
+		return b.MatMul(x, b.Dequant(f, ir.BF16, int64(group), 0, b.Input("$1", ir.I32, K/8, N), b.Input("$2", ir.F16, K/group, N), b.Input("$3", ir.I32, K/group, N/8)))
+	})
+}
+
+// packedBytes is what a body's inputs other than $0 (A) hold: a quantized
+// weight's codes, scales and zero points.
+func packedBytes(g *ir.Graph) float64 {
+	var b float64
+	for _, v := range g.Inputs() {
+		if n := g.Node(v); n.Name != "$0" {
+			b += float64(n.Shape.NumElements()) * float64(n.DType.Size())
+		}
+	}
+	return b
+}
+
+// TestQuantGEMVDecodeProjection: a llama-3-8b MLP up projection at one
+// decode row (K = 4096, N = 14336) with its weight in each format is
+// priced as the matrix-vector kernel streaming the packed bytes: its DRAM
+// traffic is the codes, scales and zero points plus A and C, never a
+// dequantized copy; it is no faster than those bytes at the device's peak
+// bandwidth and faster than the bf16 weight's kernel, within twice the
+// packed bytes at the achievable bandwidth (the decode's issue and the
+// scales' loads on top). The figures are logged.
+func TestQuantGEMVDecodeProjection(t *testing.T) {
+	d, err := LookupDevice("h100-sxm")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	const M, K, N = 1, 4096, 14336
+	bf16, err := m.Kernel(linearBody(t, ir.BF16, M, K, N))
+	require.NoError(t, err)
+	weight := float64(K * N * 2)
+	b, err := Explain(d, m.Factors, bf16.Features)
+	require.NoError(t, err)
+	t.Logf("%-22s %7.1f µs  %-44s bound %-6s (dram %.1f, issue %.1f µs) weight %6.1f MB, at peak DRAM %5.1f µs", "bf16", bf16.Seconds*1e6, bf16.Schedule, bf16.Bound, b.DRAM*1e6, b.Issue*1e6, weight/1e6, weight/d.MemoryBandwidth*1e6)
+	for _, c := range []struct {
+		name          string
+		f             quant.Format
+		group, groupN ir.Dim
+	}{
+		{"mxfp4", quant.MXFP4, 32, 0},
+		{"fp8 per channel", quant.FP8, K, 1},
+		{"fp8 128x128 blocks", quant.FP8, 128, 128},
+		{"awq group 128", quant.AWQ, 128, 0},
+		{"gptq group 128", quant.GPTQ, 128, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := quantProjection(t, c.f, M, K, N, c.group, c.groupN)
+			e, err := m.Kernel(body)
+			require.NoError(t, err)
+			packed := packedBytes(body)
+			peak := packed / d.MemoryBandwidth
+			achievable := packed / (d.MemoryBandwidth * d.MemoryAchievable)
+			b, err := Explain(d, m.Factors, e.Features)
+			require.NoError(t, err)
+			t.Logf("%-22s %7.1f µs  %-44s bound %-6s (dram %.1f, issue %.1f µs) packed %6.1f MB, at peak DRAM %5.1f µs", c.name, e.Seconds*1e6, e.Schedule, e.Bound, b.DRAM*1e6, b.Issue*1e6, packed/1e6, peak*1e6)
+			assert.True(t, e.Schedule.GEMV, "the matrix-vector kernel streams a decode projection's weight")
+			assert.InDelta(t, packed+float64(M*K*2+M*N*2), e.Features.Bytes, 1, "DRAM: the packed weight, A and C")
+			assert.GreaterOrEqual(t, e.Seconds, peak)
+			assert.Less(t, e.Seconds, bf16.Seconds, "no faster than the bf16 weight's kernel")
+			assert.Less(t, e.Seconds, 2*achievable+m.Factors.Launch, "more than twice its packed bytes' time")
+		})
+	}
+}
+
+// TestDequantOpFLOPs: a dequant's arithmetic is a few operations an
+// element (dequantOps), whatever the format, as a kernel that decodes its
+// loads' words does it.
+func TestDequantOpFLOPs(t *testing.T) {
+	for _, f := range []quant.Format{quant.MXFP4, quant.FP8, quant.AWQ, quant.GPTQ} {
+		g := quantProjection(t, f, 1, 256, 64, 32, 1)
+		for _, n := range g.Nodes {
+			if n.Op == ir.OpDequant {
+				assert.Equal(t, float64(dequantOps*256*64), opFLOPs(g, n), f.String())
+			}
+		}
+	}
+}
+
+// TestQuantGEMVSchedulesModest: a quantized decode projection lists a
+// few matrix-vector schedules of its layout, each keeping 2 to 8 code
+// loads in flight a lane and at most 8 accumulators (K-contiguous) or one
+// load's columns a row (row-major) in registers, and none for a weight
+// the layouts do not take (awq past four rows, fp8 scale blocks that
+// split a load).
+func TestQuantGEMVSchedulesModest(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		f             quant.Format
+		M             ir.Dim
+		group, groupN ir.Dim
+		want          bool
+	}{
+		{"mxfp4", quant.MXFP4, 1, 32, 0, true},
+		{"mxfp4 eight rows", quant.MXFP4, 8, 32, 0, true},
+		{"fp8", quant.FP8, 4, 128, 128, true},
+		{"fp8 blocks of 8", quant.FP8, 1, 8, 1, false},
+		{"awq", quant.AWQ, 1, 128, 0, true},
+		{"awq four rows", quant.AWQ, 4, 128, 0, true},
+		{"awq five rows", quant.AWQ, 5, 128, 0, false},
+		{"gptq", quant.GPTQ, 8, 128, 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := quantProjection(t, c.f, c.M, 4096, 14336, c.group, c.groupN)
+			k, err := analyze(body)
+			require.NoError(t, err)
+			list := k.gemvSchedules()
+			if !c.want {
+				assert.Empty(t, list)
+				return
+			}
+			require.NotEmpty(t, list)
+			assert.LessOrEqual(t, len(list), 24, "a modest list")
+			q, ok := GEMVQuantWeight(body, k.matmuls[0])
+			require.True(t, ok)
+			for _, s := range list {
+				loads, _, _, ok := GEMVLoop(body, k.matmuls[0], s)
+				require.True(t, ok, "%s", s)
+				assert.True(t, loads >= 2 && loads <= 8, "%s: %d loads in flight", s, loads)
+				if q.KContiguous() {
+					cols, _, _ := GEMVLayout(s)
+					assert.LessOrEqual(t, cols*int(c.M), 8, "%s", s)
+				}
+			}
+		})
+	}
+}
