@@ -148,14 +148,20 @@ func GEMVQuantWeight(body *ir.Graph, mm ir.Value) (GEMVQuant, bool) {
 	if d.Op != ir.OpDequant || len(d.Shape) != 2 {
 		return GEMVQuant{}, false
 	}
-	for _, in := range d.Inputs {
-		if body.Node(in).Op != ir.OpInput {
+	// The packed operands are kernel arguments, through reshapes at
+	// most (a checkpoint's [N, K/2] bytes viewed as blocks), which keep
+	// their linear order.
+	args := make([]ir.Value, len(d.Inputs))
+	for i, in := range d.Inputs {
+		v, ok := ir.DequantOperand(body, in)
+		if !ok {
 			return GEMVQuant{}, false
 		}
+		args[i] = v
 	}
-	q := GEMVQuant{Format: d.Format, DType: d.DType, M: M, Group: d.Group, GroupN: d.GroupN, Codes: d.Inputs[0], Scales: d.Inputs[1], Zeros: -1}
-	if len(d.Inputs) == 3 {
-		q.Zeros = d.Inputs[2]
+	q := GEMVQuant{Format: d.Format, DType: d.DType, M: M, Group: d.Group, GroupN: d.GroupN, Codes: args[0], Scales: args[1], Zeros: -1}
+	if len(args) == 3 {
+		q.Zeros = args[2]
 	}
 	if transposed != q.KContiguous() {
 		return GEMVQuant{}, false
