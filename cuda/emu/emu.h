@@ -179,6 +179,23 @@ __device__ __forceinline__ unsigned lum_awq_nibble(unsigned w, unsigned j) {
 __device__ __forceinline__ unsigned lum_gptq_nibble(unsigned w, unsigned j) {
   return (w >> (j << 2)) & 15u;
 }
+// Decoding a 16-byte load of codes in registers (the experts kernels):
+// one of its words, and one code of a word exactly, its sign, exponent
+// and mantissa put where an f32's sign, lowest exponent bits and top
+// mantissa bits are (an arithmetic shift carries the sign down, a mask
+// clears its copies), which makes the code's value 2^126 (e2m1) or 2^120
+// (e4m3) times too small, subnormal where the code's own is; e4m3's
+// S.1111.111 is NaN.
+__device__ __forceinline__ unsigned lum_u4_word(uint4 q, int i) {
+  return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+}
+__device__ __forceinline__ float lum_e2m1_in(unsigned w, int n) {
+  return __uint_as_float((unsigned)((int)(w << (28 - 4 * n)) >> 6) & 0x81c00000u) * __uint_as_float(0x7e800000u);
+}
+__device__ __forceinline__ float lum_e4m3_in(unsigned w, int b) {
+  const unsigned x = (unsigned)((int)(w << (24 - 8 * b)) >> 4) & 0x87f00000u;
+  return (x & 0x07f00000u) == 0x07f00000u ? __uint_as_float(0x7fffffffu) : __uint_as_float(x) * __uint_as_float(0x7b800000u);
+}
 
 // Round to nearest, ties to even; NaN becomes the canonical 0x7fff.
 inline lum_bf16 lum_f32_to_bf16(float f) {
