@@ -3,6 +3,7 @@ package cost
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/lumsearch/lumsearch/ir"
 )
@@ -62,9 +63,10 @@ func Route(body *ir.Graph) (RouteParts, error) {
 	return p, nil
 }
 
-// loneOp checks that body is op alone over kernel arguments, its result
-// the one output, and returns it.
-func loneOp(body *ir.Graph, op ir.Op, what string) (ir.Value, *ir.Node, error) {
+// loneOp checks that body is op alone over kernel arguments (and the
+// values of also, a quantized weight's decoding), its result the one
+// output, and returns it.
+func loneOp(body *ir.Graph, op ir.Op, what string, also ...ir.Value) (ir.Value, *ir.Node, error) {
 	if len(body.Outputs) != 1 {
 		return 0, nil, fmt.Errorf("a %s kernel with %d outputs (it writes the op's result only)", what, len(body.Outputs))
 	}
@@ -74,7 +76,7 @@ func loneOp(body *ir.Graph, op ir.Op, what string) (ir.Value, *ir.Node, error) {
 		return 0, nil, fmt.Errorf("a %s kernel whose output is a %s", what, n.Op)
 	}
 	for i, m := range body.Nodes {
-		if ir.Value(i) != v && m.Op != ir.OpInput && m.Op != ir.OpReshape {
+		if ir.Value(i) != v && m.Op != ir.OpInput && m.Op != ir.OpReshape && !slices.Contains(also, ir.Value(i)) {
 			return 0, nil, fmt.Errorf("a %s in a %s kernel (it reads its operands as arguments, or reshapes of them)", m.Op, what)
 		}
 	}
@@ -95,7 +97,8 @@ func ArgumentOf(body *ir.Graph, v ir.Value) ir.Value {
 // body: R rows of K slots over E experts; the reduction of length Kd (H
 // for up, I for down) into N output columns a slot (I, H), reading Read
 // weight columns for them (2I, H); DType the operands' (the result's for
-// up, f32 for down).
+// up, f32 for down). Quant is the experts' weight's packing when it is
+// quantized (experts_quant.go).
 type ExpertsParts struct {
 	Node        ir.Value
 	Op          ir.Op
@@ -105,29 +108,39 @@ type ExpertsParts struct {
 	Gating      ir.Gating
 	Limit       float64
 	ResultDType ir.DType
+	Quant       ExpertsQuant
 }
 
 // Experts reads an experts_up or experts_down kernel body: the op alone
-// over kernel arguments, its result the one output.
+// over kernel arguments, its result the one output; its experts' weight
+// may be a quantized one decoded where it is read (ExpertsQuant).
 func Experts(body *ir.Graph) (ExpertsParts, error) {
 	if len(body.Outputs) != 1 {
 		return ExpertsParts{}, fmt.Errorf("an experts kernel with %d outputs", len(body.Outputs))
 	}
-	op := body.Node(body.Outputs[0].Value).Op
+	on := body.Node(body.Outputs[0].Value)
+	op := on.Op
 	if op != ir.OpExpertsUp && op != ir.OpExpertsDown {
 		return ExpertsParts{}, fmt.Errorf("an experts kernel whose output is a %s", op)
 	}
-	v, n, err := loneOp(body, op, op.String())
+	q, err := expertsQuant(body, on)
+	if err != nil {
+		return ExpertsParts{}, fmt.Errorf("%s: %w", op, err)
+	}
+	v, n, err := loneOp(body, op, op.String(), q.decoding()...)
 	if err != nil {
 		return ExpertsParts{}, err
 	}
 	in := func(k int) ir.Shape { return body.Node(n.Inputs[k]).Shape }
 	p := ExpertsParts{Node: v, Op: op, R: int64(in(0)[0]), K: n.TopK, E: int64(in(1)[1]), DType: body.Node(n.Inputs[0]).DType,
-		Gating: n.Gating, Limit: n.Limit, ResultDType: n.DType}
+		Gating: n.Gating, Limit: n.Limit, ResultDType: n.DType, Quant: q}
 	if op == ir.OpExpertsUp {
 		p.Kd, p.N, p.Read = int64(in(0)[1]), int64(in(2)[2])/2, int64(in(2)[2])
 	} else {
 		p.Kd, p.N, p.Read = int64(in(0)[2]), int64(in(2)[2]), int64(in(2)[2])
+	}
+	if err := p.Quant.check(p); err != nil {
+		return ExpertsParts{}, fmt.Errorf("%s: %w", op, err)
 	}
 	return p, nil
 }
@@ -198,6 +211,9 @@ const expertsMaxAccumulators = 64
 // 8 by expert, the accumulators in registers and the shared memory within
 // StaticShared.
 func ExpertsFits(p ExpertsParts, s Schedule) bool {
+	if p.Quant.Quantized() {
+		return expertsQuantFits(p, s)
+	}
 	l := p.Layout()
 	return s.Threads%32 == 0 && s.Threads >= 32 && s.Threads <= 256 && s.Stages >= 1 && s.Stages <= 8 && s.BN == 32*l.P &&
 		s.BM >= 1 && s.BM <= 8 && (s.Grouped || s.BM == 1) && s.BM*l.L*l.V <= expertsMaxAccumulators &&
@@ -211,6 +227,9 @@ func (k *kernelForm) expertsSchedules() []Schedule {
 	p, err := Experts(k.body)
 	if err != nil {
 		return nil
+	}
+	if p.Quant.Quantized() {
+		return expertsQuantSchedules(p)
 	}
 	bn := 32 * p.Layout().P
 	var out []Schedule
@@ -251,38 +270,63 @@ func (k *kernelForm) expertsFeatures(s Schedule, d *Device, out float64) (Featur
 	if err != nil || !ExpertsFits(p, s) {
 		return Features{}, false
 	}
+	if p.Quant.Quantized() {
+		return k.expertsQuantFeatures(p, s, d, out)
+	}
 	l := p.Layout()
-	chunk := ExpertsChunk(p.Kd, s.BM)
 	per := k.occupancy(d, s.Threads, ExpertsShared(p, s), 40+s.BM*l.L*l.V+s.Stages*l.L*4)
 	if per == 0 {
 		return Features{}, false
 	}
 	size := float64(p.DType.Size())
+	t := p.traffic(s, d, per, p.ExpertBytes())
+	return Features{
+		Bytes: t.bytes + out, Work: []Work{{FMA, "f32", t.flops}}, Blocks: t.blocks, PerSM: per,
+		WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: t.tile,
+		InFlight: 32 * float64(s.Stages*l.L*l.V) * size,
+		Trips:    t.trips,
+	}, true
+}
+
+// expertsTraffic is what both lane layouts of the experts form move and
+// compute under a schedule: the DRAM bytes but the output's (the chosen
+// experts' weights and biases, the rows' vectors, the routing weights),
+// the blocks that find work, the bytes they load from L2, the arithmetic
+// (the dot products and the by-expert scans) and the round trips outside
+// the main loop.
+type expertsTraffic struct {
+	bytes, tile, flops, trips float64
+	blocks                    int
+}
+
+// traffic prices the experts form's work finding and memory for p under
+// s, an expert's weight being expertBytes (packed, for a quantized one)
+// and per blocks resident a multiprocessor.
+func (p ExpertsParts) traffic(s Schedule, d *Device, per int, expertBytes float64) expertsTraffic {
+	size := float64(p.DType.Size())
 	slots := float64(p.R * p.K)
 	experts := ExpectedExperts(p.E, p.K, p.R)
 	perExpert := slots / math.Max(experts, 1) // rows each chosen expert serves
-	expertBytes := float64(p.Kd*p.Read) * size
 	tiles := ceilDiv(int(p.N), s.BN)
 	vec := float64(p.Kd) * size // a row's (or slot's) vector
 	in := float64(p.R*p.E)*4 + float64(p.R)*vec
 	if p.Op == ir.OpExpertsDown {
 		in = float64(p.R*p.E)*4 + slots*vec
 	}
-	bias := float64(p.E*p.Read) * size
-	flops := 2 * slots * float64(p.Kd*p.Read)
-	var blocks int
-	var weights, tile float64
-	trips := 3.0 + float64(ceilDiv(int(p.Kd), int(chunk))) // the routing weights, the expert, each chunk's staging, the warps' sum
+	bias := experts * float64(p.Read) * size // the chosen experts' biases
+	t := expertsTraffic{flops: 2 * slots * float64(p.Kd*p.Read)}
+	var weights float64
+	t.trips = 3.0 + float64(ceilDiv(int(p.Kd), int(ExpertsChunk(p.Kd, s.BM)))) // the routing weights, the expert, each chunk's staging, the warps' sum
 	if !s.Grouped {
-		blocks = tiles * int(slots)
-		tile = slots*expertBytes + float64(blocks)*(vec+float64(p.E)*4)
+		t.blocks = tiles * int(slots)
+		t.tile = slots*expertBytes + float64(t.blocks)*(vec+float64(p.E)*4)
 		// Each expert's rows read it once from DRAM when they run in one
 		// wave, or L2 keeps it.
 		concurrent := max(1, d.SMs*per/max(tiles, 1))
 		weights = rereads(experts*expertBytes, int(math.Ceil(perExpert)), concurrent, d)
 	} else {
 		groups := math.Ceil(perExpert / float64(s.BM))
-		blocks = tiles * int(math.Ceil(experts*groups))
+		t.blocks = tiles * int(math.Ceil(experts*groups))
 		weights = experts * groups * expertBytes
 		if experts*expertBytes <= float64(d.L2Bytes)/2 {
 			weights = experts * expertBytes
@@ -290,16 +334,13 @@ func (k *kernelForm) expertsFeatures(s Schedule, d *Device, out float64) (Featur
 		// Every block of the worst case's grid scans its expert's column
 		// of the routing weights, the empty ones too.
 		grid := float64(tiles) * float64(p.E) * float64(ExpertsGroupBlocks(p.R, s.BM))
-		tile = experts*groups*expertBytes + float64(blocks)*float64(s.BM)*vec + grid*float64(p.R)*4
-		flops += grid * float64(p.R)
-		trips++ // the scan's prefix over the block's threads
+		t.tile = experts*groups*expertBytes + float64(t.blocks)*float64(s.BM)*vec + grid*float64(p.R)*4
+		t.flops += grid * float64(p.R)
+		t.trips++ // the scan's prefix over the block's threads
 	}
-	return Features{
-		Bytes: in + bias + weights + out, Work: []Work{{FMA, "f32", flops}}, Blocks: max(blocks, 1), PerSM: per,
-		WarpsPerBlock: s.Threads / 32, Launches: 1, TileBytes: tile,
-		InFlight: 32 * float64(s.Stages*l.L*l.V) * size,
-		Trips:    trips,
-	}, true
+	t.blocks = max(t.blocks, 1)
+	t.bytes = in + bias + weights
+	return t
 }
 
 // routeSchedules are the route form's: a warp a row, 1 to 8 rows a block.

@@ -97,11 +97,18 @@ func printRoute(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 // and odd columns for the clamped SwiGLU), applies the activation and
 // rounds once to the result's dtype; experts_down adds the bias,
 // multiplies by the slot's weight and writes f32. Slots no expert takes
-// are written as zeros; rows past the rows present are not written.
+// are written as zeros; rows past the rows present are not written. An
+// experts' weight quantized as its checkpoint packs it (each column's
+// reduction contiguous) is read in the quantized layout instead
+// (printExpertsQuant), which finds its work and writes its outputs with
+// the same code (expertsText).
 func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 	p, err := cost.Experts(body)
 	if err != nil {
 		return "", err
+	}
+	if p.Quant.Quantized() {
+		return printExpertsQuant(k, body, p, s)
 	}
 	l := p.Layout()
 	if s == (cost.Schedule{}) {
@@ -111,36 +118,161 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		return "", fmt.Errorf("%s: schedule %s: bn %d (32 × %d columns a lane), 1 to 8 warps, 1 to 8 stages, bm 1 (up to 8 grouped) within %d accumulators and %d bytes of shared memory",
 			p.Op, s, 32*l.P, l.P, 64, attnStaticShared)
 	}
-	k.Schedule = s
 	up := p.Op == ir.OpExpertsUp
 	T, W, BM, U := s.Threads, s.Threads/32, s.BM, s.Stages
 	V, L, P := l.V, l.L, l.P
 	chunk := cost.ExpertsChunk(p.Kd, BM)
-	tiles := (p.N + int64(s.BN) - 1) / int64(s.BN)
-	groups := cost.ExpertsGroupBlocks(p.R, BM)
-	k.Block = [3]int{T, 1, 1}
-	rows := fmt.Sprintf("%dLL", p.R)
+	e := newExpertsText(k, body, p, s)
+	w, arg := e.w, e.arg
+	wt := storageType(p.DType)
+	e.head()
+	w("  __shared__ float A[%d][%d];\n  __shared__ float Part[%d][%d][32][%d][%d];\n", BM, chunk, W, BM, L, V)
+	e.findWork()
+	// The lane's first weight column of each of its L vectors.
+	var cols [2]string
+	switch {
+	case !up:
+		cols[0] = fmt.Sprintf("o0 + lane * %d", P)
+	case p.Gating == ir.GatingSwiGLU:
+		cols[0], cols[1] = fmt.Sprintf("o0 + lane * %d", P), fmt.Sprintf("%dLL + o0 + lane * %d", p.N, P)
+	case V == 1:
+		cols[0], cols[1] = "2 * (o0 + lane)", "2 * (o0 + lane) + 1"
+	default:
+		cols[0] = fmt.Sprintf("2 * o0 + lane * %d", V)
+	}
+	w("  // The lane's columns; a lane past the last column loads nothing.\n")
+	w("  const bool live = o0 + lane * %d < %dLL;\n", P, p.N)
+	for j := range L {
+		w("  const long long col%d = %s;\n", j, cols[j])
+	}
+	w("  float acc[%d][%d][%d];\n", BM, L, V)
+	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) acc[i][j][v] = 0.0f;\n", BM, L, V)
+	w("  const %s* Wt = %s + (long long)ex * %dLL;\n", wt, arg(2), p.Kd*p.Read)
+	w("  for (long long k0 = 0; k0 < %dLL; k0 += %dLL) {\n", p.Kd, chunk)
+	w("    const int kc = %dLL - k0 < %dLL ? (int)(%dLL - k0) : %d;\n", p.Kd, chunk, p.Kd, chunk)
+	w("    __syncthreads();\n")
+	w("    for (int t = tid; t < %d * kc; t += %d) {\n      const int i = t / kc, j = t %% kc;\n      const long long kk = k0 + j;\n", BM, T)
+	w("      A[i][j] = %s;\n    }\n    __syncthreads();\n", e.staged("i"))
+	w("    for (int kb = warp; kb < kc; kb += %d) {\n", W*U)
+	if V > 1 {
+		w("      uint4 q[%d][%d];\n", U, L)
+	} else {
+		w("      float q[%d][%d];\n", U, L)
+	}
+	w("      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n        const int kr = kb + u * %d;\n", U, W)
+	w("        const %s* wr = Wt + (k0 + kr) * %dLL;\n", wt, p.Read)
+	w("        #pragma unroll\n        for (int j = 0; j < %d; j++) {\n", L)
+	colOf := "col0"
+	if L == 2 {
+		colOf = "(j == 0 ? col0 : col1)"
+	}
+	if V > 1 {
+		w("          q[u][j] = live && kr < kc ? lum_ld16(wr + %s) : make_uint4(0u, 0u, 0u, 0u);\n", colOf)
+	} else {
+		w("          q[u][j] = live && kr < kc ? %s : 0.0f;\n", load(p.DType, "wr["+colOf+"]"))
+	}
+	w("        }\n      }\n")
+	w("      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n        const int kr = kb + u * %d;\n        if (kr >= kc) break;\n", U, W)
+	w("        #pragma unroll\n        for (int j = 0; j < %d; j++) {\n", L)
+	w("          float f[%d];\n", V)
+	if V > 1 {
+		for v := range V {
+			w("          f[%d] = %s;\n", v, unpackElement(p.DType, "q[u][j]", v))
+		}
+	} else {
+		w("          f[0] = q[u][j];\n")
+	}
+	w("          #pragma unroll\n          for (int i = 0; i < %d; i++) {\n            const float a = A[i][kr];\n", BM)
+	w("            #pragma unroll\n            for (int v = 0; v < %d; v++) acc[i][j][v] += a * f[v];\n          }\n", V)
+	w("        }\n      }\n    }\n  }\n")
+	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) Part[warp][i][lane][j][v] = acc[i][j][v];\n", BM, L, V)
+	w("  __syncthreads();\n")
+	w("  auto sum = [&](int i, int ln, int j, int v) {\n    float t = 0.0f;\n    for (int ww = 0; ww < %d; ww++) t += Part[ww][i][ln][j][v];\n    return t;\n  };\n", W)
+	// Output column ol of the tile: lane ln's j-th; its gate (or down)
+	// and up sums.
+	var sums [2]string
+	switch {
+	case !up, p.Gating == ir.GatingSwiGLU:
+		sums = [2]string{"sum(i, ln, 0, j)", "sum(i, ln, 1, j)"}
+	case V == 1:
+		sums = [2]string{"sum(i, ln, 0, 0)", "sum(i, ln, 1, 0)"}
+	default:
+		sums = [2]string{"sum(i, ln, 0, 2 * j)", "sum(i, ln, 0, 2 * j + 1)"}
+	}
+	e.epilogue(32*P, fmt.Sprintf(", ln = ol / %d, j = ol %% %d", P, P), sums)
+	return e.b.String(), nil
+}
+
+// expertsText is an experts kernel's text as both lane layouts print it:
+// how a block finds its work (a row's slot, or an expert's group of rows)
+// and how it writes its outputs are the same in both; only how the lanes
+// load the experts' weight differs.
+type expertsText struct {
+	p    cost.ExpertsParts
+	s    cost.Schedule
+	body *ir.Graph
+	rows string // the rows the kernel computes: all, or the rows present
+	b    strings.Builder
+}
+
+// newExpertsText sets k's launch for p under s: the work along x (up to
+// 2^31 - 1 blocks: a long chunk's slots, or every expert's groups), the
+// column tiles of s.BN along y; by slot, a grid that follows the rows
+// present.
+func newExpertsText(k *Kernel, body *ir.Graph, p cost.ExpertsParts, s cost.Schedule) *expertsText {
+	k.Schedule = s
+	k.Block = [3]int{s.Threads, 1, 1}
+	e := &expertsText{p: p, s: s, body: body, rows: fmt.Sprintf("%dLL", p.R)}
 	present := k.count != nil && k.count.Axis == 0 && k.count.Max == p.R
 	if present {
 		// The rows present, never past the buffers' rows.
-		rows = fmt.Sprintf("(lum_t < %dLL ? lum_t : %dLL)", p.R, p.R)
+		e.rows = fmt.Sprintf("(lum_t < %dLL ? lum_t : %dLL)", p.R, p.R)
 	}
-	// The work along x (up to 2^31 - 1 blocks: a long chunk's slots, or
-	// every expert's groups), the column tiles along y.
-	work := cost.ExpertsWorkBlocks(p, s)
-	k.Grid = [3]int{int(work), int(tiles), 1}
+	tiles := (p.N + int64(s.BN) - 1) / int64(s.BN)
+	k.Grid = [3]int{int(cost.ExpertsWorkBlocks(p, s)), int(tiles), 1}
 	if !s.Grouped && present {
 		k.Rows = &RowGrid{Dim: 0, Num: p.K, Den: 1}
 	}
-	wt := storageType(p.DType)
-	// The kernel arguments of the op's operands (through reshapes).
-	arg := func(k int) string { return paramName(body, cost.ArgumentOf(body, body.Node(p.Node).Inputs[k])) }
-	var b strings.Builder
-	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	w("  const int tid = threadIdx.x, lane = tid %% 32, warp = tid / 32;\n")
-	w("  // The block's output columns o0 .. o0 + %d.\n  const long long o0 = (long long)blockIdx.y * %dLL;\n", s.BN-1, s.BN)
-	w("  const float* wts = %s;\n", arg(1))
-	w("  __shared__ float A[%d][%d];\n  __shared__ float Part[%d][%d][32][%d][%d];\n", BM, chunk, W, BM, L, V)
+	return e
+}
+
+func (e *expertsText) w(format string, a ...any) { fmt.Fprintf(&e.b, format, a...) }
+
+// arg is the kernel argument of the op's operand k (through reshapes).
+func (e *expertsText) arg(k int) string {
+	return paramName(e.body, cost.ArgumentOf(e.body, e.body.Node(e.p.Node).Inputs[k]))
+}
+
+// head prints the thread's place, the block's first output column o0 and
+// the routing weights' pointer.
+func (e *expertsText) head() {
+	e.w("  const int tid = threadIdx.x, lane = tid %% 32, warp = tid / 32;\n")
+	e.w("  // The block's output columns o0 .. o0 + %d.\n  const long long o0 = (long long)blockIdx.y * %dLL;\n", e.s.BN-1, e.s.BN)
+	e.w("  const float* wts = %s;\n", e.arg(1))
+}
+
+// staged is row i's vector element kk in f32 (0 for a row or slot the
+// block does not compute): what a block stages in shared memory.
+func (e *expertsText) staged(i string) string {
+	p := e.p
+	at := fmt.Sprintf("%s[rowOf[%s] * %dLL + kk]", e.arg(0), i, p.Kd)
+	if p.Op == ir.OpExpertsDown {
+		at = fmt.Sprintf("%s[(rowOf[%s] * %dLL + slotOf[%s]) * %dLL + kk]", e.arg(0), i, p.K, i, p.Kd)
+	}
+	return fmt.Sprintf("%s < nrows && slotOf[%s] >= 0 ? %s : 0.0f", i, i, load(p.DType, at))
+}
+
+// findWork prints how a block finds its work: its expert ex, its rows
+// rowOf[0 .. nrows) and their slots slotOf (-1 for a row that chose more
+// than k experts). By slot, a block a row's slot looks the expert up in
+// the row's weights, writing zeros for a slot no expert takes; by
+// expert, a block an expert and group of BM rows ranks the rows choosing
+// the expert, and the blocks past the experts' write the zeros of the
+// slots no expert takes. A block with no rows returns, whole.
+func (e *expertsText) findWork() {
+	p, s, w, rows := e.p, e.s, e.w, e.rows
+	T, BM := s.Threads, s.BM
+	groups := cost.ExpertsGroupBlocks(p.R, BM)
 	w("  __shared__ long long rowOf[%d];\n  __shared__ int slotOf[%d];\n  __shared__ int nrows, ex;\n", BM, BM)
 	zeros := func(indent, r, slot string) {
 		w("%sfor (long long c = o0 + tid; c < o0 + %dLL && c < %dLL; c += %d) out0[(%s * %dLL + %s) * %dLL + c] = %s;\n",
@@ -182,90 +314,33 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		w("    for (int j = 0; j < e; j++) n += wts[r * %dLL + j] != 0.0f;\n", p.E)
 		w("    // A row choosing more than %d experts has no meaning: not written past its slots.\n    slotOf[tid] = n < %d ? n : -1;\n  }\n  __syncthreads();\n", p.K, p.K)
 	}
-	// The lane's first weight column of each of its L vectors.
-	var cols [2]string
-	switch {
-	case !up:
-		cols[0] = fmt.Sprintf("o0 + lane * %d", P)
-	case p.Gating == ir.GatingSwiGLU:
-		cols[0], cols[1] = fmt.Sprintf("o0 + lane * %d", P), fmt.Sprintf("%dLL + o0 + lane * %d", p.N, P)
-	case V == 1:
-		cols[0], cols[1] = "2 * (o0 + lane)", "2 * (o0 + lane) + 1"
-	default:
-		cols[0] = fmt.Sprintf("2 * o0 + lane * %d", V)
-	}
-	w("  // The lane's columns; a lane past the last column loads nothing.\n")
-	w("  const bool live = o0 + lane * %d < %dLL;\n", P, p.N)
-	for j := range L {
-		w("  const long long col%d = %s;\n", j, cols[j])
-	}
-	w("  float acc[%d][%d][%d];\n", BM, L, V)
-	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) acc[i][j][v] = 0.0f;\n", BM, L, V)
-	vecArg := func(i string) string { // row i's vector element kk
-		if up {
-			return fmt.Sprintf("%s[rowOf[%s] * %dLL + kk]", arg(0), i, p.Kd)
-		}
-		return fmt.Sprintf("%s[(rowOf[%s] * %dLL + slotOf[%s]) * %dLL + kk]", arg(0), i, p.K, i, p.Kd)
-	}
-	w("  const %s* Wt = %s + (long long)ex * %dLL;\n", wt, arg(2), p.Kd*p.Read)
-	w("  for (long long k0 = 0; k0 < %dLL; k0 += %dLL) {\n", p.Kd, chunk)
-	w("    const int kc = %dLL - k0 < %dLL ? (int)(%dLL - k0) : %d;\n", p.Kd, chunk, p.Kd, chunk)
-	w("    __syncthreads();\n")
-	w("    for (int t = tid; t < %d * kc; t += %d) {\n      const int i = t / kc, j = t %% kc;\n      const long long kk = k0 + j;\n", BM, T)
-	w("      A[i][j] = i < nrows && slotOf[i] >= 0 ? %s : 0.0f;\n    }\n    __syncthreads();\n", load(p.DType, vecArg("i")))
-	w("    for (int kb = warp; kb < kc; kb += %d) {\n", W*U)
-	if V > 1 {
-		w("      uint4 q[%d][%d];\n", U, L)
-	} else {
-		w("      float q[%d][%d];\n", U, L)
-	}
-	w("      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n        const int kr = kb + u * %d;\n", U, W)
-	w("        const %s* wr = Wt + (k0 + kr) * %dLL;\n", wt, p.Read)
-	w("        #pragma unroll\n        for (int j = 0; j < %d; j++) {\n", L)
-	colOf := "col0"
-	if L == 2 {
-		colOf = "(j == 0 ? col0 : col1)"
-	}
-	if V > 1 {
-		w("          q[u][j] = live && kr < kc ? lum_ld16(wr + %s) : make_uint4(0u, 0u, 0u, 0u);\n", colOf)
-	} else {
-		w("          q[u][j] = live && kr < kc ? %s : 0.0f;\n", load(p.DType, "wr["+colOf+"]"))
-	}
-	w("        }\n      }\n")
-	w("      #pragma unroll\n      for (int u = 0; u < %d; u++) {\n        const int kr = kb + u * %d;\n        if (kr >= kc) break;\n", U, W)
-	w("        #pragma unroll\n        for (int j = 0; j < %d; j++) {\n", L)
-	w("          float f[%d];\n", V)
-	if V > 1 {
-		for v := range V {
-			w("          f[%d] = %s;\n", v, unpackElement(p.DType, "q[u][j]", v))
-		}
-	} else {
-		w("          f[0] = q[u][j];\n")
-	}
-	w("          #pragma unroll\n          for (int i = 0; i < %d; i++) {\n            const float a = A[i][kr];\n", BM)
-	w("            #pragma unroll\n            for (int v = 0; v < %d; v++) acc[i][j][v] += a * f[v];\n          }\n", V)
-	w("        }\n      }\n    }\n  }\n")
-	w("  for (int i = 0; i < %d; i++)\n    for (int j = 0; j < %d; j++)\n      for (int v = 0; v < %d; v++) Part[warp][i][lane][j][v] = acc[i][j][v];\n", BM, L, V)
-	w("  __syncthreads();\n")
-	w("  auto sum = [&](int i, int ln, int j, int v) {\n    float t = 0.0f;\n    for (int ww = 0; ww < %d; ww++) t += Part[ww][i][ln][j][v];\n    return t;\n  };\n", W)
-	w("  const %s* bias = %s + (long long)ex * %dLL;\n", wt, arg(3), p.Read)
-	w("  for (int idx = tid; idx < %d; idx += %d) {\n", BM*32*P, T)
-	w("    const int i = idx / %d, ol = idx %% %d, ln = ol / %d, j = ol %% %d;\n", 32*P, 32*P, P, P)
+}
+
+// epilogue prints the loop that writes the block's outputs: output
+// column ol of its tile of the given width for row i, its sums sums[0]
+// (the gate's, or experts_down's) and sums[1] (the up's) being C
+// expressions of i, ol and the loop's locals (declared after them). Up
+// adds the bias to the gate and up columns (the first and second halves
+// of the projection, or its even and odd columns for the clamped SwiGLU),
+// applies the activation and rounds once to the result's dtype; down adds
+// the bias, multiplies by the slot's weight and writes f32.
+func (e *expertsText) epilogue(tile int, locals string, sums [2]string) {
+	p, s, w := e.p, e.s, e.w
+	BM, T := s.BM, s.Threads
+	up := p.Op == ir.OpExpertsUp
+	w("  const %s* bias = %s + (long long)ex * %dLL;\n", storageType(p.DType), e.arg(3), p.Read)
+	w("  for (int idx = tid; idx < %d; idx += %d) {\n", BM*tile, T)
+	w("    const int i = idx / %d, ol = idx %% %d%s;\n", tile, tile, locals)
 	w("    const long long col = o0 + ol;\n    if (i >= nrows || slotOf[i] < 0 || col >= %dLL) continue;\n", p.N)
 	w("    const long long o = (rowOf[i] * %dLL + slotOf[i]) * %dLL;\n", p.K, p.N)
 	switch {
 	case !up:
 		w("    const float wgt = wts[rowOf[i] * %dLL + ex];\n", p.E)
-		w("    out0[o + col] = wgt * (sum(i, ln, 0, j) + %s);\n", load(p.DType, "bias[col]"))
+		w("    out0[o + col] = wgt * (%s + %s);\n", sums[0], load(p.DType, "bias[col]"))
 	default:
-		var g, u, gcol, ucol string
-		switch {
-		case p.Gating == ir.GatingSwiGLU:
-			g, u, gcol, ucol = "sum(i, ln, 0, j)", "sum(i, ln, 1, j)", "col", fmt.Sprintf("%dLL + col", p.N)
-		case V == 1:
-			g, u, gcol, ucol = "sum(i, ln, 0, 0)", "sum(i, ln, 1, 0)", "2 * col", "2 * col + 1"
-		default:
-			g, u, gcol, ucol = "sum(i, ln, 0, 2 * j)", "sum(i, ln, 0, 2 * j + 1)", "2 * col", "2 * col + 1"
+		g, u, gcol, ucol := sums[0], sums[1], "2 * col", "2 * col + 1"
+		if p.Gating == ir.GatingSwiGLU {
+			gcol, ucol = "col", fmt.Sprintf("%dLL + col", p.N)
 		}
 		w("    float g = %s + %s, u = %s + %s;\n", g, load(p.DType, "bias["+gcol+"]"), u, load(p.DType, "bias["+ucol+"]"))
 		if p.Gating == ir.GatingClampedSwiGLU {
@@ -282,7 +357,6 @@ func printExperts(k *Kernel, body *ir.Graph, s cost.Schedule) (string, error) {
 		w("    out0[o + col] = %s;\n", store(p.ResultDType, "h"))
 	}
 	w("  }\n")
-	return b.String(), nil
 }
 
 // unpackElement is element v of a 16-byte vector q of dt, widened to f32:
@@ -354,6 +428,11 @@ func fewerExperts(k *Kernel, body *ir.Graph) (*Kernel, *ir.Graph, bool, error) {
 		}
 		role[a] = i
 	}
+	if q := p.Quant; q.Quantized() {
+		// A quantized weight's codes and scales hold the experts along
+		// their first axis too.
+		role[q.Codes], role[q.Scales] = 2, 2
+	}
 	b := ir.NewBuilder(body.Name)
 	vals := make([]ir.Value, len(body.Nodes))
 	for i, n := range body.Nodes {
@@ -368,7 +447,7 @@ func fewerExperts(k *Kernel, body *ir.Graph) (*Kernel, *ir.Graph, bool, error) {
 				s[0] = ir.Dim(keep)
 			}
 			vals[i] = b.Input(n.Name, n.DType, s...)
-		default: // the op and the reshapes of its operands
+		default: // the op, the reshapes of its operands, a weight's decoding
 			ins := make([]ir.Value, len(n.Inputs))
 			for j, in := range n.Inputs {
 				ins[j] = vals[in]

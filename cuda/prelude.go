@@ -87,6 +87,23 @@ __device__ __forceinline__ float lum_e4m3_top(unsigned t) {
 __device__ __forceinline__ float lum_q4_byte(unsigned d, unsigned b) {
   return __uint_as_float(__byte_perm(d, 0x4b000000u, 0x7650u | b)) - 8388624.0f;
 }
+// Decoding a 16-byte load of codes in registers (the experts kernels):
+// one of its words, and one code of a word exactly, its sign, exponent
+// and mantissa put where an f32's sign, lowest exponent bits and top
+// mantissa bits are (an arithmetic shift carries the sign down, a mask
+// clears its copies), which makes the code's value 2^126 (e2m1) or 2^120
+// (e4m3) times too small, subnormal where the code's own is; e4m3's
+// S.1111.111 is NaN.
+__device__ __forceinline__ unsigned lum_u4_word(uint4 q, int i) {
+  return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w;
+}
+__device__ __forceinline__ float lum_e2m1_in(unsigned w, int n) {
+  return lum_e2m1_top(w << (28 - 4 * n));
+}
+__device__ __forceinline__ float lum_e4m3_in(unsigned w, int b) {
+  const unsigned t = w << (24 - 8 * b);
+  return (t & 0x7f000000u) == 0x7f000000u ? __uint_as_float(0x7fffffffu) : lum_e4m3_top(t);
+}
 __device__ __forceinline__ float4 lum_ld4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }

@@ -135,11 +135,11 @@ func floorOf(g *ir.Graph, d *cost.Device, pos func(ir.Value) int64, work *step.W
 
 // expertWeights is, for each weight of g that an experts op reads as its
 // experts' weights (directly, or through the views, casts and concats that
-// stack a checkpoint's per-expert tensors, and the dequants that decode
-// packed ones), the share of it a run must
-// read: the expected distinct experts its rows choose, under uniform
-// routing (cost.ExpectedExperts), over all of them. Rows count as frac
-// says (a step's tokens present).
+// stack a checkpoint's per-expert tensors, and the dequants that decode a
+// quantized one from its packed codes and scales, whose bytes are what a
+// run reads), the share of it a run must read: the expected distinct
+// experts its rows choose, under uniform routing (cost.ExpectedExperts),
+// over all of them. Rows count as frac says (a step's tokens present).
 func expertWeights(g *ir.Graph, frac func(ir.Value) float64) map[ir.Value]float64 {
 	out := map[ir.Value]float64{}
 	var mark func(v ir.Value, share float64)
