@@ -19,6 +19,12 @@ func TestQuantizationConfigs(t *testing.T) {
 	llama, oss := smallConfigs[Llama][0], smallConfigs[GPTOSS][0]
 	// smallConfigs' gpt-oss has 48 inputs: 64 make whole mxfp4 blocks.
 	oss = string(withKey(t, string(withKey(t, oss, "hidden_size", "64")), "intermediate_size", "32"))
+	// Every projection's inputs a whole number of fp8's default blocks of
+	// 128 (W8A8 scales its activations in such groups).
+	llama128 := llama
+	for _, kv := range [][2]string{{"hidden_size", "128"}, {"intermediate_size", "256"}, {"num_attention_heads", "2"}, {"head_dim", "64"}} {
+		llama128 = string(withKey(t, llama128, kv[0], kv[1]))
+	}
 	tests := []struct {
 		name, base, qc string
 		want           *Quantization
@@ -51,7 +57,7 @@ func TestQuantizationConfigs(t *testing.T) {
 			&Quantization{Method: MethodGPTQ, Format: quant.GPTQ}},
 		{"fp8 (W8A8: activations per token and block)", llama, `{"quant_method":"fp8","activation_scheme":"dynamic","weight_block_size":[16,16]}`,
 			&Quantization{Method: MethodFP8, Format: quant.FP8, GroupN: 16, Group: 16, Acts: &ActQuant{Group: 16}}},
-		{"fp8 default activations", llama, `{"quant_method":"fp8","fmt":"e4m3"}`,
+		{"fp8 default activations", llama128, `{"quant_method":"fp8","fmt":"e4m3"}`,
 			&Quantization{Method: MethodFP8, Format: quant.FP8, GroupN: 128, Group: 128, Acts: &ActQuant{Group: 128}}},
 		{"W8A8 dynamic per token", llama, `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],
 			"weights":{"num_bits":8,"type":"float","strategy":"channel"},"input_activations":{"num_bits":8,"type":"float","strategy":"token","dynamic":true,"symmetric":true}}}}`,
@@ -104,6 +110,10 @@ func TestQuantizationConfigRefusals(t *testing.T) {
 			`"quantization_config.config_groups.g.input_activations.type" "int" is not supported`},
 		{"W8A8 experts", smallConfigs[Mixtral][0], ct8(`{"num_bits":8,"type":"float","strategy":"token","dynamic":true}`),
 			`the activations of experts quantized to e4m3 (W8A8) are not implemented`},
+		{"awq experts", smallConfigs[Mixtral][0], `{"quant_method":"awq","bits":4,"group_size":16,"zero_point":true,"version":"gemm"}`,
+			`awq experts are not implemented (the experts kernels decode mxfp4 and fp8 weights)`},
+		{"W8A8 groups past the inputs", llama, `{"quant_method":"fp8","weight_block_size":[128,128]}`,
+			`inputs are not a whole number of the activations' scale groups of 128`},
 		{"W8A8 outputs", llama, `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],
 			"weights":{"num_bits":8,"type":"float","strategy":"channel"},"output_activations":{"num_bits":8,"type":"float","strategy":"token","dynamic":true}}}}`,
 			`"quantization_config.config_groups.g.output_activations" {"num_bits":8`},

@@ -90,13 +90,16 @@ func expertsQuant(body *ir.Graph, op *ir.Node) (ExpertsQuant, error) {
 	if view.Op != ir.OpPermute || !slices.Equal(view.Perm, []int{0, 2, 1}) || view.Inputs[0] != dv {
 		return ExpertsQuant{}, fmt.Errorf("a quantized experts' weight read as %s: it is read as permute(dequant(codes, scales), [0, 2, 1]) (each output column's reduction contiguous, as checkpoints pack it)", describeChain(body, v))
 	}
+	args := make([]ir.Value, len(dq.Inputs))
 	for k, in := range dq.Inputs {
-		if body.Node(in).Op != ir.OpInput {
+		a, ok := ir.DequantOperand(body, in)
+		if !ok {
 			return ExpertsQuant{}, fmt.Errorf("dequant operand %d is a %s, not a kernel argument", k, body.Node(in).Op)
 		}
+		args[k] = a
 	}
 	return ExpertsQuant{Format: dq.Format, Group: dq.Group, GroupN: dq.GroupN, DType: dq.DType,
-		Codes: dq.Inputs[0], Scales: dq.Inputs[1], Dequant: view.Inputs[0], View: v}, nil
+		Codes: args[0], Scales: args[1], Dequant: view.Inputs[0], View: v}, nil
 }
 
 // decodes reports whether v is a dequant or reads one (through views).

@@ -22,7 +22,7 @@ func (e *elementwise) dequant(n *ir.Node, ix index) (string, error) {
 	}
 	batch := "0"
 	if r > 2 {
-		batch = linear(n.Shape[:r-2], ix[:r-2])
+		batch = "(" + linear(n.Shape[:r-2], ix[:r-2]) + ")"
 	}
 	row, col := ix[r-2], ix[r-1]
 	rows, cols := int64(n.Shape[r-2]), int64(n.Shape[r-1])

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/lumsearch/lumsearch/cost"
 	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/quant"
@@ -105,5 +106,146 @@ func TestRoundE4M3MatchesTheReference(t *testing.T) {
 			continue
 		}
 		require.Equal(t, want, got, "x=%g", x)
+	}
+}
+
+// TestDequantBatchAxes: a quantized weight with two leading axes (stacked
+// experts of stacked layers, say) decodes at the right elements in the
+// per-element loads: the batch's linear offset is one term of the index.
+func TestDequantBatchAxes(t *testing.T) {
+	needGXX(t)
+	for _, c := range []struct {
+		name  string
+		build func(b *ir.Builder) ir.Value
+	}{
+		{"mxfp4", func(b *ir.Builder) ir.Value {
+			return b.Dequant(quant.MXFP4, ir.F32, 32, 0, b.Input("$0", ir.U8, 2, 3, 8, 2, 16), b.Input("$1", ir.U8, 2, 3, 8, 2))
+		}},
+		{"gptq", func(b *ir.Builder) ir.Value {
+			return b.Dequant(quant.GPTQ, ir.F32, 16, 0, b.Input("$0", ir.I32, 2, 3, 4, 16), b.Input("$1", ir.F16, 2, 3, 2, 16), b.Input("$2", ir.I32, 2, 3, 2, 2))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := buildBody(t, func(b *ir.Builder) ir.Value {
+				w := c.build(b)
+				return b.Add(w, b.Input("$9", ir.F32, b.Shape(w)...))
+			})
+			k, err := PrintKernel("deq_batch", "a stacked quantized weight", body)
+			require.NoError(t, err)
+			_, err = VerifyKernels(context.Background(), []*Kernel{k}, []*ir.Graph{body}, VerifyOptions{Seed: 5})
+			require.NoError(t, err)
+		})
+	}
+}
+
+// TestCodeDecodersEveryCode: every device decoder of a quantized weight's
+// codes (the per-element ones, and the in-register ones of the
+// matrix-vector and experts kernels) gives package quant's value for
+// every code under the emulation: e2m1's sixteen (both nibbles of a
+// byte), e8m0's 0 (2^-127) and 0xFF (NaN), e4m3's subnormals, ±448 and
+// both NaNs (but for lum_e4m3_top, which leaves NaN codes to its caller).
+func TestCodeDecodersEveryCode(t *testing.T) {
+	needGXX(t)
+	body := buildBody(t, func(b *ir.Builder) ir.Value {
+		return b.Cast(b.BroadcastTo(b.Input("$0", ir.U8, 1, 256), ir.Shape{7, 256}), ir.F32)
+	})
+	k, err := PrintKernel("codes", "every code", body)
+	require.NoError(t, err)
+	k.Text = `extern "C" __global__ void codes(const unsigned char* __restrict__ in0, float* __restrict__ out0) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < 256LL; i += (long long)gridDim.x * blockDim.x) {
+    unsigned c = in0[i], w = c * 0x01010101u;
+    out0[i] = lum_e2m1_to_f32(c & 15u);
+    out0[256 + i] = lum_e8m0_to_f32(c);
+    out0[512 + i] = lum_e4m3_to_f32(c);
+    out0[768 + i] = lum_e2m1_in(w, (int)(i & 7));
+    out0[1024 + i] = lum_e4m3_in(w, (int)(i & 3));
+    out0[1280 + i] = lum_e2m1_top(c << 28);
+    out0[1536 + i] = lum_e4m3_top(c << 24);
+  }
+}
+`
+	codes := make([]int64, 256)
+	for i := range codes {
+		codes[i] = int64(i)
+	}
+	in, err := ir.TensorOfInts(ir.U8, ir.Shape{1, 256}, codes...)
+	require.NoError(t, err)
+	outs, err := Emulate(context.Background(), []*Kernel{k}, [][]*ir.Tensor{{in}}, [][]ir.ValueType{{{Shape: ir.Shape{7, 256}, DType: ir.F32}}}, emu.Options{})
+	require.NoError(t, err)
+	got := func(row, c int) float64 { return outs[0][0].At(int64(row*256 + c)) }
+	same := func(want, got float64, what string, c int) {
+		if math.IsNaN(want) {
+			require.True(t, math.IsNaN(got), "%s of %#02x: want NaN, got %g", what, c, got)
+			return
+		}
+		require.Equal(t, want, got, "%s of %#02x", what, c)
+		require.Equal(t, math.Signbit(want), math.Signbit(got), "%s of %#02x: the sign of %g", what, c, want)
+	}
+	for c := range 256 {
+		nib := uint8(c) & 15
+		if c%8%2 == 1 {
+			nib = uint8(c) >> 4 // lum_e2m1_in's nibble c % 8 of a word of bytes c: odd nibbles are the high ones
+		}
+		same(quant.E2M1(uint8(c)&15), got(0, c), "lum_e2m1_to_f32", c)
+		same(quant.E8M0(uint8(c)), got(1, c), "lum_e8m0_to_f32", c)
+		same(quant.E4M3(uint8(c)), got(2, c), "lum_e4m3_to_f32", c)
+		same(quant.E2M1(nib), got(3, c), "lum_e2m1_in", c)
+		same(quant.E4M3(uint8(c)), got(4, c), "lum_e4m3_in", c)
+		same(quant.E2M1(uint8(c)&15), got(5, c), "lum_e2m1_top", c)
+		if !math.IsNaN(quant.E4M3(uint8(c))) {
+			same(quant.E4M3(uint8(c)), got(6, c), "lum_e4m3_top", c)
+		}
+	}
+}
+
+// TestQuantGEMVNaNCodes: NaN codes and scales reach the matrix-vector
+// kernels' outputs where the reference has them: an e8m0 scale of 0xFF
+// (NaN) makes its column NaN, an e4m3 NaN code (0x7F, 0xFF) its column,
+// and an e8m0 scale of 0 (2^-127) leaves its column finite, as the
+// reference computes each; every other column matches the reference.
+func TestQuantGEMVNaNCodes(t *testing.T) {
+	needGXX(t)
+	dev, err := cost.LookupDevice("h100-sxm")
+	require.NoError(t, err)
+	model := cost.NewModel(dev, cost.Defaults(dev))
+	for _, f := range []quant.Format{quant.MXFP4, quant.FP8} {
+		t.Run(f.String(), func(t *testing.T) {
+			const M, K, N = 1, 64, 48
+			body := dequantMatmul(t, f, ir.BF16, M, K, N)
+			est, err := model.Kernel(body)
+			require.NoError(t, err)
+			require.True(t, est.Schedule.GEMV, "the matrix-vector kernel: %s", est.Schedule)
+			k, err := PrintKernelWith("nan_codes", "NaN codes", body, est.Schedule)
+			require.NoError(t, err)
+			feeds, err := ir.RandomFeeds(body, 9, ir.Typical)
+			require.NoError(t, err)
+			args := make([]*ir.Tensor, 0, 3)
+			for _, v := range body.Inputs() {
+				args = append(args, feeds[body.Node(v).Name])
+			}
+			codes, scales := args[1], args[2]
+			if f == quant.MXFP4 {
+				scales.SetInt(3*(K/32)+1, 0xFF) // column 3's second block: NaN
+				scales.SetInt(7*(K/32), 0)      // column 7's first block: 2^-127
+			} else {
+				codes.SetInt(5*K+9, 0x7F) // column 5: NaN
+				codes.SetInt(40*K, 0xFF)  // column 40: -NaN
+			}
+			want, err := ir.EvalKernel(context.Background(), body, args...)
+			require.NoError(t, err)
+			outs, err := Emulate(context.Background(), []*Kernel{k}, [][]*ir.Tensor{args}, [][]ir.ValueType{{{Shape: want[0].Shape, DType: want[0].DType}}}, emu.Options{})
+			require.NoError(t, err)
+			nans := 0
+			for i := range want[0].Len() {
+				w, g := want[0].At(i), outs[0][0].At(i)
+				if math.IsNaN(w) {
+					nans++
+					require.True(t, math.IsNaN(g), "column %d: want NaN, got %g", i, g)
+					continue
+				}
+				require.InDelta(t, w, g, 0.02*math.Max(1, math.Abs(w)), "column %d", i)
+			}
+			require.Equal(t, map[quant.Format]int{quant.MXFP4: 1, quant.FP8: 2}[f], nans)
+		})
 	}
 }

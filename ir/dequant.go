@@ -104,7 +104,7 @@ func (l dequantLayout) source(j int64) dequantSource {
 	return zs
 }
 
-// DequantValue is one element's value before the result's rounding, from
+// dequantValue is one element's value before the result's rounding, from
 // its operand elements as source reads them.
 func dequantValue(f quant.Format, s dequantSource, code, scale float64, zero int64) float64 {
 	switch f {
@@ -142,6 +142,11 @@ func inferDequant(a Attrs, in []ValueType) (Shape, DType, error) {
 		return nil
 	}
 	r := len(codes.Shape)
+	for i, d := range codes.Shape {
+		if d == 0 {
+			return nil, 0, fmt.Errorf("%s codes %s%v: extent 0 on axis %d (a weight has elements)", a.Format, codes.DType, codes.Shape, i)
+		}
+	}
 	switch a.Format {
 	case quant.MXFP4:
 		if r < 3 || codes.Shape[r-1] != 16 {
@@ -186,6 +191,10 @@ func inferDequant(a Attrs, in []ValueType) (Shape, DType, error) {
 		K, N := int64(out[r-2]), int64(out[r-1])
 		if K%a.Group != 0 {
 			return nil, 0, fmt.Errorf("%s: K=%d is no multiple of the group %d", a.Format, K, a.Group)
+		}
+		if N%8 != 0 {
+			// The zero points pack eight columns a word.
+			return nil, 0, fmt.Errorf("%s: N=%d is no multiple of 8 (qzeros hold eight columns a word)", a.Format, N)
 		}
 		if err := want("qweight", codes, I32, codes.Shape); err != nil {
 			return nil, 0, err

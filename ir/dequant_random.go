@@ -20,6 +20,9 @@ func dequantFeeds(g *Graph, seed uint64, out map[string]*Tensor, stated map[stri
 			continue
 		}
 		for k, v := range n.Inputs {
+			if lv, ok := DequantOperand(g, v); ok {
+				v = lv // a leaf seen through reshapes holds the same elements
+			}
 			leaf := g.Nodes[v]
 			_, drawn := out[leaf.Name]
 			_, fixed := stated[leaf.Name]

@@ -225,3 +225,37 @@ func TestDequantMatchesQuantDecoders(t *testing.T) {
 		}
 	}
 }
+
+// TestDequantRefusals: operands that do not make a weight of the format
+// are refused by shape inference, naming what is wrong, never evaluated
+// into a panic.
+func TestDequantRefusals(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		build func(b *Builder) Value
+		want  string
+	}{
+		{"gptq columns not whole words", func(b *Builder) Value {
+			return b.Dequant(quant.GPTQ, F32, 16, 0, b.Input("q", I32, 2, 12), b.Input("s", F16, 1, 12), b.Input("z", I32, 1, 1))
+		}, "N=12 is no multiple of 8"},
+		{"fp8 without rows", func(b *Builder) Value {
+			return b.Dequant(quant.FP8, F32, 64, 1, b.Input("c", U8, 0, 64), b.Input("s", F32, 0, 1))
+		}, "extent 0 on axis 0"},
+		{"mxfp4 scales of another shape", func(b *Builder) Value {
+			return b.Dequant(quant.MXFP4, BF16, 32, 0, b.Input("c", U8, 4, 2, 16), b.Input("s", U8, 4, 1))
+		}, "mxfp4 scales"},
+		{"awq without zero points", func(b *Builder) Value {
+			return b.Dequant(quant.AWQ, BF16, 16, 0, b.Input("q", I32, 16, 1), b.Input("s", F16, 1, 8))
+		}, "awq takes codes, scales and zero points"},
+		{"an integer result", func(b *Builder) Value {
+			return b.Dequant(quant.MXFP4, I32, 32, 0, b.Input("c", U8, 4, 1, 16), b.Input("s", U8, 4, 1))
+		}, "a dequantized weight is f32, f16 or bf16"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := NewBuilder("bad")
+			b.Output("w", c.build(b))
+			_, err := b.Build()
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}

@@ -77,6 +77,12 @@ func kernelData(n egraph.Node, kids []Data) Data {
 		}
 		weightOnly = weightOnly && kids[i].WeightOnly
 	}
+	if holdsDequant(body) {
+		// As Make says of a dequant: what decodes a quantized weight is
+		// never weight-only, so that no class holding such a kernel is
+		// taken for a value prepared at load time.
+		weightOnly = false
+	}
 	switch len(body.Outputs) {
 	case 0:
 		return Data{Err: "kernel without outputs"}
@@ -217,8 +223,9 @@ func LowerRewrites() []*egraph.Rewrite[Data] {
 				// No kernel writes a dequantized weight out: its readers
 				// decode it as they load it (OneOpKernel inlines it).
 				return 0, false
-			case op.Class() == ir.ClassView && len(m.Subst) > 0 && dequantChain(g, m.Subst[0]):
-				// Nor a view of one (a transposed copy of the weight).
+			case (op.Class() == ir.ClassView || op == ir.OpCast) && len(m.Subst) > 0 && dequantChain(g, m.Subst[0]):
+				// Nor a view or a cast of one (a transposed copy of
+				// the weight).
 				return 0, false
 			}
 			return OneOpKernel(g, op, attrs, m.Subst)
@@ -407,16 +414,16 @@ func isState(eg *egraph.EGraph[Data], c egraph.ClassID) bool {
 	return false
 }
 
-// dequantChain reports whether class c holds a dequant, or a view of one
-// (a chain of views down to a dequant): a quantized weight as its readers
-// see it.
+// dequantChain reports whether class c holds a dequant, or a view or cast
+// of one (a chain of them down to a dequant): a quantized weight as its
+// readers see it.
 func dequantChain(g *egraph.EGraph[Data], c egraph.ClassID) bool {
 	_, ok := dequantNode(g, c, 0)
 	return ok
 }
 
 // dequantNode is the node of class c that inlineDequant follows: its
-// dequant, or else a view whose operand is a dequant chain.
+// dequant, or else a view or cast whose operand is a dequant chain.
 func dequantNode(g *egraph.EGraph[Data], c egraph.ClassID, depth int) (egraph.Node, bool) {
 	if depth > 8 {
 		return egraph.Node{}, false
@@ -432,7 +439,7 @@ func dequantNode(g *egraph.EGraph[Data], c egraph.ClassID, depth int) (egraph.No
 		if op == ir.OpDequant {
 			return n, true
 		}
-		if !found && op.Class() == ir.ClassView && len(n.Children) == 1 {
+		if !found && (op.Class() == ir.ClassView || op == ir.OpCast) && len(n.Children) == 1 {
 			if _, ok := dequantNode(g, n.Children[0], depth+1); ok {
 				view, found = n, true
 			}
@@ -473,15 +480,30 @@ func inlineDequant(g *egraph.EGraph[Data], b *ir.Builder, c egraph.ClassID, leav
 	return b.Apply(op, attrs, ins...), true
 }
 
-// writesDequantized reports whether kernel n computes from weights alone
-// a value that decodes a quantized weight: a dequantized copy of it (or
-// of a view of it), which no program holds. A quantized weight is decoded
-// by the kernels that read it, as they load it, so that the packed bytes
-// are what runs move and memory holds; such a kernel costs +Inf.
+// writesDequantized reports whether kernel n writes decoded weights: a
+// value computed from weights alone that decodes a quantized weight (a
+// dequantized copy of it, at load time or in every run), or an output
+// that is a dequant seen through views and casts (a second output of a
+// fused kernel). No program holds one: a quantized weight is decoded by
+// the kernels that read it, as they load it, so that the packed bytes are
+// what runs move and memory holds. Such a kernel costs +Inf.
 func writesDequantized(eg *egraph.EGraph[Data], n egraph.Node) bool {
 	body, ok := Spec(n.Payload)
 	if !ok || !holdsDequant(body) {
 		return false
+	}
+	for _, o := range body.Outputs {
+		v := o.Value
+		for {
+			nd := body.Node(v)
+			if nd.Op == ir.OpDequant {
+				return true
+			}
+			if (nd.Op.Class() != ir.ClassView && nd.Op != ir.OpCast) || len(nd.Inputs) != 1 {
+				break
+			}
+			v = nd.Inputs[0]
+		}
 	}
 	for _, k := range n.Children {
 		if !eg.Data(k).WeightOnly {

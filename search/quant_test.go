@@ -145,3 +145,30 @@ func TestQuantizedFloorCountsPackedBytes(t *testing.T) {
 		assert.InDelta(t, want/dev.MemoryBandwidth, fl.Hardware, 1e-15, "%s: bound by its packed bytes", f)
 	}
 }
+
+// TestQuantizedWeightCastCompiles: a quantized weight read through a cast
+// as well as a transpose (a bf16 dequantization widened to f32 for an f32
+// matmul) compiles, the cast inlined with the dequant into the kernel
+// that reads the weight.
+func TestQuantizedWeightCastCompiles(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("the CPU emulation needs g++")
+	}
+	t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+	b := ir.NewBuilder("cast")
+	x := b.Input("x", ir.F32, 2, 64)
+	w := b.Dequant(quant.FP8, ir.BF16, 32, 1, b.Weight("w", ir.U8, 48, 64), b.Weight("w_scale", ir.F32, 48, 2))
+	b.Output("y", b.MatMul(x, b.Cast(b.Transpose(w, 0, 1), ir.F32)))
+	g, err := b.Build()
+	require.NoError(t, err)
+	weights, err := ir.RandomLeaves(g, 5, ir.Typical, ir.OpWeight)
+	require.NoError(t, err)
+	var log bytes.Buffer
+	res, err := Compile(t.Context(), &Model{Name: "cast", Graph: g, Weights: weights}, Options{Events: NewPrinter(&log, false).Event})
+	require.NoError(t, err, log.String())
+	assert.Contains(t, res.Verified, "the whole program matches the reference interpreter")
+	for _, l := range res.final.compiled.lowered.Run {
+		assert.Contains(t, l.Body.String(), "dequant", "launch %s reads the quantized weight", l.Name)
+	}
+	assert.Empty(t, res.final.compiled.lowered.Prep)
+}
