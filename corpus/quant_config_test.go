@@ -110,8 +110,6 @@ func TestQuantizationConfigRefusals(t *testing.T) {
 			`"quantization_config.config_groups.g.input_activations.type" "int" is not supported`},
 		{"W8A8 experts", smallConfigs[Mixtral][0], ct8(`{"num_bits":8,"type":"float","strategy":"token","dynamic":true}`),
 			`the activations of experts quantized to e4m3 (W8A8) are not implemented`},
-		{"awq experts", smallConfigs[Mixtral][0], `{"quant_method":"awq","bits":4,"group_size":16,"zero_point":true,"version":"gemm"}`,
-			`awq experts are not implemented (the experts kernels decode mxfp4 and fp8 weights)`},
 		{"W8A8 groups past the inputs", llama, `{"quant_method":"fp8","weight_block_size":[128,128]}`,
 			`inputs are not a whole number of the activations' scale groups of 128`},
 		{"W8A8 outputs", llama, `{"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"targets":["Linear"],

@@ -113,9 +113,6 @@ func (c *Config) checkQuantization(q *Quantization) error {
 			if w.experts && q.Acts != nil {
 				return fmt.Errorf("%s: %s: the activations of experts quantized to e4m3 (W8A8) are not implemented (the experts kernels read fp8 weights alone)", what, w.module)
 			}
-			if w.experts && q.Format != quant.MXFP4 && q.Format != quant.FP8 {
-				return fmt.Errorf("%s: %s: %s experts are not implemented (the experts kernels decode mxfp4 and fp8 weights)", what, w.module, q.Format)
-			}
 			group, groupN := q.groups(w.n, w.k)
 			if a := q.Acts; a != nil && !a.Static && a.Group > 0 && w.k%a.Group != 0 {
 				return fmt.Errorf("%s: %s: %d inputs are not a whole number of the activations' scale groups of %d (%s)", what, w.module, w.k, a.Group, key("weight_block_size"))
@@ -127,9 +124,6 @@ func (c *Config) checkQuantization(q *Quantization) error {
 					bad = fmt.Sprintf("%d inputs are not a whole number of mxfp4's blocks of 32", w.k)
 				}
 			case quant.FP8:
-				if w.experts && (w.k%16 != 0 || group%16 != 0 && group < w.k) {
-					bad = fmt.Sprintf("%d inputs in scale groups of %d: fp8 experts' kernels load 16 codes at a time, each load within one group (inputs and groups in multiples of 16)", w.k, group)
-				}
 				if w.parts > 1 && w.n%groupN != 0 {
 					bad = fmt.Sprintf("%d outputs of each expert's part are not a whole number of %s's scale blocks of %d rows (the parts are stacked)", w.n, key("weight_block_size"), groupN)
 				}

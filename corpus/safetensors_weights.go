@@ -76,7 +76,10 @@ func SafetensorsWeights(g *ir.Graph, dir string) (map[string]*ir.Tensor, *safete
 			problems = append(problems, fmt.Sprintf("%s: missing", n.Name))
 			continue
 		}
-		if !sameDims(t.Shape, n.Shape) {
+		// A W8A8 checkpoint's static activation scale is one number, which
+		// some writers store as a scalar and others as [1].
+		scalar := strings.HasSuffix(n.Name, ".input_scale") && len(t.Shape) == 0 && n.Shape.NumElements() == 1
+		if !sameDims(t.Shape, n.Shape) && !scalar {
 			problems = append(problems, fmt.Sprintf("%s: shape %v, want %v", n.Name, t.Shape, []int64(shapeInts(n.Shape))))
 			continue
 		}

@@ -305,12 +305,17 @@ func e4m3Step(a float64) float64 {
 	return math.Ldexp(1, max(e-1, -6)-3)
 }
 
-// DequantOperand is the kernel argument a dequant operand v of body reads:
-// an input, seen through reshapes at most (which keep its linear order, so
-// that the operand's layout is the argument's); false for anything else.
-func DequantOperand(body *Graph, v Value) (Value, bool) {
-	for body.Node(v).Op == OpReshape {
-		v = body.Node(v).Inputs[0]
+// DequantOperand is the leaf a dequant operand v of g reads (in a kernel
+// body, the kernel argument): an input, weight or state, seen through
+// reshapes at most, which keep its linear order, so that the operand's
+// layout is the leaf's; false for anything else.
+func DequantOperand(g *Graph, v Value) (Value, bool) {
+	for g.Node(v).Op == OpReshape {
+		v = g.Node(v).Inputs[0]
 	}
-	return v, body.Node(v).Op == OpInput
+	switch g.Node(v).Op {
+	case OpInput, OpWeight, OpState:
+		return v, true
+	}
+	return v, false
 }

@@ -259,3 +259,22 @@ func TestDequantRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestDequantFeedsThroughReshapes: packed operands seen through reshapes
+// (a checkpoint's flat bytes viewed as blocks) are drawn as the format's
+// codes and scales, never as raw random bytes (an e8m0 scale of 0xFF is
+// NaN, one of 250 a weight of 2^123).
+func TestDequantFeedsThroughReshapes(t *testing.T) {
+	b := NewBuilder("reshaped")
+	blocks := b.Reshape(b.Weight("w_packed", U8, 4, 32), 4, 2, 16)
+	scales := b.Reshape(b.Weight("w_scale", U8, 8), 4, 2)
+	b.Output("w", b.Dequant(quant.MXFP4, F32, 32, 0, blocks, scales))
+	g, err := b.Build()
+	require.NoError(t, err)
+	feeds, err := RandomFeeds(g, 3, Typical)
+	require.NoError(t, err)
+	for i := range feeds["w_scale"].Len() {
+		s := feeds["w_scale"].Int(i)
+		require.True(t, s >= 119 && s <= 124, "scale %d is %d", i, s)
+	}
+}

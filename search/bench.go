@@ -189,6 +189,9 @@ func buildBench(ctx context.Context, md *Model, target, arch string) (*benchSetu
 	if err := CheckMemory(md, m.Device); err != nil {
 		return nil, err
 	}
+	if err := CheckQuantizedExperts(md); err != nil {
+		return nil, err
+	}
 	if arch == "" {
 		arch = m.Device.Arch
 	}

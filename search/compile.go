@@ -41,6 +41,9 @@ func Compile(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err := CheckMemory(m, cm.Device); err != nil {
 		return nil, err
 	}
+	if err := CheckQuantizedExperts(m); err != nil {
+		return nil, err
+	}
 	noteTuneDB(em, o.TuneDB)
 	start := time.Now()
 	sel, err := o.Rules.resolve(ctx, g)

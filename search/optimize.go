@@ -87,6 +87,9 @@ func Optimize(ctx context.Context, m *Model, o Options) (*Result, error) {
 	if err := CheckMemory(m, cm.Device); err != nil {
 		return nil, err
 	}
+	if err := CheckQuantizedExperts(m); err != nil {
+		return nil, err
+	}
 	sat.IterLimit, sat.NodeLimit = o.IterLimit, o.NodeLimit
 	sel, err := o.Rules.resolve(ctx, g)
 	if err != nil {

@@ -172,3 +172,12 @@ func TestQuantizedWeightCastCompiles(t *testing.T) {
 	}
 	assert.Empty(t, res.final.compiled.lowered.Prep)
 }
+
+// TestAWQExpertsRefused: a mixture whose experts are awq (no experts
+// kernel decodes them) is refused before the search, naming the weight.
+func TestAWQExpertsRefused(t *testing.T) {
+	md, err := LoadModel("tiny-mixtral:layer", ModelOptions{Build: corpus.Options{Seq: 4, Past: -1, Weights: quant.AWQ}})
+	require.NoError(t, err)
+	_, err = Compile(t.Context(), md, Options{})
+	require.ErrorContains(t, err, ".qweight: awq experts are not implemented")
+}
