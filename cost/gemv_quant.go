@@ -55,14 +55,25 @@ const (
 
 // GEMVQuant is a quantized weight a matrix-vector kernel streams packed:
 // the dequant's format, the dtype its values round to, the matmul's M,
-// the weight's N and K, its groups, and the kernel arguments holding its
-// codes, scales and zero points (Zeros is -1 for mxfp4 and fp8).
+// the weight's N and K, its groups, the kernel arguments holding its
+// codes, scales and zero points (Zeros is -1 for mxfp4 and fp8), and the
+// scales' dtype.
 type GEMVQuant struct {
 	Format               quant.Format
 	DType                ir.DType
 	M, N, K              int64
 	Group, GroupN        int64
 	Codes, Scales, Zeros ir.Value
+	ScaleDType           ir.DType
+}
+
+// FusedDecode reports whether a row-major weight's values decode with one
+// fused multiply-add each (gemvQuantLoop): awq and gptq with f16 or bf16
+// scales, whose significands (11 and 8 bits) times a code's 8-bit biased
+// zero point stay exact in f32. Past them (f32 scales) a value is its
+// code less its zero point, times its scale.
+func (q GEMVQuant) FusedDecode() bool {
+	return !q.KContiguous() && (q.ScaleDType == ir.F16 || q.ScaleDType == ir.BF16)
 }
 
 // KContiguous reports whether a lane's loads run along K (mxfp4 and fp8,
@@ -159,7 +170,7 @@ func GEMVQuantWeight(body *ir.Graph, mm ir.Value) (GEMVQuant, bool) {
 		}
 		args[i] = v
 	}
-	q := GEMVQuant{Format: d.Format, DType: d.DType, M: M, Group: d.Group, GroupN: d.GroupN, Codes: args[0], Scales: args[1], Zeros: -1}
+	q := GEMVQuant{Format: d.Format, DType: d.DType, M: M, Group: d.Group, GroupN: d.GroupN, Codes: args[0], Scales: args[1], Zeros: -1, ScaleDType: body.Node(args[1]).DType}
 	if len(args) == 3 {
 		q.Zeros = args[2]
 	}
@@ -210,14 +221,18 @@ func GEMVQuantChunk(q GEMVQuant, s Schedule) (int64, bool) {
 // while a chunk of A has fewer slabs than rows, down to a group of
 // loads: Stages × LoadK), slabs r, r + rows, ... of each chunk. The chunk
 // is GEMVChunk's rounded down to whole slabs. False unless lanes divides
-// a warp and the groups of loads divide the quantization group.
+// a warp and the groups of loads divide the quantization group. One lane
+// across (an awq block of 32 columns) gives every thread of a warp its own
+// slab: the warp's loads are 16 bytes of 32 rows, half a 32-byte sector
+// each, whose other half the next block reads (gemvQuantPlan prices the
+// sectors).
 func GEMVQuantSlab(q GEMVQuant, s Schedule) (lanes, rows int, slab, chunk int64, ok bool) {
 	lc := q.LaneColumns()
 	if q.KContiguous() || s.BN%lc != 0 || s.Threads%32 != 0 || s.Threads == 0 || s.Stages < 1 {
 		return 0, 0, 0, 0, false
 	}
 	lanes = s.BN / lc
-	if lanes < 2 || 32%lanes != 0 {
+	if lanes < 1 || 32%lanes != 0 {
 		return 0, 0, 0, 0, false
 	}
 	rows = s.Threads / lanes
@@ -237,12 +252,14 @@ func GEMVQuantSlab(q GEMVQuant, s Schedule) (lanes, rows int, slab, chunk int64,
 // weight. K-contiguous (mxfp4, fp8): 4 or 8 warps, cols columns a warp
 // with Stages loads in flight a column (2 to 8 in all, at most 8
 // accumulators a lane: past them NVRTC's schedule of the decode spills),
-// split warps a column group; row-major: awq with 2, 4 or 8 lanes across
-// the columns (64 to 256 of them, half as many past two rows), gptq with
-// 8, 16 or 32 (32 to 128), 2 or 4 loads in flight a thread. Either way a
-// block
-// streams at least gemvBlockBytes of codes (an eighth of the whole for
-// small weights) and no pass along K leaves lanes idle.
+// split warps a column group; row-major: awq with 1, 2, 4 or 8 lanes
+// across the columns (32 to 256 of them, half as many past two rows), gptq
+// with 2 to 32 (8 to 128), 2 or 4 loads in flight a thread. The narrow
+// blocks are for few columns or a long K: a k/v projection's 1024 columns
+// are 16 blocks of awq's 64, 32 of 32; gptq's 8 columns are a whole
+// 32-byte sector of a row of words. Either way a block streams at least
+// gemvBlockBytes of codes (an eighth of the whole for small weights) and
+// no pass along K leaves lanes idle.
 func (k *kernelForm) gemvQuantSchedules(q GEMVQuant) []Schedule {
 	mm := k.body.Node(k.matmuls[0])
 	a := k.body.Node(mm.Inputs[0]).Shape
@@ -252,15 +269,23 @@ func (k *kernelForm) gemvQuantSchedules(q GEMVQuant) []Schedule {
 	minBlock := min(gemvBlockBytes, q.N*colBytes/8)
 	var out []Schedule
 	if !q.KContiguous() {
-		lanesOf := []int{2, 4, 8}
+		lanesOf, wide := []int{1, 2, 4, 8}, 2
 		if q.Format == quant.GPTQ {
-			lanesOf = []int{8, 16, 32}
+			lanesOf, wide = []int{2, 4, 8, 16, 32}, 8
 		}
 		for _, lanes := range lanesOf {
 			for _, threads := range []int{128, 256} {
 				for _, stages := range []int{2, 4} {
 					s := Schedule{BM: M, BN: lanes * q.LaneColumns(), Threads: threads, Stages: stages, GEMV: true}
-					if _, _, _, _, ok := GEMVQuantSlab(q, s); ok && (int64(s.BN)*colBytes >= minBlock || int64(s.BN) >= q.N) {
+					// A narrow block's many rows of threads cut a short
+					// K into slabs of one group of loads, which decode
+					// their scales for every group: a wider block does
+					// better there.
+					_, _, slab, _, ok := GEMVQuantSlab(q, s)
+					if lanes < wide && slab < int64(2*stages*q.LoadK()) {
+						continue
+					}
+					if ok && (int64(s.BN)*colBytes >= minBlock || int64(s.BN) >= q.N) {
 						out = append(out, s)
 					}
 				}
@@ -296,8 +321,9 @@ func (k *kernelForm) gemvQuantSchedules(q GEMVQuant) []Schedule {
 // decode (mxfp4: two shifts and a mask; fp8 the same and a NaN test a
 // word; awq and gptq: a byte permute into a float, after a word's masks
 // and zero points), its scaling (two multiplies: the code's exponent
-// bias, then the scale; awq and gptq: the zero point's subtraction and the
-// scale), its rounding to the weight's dtype (a conversion and back, the
+// bias, then the scale; awq and gptq: one multiply-add of the scale and
+// the biased zero point with f16 or bf16 scales, FusedDecode, else the zero
+// point's subtraction and the scale), its rounding to the weight's dtype (a conversion and back, the
 // identity left out for mxfp4 into bf16 or f32, whose products are
 // exact), and an FMA a row; per load its scale (mxfp4's byte and its
 // decode, fp8's f32) and A's values from shared memory (a float4 a row
@@ -360,18 +386,24 @@ func gemvQuantLoop(body *ir.Graph, mm ir.Value, q GEMVQuant, s Schedule) (loads,
 	loads, step = s.Stages, rows*s.Stages*q.LoadK()
 	L := float64(loads)
 	per := float64(q.LoadBytes() * 2) // values a load
-	// Per word of eight values: two masks, a shift and the zero
-	// points' two adds; per value a byte permute into a float's bits,
-	// the move to a float register, the zero point's subtraction, the
-	// scale's multiply and an FMA a row (gptq: a word's values summed
-	// with a row's A and added to its accumulator). A: awq's group of k's
-	// in one vector read a row, gptq's eight k's in two float4 a row and
-	// load. Per load its pointer.
+	// Per word of eight values: two masks and a shift (and, unless the
+	// decode is fused, the zero points' two adds); per value a byte
+	// permute into a float's bits, the move to a float register, its
+	// decode (fused: one multiply-add of the scale and the zero point's;
+	// else the zero point's subtraction and the scale's multiply) and an
+	// FMA a row (gptq: a word's values summed with a row's A and added to
+	// its accumulator). A: awq's group of k's in one vector read a row,
+	// gptq's eight k's in two float4 a row and load. Per load its
+	// pointer.
+	decodeFP, wordInt := 2.0, 5.0/8
+	if q.FusedDecode() {
+		decodeFP, wordInt = 1, 3.0/8
+	}
 	mix = IssueMix{
 		Load:   L,
 		Shared: M,
-		FP:     L * per * (2 + M),
-		Int:    L*(per*(1+5.0/8+roundInt)+2) + 6,
+		FP:     L * per * (decodeFP + M),
+		Int:    L*(per*(1+wordInt+roundInt)+2) + 6,
 		Other:  L*per*(1+roundOther) + 4,
 	}
 	if q.Format == quant.GPTQ {
@@ -428,24 +460,53 @@ func (k *kernelForm) gemvQuantPlan(q GEMVQuant, s Schedule) (gemvPlan, bool) {
 		// 4), their raw loads, the loads in flight and a word's
 		// values. NVRTC allots at most 255: past it the schedule
 		// would spill, and is none.
-		raw := lc * int(k.body.Node(q.Scales).DType.Size()) / 4
+		raw := lc * int(q.ScaleDType.Size()) / 4
 		p.regs = 56 + M*lc + lc + max(lc/4, 4) + raw + q.LoadBytes()/4*loads + 8
+		// A warp decodes its columns' scales and zero points at
+		// each slab: a conversion and a move a scale, a zero word's
+		// masks and subtractions; the slab's loop set-up. The fused
+		// decode's biased zero points take a register a column, and
+		// a column's nibble, its conversion, its product and its test
+		// a slab.
+		per := IssueMix{Other: 2 * float64(lc), Int: float64(lc/2) + 12, Load: float64(lc/8 + 1)}
+		if q.FusedDecode() {
+			p.regs += lc
+			per = per.Add(IssueMix{Int: 3 * float64(lc), FP: 2 * float64(lc), Other: float64(lc)})
+		}
 		if p.regs > 255 {
 			return gemvPlan{}, false
 		}
-		// A warp decodes its columns' scales and zero points at
-		// each slab: a conversion and a move a scale, a zero word's
-		// masks and subtractions; the slab's loop set-up.
-		per := IssueMix{Other: 2 * float64(lc), Int: float64(lc/2) + 12, Load: float64(lc/8 + 1)}
 		p.outside = per.Scale(float64(s.Threads/32) * float64(chunks*slabs))
 		// A slab's first group of codes is issued after the previous
 		// slab's last is consumed: a round trip a slab (tens of
 		// iterations), which the resident warps hide and the model
 		// leaves out. Every row of threads that takes a slab of a
 		// group loads its columns' scales and zero points again (from
-		// L2).
-		p.weight += float64(ceilDiv(int(q.Group), int(slab))-1) * (k.bytesOf(q.Scales) + k.bytesOf(q.Zeros))
+		// L2). L2 serves whole 32-byte sectors: a block's row of codes,
+		// scales or zero points narrower than one (awq's 32 columns are
+		// 16 bytes of codes a k, gptq's 8 columns 4 bytes of zero
+		// points a group) moves the sector, whose rest the next block
+		// reads again (from L2: DRAM serves it once).
+		bn := int64(s.BN)
+		codeRow := bn / 2 // awq: a k's 4-bit codes
+		if q.Format == quant.GPTQ {
+			codeRow = 4 * bn // eight k's a word a column
+		}
+		p.weight = k.bytesOf(q.Codes)*sectorShare(codeRow) +
+			float64(ceilDiv(int(q.Group), int(slab)))*(k.bytesOf(q.Scales)*sectorShare(bn*int64(q.ScaleDType.Size()))+k.bytesOf(q.Zeros)*sectorShare(bn/2))
 	}
 	p.shared = 4 * (int64(M)*chunk + int64(p.partials)*int64(M)*int64(s.BN))
 	return p, true
+}
+
+// l2Sector is the bytes L2 moves to a multiprocessor at a time.
+const l2Sector = 32
+
+// sectorShare is what reading rows of b bytes, each at a sector's start,
+// moves from L2 per byte read: whole sectors.
+func sectorShare(b int64) float64 {
+	if b <= 0 {
+		return 1
+	}
+	return float64((b+l2Sector-1)/l2Sector*l2Sector) / float64(b)
 }

@@ -153,3 +153,96 @@ func TestQuantGEMVSchedulesModest(t *testing.T) {
 		})
 	}
 }
+
+// TestQuantGEMVNarrowBlocks: a row-major quantized projection with few
+// columns or a long K takes blocks narrow enough to fill the GPU (an awq
+// k/v projection's 1024 columns in 32 blocks of 32 rather than 16 of 64,
+// its down projection in 128; gptq's in blocks of 8 or 16 columns), and
+// L2 is charged whole 32-byte sectors: an awq block of 32 columns reads
+// 16 bytes of codes a k, so its codes cost twice their bytes from L2,
+// where DRAM still moves them once.
+func TestQuantGEMVNarrowBlocks(t *testing.T) {
+	d, err := LookupDevice("h100-sxm")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	for _, c := range []struct {
+		name      string
+		f         quant.Format
+		K, N      ir.Dim
+		minBlocks int
+	}{
+		{"awq k/v", quant.AWQ, 4096, 1024, 32},
+		{"awq down", quant.AWQ, 14336, 4096, 128},
+		{"gptq k/v", quant.GPTQ, 4096, 1024, 64},
+		{"gptq down", quant.GPTQ, 14336, 4096, 128},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := quantProjection(t, c.f, 1, c.K, c.N, 128, 0)
+			e, err := m.Kernel(body)
+			require.NoError(t, err)
+			t.Logf("%s: %.1f µs %s bound %s, %d blocks", c.name, e.Seconds*1e6, e.Schedule, e.Bound, e.Features.Blocks)
+			assert.True(t, e.Schedule.GEMV)
+			assert.GreaterOrEqual(t, e.Features.Blocks, c.minBlocks)
+			assert.InDelta(t, packedBytes(body)+float64(c.K*2+c.N*2), e.Features.Bytes, 1, "DRAM moves the packed weight once")
+		})
+	}
+	body := quantProjection(t, quant.AWQ, 1, 4096, 1024, 128, 0)
+	k, err := analyze(body)
+	require.NoError(t, err)
+	codes := float64(4096 * 1024 / 2)
+	for _, bn := range []int{32, 64} {
+		p, ok := k.gemvQuantPlan(mustQuant(t, body, k), Schedule{BM: 1, BN: bn, Threads: 256, Stages: 4, GEMV: true})
+		require.True(t, ok, "bn=%d", bn)
+		share := 1.0
+		if bn == 32 {
+			share = 2
+		}
+		assert.GreaterOrEqual(t, p.weight, share*codes, "bn=%d: the codes from L2 in whole sectors", bn)
+		assert.Less(t, p.weight, share*codes+codes/2, "bn=%d", bn)
+	}
+}
+
+// mustQuant is body's quantized weight.
+func mustQuant(t *testing.T, body *ir.Graph, k *kernelForm) GEMVQuant {
+	q, ok := GEMVQuantWeight(body, k.matmuls[0])
+	require.True(t, ok)
+	return q
+}
+
+// TestQuantGEMVFusedDecode: awq and gptq values with f16 or bf16 scales
+// decode in one multiply-add (FusedDecode), a value's FP work in the main
+// loop its decode and an FMA a row; f32 scales keep the subtraction and
+// the product.
+func TestQuantGEMVFusedDecode(t *testing.T) {
+	for _, f := range []quant.Format{quant.AWQ, quant.GPTQ} {
+		for _, sdt := range []ir.DType{ir.F16, ir.BF16, ir.F32} {
+			body := body(t, func(b *ir.Builder) ir.Value {
+				x := b.Input("$0", ir.F32, 2, 4096)
+				cs := ir.Shape{4096, 256 / 8}
+				if f == quant.GPTQ {
+					cs = ir.Shape{4096 / 8, 256}
+				}
+				codes := b.Input("$1", ir.I32, cs...)
+				return b.MatMul(x, b.Dequant(f, ir.F32, 128, 0, codes, b.Input("$2", sdt, 32, 256), b.Input("$3", ir.I32, 32, 256/8)))
+			})
+			k, err := analyze(body)
+			require.NoError(t, err)
+			q := mustQuant(t, body, k)
+			assert.Equal(t, sdt != ir.F32, q.FusedDecode(), "%s %s", f, sdt)
+			s := Schedule{BM: 2, BN: 64, Threads: 128, Stages: 2, GEMV: true}
+			loads, _, mix, ok := GEMVLoop(body, k.matmuls[0], s)
+			require.True(t, ok)
+			values := float64(loads * q.LoadBytes() * 2)
+			decode := 1.0
+			if !q.FusedDecode() {
+				decode = 2
+			}
+			const rows = 2
+			extra := 0.0
+			if f == quant.GPTQ {
+				extra = float64(loads) * 4 * rows // a word's sum added to a row's accumulator
+			}
+			assert.InDelta(t, values*(decode+rows)+extra, mix.FP, 1e-9, "%s %s", f, sdt)
+		}
+	}
+}

@@ -31,7 +31,12 @@ import (
 // gptq, a load's four words of 8 k's), the block's rows of threads taking
 // slabs of consecutive k within one quantization group
 // (cost.GEMVQuantSlab), whose scales and zero points a thread loads with
-// the slab's first codes and decodes once.
+// the slab's first codes and decodes once. With f16 or bf16 scales a value
+// decodes in one multiply-add (lum_q4_fma: the code as 128 + q, times the
+// scale, plus the column's biased zero point -(128 + z) s), exact as the
+// reference's product; a slab whose biased zero points are not finite (a
+// scale that is not, or a bf16 one past 2^121) decodes as the reference
+// does, its code less its zero point, times its scale.
 
 // gemvQuantStream streams quantized weight q.
 func gemvQuantStream(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule) (gemvStream, error) {
@@ -354,12 +359,28 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 		}
 		return fmt.Sprintf("__uint_as_float(%s)", word)
 	}
-	// value is one value's decode: byte b of a word's codes less their
-	// zero points (plus 16), times column col's scale.
-	value := func(d string, byteOf int, sc string) string {
+	// value is one value's decode from byte byteOf of d, for column
+	// scale sc: fused, d's bytes are codes (one a byte), decoded with the
+	// column's scale and biased zero point (zb) in one multiply-add;
+	// else they are codes less their zero points plus 16, times the
+	// scale.
+	value := func(fused bool, d string, byteOf int, sc string) string {
+		if fused {
+			return fmt.Sprintf("lum_q4_fma(%s, %du, %s, zb%s)", d, byteOf, sc, strings.TrimPrefix(sc, "sc"))
+		}
 		return fmt.Sprintf("lum_q4_byte(%s, %du) * %s", d, byteOf, sc)
 	}
-	consume := func(b *strings.Builder) {
+	// halves prints word x's codes, the even nibbles as de's bytes and
+	// the odd ones as dd's (less the zero points zc[z0] and zc[z1] plus
+	// 16, unless fused).
+	halves := func(b *strings.Builder, fused bool, z0, z1 string) {
+		if fused {
+			b.WriteString("            const unsigned de = x & 0x0f0f0f0fu, dd = (x >> 4) & 0x0f0f0f0fu;\n")
+			return
+		}
+		fmt.Fprintf(b, "            const unsigned de = (x & 0x0f0f0f0fu) + zc[%s], dd = ((x >> 4) & 0x0f0f0f0fu) + zc[%s];\n", z0, z1)
+	}
+	consume := func(b *strings.Builder, fused bool) {
 		if awq {
 			// The group's k's of A, one vector read a row.
 			fmt.Fprintf(b, "        float a[%d][%d];\n", M, U)
@@ -380,7 +401,7 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 			fmt.Fprintf(b, "          #pragma unroll\n          for (int i = 0; i < %d; i++) av[i] = a[i][u];\n", M)
 			fmt.Fprintf(b, "          #pragma unroll\n          for (int h = 0; h < %d; h++) {\n", words)
 			fmt.Fprintf(b, "            const unsigned x = %s;\n", pick("v"))
-			b.WriteString("            const unsigned de = (x & 0x0f0f0f0fu) + zc[2 * h], dd = ((x >> 4) & 0x0f0f0f0fu) + zc[2 * h + 1];\n")
+			halves(b, fused, "2 * h", "2 * h + 1")
 			b.WriteString("            float f[8];\n")
 			// Nibble i of a word is column AWQOrder[i]: the even
 			// nibbles are de's bytes, the odd ones dd's.
@@ -389,7 +410,7 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 				if i%2 == 1 {
 					d = "dd"
 				}
-				fmt.Fprintf(b, "            f[%d] = %s;\n", col, value(d, i/2, fmt.Sprintf("sc[8 * h + %d]", col)))
+				fmt.Fprintf(b, "            f[%d] = %s;\n", col, value(fused, d, i/2, fmt.Sprintf("sc[8 * h + %d]", col)))
 			}
 			roundAll(b, q, "            ", "f", 8)
 			fmt.Fprintf(b, "            #pragma unroll\n            for (int i = 0; i < %d; i++) {\n", M)
@@ -401,7 +422,7 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 		fmt.Fprintf(b, "          #pragma unroll\n          for (int i = 0; i < %d; i++) { a0[i] = lum_ld4(&As[i][kx]); a1[i] = lum_ld4(&As[i][kx + 4]); }\n", M)
 		b.WriteString("          #pragma unroll\n          for (int c = 0; c < 4; c++) {\n")
 		b.WriteString("            const unsigned x = c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;\n")
-		b.WriteString("            const unsigned de = (x & 0x0f0f0f0fu) + zc[c], dd = ((x >> 4) & 0x0f0f0f0fu) + zc[c];\n")
+		halves(b, fused, "c", "c")
 		b.WriteString("            float f[8];\n")
 		// Nibble j of a word is k + j: the even ones de's bytes, the
 		// odd ones dd's.
@@ -410,41 +431,73 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 			if j%2 == 1 {
 				d = "dd"
 			}
-			fmt.Fprintf(b, "            f[%d] = %s;\n", j, value(d, j/2, "sc[c]"))
+			fmt.Fprintf(b, "            f[%d] = %s;\n", j, value(fused, d, j/2, "sc[c]"))
 		}
 		roundAll(b, q, "            ", "f", 8)
 		fmt.Fprintf(b, "            #pragma unroll\n            for (int i = 0; i < %d; i++) acc[i][c] += a0[i].x * f[0] + a0[i].y * f[1] + a0[i].z * f[2] + a0[i].w * f[3] + a1[i].x * f[4] + a1[i].y * f[5] + a1[i].z * f[6] + a1[i].w * f[7];\n", M)
 		b.WriteString("          }\n        }\n")
 	}
-	st.main = func(b *strings.Builder) {
-		fmt.Fprintf(b, "    for (; sl < kc / %d; sl += %d) {\n", slab, rows)
-		// The slab's scales and zero points, decoded once: zero points
-		// as 16 less them a byte (gptq's, stored less one: 15 less),
-		// which a word's codes, one a byte, are added to.
-		fmt.Fprintf(b, "      float sc[%d];\n", lc)
-		for j := range lc {
-			fmt.Fprintf(b, "      sc[%d] = %s;\n", j, scaleOf(j))
-		}
+	// slabLoop prints the main loop over slab sl: a group of loads in
+	// flight, consumed, the slab's next group issued. Not unrolled: the
+	// slab's length is known, and its loop is the kernel's main loop, a
+	// group of loads an iteration.
+	slabLoop := func(b *strings.Builder, fused bool) {
+		fmt.Fprintf(b, "      #pragma unroll 1\n      for (int kk = sl * %d; kk < ke; kk += %d) {\n", slab, kStep)
+		consume(b, fused)
+		fmt.Fprintf(b, "        if (kk + %d < ke) {\n", kStep)
+		group(b, fmt.Sprintf("kk + %d", kStep))
+		b.WriteString("        }\n      }\n")
+	}
+	// zeroWords prints the slab's zero points as words of 16 less them a
+	// byte (gptq's, stored less one: 15 less), which a word's codes, one
+	// a byte, are added to.
+	zeroWords := func(b *strings.Builder) {
 		if awq {
 			fmt.Fprintf(b, "      unsigned zc[%d];\n", 2*words)
 			fmt.Fprintf(b, "      #pragma unroll\n      for (int h = 0; h < %d; h++) {\n", words)
 			fmt.Fprintf(b, "        const unsigned z = %s;\n", pick("zr"))
 			b.WriteString("        zc[2 * h] = 0x10101010u - (z & 0x0f0f0f0fu);\n")
 			b.WriteString("        zc[2 * h + 1] = 0x10101010u - ((z >> 4) & 0x0f0f0f0fu);\n      }\n")
-		} else {
-			b.WriteString("      unsigned zc[4];\n")
-			b.WriteString("      for (int c = 0; c < 4; c++) zc[c] = 0x10101010u - (((zr >> (zs + 4u * c)) & 15u) + 1u) * 0x01010101u;\n")
+			return
 		}
-		// The main loop: a group of loads in flight, consumed, the
-		// slab's next group issued.
+		b.WriteString("      unsigned zc[4];\n")
+		b.WriteString("      for (int c = 0; c < 4; c++) zc[c] = 0x10101010u - (((zr >> (zs + 4u * c)) & 15u) + 1u) * 0x01010101u;\n")
+	}
+	st.main = func(b *strings.Builder) {
+		fmt.Fprintf(b, "    for (; sl < kc / %d; sl += %d) {\n", slab, rows)
+		// The slab's scales, decoded once.
+		fmt.Fprintf(b, "      float sc[%d];\n", lc)
+		for j := range lc {
+			fmt.Fprintf(b, "      sc[%d] = %s;\n", j, scaleOf(j))
+		}
 		fmt.Fprintf(b, "      const int ke = (sl + 1) * %d;\n", slab)
-		// Not unrolled: the slab's length is known, and its loop is the
-		// kernel's main loop, a group of loads an iteration.
-		fmt.Fprintf(b, "      #pragma unroll 1\n      for (int kk = sl * %d; kk < ke; kk += %d) {\n", slab, kStep)
-		consume(b)
-		fmt.Fprintf(b, "        if (kk + %d < ke) {\n", kStep)
-		group(b, fmt.Sprintf("kk + %d", kStep))
-		b.WriteString("        }\n      }\n")
+		if !q.FusedDecode() {
+			zeroWords(b)
+			slabLoop(b, false)
+		} else {
+			// The fused decode's biased zero points, -(128 + z) s
+			// (gptq's z stored less one: 129), exact (an 8-bit integer
+			// times an f16 or bf16 significand), so that a value is
+			// (128 + q) s + zb with one rounding, of an exact result.
+			// A scale that is not finite, or a bf16 one whose
+			// product overflows, makes zb ±∞ or NaN (chk then NaN):
+			// that slab decodes as the reference does instead.
+			fmt.Fprintf(b, "      float zb[%d];\n      float chk = 0.0f;\n", lc)
+			if awq {
+				fmt.Fprintf(b, "      #pragma unroll\n      for (int h = 0; h < %d; h++) {\n", words)
+				fmt.Fprintf(b, "        const unsigned z = %s;\n", pick("zr"))
+				b.WriteString("        #pragma unroll\n        for (int j = 0; j < 8; j++) zb[8 * h + j] = lum_keep((float)(128u + lum_awq_nibble(z, j)) * -sc[8 * h + j]);\n      }\n")
+			} else {
+				b.WriteString("      #pragma unroll\n      for (int c = 0; c < 4; c++) zb[c] = lum_keep((float)(129u + ((zr >> (zs + 4u * c)) & 15u)) * -sc[c]);\n")
+			}
+			fmt.Fprintf(b, "      #pragma unroll\n      for (int j = 0; j < %d; j++) chk = __fmaf_rn(zb[j], 0.0f, chk);\n", lc)
+			b.WriteString("      if (chk == 0.0f) {\n")
+			slabLoop(b, true)
+			b.WriteString("      } else {\n")
+			zeroWords(b)
+			slabLoop(b, false)
+			b.WriteString("      }\n")
+		}
 		// The thread's next slab: its scales, zero points and first
 		// codes.
 		fmt.Fprintf(b, "      if (sl + %d < kc / %d) {\n", rows, slab)

@@ -119,6 +119,49 @@ func TestEmulatedQuantGEMVMatchesReference(t *testing.T) {
 	t.Logf("%d kernels", len(kernels))
 }
 
+// TestEmulatedQuantGEMVUnfusedSlabs: where a column's biased zero point
+// overflows (a bf16 scale past 2^121: -(128 + z) s is no f32), its slabs
+// decode as the reference does rather than by the fused multiply-add,
+// which would give NaN. Every listed schedule of an awq and a gptq body
+// with such a scale (A scaled down so that the sums stay finite) matches
+// the reference under the emulation.
+func TestEmulatedQuantGEMVUnfusedSlabs(t *testing.T) {
+	t.Parallel()
+	needGXX(t)
+	bodies := map[string]*ir.Graph{
+		"awq":  quantLinearBody(t, quant.AWQ, ir.BF16, ir.BF16, 1, 1024, 64, 64, 0),
+		"gptq": quantLinearBody(t, quant.GPTQ, ir.BF16, ir.BF16, 1, 1024, 64, 64, 0),
+	}
+	kernels, of := quantGEMVKernels(t, bodies)
+	var args [][]*ir.Tensor
+	var outs [][]ir.ValueType
+	var wants []*ir.Result
+	for i, body := range of {
+		feeds, err := ir.RandomFeeds(body, uint64(i)+3, ir.Typical)
+		require.NoError(t, err)
+		x, scales := feeds["$0"], feeds["$2"]
+		for j := range x.Len() {
+			x.Set(j, math.Ldexp(x.At(j), -100))
+		}
+		// Group 1's first eight columns.
+		for c := range int64(8) {
+			scales.Set(64+c, 3e36)
+		}
+		want, err := ir.Eval(context.Background(), body, feeds, ir.EvalOptions{Magnitude: true})
+		require.NoError(t, err)
+		args = append(args, []*ir.Tensor{x, feeds["$1"], scales, feeds["$3"]})
+		outs = append(outs, []ir.ValueType{{Shape: body.Node(body.Outputs[0].Value).Shape, DType: ir.BF16}})
+		wants = append(wants, want)
+	}
+	got, err := Emulate(context.Background(), kernels, args, outs, emu.Options{Shuffle: true, Seed: 5})
+	require.NoError(t, err)
+	for i, k := range kernels {
+		require.False(t, math.IsNaN(wants[i].Outputs["out0"].At(0)), "the reference's sums are finite")
+		mm := compareOutput(t, of[i], 0, got[i][0], wants[i])
+		require.Nil(t, mm, "%s (%s): %v", k.Name, k.Schedule, mm)
+	}
+}
+
 // TestQuantGEMVSchedulesMatchPrinter: every quantized body gets
 // matrix-vector schedules of each layout the model lists, and each prints
 // with the grid and block the features price and the group of loads
@@ -248,14 +291,17 @@ func TestVerifyRefusesAWQSequentialOrder(t *testing.T) {
 	k := plantedQuantKernel(t, "awq_order", body)
 	// Column col's value: nibble col is de's byte col/2 (even) or dd's
 	// (odd).
-	value := regexp.MustCompile(`lum_q4_byte\((de|dd), \du\) \* sc\[8 \* h \+ (\d)\]`)
+	// Either decode (the fused one, and the reference's where a scale is
+	// not finite).
+	value := regexp.MustCompile(`lum_q4_(byte|fma)\((de|dd), \du(\) \* |, )sc\[8 \* h \+ (\d)\]`)
 	bad := editAll(t, k, "awq_sequential", value, func(m string) string {
-		col := int(m[len(m)-2] - '0')
+		sub := value.FindStringSubmatch(m)
+		col := int(sub[4][0] - '0')
 		d := "de"
 		if col%2 == 1 {
 			d = "dd"
 		}
-		return fmt.Sprintf("lum_q4_byte(%s, %du) * sc[8 * h + %d]", d, col/2, col)
+		return fmt.Sprintf("lum_q4_%s(%s, %du%ssc[8 * h + %d]", sub[1], d, col/2, sub[3], col)
 	})
 	verifyRefuses(t, bad, body)
 }
@@ -318,7 +364,8 @@ func TestNVRTCCompilesQuantGEMV(t *testing.T) {
 // estimates for a quantized matrix-vector schedule's main loop agrees
 // with LoopMix's count of the loop in NVRTC's PTX, pipe by pipe, at a
 // decode projection's K (4096, the loop kept; 8192 over chunks of A at
-// three rows), for each format, layout and rounding.
+// three rows), for each format, layout, rounding and decode (awq's and
+// gptq's fused multiply-add, or f32 scales' subtraction and product).
 func TestQuantGEMVLoopMixMatchesPTX(t *testing.T) {
 	lib := nvrtcOrSkip(t)
 	const K = 4096
@@ -335,6 +382,9 @@ func TestQuantGEMVLoopMixMatchesPTX(t *testing.T) {
 		{"awq bf16, three rows (8-byte loads)", quantLinearBody(t, quant.AWQ, ir.BF16, ir.F16, 3, K, 256, 128, 0), cost.Schedule{BM: 3, BN: 64, Threads: 256, Stages: 4, GEMV: true}},
 		{"gptq bf16", quantLinearBody(t, quant.GPTQ, ir.BF16, ir.F16, 1, K, 256, 128, 0), cost.Schedule{BM: 1, BN: 128, Threads: 256, Stages: 4, GEMV: true}},
 		{"gptq f32, four rows", quantLinearBody(t, quant.GPTQ, ir.F32, ir.F16, 4, K, 256, 128, 0), cost.Schedule{BM: 4, BN: 64, Threads: 128, Stages: 2, GEMV: true}},
+		{"awq bf16, one lane across (32 columns)", quantLinearBody(t, quant.AWQ, ir.BF16, ir.F16, 1, K, 256, 128, 0), cost.Schedule{BM: 1, BN: 32, Threads: 256, Stages: 4, GEMV: true}},
+		{"awq f32 scales (unfused)", quantLinearBody(t, quant.AWQ, ir.BF16, ir.F32, 1, K, 256, 128, 0), cost.Schedule{BM: 1, BN: 64, Threads: 256, Stages: 4, GEMV: true}},
+		{"gptq bf16, 8 columns", quantLinearBody(t, quant.GPTQ, ir.BF16, ir.F16, 1, K, 256, 128, 0), cost.Schedule{BM: 1, BN: 8, Threads: 128, Stages: 4, GEMV: true}},
 	}
 	var kernels []*Kernel
 	for i, c := range cases {

@@ -87,6 +87,21 @@ __device__ __forceinline__ float lum_e4m3_top(unsigned t) {
 __device__ __forceinline__ float lum_q4_byte(unsigned d, unsigned b) {
   return __uint_as_float(__byte_perm(d, 0x4b000000u, 0x7650u | b)) - 8388624.0f;
 }
+// A 4-bit code in byte b of d (the other bits of the byte clear), decoded
+// with its column's scale s and biased zero point zb = -(128 + z) s in
+// one multiply-add: the byte in the mantissa of 128 gives 128 + q, and
+// (128 + q) s + zb = (q - z) s exactly when zb is (the fma rounds once,
+// an exact result).
+// x, opaque to the compiler: a value computed once outside a loop stays
+// in its register instead of being recomputed in the loop (NVVM
+// rematerializes cheap values under register pressure).
+__device__ __forceinline__ float lum_keep(float x) {
+  asm volatile("" : "+f"(x));
+  return x;
+}
+__device__ __forceinline__ float lum_q4_fma(unsigned d, unsigned b, float s, float zb) {
+  return __fmaf_rn(__uint_as_float(__byte_perm(d, 0x43000000u, 0x7044u | (b << 8))), s, zb);
+}
 // Decoding a 16-byte load of codes in registers (the experts kernels):
 // one of its words, and one code of a word exactly, its sign, exponent
 // and mantissa put where an f32's sign, lowest exponent bits and top
