@@ -93,15 +93,7 @@ func (a *fieldParser) ctActivations() *ActQuant {
 	}
 	a.fail(checkKeys(a.f, a.prefix, []string{"num_bits", "type", "symmetric", "strategy", "dynamic", "group_size", "block_structure", "actorder"},
 		[]string{"observer", "observer_kwargs"}))
-	if b := a.intOr("num_bits", 8); b != 8 {
-		a.fail(fmt.Errorf("%q %d is not supported (want 8)", a.prefix+"num_bits", b))
-	}
-	if t, _ := a.str("type"); t != "float" {
-		a.fail(fmt.Errorf("%q %q is not supported (want float: e4m3 activations)", a.prefix+"type", t))
-	}
-	if !a.boolOr("symmetric", true) {
-		a.fail(fmt.Errorf("%q false is not supported (e4m3 activations have no zero point)", a.prefix+"symmetric"))
-	}
+	a.ctFloat8("activations")
 	strategy, _ := a.str("strategy")
 	dynamic := a.boolOr("dynamic", false)
 	var acts *ActQuant
@@ -131,15 +123,7 @@ func (w *fieldParser) ctWeights() *Quantization {
 	w.fail(checkKeys(w.f, w.prefix, []string{"num_bits", "type", "symmetric", "strategy", "block_structure", "group_size", "dynamic", "actorder"},
 		// How the scales were chosen.
 		[]string{"observer", "observer_kwargs"}))
-	if b := w.intOr("num_bits", 8); b != 8 {
-		w.fail(fmt.Errorf("%q %d is not supported (want 8)", w.prefix+"num_bits", b))
-	}
-	if t, _ := w.str("type"); t != "float" {
-		w.fail(fmt.Errorf("%q %q is not supported (want float: e4m3)", w.prefix+"type", t))
-	}
-	if !w.boolOr("symmetric", true) {
-		w.fail(fmt.Errorf("%q false is not supported (e4m3 weights have no zero point)", w.prefix+"symmetric"))
-	}
+	w.ctFloat8("weights")
 	if w.boolOr("dynamic", false) {
 		w.fail(fmt.Errorf("%q true is not supported (weights scaled at run time)", w.prefix+"dynamic"))
 	}
@@ -173,4 +157,18 @@ func (w *fieldParser) ctWeights() *Quantization {
 		w.fail(fmt.Errorf("%q %v with strategy %q: blocks are strategy block's", w.prefix+"block_structure", block, strategy))
 	}
 	return q
+}
+
+// ctFloat8 checks what a compressed-tensors quantization of what (weights
+// or activations) must say to be e4m3: num_bits 8, type float, symmetric.
+func (p *fieldParser) ctFloat8(what string) {
+	if b := p.intOr("num_bits", 8); b != 8 {
+		p.fail(fmt.Errorf("%q %d is not supported (want 8)", p.prefix+"num_bits", b))
+	}
+	if t, _ := p.str("type"); t != "float" {
+		p.fail(fmt.Errorf("%q %q is not supported (want float: e4m3 %s)", p.prefix+"type", t, what))
+	}
+	if !p.boolOr("symmetric", true) {
+		p.fail(fmt.Errorf("%q false is not supported (e4m3 %s have no zero point)", p.prefix+"symmetric", what))
+	}
 }
