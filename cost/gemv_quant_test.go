@@ -293,3 +293,33 @@ func TestQuantGEMVMergedParts(t *testing.T) {
 		assert.False(t, ok, name)
 	}
 }
+
+// TestQuantGEMVGatheredGateUp: a merged gate and up projection over
+// quantized weights whose epilogue gathers the SiLU product (lowering's
+// sibling merge) is a matrix-vector kernel: its blocks hold both parts'
+// columns of a position, a thread's columns (an awq lane's 32) in one of
+// them.
+func TestQuantGEMVGatheredGateUp(t *testing.T) {
+	d, err := LookupDevice("h100-sxm")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	const K, N = 4096, 14336
+	g := body(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", ir.BF16, 1, K)
+		in := func(i int, dt ir.DType, s ...ir.Dim) ir.Value { return b.Input(fmt.Sprintf("$%d", i), dt, s...) }
+		w := func(i int) ir.Value {
+			return b.Dequant(quant.AWQ, ir.BF16, 128, 0, in(i, ir.I32, K, N/8), in(i+1, ir.F16, K/128, N), in(i+2, ir.I32, K/128, N/8))
+		}
+		mm := b.MatMul(x, b.Concat(1, w(1), w(4)))
+		gate := b.Slice(mm, 1, 0, N, 1)
+		return b.Mul(b.Mul(gate, b.Sigmoid(gate)), b.Slice(mm, 1, N, 2*N, 1))
+	})
+	_, err = FormOf(g)
+	require.NoError(t, err)
+	e, err := m.Kernel(g)
+	require.NoError(t, err)
+	t.Logf("awq gate and up, SiLU gathered: %.1f µs %s bound %s", e.Seconds*1e6, e.Schedule, e.Bound)
+	require.True(t, e.Schedule.GEMV)
+	assert.Zero(t, e.Schedule.BN/2%32, "an awq lane's 32 columns in one part")
+	assert.InDelta(t, packedBytes(g)+K*2+N*2, e.Features.Bytes, 1, "DRAM: the packed weights, A and the product")
+}

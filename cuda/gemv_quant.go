@@ -36,18 +36,26 @@ import (
 // scale, plus the column's biased zero point -(128 + z) s), exact as the
 // reference's product; a slab whose biased zero points are not finite (a
 // scale that is not, or a bf16 one past 2^121) decodes as the reference
-// does, its code less its zero point, times its scale.
+// does, its code less its zero point, times its scale. A merged
+// projection's weights (cost.GEMVQuantPart) are read in place, each
+// column's (or thread's) part picked once before the main loop
+// (pickPart), and a gathered epilogue's column groups (a merged gate and
+// up projection's SiLU product) deal the columns to the blocks.
 
-// gemvQuantStream streams quantized weight q.
-func gemvQuantStream(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule) (gemvStream, error) {
+// gemvQuantStream streams quantized weight q, its columns dealt to the
+// blocks by colMap (a gathered epilogue's groups, or the plain layout).
+func gemvQuantStream(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, colMap gemvColumns) (gemvStream, error) {
 	chunk, ok := cost.GEMVQuantChunk(q, s)
 	if !ok {
 		return gemvStream{}, fmt.Errorf("matrix-vector matmul over %s codes: schedule %s: no layout takes it", q.Format, s)
 	}
-	if q.KContiguous() {
-		return gemvQuantAlongK(body, g, q, s, chunk)
+	if !colMap.m.Fits(s.BN, q.LaneColumns()) {
+		return gemvStream{}, fmt.Errorf("matrix-vector matmul over %s codes: schedule %s: its blocks do not hold the column groups (%d x %d) its epilogue reads together in whole lanes of %d columns", q.Format, s, colMap.m.P, colMap.m.I, q.LaneColumns())
 	}
-	return gemvQuantRows(body, g, q, s, chunk)
+	if q.KContiguous() {
+		return gemvQuantAlongK(body, g, q, s, chunk, colMap)
+	}
+	return gemvQuantRows(body, g, q, s, chunk, colMap)
 }
 
 // roundAll prints the rounding of the f32 products f[0..n) to the
@@ -71,12 +79,12 @@ func roundAll(b *strings.Builder, q cost.GEMVQuant, indent, f string, n int) {
 // gemvQuantAlongK streams mxfp4 or fp8 codes, a lane's loads running
 // along K (cost.GEMVLayout: warp w owns columns col0.. and the part-th
 // split of K).
-func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64) (gemvStream, error) {
+func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64, colMap gemvColumns) (gemvStream, error) {
 	cols, split, ok := cost.GEMVLayout(s)
 	if !ok {
 		return gemvStream{}, fmt.Errorf("matrix-vector matmul: schedule %s: warps and BN columns must divide one another", s)
 	}
-	M, N, K, U := g.M, q.N, q.K, s.Stages
+	M, K, U := g.M, q.K, s.Stages
 	vec := q.Vec()
 	pass := 32 * vec * split // K covered by one load of every lane of a column's warps
 	slices := vec / 4
@@ -89,7 +97,6 @@ func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Sche
 	if !mx {
 		rowBytes, perK, scaleK = K, 1, q.Group
 	}
-	colMap := gemvColumns{bn: int64(s.BN), N: N}
 	perColumn := q.ScalePerColumn()
 	st := gemvStream{chunk: chunk, partials: split, slices: slices}
 	st.decl = func(b *strings.Builder) {
@@ -250,7 +257,7 @@ func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Sche
 // block's rows of threads taking slabs of consecutive k (row sl of a
 // chunk's slabs, then sl + rows, ...), a thread's scales and zero points
 // loaded with a slab's first codes and decoded once a slab.
-func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64) (gemvStream, error) {
+func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64, colMap gemvColumns) (gemvStream, error) {
 	lanes, rows, slab, _, _ := cost.GEMVQuantSlab(q, s)
 	M, N, U := g.M, q.N, s.Stages
 	awq := q.Format == quant.AWQ
@@ -269,7 +276,6 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 		return fmt.Sprintf("h == 0 ? %[1]s.x : h == 1 ? %[1]s.y : h == 2 ? %[1]s.z : %[1]s.w", v)
 	}
 	sdt := q.ScaleDType
-	colMap := gemvColumns{bn: int64(s.BN), N: N}
 	// The rows of a part's codes (awq's one k, gptq's eight), scales and
 	// zero points: constants for one weight, a thread's part's for a
 	// merged one (picked with its pointers).
