@@ -244,8 +244,9 @@ func matmulStructure(body *ir.Graph, mm ir.Value) error {
 		if gerr != nil {
 			return fmt.Errorf("%w; as a gathered epilogue: %w", err, gerr)
 		}
-		if _, _, ok := GEMVWeight(body, mm); !ok {
-			return fmt.Errorf("%w; a gathered epilogue needs the matrix-vector kernel, whose weight must be a plain f32, f16 or bf16 buffer", err)
+		_, _, plain := GEMVWeight(body, mm)
+		if _, quantized := GEMVQuantWeight(body, mm); !plain && !quantized {
+			return fmt.Errorf("%w; a gathered epilogue needs the matrix-vector kernel, whose weight must be a plain f32, f16 or bf16 buffer or a quantized one it streams packed", err)
 		}
 		k := &kernelForm{body: body, form: FormMatMul, matmuls: []ir.Value{mm}}
 		if len(k.gatheredSchedules(g)) == 0 {

@@ -449,11 +449,21 @@ func GatheredSchedule(body *ir.Graph, mm ir.Value) (Schedule, bool) {
 // and whose chunk of A and partials fit the shared memory the printer
 // declares for them.
 func (k *kernelForm) gatheredSchedules(g *Gathered) []Schedule {
+	var out []Schedule
+	if q, ok := GEMVQuantWeight(k.body, k.matmuls[0]); ok {
+		// A quantized weight's (a merged gate and up projection's
+		// packed parts): a thread's columns in one group.
+		for _, s := range k.gemvQuantSchedules(q) {
+			if p, ok := k.gemvQuantPlan(q, s); ok && g.Map.Fits(s.BN, q.LaneColumns()) && p.shared <= GEMVSharedLimit {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
 	M, _, K, _, _, kContiguous, ok := k.gemvShape()
 	if !ok {
 		return nil
 	}
-	var out []Schedule
 	for _, s := range k.gemvSchedules() {
 		partials := s.Threads / 32
 		if kContiguous {

@@ -158,9 +158,14 @@ func (k *kernelForm) gemvShape() (M, N, K, batch, size int, kContiguous, ok bool
 }
 
 // gemvVec is the columns one 16-byte weight load of a matrix-vector
-// kernel covers: vec over a row-major weight, 1 over a K-contiguous one
-// (a lane's load runs along K).
+// kernel covers: vec over a row-major weight (a quantized one's lane
+// columns), 1 over a K-contiguous one (a lane's load runs along K).
 func (k *kernelForm) gemvVec() int {
+	if len(k.matmuls) == 1 {
+		if q, ok := GEMVQuantWeight(k.body, k.matmuls[0]); ok {
+			return q.LaneColumns() // a thread's columns, one load's
+		}
+	}
 	_, _, _, _, size, kContiguous, ok := k.gemvShape()
 	if !ok || kContiguous {
 		return 1

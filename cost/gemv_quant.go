@@ -55,16 +55,37 @@ const (
 
 // GEMVQuant is a quantized weight a matrix-vector kernel streams packed:
 // the dequant's format, the dtype its values round to, the matmul's M,
-// the weight's N and K, its groups, the kernel arguments holding its
-// codes, scales and zero points (Zeros is -1 for mxfp4 and fp8), and the
-// scales' dtype.
+// the weight's N and K, its groups, the scales' dtype, and its parts: one
+// weight, or the weights of a merged projection side by side (a
+// concatenation along the columns, Q, K and V), each with its own kernel
+// arguments, all of one format, K, groups and dtypes.
 type GEMVQuant struct {
-	Format               quant.Format
-	DType                ir.DType
-	M, N, K              int64
-	Group, GroupN        int64
+	Format        quant.Format
+	DType         ir.DType
+	M, N, K       int64
+	Group, GroupN int64
+	ScaleDType    ir.DType
+	Parts         []GEMVQuantPart
+}
+
+// GEMVQuantPart is one weight of a GEMVQuant: its columns and the kernel
+// arguments holding its codes, scales and zero points (Zeros is -1 for
+// mxfp4 and fp8).
+type GEMVQuantPart struct {
+	N                    int64
 	Codes, Scales, Zeros ir.Value
-	ScaleDType           ir.DType
+}
+
+// Args is the kernel arguments of every part's packed operands.
+func (q GEMVQuant) Args() []ir.Value {
+	var out []ir.Value
+	for _, p := range q.Parts {
+		out = append(out, p.Codes, p.Scales)
+		if p.Zeros >= 0 {
+			out = append(out, p.Zeros)
+		}
+	}
+	return out
 }
 
 // FusedDecode reports whether a row-major weight's values decode with one
@@ -134,16 +155,19 @@ func (q GEMVQuant) ScalePerColumn() bool {
 // kernel streams packed: at most GEMVRows rows of A (gemvAWQRows for
 // awq), no batch, and a right operand that is a two-dimensional dequant
 // of kernel arguments, read through the transposing permute (mxfp4, fp8)
-// or directly (awq, gptq), whose 16-byte loads are aligned and whole: K a
-// multiple of 16 and fp8's scale blocks whole loads (Group a multiple of
-// 16, or the whole of K), N a multiple of 32 for awq (a load's four words)
-// and of 4 for gptq.
+// or directly (awq, gptq), or a concatenation along the columns of such
+// dequants of one format, dtype, K and groups (a merged projection,
+// whose parts the kernel reads in place: each column's part is picked
+// once, outside the main loop), whose 16-byte loads are aligned and
+// whole: K a multiple of 16 and fp8's scale blocks whole loads (Group a
+// multiple of 16, or the whole of K), each part's N a multiple of 32 for
+// awq (a load's four words) and of 4 for gptq.
 func GEMVQuantWeight(body *ir.Graph, mm ir.Value) (GEMVQuant, bool) {
 	n := body.Node(mm)
 	if n.Op != ir.OpMatMul || len(n.Inputs) != 2 {
 		return GEMVQuant{}, false
 	}
-	a, right := body.Node(n.Inputs[0]), n.Inputs[1]
+	a := body.Node(n.Inputs[0])
 	if len(a.Shape) < 2 || len(n.Shape) < 2 {
 		return GEMVQuant{}, false
 	}
@@ -151,11 +175,46 @@ func GEMVQuantWeight(body *ir.Graph, mm ir.Value) (GEMVQuant, bool) {
 	if M < 1 || M > GEMVRows || a.Shape.NumElements() != M*K || n.Shape.NumElements() != M*int64(n.Shape[len(n.Shape)-1]) {
 		return GEMVQuant{}, false
 	}
-	transposed := false
-	if r := body.Node(right); r.Op == ir.OpPermute && len(r.Attrs.Perm) == 2 && r.Attrs.Perm[0] == 1 && r.Attrs.Perm[1] == 0 {
-		right, transposed = r.Inputs[0], true
+	parts := []ir.Value{n.Inputs[1]}
+	if r := body.Node(n.Inputs[1]); r.Op == ir.OpConcat && len(r.Shape) == 2 && (r.Attrs.Axis == 1 || r.Attrs.Axis == -1) && len(r.Inputs) >= 2 {
+		parts = r.Inputs
 	}
-	d := body.Node(right)
+	var q GEMVQuant
+	for i, v := range parts {
+		w, ok := gemvQuantPart(body, v)
+		if !ok {
+			return GEMVQuant{}, false
+		}
+		p := w.Parts[0]
+		if i == 0 {
+			q = w
+		} else if w.Format != q.Format || w.DType != q.DType || w.K != q.K || w.Group != q.Group || w.GroupN != q.GroupN || w.ScaleDType != q.ScaleDType {
+			return GEMVQuant{}, false
+		} else {
+			q.N += p.N
+			q.Parts = append(q.Parts, p)
+		}
+		switch {
+		case q.Format == quant.AWQ && p.N%32 != 0, q.Format == quant.GPTQ && p.N%4 != 0:
+			return GEMVQuant{}, false
+		}
+	}
+	q.M = M
+	if q.K != K || q.K%16 != 0 || q.Format == quant.FP8 && q.Group%16 != 0 && q.Group < q.K || q.Format == quant.AWQ && M > gemvAWQRows {
+		return GEMVQuant{}, false
+	}
+	return q, true
+}
+
+// gemvQuantPart is the quantized weight v reads, as a GEMVQuant of one
+// part (its M unset): a dequant of kernel arguments, through the
+// transposing permute when its layout is K-contiguous.
+func gemvQuantPart(body *ir.Graph, v ir.Value) (GEMVQuant, bool) {
+	transposed := false
+	if r := body.Node(v); r.Op == ir.OpPermute && len(r.Attrs.Perm) == 2 && r.Attrs.Perm[0] == 1 && r.Attrs.Perm[1] == 0 {
+		v, transposed = r.Inputs[0], true
+	}
+	d := body.Node(v)
 	if d.Op != ir.OpDequant || len(d.Shape) != 2 {
 		return GEMVQuant{}, false
 	}
@@ -164,15 +223,16 @@ func GEMVQuantWeight(body *ir.Graph, mm ir.Value) (GEMVQuant, bool) {
 	// their linear order.
 	args := make([]ir.Value, len(d.Inputs))
 	for i, in := range d.Inputs {
-		v, ok := ir.DequantOperand(body, in)
+		a, ok := ir.DequantOperand(body, in)
 		if !ok {
 			return GEMVQuant{}, false
 		}
-		args[i] = v
+		args[i] = a
 	}
-	q := GEMVQuant{Format: d.Format, DType: d.DType, M: M, Group: d.Group, GroupN: d.GroupN, Codes: args[0], Scales: args[1], Zeros: -1, ScaleDType: body.Node(args[1]).DType}
+	q := GEMVQuant{Format: d.Format, DType: d.DType, Group: d.Group, GroupN: d.GroupN, ScaleDType: body.Node(args[1]).DType}
+	p := GEMVQuantPart{Codes: args[0], Scales: args[1], Zeros: -1}
 	if len(args) == 3 {
-		q.Zeros = args[2]
+		p.Zeros = args[2]
 	}
 	if transposed != q.KContiguous() {
 		return GEMVQuant{}, false
@@ -182,23 +242,8 @@ func GEMVQuantWeight(body *ir.Graph, mm ir.Value) (GEMVQuant, bool) {
 	} else {
 		q.K, q.N = int64(d.Shape[0]), int64(d.Shape[1])
 	}
-	if q.K != K || q.K%16 != 0 {
-		return GEMVQuant{}, false
-	}
-	switch q.Format {
-	case quant.FP8:
-		if q.Group%16 != 0 && q.Group < q.K {
-			return GEMVQuant{}, false
-		}
-	case quant.AWQ:
-		if q.N%32 != 0 || M > gemvAWQRows {
-			return GEMVQuant{}, false
-		}
-	case quant.GPTQ:
-		if q.N%4 != 0 {
-			return GEMVQuant{}, false
-		}
-	}
+	p.N = q.N
+	q.Parts = []GEMVQuantPart{p}
 	return q, true
 }
 
@@ -425,10 +470,8 @@ func (k *kernelForm) gemvQuantPlan(q GEMVQuant, s Schedule) (gemvPlan, bool) {
 		return gemvPlan{}, false
 	}
 	p := gemvPlan{M: M, N: int(q.N), K: int(q.K), batch: 1, loads: loads, step: step, loop: loop, ldsBytes: 128, loadBytes: q.LoadBytes()}
-	for _, v := range []ir.Value{q.Codes, q.Scales, q.Zeros} {
-		if v >= 0 {
-			p.weight += k.bytesOf(v)
-		}
+	for _, v := range q.Args() {
+		p.weight += k.bytesOf(v)
 	}
 	p.padN = float64(ceilDiv(p.N, s.BN) * s.BN)
 	chunk, ok := GEMVQuantChunk(q, s)
@@ -492,8 +535,11 @@ func (k *kernelForm) gemvQuantPlan(q GEMVQuant, s Schedule) (gemvPlan, bool) {
 		if q.Format == quant.GPTQ {
 			codeRow = 4 * bn // eight k's a word a column
 		}
-		p.weight = k.bytesOf(q.Codes)*sectorShare(codeRow) +
-			float64(ceilDiv(int(q.Group), int(slab)))*(k.bytesOf(q.Scales)*sectorShare(bn*int64(q.ScaleDType.Size()))+k.bytesOf(q.Zeros)*sectorShare(bn/2))
+		p.weight = 0
+		for _, w := range q.Parts {
+			p.weight += k.bytesOf(w.Codes)*sectorShare(codeRow) +
+				float64(ceilDiv(int(q.Group), int(slab)))*(k.bytesOf(w.Scales)*sectorShare(bn*int64(q.ScaleDType.Size()))+k.bytesOf(w.Zeros)*sectorShare(bn/2))
+		}
 	}
 	p.shared = 4 * (int64(M)*chunk + int64(p.partials)*int64(M)*int64(s.BN))
 	return p, true

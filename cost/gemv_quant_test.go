@@ -1,6 +1,7 @@
 package cost
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/lumsearch/lumsearch/ir"
@@ -245,4 +246,80 @@ func TestQuantGEMVFusedDecode(t *testing.T) {
 			assert.InDelta(t, values*(decode+rows)+extra, mix.FP, 1e-9, "%s %s", f, sdt)
 		}
 	}
+}
+
+// TestQuantGEMVMergedParts: a merged projection's right operand, a
+// concat along the columns of quantized weights of one format, dtype, K
+// and groups, is streamed part by part (each its own arguments): the
+// model prices every part's packed bytes once; parts of two formats, or an
+// awq part no whole load of columns wide, are no matrix-vector weight.
+func TestQuantGEMVMergedParts(t *testing.T) {
+	d, err := LookupDevice("h100-sxm")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	awq := func(b *ir.Builder, i int, K, N ir.Dim) ir.Value {
+		in := func(j int, dt ir.DType, s ...ir.Dim) ir.Value { return b.Input(fmt.Sprintf("$%d", 1+3*i+j), dt, s...) }
+		return b.Dequant(quant.AWQ, ir.BF16, 128, 0, in(0, ir.I32, K, N/8), in(1, ir.F16, K/128, N), in(2, ir.I32, K/128, N/8))
+	}
+	merged := body(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", ir.BF16, 1, 4096)
+		return b.MatMul(x, b.Concat(1, awq(b, 0, 4096, 4096), awq(b, 1, 4096, 1024)))
+	})
+	k, err := analyze(merged)
+	require.NoError(t, err)
+	q := mustQuant(t, merged, k)
+	require.Len(t, q.Parts, 2)
+	assert.Equal(t, int64(5120), q.N)
+	assert.Len(t, q.Args(), 6)
+	e, err := m.Kernel(merged)
+	require.NoError(t, err)
+	assert.True(t, e.Schedule.GEMV)
+	assert.InDelta(t, packedBytes(merged)+4096*2+5120*2, e.Features.Bytes, 1, "DRAM: both weights' packed bytes, A and C")
+	t.Logf("q and k merged: %.1f µs %s", e.Seconds*1e6, e.Schedule)
+
+	mixed := body(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", ir.BF16, 1, 4096)
+		gptq := b.Dequant(quant.GPTQ, ir.BF16, 128, 0, b.Input("$4", ir.I32, 512, 1024), b.Input("$5", ir.F16, 32, 1024), b.Input("$6", ir.I32, 32, 128))
+		return b.MatMul(x, b.Concat(1, awq(b, 0, 4096, 4096), gptq))
+	})
+	narrow := body(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", ir.BF16, 1, 4096)
+		return b.MatMul(x, b.Concat(1, awq(b, 0, 4096, 4096), awq(b, 1, 4096, 16)))
+	})
+	for name, g := range map[string]*ir.Graph{"two formats": mixed, "a part of 16 awq columns": narrow} {
+		k, err := analyze(g)
+		require.NoError(t, err)
+		_, ok := GEMVQuantWeight(g, k.matmuls[0])
+		assert.False(t, ok, name)
+	}
+}
+
+// TestQuantGEMVGatheredGateUp: a merged gate and up projection over
+// quantized weights whose epilogue gathers the SiLU product (lowering's
+// sibling merge) is a matrix-vector kernel: its blocks hold both parts'
+// columns of a position, a thread's columns (an awq lane's 32) in one of
+// them.
+func TestQuantGEMVGatheredGateUp(t *testing.T) {
+	d, err := LookupDevice("h100-sxm")
+	require.NoError(t, err)
+	m := NewModel(d, Defaults(d))
+	const K, N = 4096, 14336
+	g := body(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", ir.BF16, 1, K)
+		in := func(i int, dt ir.DType, s ...ir.Dim) ir.Value { return b.Input(fmt.Sprintf("$%d", i), dt, s...) }
+		w := func(i int) ir.Value {
+			return b.Dequant(quant.AWQ, ir.BF16, 128, 0, in(i, ir.I32, K, N/8), in(i+1, ir.F16, K/128, N), in(i+2, ir.I32, K/128, N/8))
+		}
+		mm := b.MatMul(x, b.Concat(1, w(1), w(4)))
+		gate := b.Slice(mm, 1, 0, N, 1)
+		return b.Mul(b.Mul(gate, b.Sigmoid(gate)), b.Slice(mm, 1, N, 2*N, 1))
+	})
+	_, err = FormOf(g)
+	require.NoError(t, err)
+	e, err := m.Kernel(g)
+	require.NoError(t, err)
+	t.Logf("awq gate and up, SiLU gathered: %.1f µs %s bound %s", e.Seconds*1e6, e.Schedule, e.Bound)
+	require.True(t, e.Schedule.GEMV)
+	assert.Zero(t, e.Schedule.BN/2%32, "an awq lane's 32 columns in one part")
+	assert.InDelta(t, packedBytes(g)+K*2+N*2, e.Features.Bytes, 1, "DRAM: the packed weights, A and the product")
 }

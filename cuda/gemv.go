@@ -59,8 +59,8 @@ func printGEMV(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (string,
 		colMap.m = gath.Map
 	}
 	var st gemvStream
-	if q, ok := cost.GEMVQuantWeight(body, mm); ok && gath == nil {
-		st, err = gemvQuantStream(body, g, q, s)
+	if q, ok := cost.GEMVQuantWeight(body, mm); ok {
+		st, err = gemvQuantStream(body, g, q, s, colMap)
 	} else {
 		st, err = gemvPlainStream(body, mm, g, s, colMap, gath != nil)
 	}

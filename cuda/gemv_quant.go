@@ -36,18 +36,26 @@ import (
 // scale, plus the column's biased zero point -(128 + z) s), exact as the
 // reference's product; a slab whose biased zero points are not finite (a
 // scale that is not, or a bf16 one past 2^121) decodes as the reference
-// does, its code less its zero point, times its scale.
+// does, its code less its zero point, times its scale. A merged
+// projection's weights (cost.GEMVQuantPart) are read in place, each
+// column's (or thread's) part picked once before the main loop
+// (pickPart), and a gathered epilogue's column groups (a merged gate and
+// up projection's SiLU product) deal the columns to the blocks.
 
-// gemvQuantStream streams quantized weight q.
-func gemvQuantStream(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule) (gemvStream, error) {
+// gemvQuantStream streams quantized weight q, its columns dealt to the
+// blocks by colMap (a gathered epilogue's groups, or the plain layout).
+func gemvQuantStream(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, colMap gemvColumns) (gemvStream, error) {
 	chunk, ok := cost.GEMVQuantChunk(q, s)
 	if !ok {
 		return gemvStream{}, fmt.Errorf("matrix-vector matmul over %s codes: schedule %s: no layout takes it", q.Format, s)
 	}
-	if q.KContiguous() {
-		return gemvQuantAlongK(body, g, q, s, chunk)
+	if !colMap.m.Fits(s.BN, q.LaneColumns()) {
+		return gemvStream{}, fmt.Errorf("matrix-vector matmul over %s codes: schedule %s: its blocks do not hold the column groups (%d x %d) its epilogue reads together in whole lanes of %d columns", q.Format, s, colMap.m.P, colMap.m.I, q.LaneColumns())
 	}
-	return gemvQuantRows(body, g, q, s, chunk)
+	if q.KContiguous() {
+		return gemvQuantAlongK(body, g, q, s, chunk, colMap)
+	}
+	return gemvQuantRows(body, g, q, s, chunk, colMap)
 }
 
 // roundAll prints the rounding of the f32 products f[0..n) to the
@@ -71,12 +79,12 @@ func roundAll(b *strings.Builder, q cost.GEMVQuant, indent, f string, n int) {
 // gemvQuantAlongK streams mxfp4 or fp8 codes, a lane's loads running
 // along K (cost.GEMVLayout: warp w owns columns col0.. and the part-th
 // split of K).
-func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64) (gemvStream, error) {
+func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64, colMap gemvColumns) (gemvStream, error) {
 	cols, split, ok := cost.GEMVLayout(s)
 	if !ok {
 		return gemvStream{}, fmt.Errorf("matrix-vector matmul: schedule %s: warps and BN columns must divide one another", s)
 	}
-	M, N, K, U := g.M, q.N, q.K, s.Stages
+	M, K, U := g.M, q.K, s.Stages
 	vec := q.Vec()
 	pass := 32 * vec * split // K covered by one load of every lane of a column's warps
 	slices := vec / 4
@@ -89,8 +97,6 @@ func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Sche
 	if !mx {
 		rowBytes, perK, scaleK = K, 1, q.Group
 	}
-	codes, scales := paramName(body, q.Codes), paramName(body, q.Scales)
-	colMap := gemvColumns{bn: int64(s.BN), N: N}
 	perColumn := q.ScalePerColumn()
 	st := gemvStream{chunk: chunk, partials: split, slices: slices}
 	st.decl = func(b *strings.Builder) {
@@ -102,13 +108,14 @@ func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Sche
 			fmt.Fprintf(b, "  const float* sp[%d];\n", cols)
 		}
 		fmt.Fprintf(b, "  for (int c = 0; c < %d; c++) {\n", cols)
-		fmt.Fprintf(b, "    %s\n", colMap.decl("n", "col0 + c", 1))
-		fmt.Fprintf(b, "    wp[c] = %s + n * %dLL;\n", codes, rowBytes)
-		if mx {
-			fmt.Fprintf(b, "    sp[c] = %s + n * %dLL;\n  }\n", scales, K/32)
-		} else {
-			fmt.Fprintf(b, "    sp[c] = %s + n / %dLL * %dLL;\n  }\n", scales, q.GroupN, sk)
-		}
+		pickPart(b, q, colMap, "col0 + c", 1, func(p cost.GEMVQuantPart) string {
+			codes, scales := paramName(body, p.Codes), paramName(body, p.Scales)
+			if mx {
+				return fmt.Sprintf("wp[c] = %s + n * %dLL; sp[c] = %s + n * %dLL;", codes, rowBytes, scales, K/32)
+			}
+			return fmt.Sprintf("wp[c] = %s + n * %dLL; sp[c] = %s + n / %dLL * %dLL;", codes, rowBytes, scales, q.GroupN, sk)
+		})
+		b.WriteString("  }\n")
 		fmt.Fprintf(b, "  uint4 w[%d][%d];\n", U, cols)
 		switch {
 		case mx:
@@ -250,7 +257,7 @@ func gemvQuantAlongK(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Sche
 // block's rows of threads taking slabs of consecutive k (row sl of a
 // chunk's slabs, then sl + rows, ...), a thread's scales and zero points
 // loaded with a slab's first codes and decoded once a slab.
-func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64) (gemvStream, error) {
+func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedule, chunk int64, colMap gemvColumns) (gemvStream, error) {
 	lanes, rows, slab, _, _ := cost.GEMVQuantSlab(q, s)
 	M, N, U := g.M, q.N, s.Stages
 	awq := q.Format == quant.AWQ
@@ -268,9 +275,18 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 		}
 		return fmt.Sprintf("h == 0 ? %[1]s.x : h == 1 ? %[1]s.y : h == 2 ? %[1]s.z : %[1]s.w", v)
 	}
-	codes, scales, zeros := paramName(body, q.Codes), paramName(body, q.Scales), paramName(body, q.Zeros)
-	sdt := body.Node(q.Scales).DType
-	colMap := gemvColumns{bn: int64(s.BN), N: N}
+	sdt := q.ScaleDType
+	// The rows of a part's codes (awq's one k, gptq's eight), scales and
+	// zero points: constants for one weight, a thread's part's for a
+	// merged one (picked with its pointers).
+	rowWords, scaleRow, zeroRow := "nw", "ns", "nz"
+	if len(q.Parts) == 1 {
+		rw := N / 8
+		if !awq {
+			rw = N
+		}
+		rowWords, scaleRow, zeroRow = fmt.Sprintf("%dLL", rw), fmt.Sprintf("%dLL", N), fmt.Sprintf("%dLL", N/8)
+	}
 	// The raw scales of a thread's columns: 16-byte loads of them.
 	scaleLoads := max(1, lc*sdt.Size()/16)
 	scaleType := "uint4"
@@ -280,14 +296,33 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 	st := gemvStream{chunk: chunk, partials: s.Threads / 32, slices: 1}
 	st.decl = func(b *strings.Builder) {
 		fmt.Fprintf(b, "  const int cg = threadIdx.x %% %d, kr = threadIdx.x / %d;\n", lanes, lanes)
-		fmt.Fprintf(b, "  %s\n", colMap.decl("n", fmt.Sprintf("cg * %d", lc), int64(lc)))
-		if awq {
-			fmt.Fprintf(b, "  const int* wp = %s + n / 8;\n", codes)
-		} else {
-			fmt.Fprintf(b, "  const int* wp = %s + n;\n", codes)
-			b.WriteString("  const unsigned zs = (unsigned)(n % 8) * 4u;\n")
+		fmt.Fprintf(b, "  const int* wp;\n  const %s* sp;\n  const int* zp;\n", storageType(sdt))
+		if len(q.Parts) > 1 {
+			b.WriteString("  long long nw, ns, nz;\n")
 		}
-		fmt.Fprintf(b, "  const %s* sp = %s + n;\n  const int* zp = %s + n / 8;\n", storageType(sdt), scales, zeros)
+		if !awq {
+			b.WriteString("  unsigned zs;\n")
+		}
+		b.WriteString("  {\n")
+		pickPart(b, q, colMap, fmt.Sprintf("cg * %d", lc), int64(lc), func(p cost.GEMVQuantPart) string {
+			codes, scales, zeros := paramName(body, p.Codes), paramName(body, p.Scales), paramName(body, p.Zeros)
+			var c strings.Builder
+			if awq {
+				fmt.Fprintf(&c, "wp = %s + n / 8;", codes)
+			} else {
+				fmt.Fprintf(&c, "wp = %s + n; zs = (unsigned)(n %% 8) * 4u;", codes)
+			}
+			fmt.Fprintf(&c, " sp = %s + n; zp = %s + n / 8;", scales, zeros)
+			if len(q.Parts) > 1 {
+				rw := p.N / 8
+				if !awq {
+					rw = p.N
+				}
+				fmt.Fprintf(&c, " nw = %dLL; ns = %dLL; nz = %dLL;", rw, p.N, p.N/8)
+			}
+			return c.String()
+		})
+		b.WriteString("  }\n")
 		fmt.Fprintf(b, "  %s w[%d][1];\n  %s sr[%d];\n", wordType, U, scaleType, scaleLoads)
 		if awq {
 			fmt.Fprintf(b, "  %s zr;\n", wordType)
@@ -300,13 +335,9 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 	}
 	// group prints a group of loads from the chunk's kk, a row of codes
 	// (awq's one k, gptq's eight) apart.
-	rowWords := N / 8
-	if !awq {
-		rowWords = N
-	}
 	group := func(b *strings.Builder, kk string) {
-		fmt.Fprintf(b, "        {\n          const int* p = wp + (k0 + %s) / %d * %dLL;\n", kk, q.LoadK(), rowWords)
-		fmt.Fprintf(b, "          #pragma unroll\n          for (int u = 0; u < %d; u++) w[u][0] = %s(p + u * %d);\n        }\n", U, ld, rowWords)
+		fmt.Fprintf(b, "        {\n          const int* p = wp + (k0 + %s) / %d * %s;\n", kk, q.LoadK(), rowWords)
+		fmt.Fprintf(b, "          #pragma unroll\n          for (int u = 0; u < %d; u++) w[u][0] = %s(p + u * %s);\n        }\n", U, ld, rowWords)
 	}
 	// slabLoads prints the loads of slab sl's scales and zero points
 	// and its first group of codes, issued together.
@@ -317,12 +348,12 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 			load = "lum_ld8"
 		}
 		for j := range scaleLoads {
-			fmt.Fprintf(b, "        sr[%d] = %s(sp + grp * %dLL + %d);\n", j, load, N, j*16/sdt.Size())
+			fmt.Fprintf(b, "        sr[%d] = %s(sp + grp * %s + %d);\n", j, load, scaleRow, j*16/sdt.Size())
 		}
 		if awq {
-			fmt.Fprintf(b, "        zr = %s(zp + grp * %dLL);\n", ld, N/8)
+			fmt.Fprintf(b, "        zr = %s(zp + grp * %s);\n", ld, zeroRow)
 		} else {
-			fmt.Fprintf(b, "        zr = (unsigned)zp[grp * %dLL];\n", N/8)
+			fmt.Fprintf(b, "        zr = (unsigned)zp[grp * %s];\n", zeroRow)
 		}
 		group(b, fmt.Sprintf("%s * %d", sl, slab))
 	}
@@ -513,4 +544,28 @@ func gemvQuantRows(body *ir.Graph, g matmulGeom, q cost.GEMVQuant, s cost.Schedu
 		fmt.Fprintf(b, "    if (lane < %d) Part[warp][i][cg * %d + j] = v;\n  }\n", lanes, lc)
 	}
 	return st, nil
+}
+
+// pickPart prints the pointers of local column lc (a C expression, its
+// column clamped to the last whole group of vec columns) as set, given
+// its part's arguments and n, the column within the part: a merged
+// projection's column picks its part here, once, outside the main loop.
+func pickPart(b *strings.Builder, q cost.GEMVQuant, colMap gemvColumns, lc string, vec int64, set func(cost.GEMVQuantPart) string) {
+	if len(q.Parts) == 1 {
+		fmt.Fprintf(b, "    %s\n    %s\n", colMap.decl("n", lc, vec), set(q.Parts[0]))
+		return
+	}
+	fmt.Fprintf(b, "    %s\n    ", colMap.decl("n_", lc, vec))
+	off := int64(0)
+	for i, p := range q.Parts {
+		if i < len(q.Parts)-1 {
+			fmt.Fprintf(b, "if (n_ < %dLL) ", off+p.N)
+		}
+		fmt.Fprintf(b, "{ const long long n = n_ - %dLL; %s }", off, set(p))
+		if i < len(q.Parts)-1 {
+			b.WriteString(" else ")
+		}
+		off += p.N
+	}
+	b.WriteString("\n")
 }

@@ -43,10 +43,64 @@ func quantLinearBody(t testing.TB, f quant.Format, dt, sdt ir.DType, M, K, N, gr
 	})
 }
 
+// quantMergedBody is x [M, K] times the weights of a merged projection
+// side by side (a concatenation along the columns of ns columns each),
+// quantized as quantLinearBody quantizes one, each part its own
+// arguments.
+func quantMergedBody(t testing.TB, f quant.Format, dt, sdt ir.DType, M, K int, ns []int, group, groupN int) *ir.Graph {
+	return quantMerged(t, f, dt, sdt, M, K, ns, group, groupN, false)
+}
+
+// quantGateUpBody is a merged gate and up projection of N columns each
+// over quantized weights (quantMergedBody), the SiLU of the gate times
+// the up projection its epilogue: a gathered one (cost's gather.go).
+func quantGateUpBody(t testing.TB, f quant.Format, dt, sdt ir.DType, M, K, N, group, groupN int) *ir.Graph {
+	return quantMerged(t, f, dt, sdt, M, K, []int{N, N}, group, groupN, true)
+}
+
+func quantMerged(t testing.TB, f quant.Format, dt, sdt ir.DType, M, K int, ns []int, group, groupN int, gateUp bool) *ir.Graph {
+	return buildBody(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", dt, ir.Dim(M), ir.Dim(K))
+		arg := 1
+		in := func(dt ir.DType, shape ...int) ir.Value {
+			dims := make([]ir.Dim, len(shape))
+			for i, d := range shape {
+				dims[i] = ir.Dim(d)
+			}
+			arg++
+			return b.Input(fmt.Sprintf("$%d", arg-1), dt, dims...)
+		}
+		var parts []ir.Value
+		for _, N := range ns {
+			var w ir.Value
+			switch f {
+			case quant.MXFP4:
+				w = b.Permute(b.Dequant(f, dt, 32, 0, in(ir.U8, N, K/32, 16), in(ir.U8, N, K/32)), 1, 0)
+			case quant.FP8:
+				w = b.Permute(b.Dequant(f, dt, int64(group), int64(groupN), in(ir.U8, N, K), in(ir.F32, (N+groupN-1)/groupN, (K+group-1)/group)), 1, 0)
+			case quant.AWQ:
+				w = b.Dequant(f, dt, int64(group), 0, in(ir.I32, K, N/8), in(sdt, K/group, N), in(ir.I32, K/group, N/8))
+			default:
+				w = b.Dequant(f, dt, int64(group), 0, in(ir.I32, K/8, N), in(sdt, K/group, N), in(ir.I32, K/group, N/8))
+			}
+			parts = append(parts, w)
+		}
+		mm := b.MatMul(x, b.Concat(1, parts...))
+		if !gateUp {
+			return mm
+		}
+		N := int64(ns[0])
+		g := b.Slice(mm, 1, 0, N, 1)
+		return b.Mul(b.Mul(g, b.Sigmoid(g)), b.Slice(mm, 1, N, 2*N, 1))
+	})
+}
+
 // quantGEMVBodies are decode projections over quantized weights of each
 // format, in bf16 at one row and f32 at four (mxfp4 in f16 too, whose
 // products round, and at eight rows), N no block width divides, K over one
-// or two chunks of A:
+// or two chunks of A, merged projections of each format (parts no block
+// width divides), and merged gate and up projections whose epilogue
+// gathers the SiLU product:
 // fp8 per channel and in 128 × 128 blocks, awq and gptq with f16 scales
 // and groups of 64 and 128 (awq with f32 scales, gptq with bf16 ones,
 // awq at three rows, whose lanes load 8 bytes).
@@ -65,6 +119,17 @@ func quantGEMVBodies(t testing.TB) map[string]*ir.Graph {
 		"gptq_bf16_m1_g128":      quantLinearBody(t, quant.GPTQ, ir.BF16, ir.F16, 1, 1024, 72, 128, 0),
 		"gptq_f32_m4_g128":       quantLinearBody(t, quant.GPTQ, ir.F32, ir.F16, 4, 2304, 40, 128, 0),
 		"gptq_bf16_m4_g64_bf16s": quantLinearBody(t, quant.GPTQ, ir.BF16, ir.BF16, 4, 1024, 48, 64, 0),
+		// Merged projections: Q, K and V side by side (two parts for awq
+		// and gptq, whose three take more arguments than a kernel).
+		"merged_mxfp4_bf16_m1": quantMergedBody(t, quant.MXFP4, ir.BF16, 0, 1, 1024, []int{24, 8, 9}, 32, 0),
+		"merged_fp8_f32_m2":    quantMergedBody(t, quant.FP8, ir.F32, 0, 2, 1280, []int{20, 12, 12}, 128, 8),
+		"merged_awq_bf16_m1":   quantMergedBody(t, quant.AWQ, ir.BF16, ir.F16, 1, 1024, []int{64, 32}, 128, 0),
+		"merged_gptq_f32_m3":   quantMergedBody(t, quant.GPTQ, ir.F32, ir.F16, 3, 1024, []int{24, 16}, 64, 0),
+		// Merged gate and up projections, the SiLU product gathered in
+		// the epilogue.
+		"gate_up_mxfp4_bf16_m1": quantGateUpBody(t, quant.MXFP4, ir.BF16, 0, 1, 1024, 24, 32, 0),
+		"gate_up_awq_bf16_m1":   quantGateUpBody(t, quant.AWQ, ir.BF16, ir.F16, 1, 1024, 64, 128, 0),
+		"gate_up_gptq_f32_m2":   quantGateUpBody(t, quant.GPTQ, ir.F32, ir.F16, 2, 1024, 32, 64, 0),
 	}
 }
 

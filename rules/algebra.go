@@ -262,8 +262,11 @@ func concatParts(g *egraph.EGraph[Data], c egraph.ClassID) []egraph.ClassID {
 
 // mergeMatmuls: (matmul ?x ?a), (matmul ?x ?b) with weight-only ?a and ?b
 // are two slices of one matmul of ?x with concat(?a, ?b) along the last
-// axis, a weight prepared at load time. To build each set of merged
-// weights once, in one order, ?b must be a single weight (no concat) whose
+// axis, a weight prepared at load time; with quantized ?a and ?b (dequant
+// chains of weights, mergedWeight) the concat is never prepared: the
+// matmul's kernel reads each part's packed operands in place
+// (OneOpKernel). ?a's parts and ?b are of one kind. To build each set of
+// merged weights once, in one order, ?b must be a single weight (no concat) whose
 // class id is above those of ?a's parts, and the new concat lists ?a's
 // parts flat: merging Q with K and then QK with V gives concat(Q, K, V),
 // and Q, K, V give 4 merged matmuls (QK, QV, KV, QKV), not an unbounded
@@ -283,8 +286,12 @@ func mergeMatmuls(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool)
 	if bp := concatParts(g, bw); len(bp) != 1 {
 		return 0, false
 	}
+	kind, ok := mergedWeight(g, bw)
+	if !ok {
+		return 0, false
+	}
 	for _, p := range parts {
-		if p >= bw {
+		if k, ok := mergedWeight(g, p); p >= bw || !ok || k != kind {
 			return 0, false
 		}
 	}
@@ -299,11 +306,50 @@ func mergeMatmuls(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool)
 	mm := b.op(ir.OpMatMul, ir.Attrs{}, x, w)
 	first := b.lastSlice(mm, 0, na)
 	second := b.lastSlice(mm, na, na+nb)
+	// Each of ?a's parts' own product is a slice of the new one too, so
+	// that extraction can move Q, K and V to the merged matmul in one
+	// step (extract.Improve adopts a class for all its direct readers;
+	// through QK's slice, Q would only reach QKV in two).
+	var own []egraph.ClassID
+	if len(parts) > 1 {
+		off := int64(0)
+		for _, p := range parts {
+			n := int64(g.Data(p).Shape[r-1])
+			own = append(own, b.op(ir.OpMatMul, ir.Attrs{}, x, p), b.lastSlice(mm, off, off+n))
+			off += n
+		}
+	}
 	if b.failed {
 		return 0, false
 	}
 	g.Union(m.Roots[1], second, "merge-matmuls")
+	for i := 0; i < len(own); i += 2 {
+		g.Union(own[i], own[i+1], "merge-matmuls")
+	}
 	return first, true
+}
+
+// mergedWeight reports whether class c is a weight a merged matmul can
+// multiply by, and whether it is quantized: weight-only (prepared, with
+// the others, into one weight at load time), or a quantized weight, a
+// dequant chain whose packed operands are weight-only (read in place).
+func mergedWeight(g *egraph.EGraph[Data], c egraph.ClassID) (quantized, ok bool) {
+	if g.Data(c).WeightOnly {
+		return false, true
+	}
+	n, found := dequantNode(g, c, 0)
+	for depth := 0; found && depth <= 8; depth++ {
+		if op, _ := OpOf(n.Op); op == ir.OpDequant {
+			for _, k := range n.Children {
+				if !g.Data(k).WeightOnly {
+					return false, false
+				}
+			}
+			return true, true
+		}
+		n, found = dequantNode(g, n.Children[0], depth+1)
+	}
+	return false, false
 }
 
 // upcast computes a norm or softmax in f32, as Hugging Face's models do

@@ -8,6 +8,7 @@ import (
 	"github.com/lumsearch/lumsearch/egraph"
 	"github.com/lumsearch/lumsearch/extract"
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
 	"github.com/stretchr/testify/require"
 )
 
@@ -94,8 +95,8 @@ func checkApplierRewrites(t *testing.T, rule string, rws []*egraph.Rewrite[Data]
 				}
 				op, _ := OpOf(eg2.Node(n).Op)
 				switch {
-				case op.Class() == ir.ClassLeaf:
-					return 0 // every program reads the same leaves
+				case op.Class() == ir.ClassLeaf, op == ir.OpDequant:
+					return 0 // every program reads the same leaves (a quantized weight's through its dequant)
 				case op.Class() == ir.ClassView && n >= before:
 					return 0
 				case op.Class() == ir.ClassView:
@@ -232,6 +233,18 @@ func TestApplierMergeMatmuls(t *testing.T) {
 			x := f32In(b, "x", 3, 4)
 			return b.Add(b.MatMul(x, f32In(b, "a", 4, 3)), b.MatMul(x, b.Weight("b", ir.F32, 4, 3)))
 		}},
+		{name: "quantized-qkv", build: func(b *ir.Builder) ir.Value {
+			x := f32In(b, "x", 2, 64)
+			out := b.Sum(b.MatMul(x, mxfp4Weight(b, "wq", 8, 64)), 1)
+			for _, w := range []ir.Value{mxfp4Weight(b, "wk", 4, 64), mxfp4Weight(b, "wv", 4, 64)} {
+				out = b.Mul(out, b.Sum(b.MatMul(x, w), 1))
+			}
+			return out
+		}},
+		{name: "quantized-and-plain", none: true, build: func(b *ir.Builder) ir.Value {
+			x := f32In(b, "x", 2, 64)
+			return b.Add(b.MatMul(x, mxfp4Weight(b, "wq", 4, 64)), b.MatMul(x, b.Weight("wk", ir.F32, 64, 4)))
+		}},
 	}
 	got := checkApplier(t, "merge-matmuls", cases)
 	// Saturated, Q, K and V give the three products and four merged ones
@@ -318,4 +331,10 @@ func TestApplierNorms(t *testing.T) {
 			return rms(b, f32In(b, "x", 2, 8), b.Weight("w", ir.F32, 8), 1.0/8, 0)
 		}},
 	})
+}
+
+// mxfp4Weight is an nn.Linear weight [N, K] in mxfp4 read transposed, as
+// a projection reads it.
+func mxfp4Weight(b *ir.Builder, name string, N, K ir.Dim) ir.Value {
+	return b.Transpose(b.Dequant(quant.MXFP4, ir.F32, 32, 0, b.Weight(name+".blocks", ir.U8, N, K/32, 16), b.Weight(name+".scales", ir.U8, N, K/32)), 0, 1)
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
 )
 
 // Examples of the terms the built-in Go appliers rewrite, for the verifier
@@ -124,6 +125,37 @@ func kvAttentionOpExamples(dt ir.DType) ([]*ir.Graph, error) {
 
 func mergeMatmulsExamples(dt ir.DType) ([]*ir.Graph, error) {
 	var builds []func(b *ir.Builder)
+	// Quantized weights, read through their dequants (mxfp4's and fp8's
+	// [N, K] transposed, awq's and gptq's [K, N]), first: the verifier
+	// takes the examples in order until it has its instances.
+	for _, c := range []struct {
+		f      quant.Format
+		x      ir.Shape
+		na, nb ir.Dim
+	}{
+		{quant.MXFP4, ir.Shape{2, 64}, 8, 4},
+		{quant.FP8, ir.Shape{3, 32}, 6, 10},
+		{quant.AWQ, ir.Shape{1, 32}, 16, 8},
+		{quant.GPTQ, ir.Shape{2, 16}, 8, 16},
+	} {
+		builds = append(builds, func(b *ir.Builder) {
+			x := b.Input("x", dt, c.x...)
+			K := c.x[1]
+			w := func(name string, N ir.Dim) ir.Value {
+				switch c.f {
+				case quant.MXFP4:
+					return b.Transpose(b.Dequant(c.f, dt, 32, 0, b.Weight(name+".blocks", ir.U8, N, K/32, 16), b.Weight(name+".scales", ir.U8, N, K/32)), 0, 1)
+				case quant.FP8:
+					return b.Transpose(b.Dequant(c.f, dt, 16, 1, b.Weight(name+".weight", ir.U8, N, K), b.Weight(name+".scale", ir.F32, N, K/16)), 0, 1)
+				case quant.AWQ:
+					return b.Dequant(c.f, dt, 16, 0, b.Weight(name+".qweight", ir.I32, K, N/8), b.Weight(name+".scales", ir.F16, K/16, N), b.Weight(name+".qzeros", ir.I32, K/16, N/8))
+				}
+				return b.Dequant(c.f, dt, 16, 0, b.Weight(name+".qweight", ir.I32, K/8, N), b.Weight(name+".scales", ir.F16, K/16, N), b.Weight(name+".qzeros", ir.I32, K/16, N/8))
+			}
+			b.Output("a", b.MatMul(x, w("wa", c.na)))
+			b.Output("b", b.MatMul(x, w("wb", c.nb)))
+		})
+	}
 	for _, sh := range [][3]ir.Shape{ // x, and two weights it is multiplied with
 		{{3, 8}, {8, 5}, {8, 6}}, // Q and K projections of one input
 		{{2, 4}, {4, 3}, {4, 2}},

@@ -132,6 +132,7 @@ func OneOpKernel(g *egraph.EGraph[Data], op ir.Op, attrs ir.Attrs, args []egraph
 	b := ir.NewBuilder("kernel")
 	ins := make([]ir.Value, len(args))
 	var leaves []egraph.ClassID
+	merged := false // a merged projection's weights inlined
 	for i, a := range args {
 		d := g.Data(a)
 		if !d.Valid() {
@@ -147,6 +148,23 @@ func OneOpKernel(g *egraph.EGraph[Data], op ir.Op, attrs ir.Attrs, args []egraph
 			ins[i] = v
 			continue
 		}
+		if cat, ok := dequantConcat(g, a); ok {
+			// Quantized weights side by side (a merged projection's):
+			// each part read through its dequant, in place.
+			attrs, ok := Attrs(cat.Payload)
+			if !ok {
+				return 0, false
+			}
+			parts := make([]ir.Value, len(cat.Children))
+			for j, c := range cat.Children {
+				if parts[j], ok = inlineDequant(g, b, c, &leaves); !ok {
+					return 0, false
+				}
+			}
+			ins[i] = b.Apply(ir.OpConcat, attrs, parts...)
+			merged = true
+			continue
+		}
 		ins[i] = b.Input(fmt.Sprintf("$%d", len(leaves)), d.DType, d.Shape...)
 		leaves = append(leaves, a)
 	}
@@ -157,7 +175,9 @@ func OneOpKernel(g *egraph.EGraph[Data], op ir.Op, attrs ir.Attrs, args []egraph
 		return 0, false
 	}
 	canon, order, err := ir.Canonical(body)
-	if err != nil {
+	if err != nil || merged && !Legal(canon) {
+		// A merged projection's packed operands past the argument
+		// bound (three awq or gptq weights are nine): its pairs merge.
 		return 0, false
 	}
 	kids := make([]egraph.ClassID, len(order))
@@ -223,9 +243,9 @@ func LowerRewrites() []*egraph.Rewrite[Data] {
 				// No kernel writes a dequantized weight out: its readers
 				// decode it as they load it (OneOpKernel inlines it).
 				return 0, false
-			case (op.Class() == ir.ClassView || op == ir.OpCast) && len(m.Subst) > 0 && dequantChain(g, m.Subst[0]):
-				// Nor a view or a cast of one (a transposed copy of
-				// the weight).
+			case copiesDequant(g, op, m.Subst):
+				// Nor a view, a cast or a concatenation of them (a
+				// transposed or merged copy of the weights).
 				return 0, false
 			}
 			return OneOpKernel(g, op, attrs, m.Subst)
@@ -446,6 +466,50 @@ func dequantNode(g *egraph.EGraph[Data], c egraph.ClassID, depth int) (egraph.No
 		}
 	}
 	return view, found
+}
+
+// copiesDequant reports whether op over classes args only rearranges
+// quantized weights: a view of a dequant chain (a transposed copy of the
+// weight), or a concat of them (a merged projection's weights side by
+// side). No kernel computes those (it would write a dequantized copy):
+// their readers decode each weight in place, and a kernel rooted there
+// would make the class weight-only, which region fusion then reads as a
+// prepared argument instead of inlining its dequants.
+func copiesDequant(g *egraph.EGraph[Data], op ir.Op, args []egraph.ClassID) bool {
+	switch {
+	case op.Class() == ir.ClassView || op == ir.OpCast:
+		return len(args) > 0 && dequantChain(g, args[0])
+	case op == ir.OpConcat:
+		return dequantParts(g, args)
+	}
+	return false
+}
+
+// dequantConcat is class c's concatenation along its last axis of
+// quantized weights (each a dequant chain: a merged projection's Q, K and
+// V), which the kernels that read it inline part by part.
+func dequantConcat(g *egraph.EGraph[Data], c egraph.ClassID) (egraph.Node, bool) {
+	r := len(g.Data(c).Shape)
+	for _, nid := range g.ClassNodes(c) {
+		n := g.Node(nid)
+		if op, ok := OpOf(n.Op); !ok || op != ir.OpConcat || len(n.Children) < 2 {
+			continue
+		}
+		if ax, ok := axisOf(n.Payload, r); ok && ax == r-1 && dequantParts(g, n.Children) {
+			return n, true
+		}
+	}
+	return egraph.Node{}, false
+}
+
+// dequantParts reports whether every class of cs is a dequant chain.
+func dequantParts(g *egraph.EGraph[Data], cs []egraph.ClassID) bool {
+	for _, c := range cs {
+		if !dequantChain(g, c) {
+			return false
+		}
+	}
+	return len(cs) > 0
 }
 
 // inlineDequant adds class c's dequant chain to b, its dequant's operands

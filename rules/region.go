@@ -63,6 +63,9 @@ func RegionRewrites() []*egraph.Rewrite[Data] {
 	memo := &regionMemo{}
 	return append(CrossSumRewrites(), opRewrites("region", func(op ir.Op, name string) egraph.ApplyFunc[Data] {
 		return func(g *egraph.EGraph[Data], m egraph.Match) (egraph.ClassID, bool) {
+			if copiesDequant(g, op, m.Subst) {
+				return 0, false // a dequantized copy (see LowerRewrites)
+			}
 			root := egraph.Node{Op: Symbol(op), Payload: m.GetPayload("?attrs"), Children: slices.Clone(m.Subst)}
 			return growRegions(g, memo, name, root, m.Root())
 		}

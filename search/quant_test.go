@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,12 +19,25 @@ import (
 )
 
 // quantLinear is y = silu(x @ W1) @ W2 with both weights quantized in
-// format f ([N, K] read transposed for mxfp4 and fp8, [K, N] for awq and
-// gptq, as their checkpoints store them), in activations of dtype dt.
+// format f (quantWeight), in activations of dtype dt.
 func quantLinear(t *testing.T, f quant.Format, dt ir.DType, M, H, I int) *ir.Graph {
 	b := ir.NewBuilder("qlinear")
 	x := b.Input("x", dt, ir.Dim(M), ir.Dim(H))
-	weight := func(name string, N, K int) ir.Value {
+	weight := quantWeight(b, f, dt)
+	h := b.MatMul(x, weight("up", I, H))
+	h = b.Mul(h, b.Sigmoid(h))
+	b.Output("y", b.MatMul(h, weight("down", H, I)))
+	g, err := b.Build()
+	require.NoError(t, err)
+	return g
+}
+
+// quantWeight builds a projection's weight of N columns over K quantized
+// in format f, as a matmul's right operand [K, N] of dtype dt: [N, K] read
+// transposed for mxfp4 and fp8, [K, N] for awq and gptq, as their
+// checkpoints store them (groups of 16; fp8 a scale a row's 16).
+func quantWeight(b *ir.Builder, f quant.Format, dt ir.DType) func(name string, N, K int) ir.Value {
+	return func(name string, N, K int) ir.Value {
 		switch f {
 		case quant.MXFP4:
 			return b.Transpose(b.Dequant(f, dt, 32, 0, b.Weight(name+".blocks", ir.U8, ir.Dim(N), ir.Dim(K/32), 16),
@@ -38,12 +52,6 @@ func quantLinear(t *testing.T, f quant.Format, dt ir.DType, M, H, I int) *ir.Gra
 		return b.Dequant(f, dt, 16, 0, b.Weight(name+".qweight", ir.I32, ir.Dim(K/8), ir.Dim(N)),
 			b.Weight(name+".scales", ir.F16, ir.Dim(K/16), ir.Dim(N)), b.Weight(name+".qzeros", ir.I32, ir.Dim(K/16), ir.Dim(N/8)))
 	}
-	h := b.MatMul(x, weight("up", I, H))
-	h = b.Mul(h, b.Sigmoid(h))
-	b.Output("y", b.MatMul(h, weight("down", H, I)))
-	g, err := b.Build()
-	require.NoError(t, err)
-	return g
 }
 
 // TestQuantizedLinearCompiles: quantized weights compile through the whole
@@ -180,4 +188,65 @@ func TestAWQExpertsRefused(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Compile(t.Context(), md, Options{})
 	require.ErrorContains(t, err, ".qweight: awq experts are not implemented")
+}
+
+// quantQKV is the query, key and value projections of one input x [M, H]
+// normalized by an RMS norm, their weights quantized in format f
+// (quantWeight; the key and value of grouped-query attention narrower
+// than the query).
+func quantQKV(t *testing.T, f quant.Format, dt ir.DType, M, H, Q, KV int) *ir.Graph {
+	b := ir.NewBuilder("qkv")
+	x := b.RMSNorm(b.Input("x", dt, ir.Dim(M), ir.Dim(H)), b.Weight("norm", dt, ir.Dim(H)), 1e-5)
+	weight := quantWeight(b, f, dt)
+	b.Output("q", b.MatMul(x, weight("wq", Q, H)))
+	b.Output("k", b.MatMul(x, weight("wk", KV, H)))
+	b.Output("v", b.MatMul(x, weight("wv", KV, H)))
+	g, err := b.Build()
+	require.NoError(t, err)
+	return g
+}
+
+// TestQuantizedMergedProjectionsCompile: a decode row's query, key and
+// value projections of one normalized input, their weights quantized,
+// compile into one matrix-vector launch that reads the three weights'
+// packed operands in place (mxfp4 and fp8: six arguments), or, where
+// three weights' operands are more than a kernel takes (awq's and gptq's
+// nine), into two, one of them merging two projections; no launch runs
+// at load time, none writes a dequantized copy, and the program matches
+// the reference under the emulation.
+func TestQuantizedMergedProjectionsCompile(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("the CPU emulation needs g++")
+	}
+	for _, c := range []struct {
+		f        quant.Format
+		launches int
+	}{{quant.MXFP4, 1}, {quant.FP8, 1}, {quant.AWQ, 2}, {quant.GPTQ, 2}} {
+		t.Run(c.f.String(), func(t *testing.T) {
+			t.Setenv(tunedb.EnvPath, filepath.Join(t.TempDir(), "tunedb.jsonl"))
+			g := quantQKV(t, c.f, ir.BF16, 1, 256, 128, 64)
+			weights, err := ir.RandomLeaves(g, 5, ir.Typical, ir.OpWeight)
+			require.NoError(t, err)
+			var log bytes.Buffer
+			res, err := Compile(t.Context(), &Model{Name: "qkv", Graph: g, Weights: weights}, Options{Events: NewPrinter(&log, false).Event})
+			require.NoError(t, err, log.String())
+			assert.Contains(t, res.Verified, "the whole program matches the reference interpreter")
+			lp := res.final.compiled.lowered
+			assert.Empty(t, lp.Prep, "nothing is prepared at load time")
+			var projections []string
+			for _, l := range lp.Run {
+				t.Logf("%s:\n%s", l.Name, l.Body)
+				if strings.Contains(l.Body.String(), "dequant") {
+					projections = append(projections, l.Name)
+				}
+			}
+			assert.Len(t, projections, c.launches, "the launches reading the three weights")
+			for _, k := range res.final.compiled.kernels {
+				if slices.Contains(projections, k.Name) {
+					assert.True(t, k.Schedule.GEMV, "%s: a decode row's projection streams its packed weight (%s)", k.Name, k.Schedule)
+				}
+			}
+			t.Logf("%s", log.String())
+		})
+	}
 }
