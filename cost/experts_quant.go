@@ -78,7 +78,7 @@ func expertsQuant(body *ir.Graph, op *ir.Node) (ExpertsQuant, error) {
 		}
 	}
 	v := op.Inputs[2]
-	dv, ok := dequantOf(body, v)
+	dv, ok := ir.DequantUnder(body, v)
 	if !ok {
 		return ExpertsQuant{}, nil
 	}
@@ -104,20 +104,8 @@ func expertsQuant(body *ir.Graph, op *ir.Node) (ExpertsQuant, error) {
 
 // decodes reports whether v is a dequant or reads one (through views).
 func decodes(body *ir.Graph, v ir.Value) bool {
-	_, ok := dequantOf(body, v)
+	_, ok := ir.DequantUnder(body, v)
 	return ok
-}
-
-// dequantOf is the dequant v is, or reads through views.
-func dequantOf(body *ir.Graph, v ir.Value) (ir.Value, bool) {
-	n := body.Node(v)
-	switch {
-	case n.Op == ir.OpDequant:
-		return v, true
-	case n.Op.Class() == ir.ClassView && len(n.Inputs) == 1:
-		return dequantOf(body, n.Inputs[0])
-	}
-	return 0, false
 }
 
 // describeChain names the ops from v down to its dequant.

@@ -305,6 +305,22 @@ func e4m3Step(a float64) float64 {
 	return math.Ldexp(1, max(e-1, -6)-3)
 }
 
+// DequantUnder is the dequant value v is, or reads through views and
+// casts: a quantized weight as the ops that read it see it; false when v
+// is no such chain.
+func DequantUnder(g *Graph, v Value) (Value, bool) {
+	for {
+		n := g.Node(v)
+		if n.Op == OpDequant {
+			return v, true
+		}
+		if (n.Op.Class() != ClassView && n.Op != OpCast) || len(n.Inputs) != 1 {
+			return v, false
+		}
+		v = n.Inputs[0]
+	}
+}
+
 // DequantOperand is the leaf a dequant operand v of g reads (in a kernel
 // body, the kernel argument): an input, weight or state, seen through
 // reshapes at most, which keep its linear order, so that the operand's

@@ -557,16 +557,8 @@ func writesDequantized(eg *egraph.EGraph[Data], n egraph.Node) bool {
 		return false
 	}
 	for _, o := range body.Outputs {
-		v := o.Value
-		for {
-			nd := body.Node(v)
-			if nd.Op == ir.OpDequant {
-				return true
-			}
-			if (nd.Op.Class() != ir.ClassView && nd.Op != ir.OpCast) || len(nd.Inputs) != 1 {
-				break
-			}
-			v = nd.Inputs[0]
+		if _, ok := ir.DequantUnder(body, o.Value); ok {
+			return true
 		}
 	}
 	for _, k := range n.Children {

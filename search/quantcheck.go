@@ -20,15 +20,9 @@ func CheckQuantizedExperts(m *Model) error {
 			continue
 		}
 		for _, w := range n.Inputs[2:] {
-			for {
-				nd := g.Node(w)
-				if (nd.Op.Class() != ir.ClassView && nd.Op != ir.OpCast) || len(nd.Inputs) != 1 {
-					break
-				}
-				w = nd.Inputs[0]
-			}
-			d := g.Node(w)
-			if d.Op != ir.OpDequant || d.Format == quant.MXFP4 || d.Format == quant.FP8 {
+			dv, ok := ir.DequantUnder(g, w)
+			d := g.Node(dv)
+			if !ok || d.Format == quant.MXFP4 || d.Format == quant.FP8 {
 				continue
 			}
 			name := "an experts weight"
