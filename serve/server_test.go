@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lumsearch/lumsearch/step"
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
@@ -146,6 +147,13 @@ func (ts *testServer) ask(ctx context.Context, r clientRequest) (answer, error) 
 // askAll sends every request at once, each from its own client goroutine.
 func (ts *testServer) askAll(t testing.TB, rs []clientRequest) []answer {
 	t.Helper()
+	out, err := ts.askAllErr(rs)
+	require.NoError(t, err)
+	return out
+}
+
+// askAllErr is askAll for a goroutine other than the test's.
+func (ts *testServer) askAllErr(rs []clientRequest) ([]answer, error) {
 	out := make([]answer, len(rs))
 	errs := make([]error, len(rs))
 	var wg sync.WaitGroup
@@ -153,8 +161,7 @@ func (ts *testServer) askAll(t testing.TB, rs []clientRequest) []answer {
 		wg.Go(func() { out[i], errs[i] = ts.ask(context.Background(), r) })
 	}
 	wg.Wait()
-	require.NoError(t, errors.Join(errs...))
-	return out
+	return out, errors.Join(errs...)
 }
 
 // checkConcurrentClients: many clients at once get, greedy or seeded, the
@@ -164,23 +171,42 @@ func (ts *testServer) askAll(t testing.TB, rs []clientRequest) []answer {
 func checkConcurrentClients(t *testing.T, newEngine func() Engine, tightBlocks, clients, alone, maxOut int) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	rs := drawClientRequests(rng, clients, maxOut, true)
-	ts := newTestServer(t, newEngine(), Options{})
+	gate := &gatedEngine{Engine: newEngine()}
+	ts := newTestServer(t, gate, Options{})
 	want := make([]answer, alone)
 	for i := range alone {
 		want[i] = ts.askAll(t, rs[i:i+1])[0]
 		require.Equal(t, int64(rs[i].maxTokens), want[i].tokens, "request %d", i)
 		require.Equal(t, "length", want[i].finish)
 	}
+	// Steps wait until every client's request has reached the batcher, so
+	// that how many sequences a step carries measures the batcher, not how
+	// soon a busy machine ran the client goroutines.
+	gate.close()
 	before := ts.b.Stats()
-	got := ts.askAll(t, rs)
+	var got []answer
+	var askErr error
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		got, askErr = ts.askAllErr(rs)
+	}()
+	require.Eventually(t, func() bool { return ts.b.Pending() == clients }, time.Minute, time.Millisecond,
+		"the clients' requests never all reached the batcher")
+	gate.open()
+	<-asked
+	require.NoError(t, askErr)
 	require.Equal(t, want, got[:alone])
 	for i, a := range got {
 		require.Equal(t, int64(rs[i].maxTokens), a.tokens, "request %d", i)
 	}
 	st := ts.b.Stats()
 	mean := float64(st.StepSeqs-before.StepSeqs) / float64(st.Steps-before.Steps)
-	t.Logf("%d clients at once: %d steps, %.1f sequences a step", clients, st.Steps-before.Steps, mean)
-	require.GreaterOrEqual(t, mean, 8.0, "mean sequences a step")
+	t.Logf("%d clients at once: %d steps, %.1f sequences a step, %d tokens", clients, st.Steps-before.Steps, mean, st.StepTokens-before.StepTokens)
+	// One request at a time would carry about one sequence a step; the
+	// token budget over these prompts caps a full batch near ten, and the
+	// order the clients' requests arrived in moves it by about one.
+	require.GreaterOrEqual(t, mean, 6.0, "mean sequences a step")
 
 	if tightBlocks == 0 {
 		return
@@ -189,6 +215,45 @@ func checkConcurrentClients(t *testing.T, newEngine func() Engine, tightBlocks, 
 	require.Equal(t, want, tight.askAll(t, rs)[:alone])
 	require.Positive(t, tight.b.Stats().Preemptions, "the small pool preempted nothing")
 	require.Positive(t, metricValue(t, tight.b, "lumsearch_preemptions_total"))
+}
+
+// gatedEngine holds every step while closed.
+type gatedEngine struct {
+	Engine
+	mu   sync.Mutex
+	wait chan struct{} // nil while open
+}
+
+func (g *gatedEngine) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.wait == nil {
+		g.wait = make(chan struct{})
+	}
+}
+
+func (g *gatedEngine) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.wait != nil {
+		close(g.wait)
+		g.wait = nil
+	}
+}
+
+// Step waits for the gate (or the context) before running the step.
+func (g *gatedEngine) Step(ctx context.Context, b *step.Batch, draws []Draw) ([]Token, error) {
+	g.mu.Lock()
+	wait := g.wait
+	g.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Engine.Step(ctx, b, draws)
 }
 
 func TestConcurrentClientsOverSimulatedStep(t *testing.T) {
