@@ -19,6 +19,9 @@ import (
 // schedule), the same kernels picked at every row count as the compiled
 // program's; a bucket kernel edited in kernels.cu is refused, naming it.
 func TestReprintBuckets(t *testing.T) {
+	// Reprinting compares texts; NVRTC (most of this test's time) is
+	// the paged step's own test's to check.
+	withoutNVRTC(t)
 	opt := corpus.Options{Seq: 16, Step: corpus.StepOptions{MaxTokens: 16, MaxSeqs: 4, BlockSize: 4, KVBlocks: 24}}
 	m, err := LoadModel("tiny-llama:step", ModelOptions{Build: opt})
 	require.NoError(t, err)
