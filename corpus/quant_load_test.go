@@ -173,7 +173,7 @@ func TestQuantizedCheckpointRefusals(t *testing.T) {
 		}, "model.layers.0.mlp.experts.down_proj_scales: missing"},
 		{"gpt-oss layer mxfp4", func(t *testing.T, ckpt map[string]*ir.Tensor, dtypes map[string]string) {
 			b := ckpt["model.layers.0.mlp.experts.gate_up_proj_blocks"]
-			ckpt["model.layers.0.mlp.experts.gate_up_proj_blocks"] = &ir.Tensor{DType: ir.U8, Shape: ir.Shape{4, 64, 32}, I64: b.I64}
+			ckpt["model.layers.0.mlp.experts.gate_up_proj_blocks"] = &ir.Tensor{DType: ir.U8, Shape: ir.Shape{4, 64, 32}, U8: b.U8}
 		}, "model.layers.0.mlp.experts.gate_up_proj_blocks: shape [4 64 32], want [4 64 2 16] (mxfp4 codes)"},
 		{"qwen3 gptq", func(t *testing.T, ckpt map[string]*ir.Tensor, dtypes map[string]string) {
 			delete(ckpt, "model.layers.0.mlp.experts.7.up_proj.scales")

@@ -520,7 +520,7 @@ func TestEmulatePagedStepProgram(t *testing.T) {
 	bad := func(name string, j, v int64) map[string]*ir.Tensor {
 		out := maps.Clone(feeds)
 		c := *feeds[name]
-		c.I64 = slices.Clone(c.I64)
+		c.I64, c.I32 = slices.Clone(c.I64), slices.Clone(c.I32)
 		c.SetInt(j, v)
 		out[name] = &c
 		return out

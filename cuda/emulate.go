@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/lumsearch/lumsearch/cuda/emu"
@@ -99,8 +100,11 @@ var encodeChunk = 1 << 20
 // verification: the bytes alias the tensor, so neither may change while
 // the other is in use.
 func tensorBytes(t *ir.Tensor) []byte {
-	if t.DType == ir.F32 && len(t.F32) > 0 && littleEndian {
+	switch {
+	case t.DType == ir.F32 && len(t.F32) > 0 && littleEndian:
 		return unsafe.Slice((*byte)(unsafe.Pointer(&t.F32[0])), 4*len(t.F32))
+	case t.DType == ir.U8 && t.U8 != nil:
+		return t.U8
 	}
 	return EncodeTensor(t)
 }
@@ -110,6 +114,16 @@ var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 // encodeRange encodes elements [lo, hi) of t into b, the dtype chosen
 // once for the range rather than per element.
 func encodeRange(t *ir.Tensor, b []byte, lo, hi int) {
+	switch {
+	case t.U8 != nil:
+		copy(b[lo:hi], t.U8[lo:hi])
+		return
+	case t.I32 != nil:
+		for i, v := range t.I32[lo:hi] {
+			binary.LittleEndian.PutUint32(b[4*(lo+i):], uint32(v))
+		}
+		return
+	}
 	if t.F32 != nil {
 		src := t.F32[lo:hi]
 		switch t.DType {
@@ -156,6 +170,9 @@ func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 	size := vt.DType.Size()
 	if len(b) != int(n)*size {
 		return nil, fmt.Errorf("decode %s%v: %d bytes", vt.DType, vt.Shape, len(b))
+	}
+	if vt.DType == ir.U8 {
+		return ir.TensorOfBytes(vt.Shape, slices.Clone(b))
 	}
 	vals := make([]float32, n)
 	var ints []int64

@@ -26,17 +26,27 @@ func TestEncodeTensorRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		dt  ir.DType
 		f32 bool
+		// wide: integer elements in int64 storage rather than the
+		// dtype's own width.
+		wide bool
 	}{
-		{ir.F32, true}, {ir.F32, false}, {ir.BF16, true}, {ir.BF16, false},
-		{ir.F16, true}, {ir.F16, false}, {ir.I32, false}, {ir.I64, false}, {ir.Bool, false},
+		{ir.F32, true, false}, {ir.F32, false, false}, {ir.BF16, true, false}, {ir.BF16, false, false},
+		{ir.F16, true, false}, {ir.F16, false, false}, {ir.I32, false, false}, {ir.I32, false, true},
+		{ir.I64, false, false}, {ir.Bool, false, false}, {ir.U8, false, false}, {ir.U8, false, true},
 	} {
-		t.Run(tc.dt.String(), func(t *testing.T) {
+		name := tc.dt.String()
+		if tc.wide {
+			name += "/int64-storage"
+		}
+		t.Run(name, func(t *testing.T) {
 			require.GreaterOrEqual(t, n, 2*encodeChunk, "the parallel path")
 			vals := make([]float64, n)
 			for i := range vals {
 				switch {
 				case tc.dt == ir.Bool:
 					vals[i] = float64(rng.IntN(2))
+				case tc.dt == ir.U8:
+					vals[i] = float64(rng.IntN(256))
 				case tc.dt.IsInt():
 					vals[i] = float64(rng.IntN(2001) - 1000)
 				default:
@@ -53,6 +63,9 @@ func TestEncodeTensorRoundTrip(t *testing.T) {
 				}
 				src, err = ir.TensorOfFloat32(tc.dt, ir.Shape{ir.Dim(n)}, f)
 				require.NoError(t, err)
+			}
+			if tc.wide {
+				src = &ir.Tensor{DType: tc.dt, Shape: want.Shape, I64: want.Int64s()}
 			}
 			var encodings [][]byte
 			for _, procs := range []int{1, 3} {

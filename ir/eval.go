@@ -314,8 +314,8 @@ func (e *evaluator) leaf(feeds map[string]*Tensor) (*Tensor, *Tensor, error) {
 	case OpConst:
 		v = NewTensor(n.DType, n.Shape)
 		for i := range v.Len() {
-			if v.I64 != nil {
-				v.I64[i] = n.ConstInt(i)
+			if v.intStorage() {
+				v.setInt(i, n.ConstInt(i))
 			} else {
 				v.F64[i] = n.ConstAt(i)
 			}

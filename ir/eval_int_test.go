@@ -56,7 +56,7 @@ func TestConstIntsAreExact(t *testing.T) {
 		return b.ConstInts(I64, Shape{4}, math.MaxInt64, math.MinInt64, p53Plus, -p53Plus)
 	}, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{math.MaxInt64, math.MinInt64, p53Plus, -p53Plus}, got.I64)
+	assert.Equal(t, []int64{math.MaxInt64, math.MinInt64, p53Plus, -p53Plus}, got.Int64s())
 
 	b := NewBuilder("t")
 	b.Output("y", b.Const(I64, Shape{1}, float64(math.MaxInt64)))
@@ -109,7 +109,7 @@ func TestIntArithmetic(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, []int64{tt.want}, got.I64)
+			assert.Equal(t, []int64{tt.want}, got.Int64s())
 		})
 	}
 
@@ -124,7 +124,7 @@ func TestIntArithmetic(t *testing.T) {
 	// Negation wraps: -(-2^63) is -2^63.
 	got, err = evalOut(t, func(b *Builder) Value { return b.Neg(b.ConstInts(I64, Shape{2}, math.MinInt64, -p53Plus)) }, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{math.MinInt64, p53Plus}, got.I64)
+	assert.Equal(t, []int64{math.MinInt64, p53Plus}, got.Int64s())
 }
 
 // Casts between integers are exact and wrap; float to integer truncates
@@ -134,19 +134,19 @@ func TestIntCasts(t *testing.T) {
 		return b.Cast(b.ConstInts(I64, Shape{3}, math.MaxInt64, p53Plus, -1), I32)
 	}, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{-1, 1, -1}, got.I64)
+	assert.Equal(t, []int64{-1, 1, -1}, got.Int64s())
 
 	got, err = evalOut(t, func(b *Builder) Value {
 		return b.Cast(b.Const(F32, Shape{4}, 0x1p100, -0x1p100, math.NaN(), -2.5), I64)
 	}, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{math.MaxInt64, math.MinInt64, 0, -2}, got.I64)
+	assert.Equal(t, []int64{math.MaxInt64, math.MinInt64, 0, -2}, got.Int64s())
 
 	got, err = evalOut(t, func(b *Builder) Value {
 		return b.Cast(b.ConstInts(I32, Shape{2}, math.MinInt32, 5), I64)
 	}, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{math.MinInt32, 5}, got.I64)
+	assert.Equal(t, []int64{math.MinInt32, 5}, got.Int64s())
 }
 
 // Data movement copies integers exactly; a gather index of -2^63 is an
@@ -159,14 +159,14 @@ func TestIntMovesAndGather(t *testing.T) {
 		return b.Concat(0, rev, b.Slice(x, 0, 1, 3, 1), b.Pad(b.Slice(x, 0, 0, 1, 1), []int64{0}, []int64{1}, 7))
 	}, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{math.MaxInt64, p53Plus, math.MinInt64, p53Plus, math.MaxInt64, math.MinInt64, 7}, got.I64)
+	assert.Equal(t, []int64{math.MaxInt64, p53Plus, math.MinInt64, p53Plus, math.MaxInt64, math.MinInt64, 7}, got.Int64s())
 
 	got, err = evalOut(t, func(b *Builder) Value {
 		c := b.Binary(OpGt, b.ConstInts(I64, Shape{2}, 1, 0), b.ConstInts(I64, Shape{}, 0))
 		return b.Where(c, b.ConstInts(I64, Shape{2}, math.MaxInt64), b.ConstInts(I64, Shape{2}, p53Plus))
 	}, nil)
 	require.NoError(t, err)
-	assert.Equal(t, []int64{math.MaxInt64, p53Plus}, got.I64)
+	assert.Equal(t, []int64{math.MaxInt64, p53Plus}, got.Int64s())
 
 	_, err = evalOut(t, func(b *Builder) Value {
 		return b.Gather(b.ConstInts(I64, Shape{3}, vals...), b.ConstInts(I64, Shape{1}, math.MinInt64), 0)
@@ -183,7 +183,7 @@ func TestSliceHugeStep(t *testing.T) {
 	}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, Shape{1}, got.Shape)
-	assert.Equal(t, []int64{11}, got.I64)
+	assert.Equal(t, []int64{11}, got.Int64s())
 }
 
 // Reductions over an empty axis give the empty fold: 0 for a sum; for a
@@ -221,7 +221,7 @@ func TestReduceEmptyAndExact(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, Shape{tt.shape[0], 1}, got.Shape)
 			if tt.wantI != nil {
-				assert.Equal(t, tt.wantI, got.I64)
+				assert.Equal(t, tt.wantI, got.Int64s())
 			} else {
 				assert.Equal(t, tt.want, got.Float64s())
 			}

@@ -64,8 +64,8 @@ func (e *evaluator) move() (*Tensor, *Tensor, error) {
 		case err != nil:
 			bad = err
 		case k < 0:
-			if v.I64 != nil {
-				v.I64[i] = n.DType.IntOf(n.Value)
+			if v.intStorage() {
+				v.setInt(i, n.DType.IntOf(n.Value))
 			} else {
 				v.F64[i] = n.Value
 			}

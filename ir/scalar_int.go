@@ -97,8 +97,8 @@ func castValue(v *Tensor, i int64, x *Tensor, j int64) {
 // exactly: a float intermediate keeps its float64 value unrounded, as the
 // truth does.
 func copyElem(v *Tensor, i int64, x *Tensor, j int64) {
-	if v.I64 != nil {
-		v.I64[i] = x.Int(j)
+	if v.intStorage() {
+		v.setInt(i, x.Int(j))
 		return
 	}
 	v.F64[i] = x.At(j)

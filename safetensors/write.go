@@ -164,17 +164,7 @@ func check(t *ir.Tensor) error {
 	if err := t.Shape.Check(); err != nil {
 		return err
 	}
-	n := t.Shape.NumElements()
-	if int64(t.StorageLen()) != n {
-		return fmt.Errorf("%s%v holds the wrong number of elements", t.DType, t.Shape)
-	}
-	if t.F32 != nil && !t.DType.IsFloat() {
-		return fmt.Errorf("%s%v in float32 storage", t.DType, t.Shape)
-	}
-	if t.I64 != nil && !t.DType.IsInt() {
-		return fmt.Errorf("%s%v in integer storage", t.DType, t.Shape)
-	}
-	return nil
+	return t.CheckStorage()
 }
 
 // Write writes tensors and metadata (nil for none) to w as a safetensors
@@ -360,6 +350,9 @@ func Decode(st Tensor) (*ir.Tensor, error) {
 		}
 		return ir.TensorOfFloat32(dt, shape, vals)
 	}
+	if dt == ir.U8 {
+		return ir.TensorOfBytes(shape, slices.Clone(b[:n]))
+	}
 	t := ir.NewTensor(dt, shape)
 	for i := range t.Len() {
 		switch dt {
@@ -371,8 +364,6 @@ func Decode(st Tensor) (*ir.Tensor, error) {
 			if b[i] > 1 {
 				return nil, fmt.Errorf("BOOL element %d is %d, not 0 or 1", i, b[i])
 			}
-			t.SetInt(i, int64(b[i]))
-		case ir.U8:
 			t.SetInt(i, int64(b[i]))
 		}
 	}
