@@ -85,3 +85,35 @@ func TestWriteOptionsErrors(t *testing.T) {
 		assert.ErrorContains(t, err, c.want)
 	}
 }
+
+// BenchmarkDecodePacked decodes the packed codes of one MXFP4 expert
+// projection at gpt-oss-120b's shape ([128, 5760, 90, 16] bytes, here one
+// expert's slice of it); B/op against SetBytes says what host memory a
+// checkpoint's codes take once decoded (1 byte an element; 8 when they
+// were held in int64).
+func BenchmarkDecodePacked(b *testing.B) {
+	for _, dt := range []string{"U8", "I32"} {
+		b.Run(dt, func(b *testing.B) {
+			shape := []int64{5760, 90, 16}
+			if dt == "I32" { // an AWQ qweight of a projection of the same size
+				shape = []int64{2880, 2880}
+			}
+			n := shape[0] * shape[1]
+			if len(shape) == 3 {
+				n *= shape[2]
+			}
+			size := int64(1)
+			if dt == "I32" {
+				size = 4
+			}
+			st := Tensor{Name: "w", DType: dt, Shape: shape, Data: make([]byte, n*size)}
+			b.SetBytes(n * size)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Decode(st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -316,9 +316,9 @@ func ReadFile(path string) (map[string]*ir.Tensor, map[string]string, error) {
 // Decode converts a tensor of a parsed file (its byte count checked
 // against its shape and dtype) into an ir tensor of the dtype
 // ParseDTypeName gives: float dtypes in float32 storage, which holds every
-// f32, f16 and bf16 value exactly; integers, and the bytes of U8, F8_E4M3
-// and F8_E8M0 as u8, in int64, exactly; bool in float64. The tensor's data
-// is copied.
+// f32, f16 and bf16 value exactly; integers at their own width (the bytes
+// of U8, F8_E4M3 and F8_E8M0 as u8 in byte storage, I32 in int32, I64 in
+// int64), exactly; bool in float64. The tensor's data is copied.
 func Decode(st Tensor) (*ir.Tensor, error) {
 	dt, err := ParseDTypeName(st.DType)
 	if err != nil {
@@ -354,12 +354,20 @@ func Decode(st Tensor) (*ir.Tensor, error) {
 		return ir.TensorOfBytes(shape, slices.Clone(b[:n]))
 	}
 	t := ir.NewTensor(dt, shape)
+	switch dt {
+	case ir.I32:
+		for i := range t.I32 {
+			t.I32[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return t, nil
+	case ir.I64:
+		for i := range t.I64 {
+			t.I64[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		return t, nil
+	}
 	for i := range t.Len() {
 		switch dt {
-		case ir.I32:
-			t.SetInt(i, int64(int32(binary.LittleEndian.Uint32(b[4*i:]))))
-		case ir.I64:
-			t.SetInt(i, int64(binary.LittleEndian.Uint64(b[8*i:])))
 		case ir.Bool:
 			if b[i] > 1 {
 				return nil, fmt.Errorf("BOOL element %d is %d, not 0 or 1", i, b[i])
