@@ -65,28 +65,30 @@ func randomPacked(g *ir.Graph, p packedWeight, seed uint64) (map[string]*ir.Tens
 	batch, rows, cols := p.layout()
 	w32 := make([]float32, batch*rows*cols)
 	fillNormal(rng, w32, weightStd)
-	w := make([]float64, len(w32))
-	for i, v := range w32 {
-		w[i] = float64(v)
-	}
 	a := p.node.Attrs
-	var ints [3][]int64 // codes, scales (mxfp4), zeros
-	var floats []float64
+	// Each leaf's elements at its own width (a real-shape expert weight
+	// is gigabytes of codes): bytes for u8 leaves, words for i32 ones.
+	var bytes [2][]uint8 // mxfp4 blocks and scales, fp8 codes
+	var words [3][]int32 // awq/gptq qweight and (third leaf) qzeros
+	var floats []float64 // fp8, awq and gptq scales
 	plane := rows * cols
+	wb := make([]float64, plane) // one batch's plane at a time
 	for b := range batch {
-		wb := w[b*plane : (b+1)*plane]
+		for j, v := range w32[b*plane : (b+1)*plane] {
+			wb[j] = float64(v)
+		}
 		var err error
 		switch a.Format {
 		case quant.MXFP4:
 			var blocks, scales []uint8
 			if blocks, scales, err = packMXFP4(wb, rows, cols); err == nil {
-				ints[0], ints[1] = appendBytes(ints[0], blocks), appendBytes(ints[1], scales)
+				bytes[0], bytes[1] = append(bytes[0], blocks...), append(bytes[1], scales...)
 			}
 		case quant.FP8:
 			var c []uint8
 			var s []float32
 			if c, s, err = packFP8(wb, rows, cols, int(a.GroupN), int(a.Group)); err == nil {
-				ints[0] = appendBytes(ints[0], c)
+				bytes[0] = append(bytes[0], c...)
 				for _, v := range s {
 					floats = append(floats, float64(v))
 				}
@@ -99,7 +101,7 @@ func randomPacked(g *ir.Graph, p packedWeight, seed uint64) (map[string]*ir.Tens
 			var qw, qz []int32
 			var s []float64
 			if qw, qz, s, err = pack(wb, rows, cols, int(a.Group)); err == nil {
-				ints[0], ints[2] = appendWords(ints[0], qw), appendWords(ints[2], qz)
+				words[0], words[2] = append(words[0], qw...), append(words[2], qz...)
 				floats = append(floats, s...)
 			}
 		default:
@@ -114,10 +116,19 @@ func randomPacked(g *ir.Graph, p packedWeight, seed uint64) (map[string]*ir.Tens
 		n := g.Node(v)
 		var t *ir.Tensor
 		var err error
-		if n.DType.IsFloat() {
+		switch {
+		case n.DType.IsFloat():
 			t, err = ir.TensorOf(n.DType, n.Shape, floats...)
-		} else {
-			t, err = ir.TensorOfInts(n.DType, n.Shape, ints[i]...)
+		case n.DType == ir.U8 && i < len(bytes):
+			t, err = ir.TensorOfBytes(n.Shape, bytes[i])
+		case n.DType == ir.I32:
+			t = ir.NewTensor(ir.I32, n.Shape)
+			if len(words[i]) != len(t.I32) {
+				err = fmt.Errorf("tensor i32%v: %d values; want %d", n.Shape, len(words[i]), len(t.I32))
+			}
+			copy(t.I32, words[i])
+		default:
+			err = fmt.Errorf("a %s leaf of a %s weight", n.DType, a.Format)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("random weights: weight %q: %w", n.Name, err)
@@ -125,20 +136,6 @@ func randomPacked(g *ir.Graph, p packedWeight, seed uint64) (map[string]*ir.Tens
 		out[n.Name] = t
 	}
 	return out, nil
-}
-
-func appendBytes(dst []int64, b []uint8) []int64 {
-	for _, v := range b {
-		dst = append(dst, int64(v))
-	}
-	return dst
-}
-
-func appendWords(dst []int64, w []int32) []int64 {
-	for _, v := range w {
-		dst = append(dst, int64(v))
-	}
-	return dst
 }
 
 // Params is the number of parameters of the model g computes: each weight

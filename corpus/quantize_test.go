@@ -27,9 +27,15 @@ func TestPackersRoundTrip(t *testing.T) {
 		w[i] = float64(v)
 		wt[(i%K)*N+i/K] = float64(v)
 	}
-	ints := func(dt ir.DType, shape ir.Shape, vals []int64) *ir.Tensor {
-		tt, err := ir.TensorOfInts(dt, shape, vals...)
+	u8s := func(shape ir.Shape, b []uint8) *ir.Tensor {
+		tt, err := ir.TensorOfBytes(shape, b)
 		require.NoError(t, err)
+		return tt
+	}
+	i32s := func(shape ir.Shape, w []int32) *ir.Tensor {
+		tt := ir.NewTensor(ir.I32, shape)
+		require.Len(t, w, len(tt.I32))
+		copy(tt.I32, w)
 		return tt
 	}
 	floats := func(dt ir.DType, shape ir.Shape, vals []float64) *ir.Tensor {
@@ -47,7 +53,7 @@ func TestPackersRoundTrip(t *testing.T) {
 		case quant.MXFP4:
 			b, s, err := packMXFP4(w, N, K)
 			require.NoError(t, err)
-			ws["w_blocks"], ws["w_scales"] = ints(ir.U8, ir.Shape{N, K / 32, 16}, appendBytes(nil, b)), ints(ir.U8, ir.Shape{N, K / 32}, appendBytes(nil, s))
+			ws["w_blocks"], ws["w_scales"] = u8s(ir.Shape{N, K / 32, 16}, b), u8s(ir.Shape{N, K / 32}, s)
 		case quant.FP8:
 			c, s, err := packFP8(w, N, K, groupN, group)
 			require.NoError(t, err)
@@ -55,7 +61,7 @@ func TestPackersRoundTrip(t *testing.T) {
 			for i, v := range s {
 				sf[i] = float64(v)
 			}
-			ws["w"], ws["w_scale"] = ints(ir.U8, ir.Shape{N, K}, appendBytes(nil, c)), floats(ir.F32, ir.Shape{ir.Dim(N / groupN), ir.Dim(K / group)}, sf)
+			ws["w"], ws["w_scale"] = u8s(ir.Shape{N, K}, c), floats(ir.F32, ir.Shape{ir.Dim(N / groupN), ir.Dim(K / group)}, sf)
 		default:
 			pack := packAWQ
 			if tt.f == quant.GPTQ {
@@ -63,8 +69,8 @@ func TestPackersRoundTrip(t *testing.T) {
 			}
 			qw, qz, s, err := pack(wt, K, N, group)
 			require.NoError(t, err)
-			ws["w.qweight"] = ints(ir.I32, ir.Shape{ir.Dim(len(qw))}, appendWords(nil, qw))
-			ws["w.qzeros"] = ints(ir.I32, ir.Shape{ir.Dim(len(qz))}, appendWords(nil, qz))
+			ws["w.qweight"] = i32s(ir.Shape{ir.Dim(len(qw))}, qw)
+			ws["w.qzeros"] = i32s(ir.Shape{ir.Dim(len(qz))}, qz)
 			ws["w.scales"] = floats(ir.F16, ir.Shape{ir.Dim(K / group), N}, s)
 		}
 		got := refMatrix(t, ws, "w", tt.f, 1, N, K, group, groupN)

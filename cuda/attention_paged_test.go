@@ -519,10 +519,9 @@ func TestEmulatePagedStepProgram(t *testing.T) {
 	require.NoError(t, err)
 	bad := func(name string, j, v int64) map[string]*ir.Tensor {
 		out := maps.Clone(feeds)
-		c := *feeds[name]
-		c.I64, c.I32 = slices.Clone(c.I64), slices.Clone(c.I32)
+		c := feeds[name].Clone()
 		c.SetInt(j, v)
-		out[name] = &c
+		out[name] = c
 		return out
 	}
 	n := feeds["seqs"].Int(0)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"slices"
 	"unsafe"
 
 	"github.com/lumsearch/lumsearch/cuda/emu"
@@ -94,12 +93,13 @@ func EncodeTensor(t *ir.Tensor) []byte {
 // with small tensors.
 var encodeChunk = 1 << 20
 
-// tensorBytes is EncodeTensor without the copy where a tensor's storage
+// TensorBytes is EncodeTensor without the copy where a tensor's storage
 // already is its encoding (float32 storage of an f32 tensor on a
-// little-endian machine), as for real-shape weights drawn for
-// verification: the bytes alias the tensor, so neither may change while
+// little-endian machine, byte storage of a u8 tensor), as for real-shape
+// weights drawn for verification or a checkpoint's packed codes: the
+// bytes alias the tensor, so neither may change while
 // the other is in use.
-func tensorBytes(t *ir.Tensor) []byte {
+func TensorBytes(t *ir.Tensor) []byte {
 	switch {
 	case t.DType == ir.F32 && len(t.F32) > 0 && littleEndian:
 		return unsafe.Slice((*byte)(unsafe.Pointer(&t.F32[0])), 4*len(t.F32))
@@ -172,7 +172,7 @@ func DecodeTensor(vt ir.ValueType, b []byte) (*ir.Tensor, error) {
 		return nil, fmt.Errorf("decode %s%v: %d bytes", vt.DType, vt.Shape, len(b))
 	}
 	if vt.DType == ir.U8 {
-		return ir.TensorOfBytes(vt.Shape, slices.Clone(b))
+		return ir.TensorOfBytes(vt.Shape, append(make([]byte, 0, len(b)), b...)) // never nil, unlike a clone of none
 	}
 	vals := make([]float32, n)
 	var ints []int64

@@ -54,8 +54,13 @@ func EncodeFixed(ctx context.Context, prog *lower.Program, feeds map[string]*ir.
 		if b.Kind != lower.Weight && b.Kind != lower.Constant {
 			continue
 		}
-		data, err := encodeBuffer(ctx, prog, b, feeds)
-		if err != nil {
+		var data []byte
+		var err error
+		if t, ok := feeds[b.Name]; ok && b.Kind == lower.Weight {
+			// No copy of a weight whose storage is its encoding: a
+			// serving step's weights are most of the host's memory.
+			data = TensorBytes(t)
+		} else if data, err = encodeBuffer(ctx, prog, b, feeds); err != nil {
 			return nil, err
 		}
 		// Padded here, at its exact capacity, so that no run appends to

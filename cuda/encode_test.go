@@ -74,7 +74,7 @@ func TestEncodeTensorRoundTrip(t *testing.T) {
 				runtime.GOMAXPROCS(prev)
 			}
 			require.Equal(t, encodings[0], encodings[1], "the bytes do not depend on GOMAXPROCS")
-			require.Equal(t, encodings[0], tensorBytes(src))
+			require.Equal(t, encodings[0], TensorBytes(src))
 			got, err := DecodeTensor(ir.ValueType{DType: tc.dt, Shape: ir.Shape{ir.Dim(n)}}, encodings[0])
 			require.NoError(t, err)
 			for i := range int64(n) {

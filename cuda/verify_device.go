@@ -225,7 +225,7 @@ func (p *verifyPlan) onDevice(ctx context.Context, dev DeviceRunner) *deviceChec
 	}
 	l := DeviceLaunch{Kernel: p.k.Name, Grid: p.k.Grid, Block: p.k.Block, Outputs: len(p.outs)}
 	for _, v := range p.body.Inputs() {
-		l.Args = append(l.Args, tensorBytes(p.feeds[p.body.Node(v).Name]))
+		l.Args = append(l.Args, TensorBytes(p.feeds[p.body.Node(v).Name]))
 	}
 	l.Args = append(l.Args, p.rowCount...)
 	sizes := make([]int, len(p.outs))

@@ -313,7 +313,7 @@ func runVerify(ctx context.Context, plans []*verifyPlan, src string, eks []emu.K
 				l.Args = append(l.Args, emu.Arg{Buffer: b})
 				continue
 			}
-			data := tensorBytes(t)
+			data := TensorBytes(t)
 			sent[t] = len(bufs)
 			l.Args = append(l.Args, emu.Arg{Buffer: len(bufs)})
 			discard = append(discard, len(bufs))

@@ -345,7 +345,7 @@ func (p *Program) upload(b plan.Buffer, t *ir.Tensor) error {
 	if t.DType != vt.DType || !t.Shape.Equal(vt.Shape) {
 		return fmt.Errorf("%s %s is %s%v, the program's is %s%v", b.Kind, b.Name, t.DType, t.Shape, vt.DType, vt.Shape)
 	}
-	return p.bufs[b.ID].Upload(cuda.EncodeTensor(t))
+	return p.bufs[b.ID].Upload(cuda.TensorBytes(t)) // synchronous: the bytes may alias t
 }
 
 // download reads a buffer that is not in the arena (an output or a

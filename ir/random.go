@@ -220,6 +220,7 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode, take func
 	float := n.DType.IsFloat()
 	var f32 []float32
 	var f64 []float64
+	var ints *Tensor // an integer leaf, at its dtype's width
 	switch {
 	case float && take != nil:
 		f32 = take(int(count))
@@ -229,6 +230,8 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode, take func
 	case float:
 		f32 = make([]float32, count)
 		mmap.AdviseHugeFloat32(f32)
+	case n.DType.IsInt():
+		ints = NewTensor(n.DType, n.Shape)
 	default:
 		f64 = make([]float64, count)
 		mmap.AdviseHugeFloat64(f64)
@@ -251,9 +254,12 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode, take func
 		}
 		for j := lo; j < hi; j++ {
 			v := draw(rng, n.DType, d, mode)
-			if float {
+			switch {
+			case float:
 				f32[j] = float32(v)
-			} else {
+			case ints != nil:
+				ints.Set(int64(j), v)
+			default:
 				f64[j] = v
 			}
 		}
@@ -263,6 +269,15 @@ func drawLarge(n *Node, d domain, seed uint64, i int, mode RandomMode, take func
 			f32[0] = float32(firstNonZero(n.DType, d))
 		}
 		return &Tensor{DType: n.DType, Shape: n.Shape.Clone(), F32: f32}, nil
+	}
+	if ints != nil {
+		for i := range ints.Len() {
+			if ints.Int(i) != 0 {
+				return ints, nil
+			}
+		}
+		ints.Set(0, firstNonZero(n.DType, d))
+		return ints, nil
 	}
 	if allZero(f64) {
 		f64[0] = firstNonZero(n.DType, d)

@@ -3,6 +3,7 @@ package ir
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Tensor is a value the interpreter reads and produces: a dtype, a shape
@@ -289,7 +290,22 @@ func (t *Tensor) CheckStorage() error {
 	case t.U8 != nil && t.DType != U8:
 		return fmt.Errorf("%s%v in byte storage", t.DType, t.Shape)
 	}
+	if t.I64 != nil && t.DType != I64 {
+		// Wider storage must hold values of the dtype: the interpreter
+		// reads what is stored, a device the value wrapped to the dtype.
+		for i, v := range t.I64 {
+			if t.DType.WrapInt(v) != v {
+				return fmt.Errorf("%s%v element %d is %d, not a value of %s", t.DType, t.Shape, i, v, t.DType)
+			}
+		}
+	}
 	return nil
+}
+
+// Clone is a copy of the tensor that shares no storage with it.
+func (t *Tensor) Clone() *Tensor {
+	return &Tensor{DType: t.DType, Shape: t.Shape.Clone(), F64: slices.Clone(t.F64), F32: slices.Clone(t.F32),
+		I64: slices.Clone(t.I64), I32: slices.Clone(t.I32), U8: slices.Clone(t.U8)}
 }
 
 // check verifies that a tensor fed to the interpreter matches what the

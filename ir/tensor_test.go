@@ -77,6 +77,8 @@ func TestCheckStorageRefusals(t *testing.T) {
 		{"int64 for bf16", &Tensor{DType: BF16, Shape: Shape{1}, I64: []int64{1}}, "bf16[1] in integer storage"},
 		{"two storages", &Tensor{DType: U8, Shape: Shape{1}, U8: []uint8{1}, I64: []int64{1}}, "u8[1] in 2 storages at once"},
 		{"short", &Tensor{DType: U8, Shape: Shape{3}, U8: []uint8{1, 2}}, "u8[3] holds the wrong number of elements"},
+		{"wide u8 out of range", &Tensor{DType: U8, Shape: Shape{2}, I64: []int64{7, 300}}, "u8[2] element 1 is 300, not a value of u8"},
+		{"wide i32 out of range", &Tensor{DType: I32, Shape: Shape{1}, I64: []int64{1 << 31}}, "i32[1] element 0 is 2147483648, not a value of i32"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,4 +89,21 @@ func TestCheckStorageRefusals(t *testing.T) {
 	wide := &Tensor{DType: U8, Shape: Shape{2}, I64: []int64{7, 255}}
 	require.NoError(t, wide.CheckStorage())
 	assert.Equal(t, []int64{7, 255}, wide.Int64s())
+}
+
+// A clone shares no storage, whichever slice holds the elements.
+func TestCloneSharesNothing(t *testing.T) {
+	for _, dt := range []DType{U8, I32, I64, F32, BF16, Bool} {
+		x := NewTensor(dt, Shape{3})
+		x.SetInt(1, 1)
+		c := x.Clone()
+		require.Equal(t, x, c, dt)
+		c.SetInt(1, 0)
+		assert.Equal(t, int64(1), x.Int(1), "%s: the clone's write reached the original", dt)
+	}
+	f, err := TensorOfFloat32(F32, Shape{1}, []float32{2})
+	require.NoError(t, err)
+	c := f.Clone()
+	c.Set(0, 3)
+	assert.Equal(t, 2.0, f.At(0))
 }

@@ -168,7 +168,11 @@ func storeAs(t *ir.Tensor, b *Buffer) (*ir.Tensor, error) {
 		}
 		return ir.TensorOfFloat32(b.DType, b.Shape, vals)
 	}
-	return ir.TensorOfInts(b.DType, b.Shape, t.Int64s()...)
+	out := ir.NewTensor(b.DType, b.Shape) // at the dtype's width, with no int64 copy between
+	for i := range out.Len() {
+		out.SetInt(i, t.Int(i))
+	}
+	return out, nil
 }
 
 // DigestMetadataKey is the metadata key under which a prepared weights

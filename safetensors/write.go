@@ -351,7 +351,7 @@ func Decode(st Tensor) (*ir.Tensor, error) {
 		return ir.TensorOfFloat32(dt, shape, vals)
 	}
 	if dt == ir.U8 {
-		return ir.TensorOfBytes(shape, slices.Clone(b[:n]))
+		return ir.TensorOfBytes(shape, append(make([]byte, 0, n), b[:n]...)) // never nil, unlike a clone of none
 	}
 	t := ir.NewTensor(dt, shape)
 	switch dt {
