@@ -2,6 +2,7 @@ package corpus
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -33,7 +34,8 @@ func packedRoles(g *ir.Graph) map[ir.Value]packedRole {
 // fileDTypes are the checkpoint dtypes a packed leaf may have: fp8's
 // codes e4m3; mxfp4's blocks bytes and its scales bytes or e8m0; awq's and
 // gptq's words i32; scales any float dtype (converted exactly to f32, or
-// rounded to an f16 leaf).
+// to an f16 leaf when f16 holds every scale exactly: a bf16 scale past
+// f16's range or below its subnormal step is refused, not rounded).
 func (r packedRole) fileDTypes() []string {
 	switch {
 	case r.dq.Format == quant.FP8 && r.operand == 0:
@@ -84,7 +86,23 @@ func packedTensor(t safetensors.Tensor, n *ir.Node, r packedRole) (*ir.Tensor, e
 		return nil, fmt.Errorf("shape %v, want %v (%s %s)", t.Shape, shapeInts(n.Shape), r.dq.Format, []string{"codes", "scales", "zero points"}[r.operand])
 	}
 	if n.DType.IsFloat() {
-		return weightTensor(t, n.DType, n.Shape)
+		w, err := weightTensor(t, n.DType, n.Shape)
+		if name, _ := safetensors.DTypeName(n.DType); err != nil || w.F32 == nil || t.DType == name {
+			return w, err
+		}
+		// The leaf's dtype is the kernels' (awq's and gptq's f16
+		// scales), not the checkpoint's: a scale it would round is
+		// refused rather than changed.
+		orig, err := t.Float32s()
+		if err != nil {
+			return nil, err
+		}
+		for i, v := range orig {
+			if got := w.F32[i]; got != v && !(math.IsNaN(float64(v)) && math.IsNaN(float64(got))) {
+				return nil, fmt.Errorf("element %d is %g in the checkpoint's %s, which %s does not hold exactly (%g): %s scales are read as %s", i, v, t.DType, n.DType, got, r.dq.Format, n.DType)
+			}
+		}
+		return w, nil
 	}
 	d, err := safetensors.Decode(t)
 	if err != nil {

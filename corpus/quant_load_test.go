@@ -149,6 +149,14 @@ func TestQuantizedCheckpointRefusals(t *testing.T) {
 		edit func(t *testing.T, ckpt map[string]*ir.Tensor, dtypes map[string]string)
 		want string
 	}{
+		{"llama awq", func(t *testing.T, ckpt map[string]*ir.Tensor, dtypes map[string]string) {
+			s := bf16Scales(t, ckpt, "model.layers.0.self_attn.q_proj.scales")
+			s.Set(3, 1e5) // past f16's largest, 65504
+		}, "model.layers.0.self_attn.q_proj.scales: element 3 is 99840 in the checkpoint's BF16, which f16 does not hold exactly (+Inf): awq scales are read as f16"},
+		{"llama gptq", func(t *testing.T, ckpt map[string]*ir.Tensor, dtypes map[string]string) {
+			s := bf16Scales(t, ckpt, "model.layers.0.mlp.down_proj.scales")
+			s.Set(0, 0x1.02p-20) // bf16's last bit at 2^-20 is below f16's subnormal step, 2^-24
+		}, "model.layers.0.mlp.down_proj.scales: element 0 is 9.611249e-07 in the checkpoint's BF16, which f16 does not hold exactly"},
 		{"llama fp8 per channel", func(t *testing.T, ckpt map[string]*ir.Tensor, dtypes map[string]string) {
 			delete(dtypes, "model.layers.0.self_attn.q_proj.weight") // plain U8 bytes
 		}, "model.layers.0.self_attn.q_proj.weight: dtype U8, want F8_E4M3 (fp8 codes)"},
@@ -201,4 +209,44 @@ func mustTensor(t *testing.T, dt ir.DType, s ir.Shape, v float64) *ir.Tensor {
 	tt, err := ir.TensorOf(dt, s, v)
 	require.NoError(t, err)
 	return tt
+}
+
+// bf16Scales replaces the checkpoint's f16 scales of name with the same
+// values in bf16 (exact: f16 scales of these sizes need no more than
+// bf16's bits after rounding), as a bf16 model's quantizer writes them,
+// and returns them.
+func bf16Scales(t *testing.T, ckpt map[string]*ir.Tensor, name string) *ir.Tensor {
+	t.Helper()
+	f := ckpt[name]
+	require.NotNil(t, f, name)
+	b := ir.NewTensor(ir.BF16, f.Shape)
+	for i := range f.Len() {
+		b.Set(i, f.At(i))
+	}
+	ckpt[name] = b
+	return b
+}
+
+// A bf16 checkpoint's scales load as the f16 the kernels read when f16
+// holds every one exactly.
+func TestBF16ScalesLoadExactly(t *testing.T) {
+	for _, name := range []string{"llama awq", "llama gptq"} {
+		t.Run(name, func(t *testing.T) {
+			qc := quantCaseNamed(t, name)
+			g, _ := qc.build(t, Options{Seq: 2})
+			ws, err := RandomWeights(g, 5)
+			require.NoError(t, err)
+			ckpt, dtypes := checkpointOf(t, g, ws)
+			const scales = "model.layers.0.self_attn.k_proj.scales"
+			b := bf16Scales(t, ckpt, scales)
+			dir := t.TempDir()
+			writeCheckpoint(t, dir, ckpt, dtypes)
+			got, _, err := SafetensorsWeights(g, dir)
+			require.NoError(t, err)
+			require.Equal(t, ir.F16, got[scales].DType)
+			for i := range b.Len() {
+				require.Equal(t, b.At(i), got[scales].At(i), "%s[%d]", scales, i)
+			}
+		})
+	}
 }
