@@ -159,6 +159,13 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	// pipeline keeps none of them in flight past it: one stage.
 	stages := s.Stages
 	for side, right := range []bool{false, true} {
+		if s.Tensor && right && k.tileQuantOperand(mm) {
+			// Decoded from whole loads of codes, fetched one tile ahead
+			// into registers (tile_quant.go).
+			flops += float64(batch*tilesM*tilesN) * float64(steps) * float64(s.BN) * tileQuantOps
+			stages = min(stages, 2)
+			continue
+		}
 		if !s.Tensor || !k.directOperand(mm, side, right) {
 			rows := s.BM
 			if right {

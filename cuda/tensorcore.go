@@ -112,10 +112,17 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	// and into setup what they compute once, before the pipeline.
 	var load, setupText strings.Builder
 	w, setup := &load, &setupText
+	var qt *quantTile // a quantized B, fetched a tile ahead (tensorcore_quant.go)
 	loadTile := func(operand ir.Value, shape ir.Shape, right bool) error {
 		dst, rows, rowVar, rowLimit, tileRows := "As", "m0", "m", M, BM
 		if right {
 			dst, rows, rowVar, rowLimit, tileRows = "Bs", "n0", "n", N, BN
+			if q, ok := cost.TileQuantOperand(body, operand, dt, K); ok && q.N == N {
+				t := newQuantTile(body, q, BN, threads, suffix)
+				t.decl(setup)
+				qt = &t
+				return nil
+			}
 		}
 		if op, ok := cost.DirectOperand(body, operand, dt, K, right); ok {
 			// 16-byte chunks: the tile's rows x 4 chunks of 8 values.
@@ -198,19 +205,29 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		return "", err
 	}
 	b.WriteString(setupText.String())
-	printLoad := func(tile string) {
+	// A quantized B's tile is fetched with the copies and, in the
+	// pipeline, stored after the multiply of the step (late): its buffer
+	// is the one every warp finished with at the step before, and the
+	// next barrier publishes it before its own step reads it.
+	printLoad := func(tile string, late bool) {
 		fmt.Fprintf(&b, "    if (%s < %dLL) {\n", tile, steps)
 		fmt.Fprintf(&b, "      const int s = (int)(%s %% %d);\n      const long long k0 = %s * %d;\n", tile, S, tile, tcBK)
 		b.WriteString(load.String())
+		if qt != nil {
+			qt.fetch(&b, "      ")
+			if !late {
+				qt.store(&b, "      ")
+			}
+		}
 		b.WriteString("    }\n    lum_cp_async_commit();\n")
 	}
 	fmt.Fprintf(&b, "  for (long long kt = 0; kt < %d; kt++) {\n", S-1)
-	printLoad("kt")
+	printLoad("kt", false)
 	b.WriteString("  }\n")
 	fmt.Fprintf(&b, "  for (long long kt = 0; kt < %dLL; kt++) {\n", steps)
 	fmt.Fprintf(&b, "    lum_cp_async_wait_group<%d>();\n    __syncthreads();\n", S-2)
 	fmt.Fprintf(&b, "    const long long nt = kt + %d;\n", S-1)
-	printLoad("nt")
+	printLoad("nt", true)
 	fmt.Fprintf(&b, "    const int s = (int)(kt %% %d);\n", S)
 	// Fragments through ldmatrix: lane l gives the address of row l %% 8
 	// of matrix l / 8. A's four 8x8 matrices are (rows 0-7, k 0-7), (rows
@@ -228,7 +245,14 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 	b.WriteString("        bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];\n")
 	b.WriteString("      }\n")
 	fmt.Fprintf(&b, "      for (int i = 0; i < %d; i++) for (int j = 0; j < %d; j++) lum_mma_m16n8k16_%s(acc[i][j], af[i], bf[j]);\n", mi, nj, suffix)
-	b.WriteString("    }\n  }\n")
+	b.WriteString("    }\n")
+	if qt != nil {
+		fmt.Fprintf(&b, "    if (nt < %dLL) {\n", steps)
+		fmt.Fprintf(&b, "      const int s = (int)(nt %% %d);\n", S)
+		qt.store(&b, "      ")
+		b.WriteString("    }\n")
+	}
+	b.WriteString("  }\n")
 	b.WriteString("  lum_cp_async_wait_group<0>();\n")
 
 	// Epilogue: accumulator q of tile (i, j) is C's element (m, n).

@@ -1,0 +1,59 @@
+package cost
+
+import (
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
+)
+
+// The tensor-core matmul's quantized right operand (package cuda,
+// tensorcore_quant.go): a weight that is a dequant of packed kernel
+// arguments is not computed element by element through the scalar
+// prologue (an index, a division per view axis and a one-byte load per
+// value, scalarLoadOps) but decoded from whole loads of its codes: every
+// thread loads its share of a B tile's packed codes into registers one
+// tile ahead (while the warps multiply the current tile), then decodes
+// them, two K-adjacent values a shared-memory word, as the tile is
+// stored. The model prices that as dequantOps (the decode, counted with
+// the prologue's operations) and tileQuantOps per value, with the
+// pipeline one register stage deep on that side.
+
+// tileQuantOps is what the quantized tile path costs per value it stores
+// besides the decode itself, in FMA-class operations: the packing of two
+// values into a word (a conversion each), the shared-memory store of the
+// word, the scale's decode shared by 8 to 32 values, and the loads'
+// share (one 8- or 16-byte load of 16 codes for mxfp4 and fp8, two words
+// of 8 for awq and gptq with their scales and zero points). An
+// assumption, uncalibrated, as scalarLoadOps is: measurements are to fit
+// it.
+const tileQuantOps = 4
+
+// TileQuantOperand reports whether the right operand v of a tensor-core
+// matmul (of operand dtype dt, K its reduced length) is a quantized weight
+// its B tiles decode from whole loads of codes: a two-dimensional dequant
+// to dt of kernel arguments (GEMVQuantWeight's one part: mxfp4 and fp8
+// through the transposing permute, awq and gptq directly), with K a
+// multiple of the tile's 32 and every tile within one group of scales:
+// fp8's Group a multiple of 32 or the whole of K, awq's and gptq's a
+// multiple of 32 with N a multiple of 8 (a word of zero points).
+func TileQuantOperand(body *ir.Graph, v ir.Value, dt ir.DType, K int64) (GEMVQuant, bool) {
+	q, ok := gemvQuantPart(body, v)
+	if !ok || q.DType != dt || q.K != K || K%32 != 0 {
+		return GEMVQuant{}, false
+	}
+	switch q.Format {
+	case quant.MXFP4:
+		return q, true
+	case quant.FP8:
+		return q, q.Group%32 == 0 || q.Group >= K
+	case quant.AWQ, quant.GPTQ:
+		return q, q.Group%32 == 0 && q.N%8 == 0
+	}
+	return GEMVQuant{}, false
+}
+
+// tileQuantOperand is TileQuantOperand of matmul mm's right operand.
+func (k *kernelForm) tileQuantOperand(mm *ir.Node) bool {
+	a := k.body.Node(mm.Inputs[0])
+	_, ok := TileQuantOperand(k.body, mm.Inputs[1], a.DType, int64(a.Shape[len(a.Shape)-1]))
+	return ok
+}

@@ -1,0 +1,130 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda/nvrtc"
+	"github.com/lumsearch/lumsearch/ir"
+	"github.com/lumsearch/lumsearch/quant"
+)
+
+// TestTensorCoreQuantTiles: a tensor-core matmul over a quantized weight
+// decodes its B tiles from whole loads of codes (tensorcore_quant.go) in
+// every format, in bf16 and f16, under tile shapes whose tasks fill the
+// threads evenly, unevenly and twice, pipelines two to four deep, and an
+// N past the last tile's columns (the rows past N zero-filled); each
+// matches the reference under the emulation. An error planted in each
+// format's decode (e2m1's nibbles swapped, e8m0's bias off by one, an
+// e4m3 code's sign, AWQ's words read in sequential order, GPTQ's zero
+// point taken as stored) is caught by the verification.
+func TestTensorCoreQuantTiles(t *testing.T) {
+	needGXX(t)
+	t.Parallel()
+	schedules := []cost.Schedule{
+		{BM: 64, BN: 64, BK: 32, Threads: 128, Stages: 2, Tensor: true},
+		{BM: 32, BN: 64, BK: 32, Threads: 64, Stages: 3, Tensor: true},
+		{BM: 16, BN: 32, BK: 32, Threads: 32, Stages: 4, Tensor: true},
+		{BM: 64, BN: 128, BK: 32, Threads: 256, Stages: 2, Tensor: true},
+	}
+	for _, c := range []struct {
+		f        quant.Format
+		old, bad string // a planted error: every old in the kernel becomes bad
+	}{
+		{quant.MXFP4, "2 * (i % 4)) * sc", "2 * (i % 4) ^ 1) * sc"},
+		{quant.MXFP4, "lum_e8m0_to_f32(qs[j])", "2.0f * lum_e8m0_to_f32(qs[j])"},
+		{quant.FP8, "lum_e4m3_in(qw4[i / 2], i % 2 * 2)", "-lum_e4m3_in(qw4[i / 2], i % 2 * 2)"},
+		{quant.AWQ, "lum_awq_nibble(qa[j]", "lum_gptq_nibble(qa[j]"},
+		{quant.GPTQ, " + 1u)", ")"},
+	} {
+		for _, dt := range []ir.DType{ir.BF16, ir.F16} {
+			for i, s := range schedules {
+				if testing.Short() && (dt == ir.F16 || i%2 == 1) {
+					continue // the long command takes every pair
+				}
+				name := fmt.Sprintf("%s/%s/%s/s%d", c.f, dt, strings.Fields(c.old)[0], i)
+				t.Run(name, func(t *testing.T) {
+					body := dequantMatmul(t, c.f, dt, 40, 128, 96)
+					k, err := PrintKernelWith("tcq", "a quantized weight on tensor cores", body, s)
+					require.NoError(t, err)
+					require.Contains(t, k.Text, "lum_mma_m16n8k16_", "the tensor-core path")
+					require.NotContains(t, k.Text, "const float lo =", "no value of B computed through the scalar prologue")
+					require.Contains(t, k.Text, c.old)
+					_, err = VerifyKernels(context.Background(), []*Kernel{k}, []*ir.Graph{body}, VerifyOptions{Seed: uint64(7 + i)})
+					require.NoError(t, err)
+					bad := *k
+					bad.Name = "tcq_bad"
+					bad.Text = strings.ReplaceAll(strings.Replace(k.Text, "void tcq(", "void tcq_bad(", 1), c.old, c.bad)
+					_, err = VerifyKernels(context.Background(), []*Kernel{&bad}, []*ir.Graph{body}, VerifyOptions{Seed: uint64(7 + i)})
+					require.Error(t, err, "the planted error %q -> %q", c.old, c.bad)
+				})
+			}
+		}
+	}
+}
+
+// A weight whose tiles would straddle its scale groups, or whose K is no
+// multiple of the tile's 32, is computed through the scalar prologue
+// (cost.TileQuantOperand), and still matches the reference.
+func TestTensorCoreQuantFallsBack(t *testing.T) {
+	needGXX(t)
+	body := buildBody(t, func(b *ir.Builder) ir.Value {
+		x := b.Input("$0", ir.BF16, 24, 48)
+		w := b.Dequant(quant.AWQ, ir.BF16, 16, 0, b.Input("$1", ir.I32, 48, 4), b.Input("$2", ir.F16, 3, 32), b.Input("$3", ir.I32, 3, 4))
+		return b.MatMul(x, w)
+	})
+	_, ok := cost.TileQuantOperand(body, body.Node(body.Outputs[0].Value).Inputs[1], ir.BF16, 48)
+	require.False(t, ok, "groups of 16 and K 48")
+	k, err := PrintKernelWith("tcq_scalar", "", body, cost.Schedule{BM: 32, BN: 32, BK: 32, Threads: 32, Stages: 2, Tensor: true})
+	require.NoError(t, err)
+	require.Contains(t, k.Text, "const float lo =")
+	_, err = VerifyKernels(context.Background(), []*Kernel{k}, []*ir.Graph{body}, VerifyOptions{Seed: 2})
+	require.NoError(t, err)
+}
+
+// TestNVRTCCompilesTensorCoreQuant: the quantized tile kernels compile
+// for sm_80 and sm_90 at a projection's real shape (4096 x 4096, 512
+// rows) under the listed tensor schedules, with no spill and no stack
+// frame: the registers a tile waits in stay registers.
+func TestNVRTCCompilesTensorCoreQuant(t *testing.T) {
+	t.Parallel()
+	lib := nvrtcOrSkip(t)
+	schedules := []cost.Schedule{
+		{BM: 64, BN: 64, BK: 32, Threads: 128, Stages: 2, Tensor: true},
+		{BM: 128, BN: 128, BK: 32, Threads: 128, Stages: 3, Warp: 64, Tensor: true},
+		{BM: 128, BN: 256, BK: 32, Threads: 256, Stages: 2, Warp: 64, Tensor: true},
+	}
+	if testing.Short() {
+		schedules = schedules[1:2]
+	}
+	var kernels []*Kernel
+	for _, f := range []quant.Format{quant.MXFP4, quant.FP8, quant.AWQ, quant.GPTQ} {
+		body := dequantMatmul(t, f, ir.BF16, 512, 4096, 4096)
+		for i, s := range schedules {
+			k, err := PrintKernelWith(fmt.Sprintf("tcq_%s_%d", f, i), "", body, s)
+			require.NoError(t, err)
+			kernels = append(kernels, k)
+		}
+	}
+	archs := []string{"sm_80", "sm_90"}
+	if testing.Short() {
+		archs = archs[1:]
+	}
+	for _, arch := range archs {
+		res, err := lib.Compile(context.Background(), NVRTCPrelude+Source(kernels), "kernels.cu", nvrtc.Options{Arch: arch})
+		require.NoError(t, err, arch)
+		for _, k := range kernels {
+			r, ok := res.Kernels[k.Name]
+			require.True(t, ok, "%s: no resources for %s", arch, k.Name)
+			t.Logf("%s %s (%s): %d registers, %d main-loop instructions", arch, k.Name, k.Schedule, r.Registers, MainLoopInstructions(res.PTX, k.Name))
+			assert.Zero(t, r.SpillStores, "%s: %s spills", arch, k.Name)
+			assert.Zero(t, r.StackBytes, "%s: %s has a stack frame", arch, k.Name)
+		}
+	}
+}
