@@ -102,6 +102,12 @@ __device__ __forceinline__ float lum_keep(float x) {
 __device__ __forceinline__ float lum_q4_fma(unsigned d, unsigned b, float s, float zb) {
   return __fmaf_rn(__uint_as_float(__byte_perm(d, 0x43000000u, 0x7044u | (b << 8))), s, zb);
 }
+// The same byte as 128 + q, exactly (the tensor-core tiles' decode:
+// (128 + q) - (128 + z) is q - z, exact, then times the scale as the
+// reference multiplies it, infinite and NaN scales included).
+__device__ __forceinline__ float lum_q4_128(unsigned d, unsigned b) {
+  return __uint_as_float(__byte_perm(d, 0x43000000u, 0x7044u | (b << 8)));
+}
 // Decoding a 16-byte load of codes in registers (the experts kernels):
 // one of its words, and one code of a word exactly, its sign, exponent
 // and mantissa put where an f32's sign, lowest exponent bits and top

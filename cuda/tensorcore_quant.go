@@ -29,6 +29,13 @@ import (
 //   - gptq ([K/8, N] words, eight k's a word): one word, 8 k's of one
 //     column, with its zero point (stored minus one) and scale.
 //
+// awq's and gptq's codes are split into bytes of their own (a word's
+// low and high nibbles masked) and each put in the mantissa of 128
+// (lum_q4_128, no integer conversion): (128 + q) - (128 + z) is q - z
+// exactly, then times its scale as the reference multiplies it, for any
+// scale (the fused multiply-add of the matrix-vector kernel would need a
+// second path for scales whose biased zero point is not finite).
+//
 // Each task's loads are aligned: K a multiple of 32, N of 8 (awq, gptq).
 
 // quantTile prints the loads and stores of one quantized B operand.
@@ -61,7 +68,9 @@ func newQuantTile(body *ir.Graph, q cost.GEMVQuant, BN, threads int, suffix stri
 	return t
 }
 
-// decl prints the registers a tile's codes wait in.
+// decl prints, before the pipeline, the registers a tile's codes wait
+// in and each task's pointers into the packed operands at k0 = 0 (a step
+// adds k0's offset), with whether its columns are within N.
 func (t quantTile) decl(b *strings.Builder) {
 	switch t.q.Format {
 	case quant.MXFP4:
@@ -73,6 +82,41 @@ func (t quantTile) decl(b *strings.Builder) {
 	default:
 		fmt.Fprintf(b, "  unsigned qa[%d], qz[%d];\n  float qs[%d];\n", t.per, t.per, t.per)
 	}
+	codeT := map[quant.Format]string{quant.MXFP4: "unsigned char", quant.FP8: "unsigned char", quant.AWQ: "int", quant.GPTQ: "int"}[t.q.Format]
+	fmt.Fprintf(b, "  const %s* qcp[%d];\n  const %s* qsp[%d];\n  bool qok[%d];\n", codeT, t.per, storageType(t.sdt), t.per, t.per)
+	if t.zeros != "" {
+		fmt.Fprintf(b, "  const int* qzp[%d];\n", t.per)
+	}
+	N, K := t.N, t.K
+	b.WriteString("  #pragma unroll\n  for (int j = 0; j < " + fmt.Sprint(t.per) + "; j++) {\n")
+	fmt.Fprintf(b, "    const int p = threadIdx.x + j * %d;\n", t.threads)
+	switch t.q.Format {
+	case quant.MXFP4:
+		fmt.Fprintf(b, "    const long long qn = n0 + p / 2;\n    qok[j] = p < %d && qn < %dLL;\n", t.tasks, N)
+		fmt.Fprintf(b, "    const long long qr = qok[j] ? qn : 0LL;\n")
+		fmt.Fprintf(b, "    qcp[j] = %s + qr * %dLL + p %% 2 * 8;\n", t.codes, K/2)
+		fmt.Fprintf(b, "    qsp[j] = %s + qr * %dLL;\n", t.scales, K/32)
+	case quant.FP8:
+		sk := (K + t.q.Group - 1) / t.q.Group
+		fmt.Fprintf(b, "    const long long qn = n0 + p / 2;\n    qok[j] = p < %d && qn < %dLL;\n", t.tasks, N)
+		fmt.Fprintf(b, "    const long long qr = qok[j] ? qn : 0LL;\n")
+		fmt.Fprintf(b, "    qcp[j] = %s + qr * %dLL + p %% 2 * 16;\n", t.codes, K)
+		fmt.Fprintf(b, "    qsp[j] = %s + qr / %dLL * %dLL;\n", t.scales, t.q.GroupN, sk)
+	case quant.AWQ:
+		W := t.BN / 8
+		fmt.Fprintf(b, "    const long long qc = n0 / 8 + p %% %d;\n    qok[j] = p < %d && qc < %dLL;\n", W, t.tasks, N/8)
+		fmt.Fprintf(b, "    const long long qr = qok[j] ? qc : 0LL;\n")
+		fmt.Fprintf(b, "    qcp[j] = %s + (long long)(p / %d * 2) * %dLL + qr;\n", t.codes, W, N/8)
+		fmt.Fprintf(b, "    qzp[j] = %s + qr;\n", t.zeros)
+		fmt.Fprintf(b, "    qsp[j] = %s + qr * 8;\n", t.scales)
+	default: // gptq
+		fmt.Fprintf(b, "    const long long qn = n0 + p %% %d;\n    qok[j] = p < %d && qn < %dLL;\n", t.BN, t.tasks, N)
+		fmt.Fprintf(b, "    const long long qr = qok[j] ? qn : 0LL;\n")
+		fmt.Fprintf(b, "    qcp[j] = %s + (long long)(p / %d) * %dLL + qr;\n", t.codes, t.BN, N)
+		fmt.Fprintf(b, "    qzp[j] = %s + qr / 8;\n", t.zeros)
+		fmt.Fprintf(b, "    qsp[j] = %s + qr;\n", t.scales)
+	}
+	b.WriteString("  }\n")
 }
 
 // task prints the opening of the loop over a thread's tasks, with p the
@@ -85,45 +129,42 @@ func (t quantTile) task(b *strings.Builder, indent string) {
 	}
 }
 
-// fetch prints the loads of the tile at k0 (of columns n0..) into the
-// registers.
+// fetch prints the loads of the tile at k0 into the registers: zeros for
+// a task past N.
 func (t quantTile) fetch(b *strings.Builder, indent string) {
 	t.task(b, indent)
 	in := indent + "  "
-	N, K := t.N, t.K
+	N, G := t.N, t.q.Group
 	switch t.q.Format {
 	case quant.MXFP4:
-		fmt.Fprintf(b, "%sconst long long qn = n0 + p / 2;\n", in)
 		fmt.Fprintf(b, "%sqv[j] = make_uint2(0u, 0u); qs[j] = 0u;\n", in)
-		fmt.Fprintf(b, "%sif (qn < %dLL) {\n", in, N)
-		fmt.Fprintf(b, "%s  const long long blk = qn * %dLL + k0 / 32;\n", in, K/32)
-		fmt.Fprintf(b, "%s  qv[j] = lum_ld8(%s + blk * 16 + p %% 2 * 8);\n", in, t.codes)
-		fmt.Fprintf(b, "%s  qs[j] = %s[blk];\n%s}\n", in, t.scales, in)
+		fmt.Fprintf(b, "%sif (qok[j]) { qv[j] = lum_ld8(qcp[j] + k0 / 2); qs[j] = qsp[j][k0 / 32]; }\n", in)
 	case quant.FP8:
-		sk := (K + t.q.Group - 1) / t.q.Group
-		fmt.Fprintf(b, "%sconst long long qn = n0 + p / 2;\n", in)
 		fmt.Fprintf(b, "%sqv[j] = make_uint4(0u, 0u, 0u, 0u); qs[j] = 0.0f;\n", in)
-		fmt.Fprintf(b, "%sif (qn < %dLL) {\n", in, N)
-		fmt.Fprintf(b, "%s  qv[j] = lum_ld16(%s + qn * %dLL + k0 + p %% 2 * 16);\n", in, t.codes, K)
-		fmt.Fprintf(b, "%s  qs[j] = %s;\n%s}\n", in, load(t.sdt, fmt.Sprintf("%s[qn / %dLL * %dLL + k0 / %dLL]", t.scales, t.q.GroupN, sk, t.q.Group)), in)
+		fmt.Fprintf(b, "%sif (qok[j]) { qv[j] = lum_ld16(qcp[j] + k0); qs[j] = %s; }\n", in, load(t.sdt, fmt.Sprintf("qsp[j][k0 / %dLL]", G)))
 	case quant.AWQ:
-		W, G := t.BN/8, t.q.Group
-		fmt.Fprintf(b, "%sconst long long qc = n0 / 8 + p %% %d, qk = k0 + p / %d * 2, qg = k0 / %dLL;\n", in, W, W, G)
 		fmt.Fprintf(b, "%sqa[j] = qb[j] = qz[j] = 0u;\n", in)
 		fmt.Fprintf(b, "%sfor (int c = 0; c < 8; c++) qs[j][c] = 0.0f;\n", in)
-		fmt.Fprintf(b, "%sif (qc < %dLL) {\n", in, N/8)
-		fmt.Fprintf(b, "%s  qa[j] = (unsigned)%s[qk * %dLL + qc];\n", in, t.codes, N/8)
-		fmt.Fprintf(b, "%s  qb[j] = (unsigned)%s[(qk + 1) * %dLL + qc];\n", in, t.codes, N/8)
-		fmt.Fprintf(b, "%s  qz[j] = (unsigned)%s[qg * %dLL + qc];\n", in, t.zeros, N/8)
-		fmt.Fprintf(b, "%s  for (int c = 0; c < 8; c++) qs[j][c] = %s;\n%s}\n", in, load(t.sdt, fmt.Sprintf("%s[qg * %dLL + qc * 8 + c]", t.scales, N)), in)
+		fmt.Fprintf(b, "%sif (qok[j]) {\n", in)
+		fmt.Fprintf(b, "%s  qa[j] = (unsigned)qcp[j][k0 * %dLL];\n", in, N/8)
+		fmt.Fprintf(b, "%s  qb[j] = (unsigned)qcp[j][k0 * %dLL + %dLL];\n", in, N/8, N/8)
+		fmt.Fprintf(b, "%s  qz[j] = (unsigned)qzp[j][k0 / %dLL * %dLL];\n", in, G, N/8)
+		if t.sdt == ir.F16 || t.sdt == ir.BF16 {
+			// Eight 2-byte scales in one 16-byte load (N a multiple
+			// of 8 keeps it aligned).
+			fmt.Fprintf(b, "%s  const uint4 sv = lum_ld16(qsp[j] + k0 / %dLL * %dLL);\n", in, G, N)
+			fmt.Fprintf(b, "%s  const unsigned sw[4] = {sv.x, sv.y, sv.z, sv.w};\n", in)
+			fmt.Fprintf(b, "%s  #pragma unroll\n%s  for (int c = 0; c < 8; c++) qs[j][c] = %s;\n", in, in, load(t.sdt, fmt.Sprintf("(%s)(sw[c / 2] >> (c %% 2 * 16))", storageType(t.sdt))))
+		} else {
+			fmt.Fprintf(b, "%s  for (int c = 0; c < 8; c++) qs[j][c] = %s;\n", in, load(t.sdt, fmt.Sprintf("qsp[j][k0 / %dLL * %dLL + c]", G, N)))
+		}
+		fmt.Fprintf(b, "%s}\n", in)
 	default: // gptq
-		G := t.q.Group
-		fmt.Fprintf(b, "%sconst long long qn = n0 + p %% %d, qw = k0 / 8 + p / %d, qg = k0 / %dLL;\n", in, t.BN, t.BN, G)
 		fmt.Fprintf(b, "%sqa[j] = qz[j] = 0u; qs[j] = 0.0f;\n", in)
-		fmt.Fprintf(b, "%sif (qn < %dLL) {\n", in, N)
-		fmt.Fprintf(b, "%s  qa[j] = (unsigned)%s[qw * %dLL + qn];\n", in, t.codes, N)
-		fmt.Fprintf(b, "%s  qz[j] = (unsigned)%s[qg * %dLL + qn / 8];\n", in, t.zeros, N/8)
-		fmt.Fprintf(b, "%s  qs[j] = %s;\n%s}\n", in, load(t.sdt, fmt.Sprintf("%s[qg * %dLL + qn]", t.scales, N)), in)
+		fmt.Fprintf(b, "%sif (qok[j]) {\n", in)
+		fmt.Fprintf(b, "%s  qa[j] = (unsigned)qcp[j][k0 / 8 * %dLL];\n", in, N)
+		fmt.Fprintf(b, "%s  qz[j] = (unsigned)qzp[j][k0 / %dLL * %dLL];\n", in, G, N/8)
+		fmt.Fprintf(b, "%s  qs[j] = %s;\n%s}\n", in, load(t.sdt, fmt.Sprintf("qsp[j][k0 / %dLL * %dLL]", G, N)), in)
 	}
 	fmt.Fprintf(b, "%s}\n", indent)
 }
@@ -153,18 +194,27 @@ func (t quantTile) store(b *strings.Builder, indent string) {
 		fmt.Fprintf(b, "%s#pragma unroll\n%sfor (int i = 0; i < 8; i++)\n", in, in)
 		fmt.Fprintf(b, "%s  %s = n0 + rr < %dLL ? %s(lum_e4m3_in(qw4[i / 2], i %% 2 * 2) * qs[j], lum_e4m3_in(qw4[i / 2], i %% 2 * 2 + 1) * qs[j]) : 0u;\n", in, word("rr", "kq + i"), N, t.pack)
 	case quant.AWQ:
+		// Column c's nibble is byte (c >> 2) | (c & 1) << 1 of the
+		// word's low (c >> 1 even) or high nibbles, each in a byte of
+		// its own (AWQ's order 0 2 4 6 1 3 5 7).
 		W := t.BN / 8
 		fmt.Fprintf(b, "%sconst int wc = p %% %d, kp = p / %d;\n", in, W, W)
+		fmt.Fprintf(b, "%sconst unsigned m4 = 0x0f0f0f0fu;\n", in)
+		fmt.Fprintf(b, "%sconst unsigned al = qa[j] & m4, ah = (qa[j] >> 4) & m4, bl = qb[j] & m4, bh = (qb[j] >> 4) & m4, zl = qz[j] & m4, zh = (qz[j] >> 4) & m4;\n", in)
 		fmt.Fprintf(b, "%s#pragma unroll\n%sfor (int c = 0; c < 8; c++) {\n", in, in)
 		fmt.Fprintf(b, "%s  const int rr = wc * 8 + c;\n", in)
-		fmt.Fprintf(b, "%s  const int z = (int)lum_awq_nibble(qz[j], (unsigned)c);\n", in)
-		fmt.Fprintf(b, "%s  %s = n0 + rr < %dLL ? %s((float)((int)lum_awq_nibble(qa[j], (unsigned)c) - z) * qs[j][c], (float)((int)lum_awq_nibble(qb[j], (unsigned)c) - z) * qs[j][c]) : 0u;\n", in, word("rr", "kp"), N, t.pack)
+		fmt.Fprintf(b, "%s  const unsigned by = (unsigned)((c >> 2) | (c & 1) << 1), hi = (c >> 1) & 1;\n", in)
+		fmt.Fprintf(b, "%s  const float zf = lum_q4_128(hi ? zh : zl, by);\n", in)
+		fmt.Fprintf(b, "%s  %s = n0 + rr < %dLL ? %s((lum_q4_128(hi ? ah : al, by) - zf) * qs[j][c], (lum_q4_128(hi ? bh : bl, by) - zf) * qs[j][c]) : 0u;\n", in, word("rr", "kp"), N, t.pack)
 		fmt.Fprintf(b, "%s}\n", in)
 	default: // gptq
+		// k 2i and 2i + 1 are byte i of the word's low and high
+		// nibbles; the zero point is stored less one.
 		fmt.Fprintf(b, "%sconst int rr = p %% %d, kq = p / %d * 4;\n", in, t.BN, t.BN)
-		fmt.Fprintf(b, "%sconst int z = (int)(lum_gptq_nibble(qz[j], (unsigned)(rr %% 8)) + 1u);\n", in)
+		fmt.Fprintf(b, "%sconst unsigned lo = qa[j] & 0x0f0f0f0fu, hi = (qa[j] >> 4) & 0x0f0f0f0fu;\n", in)
+		fmt.Fprintf(b, "%sconst float zf = (float)(129u + lum_gptq_nibble(qz[j], (unsigned)(rr %% 8)));\n", in)
 		fmt.Fprintf(b, "%s#pragma unroll\n%sfor (int i = 0; i < 4; i++)\n", in, in)
-		fmt.Fprintf(b, "%s  %s = n0 + rr < %dLL ? %s((float)((int)lum_gptq_nibble(qa[j], (unsigned)(2 * i)) - z) * qs[j], (float)((int)lum_gptq_nibble(qa[j], (unsigned)(2 * i + 1)) - z) * qs[j]) : 0u;\n", in, word("rr", "kq + i"), N, t.pack)
+		fmt.Fprintf(b, "%s  %s = n0 + rr < %dLL ? %s((lum_q4_128(lo, (unsigned)i) - zf) * qs[j], (lum_q4_128(hi, (unsigned)i) - zf) * qs[j]) : 0u;\n", in, word("rr", "kq + i"), N, t.pack)
 	}
 	fmt.Fprintf(b, "%s}\n", indent)
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/lumsearch/lumsearch/cost"
+	"github.com/lumsearch/lumsearch/cuda/emu"
 	"github.com/lumsearch/lumsearch/cuda/nvrtc"
 	"github.com/lumsearch/lumsearch/ir"
 	"github.com/lumsearch/lumsearch/quant"
@@ -33,24 +35,36 @@ func TestTensorCoreQuantTiles(t *testing.T) {
 		{BM: 16, BN: 32, BK: 32, Threads: 32, Stages: 4, Tensor: true},
 		{BM: 64, BN: 128, BK: 32, Threads: 256, Stages: 2, Tensor: true},
 	}
+	f16Scales := func(f quant.Format) func(t *testing.T, dt ir.DType) *ir.Graph {
+		return func(t *testing.T, dt ir.DType) *ir.Graph { return dequantMatmul(t, f, dt, 40, 128, 96) }
+	}
+	f32Scales := func(f quant.Format) func(t *testing.T, dt ir.DType) *ir.Graph {
+		return func(t *testing.T, dt ir.DType) *ir.Graph {
+			return quantLinearBody(t, f, dt, ir.F32, 40, 128, 96, 32, 0)
+		}
+	}
 	for _, c := range []struct {
 		f        quant.Format
+		what     string
+		body     func(t *testing.T, dt ir.DType) *ir.Graph
 		old, bad string // a planted error: every old in the kernel becomes bad
 	}{
-		{quant.MXFP4, "2 * (i % 4)) * sc", "2 * (i % 4) ^ 1) * sc"},
-		{quant.MXFP4, "lum_e8m0_to_f32(qs[j])", "2.0f * lum_e8m0_to_f32(qs[j])"},
-		{quant.FP8, "lum_e4m3_in(qw4[i / 2], i % 2 * 2)", "-lum_e4m3_in(qw4[i / 2], i % 2 * 2)"},
-		{quant.AWQ, "lum_awq_nibble(qa[j]", "lum_gptq_nibble(qa[j]"},
-		{quant.GPTQ, " + 1u)", ")"},
+		{quant.MXFP4, "nibbles", f16Scales(quant.MXFP4), "2 * (i % 4)) * sc", "2 * (i % 4) ^ 1) * sc"},
+		{quant.MXFP4, "e8m0", f16Scales(quant.MXFP4), "lum_e8m0_to_f32(qs[j])", "2.0f * lum_e8m0_to_f32(qs[j])"},
+		{quant.FP8, "sign", f16Scales(quant.FP8), "lum_e4m3_in(qw4[i / 2], i % 2 * 2)", "-lum_e4m3_in(qw4[i / 2], i % 2 * 2)"},
+		{quant.AWQ, "order", f16Scales(quant.AWQ), "(unsigned)((c >> 2) | (c & 1) << 1)", "(unsigned)(c & 3)"},
+		{quant.GPTQ, "zero", f16Scales(quant.GPTQ), "129u", "128u"},
+		{quant.AWQ, "f32-scales", f32Scales(quant.AWQ), "hi ? ah : al", "hi ? al : ah"},
+		{quant.GPTQ, "f32-scales", f32Scales(quant.GPTQ), "(lum_q4_128(lo, (unsigned)i) - zf)", "(lum_q4_128(hi, (unsigned)i) - zf)"},
 	} {
 		for _, dt := range []ir.DType{ir.BF16, ir.F16} {
 			for i, s := range schedules {
 				if testing.Short() && (dt == ir.F16 || i%2 == 1) {
 					continue // the long command takes every pair
 				}
-				name := fmt.Sprintf("%s/%s/%s/s%d", c.f, dt, strings.Fields(c.old)[0], i)
+				name := fmt.Sprintf("%s/%s/%s/s%d", c.f, c.what, dt, i)
 				t.Run(name, func(t *testing.T) {
-					body := dequantMatmul(t, c.f, dt, 40, 128, 96)
+					body := c.body(t, dt)
 					k, err := PrintKernelWith("tcq", "a quantized weight on tensor cores", body, s)
 					require.NoError(t, err)
 					require.Contains(t, k.Text, "lum_mma_m16n8k16_", "the tensor-core path")
@@ -66,6 +80,42 @@ func TestTensorCoreQuantTiles(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestTensorCoreQuantHugeScales: an awq or gptq weight whose bf16 scale
+// is past 2^121 (where (128 + z) s, the matrix-vector kernel's biased zero
+// point, overflows f32) decodes as the reference does, its code less its
+// zero point times its scale.
+func TestTensorCoreQuantHugeScales(t *testing.T) {
+	needGXX(t)
+	for _, f := range []quant.Format{quant.AWQ, quant.GPTQ} {
+		t.Run(f.String(), func(t *testing.T) {
+			body := quantLinearBody(t, f, ir.BF16, ir.BF16, 16, 64, 32, 32, 0)
+			k, err := PrintKernelWith("tcq_huge", "", body, cost.Schedule{BM: 16, BN: 32, BK: 32, Threads: 32, Stages: 2, Tensor: true})
+			require.NoError(t, err)
+			feeds, err := ir.RandomFeeds(body, 4, ir.Typical)
+			require.NoError(t, err)
+			// x scaled by 2^-120 and the first group's scales of the
+			// first eight columns by 2^122: those products stay near 1.
+			x, sc := feeds["$0"], feeds["$2"]
+			for i := range x.Len() {
+				x.Set(i, math.Ldexp(x.At(i), -120))
+			}
+			for c := range int64(8) {
+				sc.Set(c, math.Ldexp(1+float64(c)/8, 122))
+			}
+			want, err := ir.Eval(context.Background(), body, feeds, ir.EvalOptions{Magnitude: true})
+			require.NoError(t, err)
+			in := []*ir.Tensor{feeds["$0"], feeds["$1"], feeds["$2"], feeds["$3"]}
+			outs, err := Emulate(context.Background(), []*Kernel{k}, [][]*ir.Tensor{in}, [][]ir.ValueType{{{Shape: ir.Shape{16, 32}, DType: ir.BF16}}}, emu.Options{})
+			require.NoError(t, err)
+			o := body.Outputs[0].Name
+			mm, err := ir.Compare(outs[0][0], want.Outputs[o], want.Magnitudes[o], 64)
+			require.NoError(t, err)
+			require.Nil(t, mm)
+			require.Greater(t, math.Abs(want.Outputs[o].At(0)), 1e-3, "the huge scales' products are the output's size")
+		})
 	}
 }
 
