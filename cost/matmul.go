@@ -159,7 +159,7 @@ func (k *kernelForm) matmulFeatures(s Schedule, d *Device, out float64) (Feature
 	// pipeline keeps none of them in flight past it: one stage.
 	stages := s.Stages
 	for side, right := range []bool{false, true} {
-		if s.Tensor && right && k.tileQuantOperand(mm) {
+		if s.Tensor && right && k.tileQuantOperand(mm, s) {
 			// Decoded from whole loads of codes, fetched one tile ahead
 			// into registers (tile_quant.go).
 			flops += float64(batch*tilesM*tilesN) * float64(steps) * float64(s.BN) * tileQuantOps

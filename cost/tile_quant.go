@@ -51,9 +51,36 @@ func TileQuantOperand(body *ir.Graph, v ir.Value, dt ir.DType, K int64) (GEMVQua
 	return GEMVQuant{}, false
 }
 
-// tileQuantOperand is TileQuantOperand of matmul mm's right operand.
-func (k *kernelForm) tileQuantOperand(mm *ir.Node) bool {
+// TileQuantTasks is how many tasks of a B tile of q a thread of schedule
+// s loads and stores (package cuda: half a row of mxfp4 or fp8, a word
+// column of two k's for awq, two words of one column for gptq), every
+// format two a row of the tile.
+func TileQuantTasks(q GEMVQuant, s Schedule) int {
+	tasks := s.BN * 2 // awq: BN/8 word columns of 16 k pairs; gptq: two pairs of words a row
+	return (tasks + s.Threads - 1) / max(s.Threads, 1)
+}
+
+// TileQuantMaxTasks bounds TileQuantTasks: a thread's tasks wait in
+// registers (awq's eight scales a task among them) beside the
+// accumulators, and past two a task NVRTC spills them under the 64x64
+// warp patch. A schedule past it reads the weight through the scalar
+// prologue.
+const TileQuantMaxTasks = 2
+
+// TileQuantSchedule is TileQuantOperand under schedule s: the operand's
+// tiles are decoded from whole loads when s gives a thread at most
+// TileQuantMaxTasks tasks.
+func TileQuantSchedule(body *ir.Graph, v ir.Value, dt ir.DType, K int64, s Schedule) (GEMVQuant, bool) {
+	q, ok := TileQuantOperand(body, v, dt, K)
+	if !ok || TileQuantTasks(q, s) > TileQuantMaxTasks {
+		return GEMVQuant{}, false
+	}
+	return q, true
+}
+
+// tileQuantOperand is TileQuantSchedule of matmul mm's right operand.
+func (k *kernelForm) tileQuantOperand(mm *ir.Node, s Schedule) bool {
 	a := k.body.Node(mm.Inputs[0])
-	_, ok := TileQuantOperand(k.body, mm.Inputs[1], a.DType, int64(a.Shape[len(a.Shape)-1]))
+	_, ok := TileQuantSchedule(k.body, mm.Inputs[1], a.DType, int64(a.Shape[len(a.Shape)-1]), s)
 	return ok
 }

@@ -117,7 +117,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		dst, rows, rowVar, rowLimit, tileRows := "As", "m0", "m", M, BM
 		if right {
 			dst, rows, rowVar, rowLimit, tileRows = "Bs", "n0", "n", N, BN
-			if q, ok := cost.TileQuantOperand(body, operand, dt, K); ok && q.N == N {
+			if q, ok := cost.TileQuantSchedule(body, operand, dt, K, s); ok {
 				t := newQuantTile(body, q, BN, threads, suffix)
 				t.decl(setup)
 				qt = &t

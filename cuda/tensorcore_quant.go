@@ -15,9 +15,11 @@ import (
 // block's threads load a tile's packed codes whole, one tile ahead into
 // registers while the warps multiply the current tile, and decode them as
 // they store the tile: two K-adjacent values a word, the code times its
-// scale (less its zero point) in f32, rounded once to the operand dtype
-// by the packing, as the reference rounds it (ir/dequant.go). Rows past N
-// are zero-filled. A thread's tasks (p = threadIdx.x + j * threads):
+// scale (less its zero point) in f32 (exact but for f32 scales, rounded
+// to f32 there as the reference's product is), rounded to the operand
+// dtype by the packing, as the reference rounds it (ir/dequant.go). Rows
+// past N are zero-filled. A thread has at most cost.TileQuantMaxTasks
+// tasks (a schedule past it reads the weight through the scalar path). A thread's tasks (p = threadIdx.x + j * threads):
 //
 //   - mxfp4 ([N, K/32, 16] bytes, a tile of 32 k one block of each row):
 //     half a row's block, 8 bytes, 16 values, and the block's e8m0 scale;
@@ -25,8 +27,9 @@ import (
 //     f32 scale (one a tile: Group a multiple of 32, or all of K);
 //   - awq ([K, N/8] words, eight columns a word in AWQ's order): one word
 //     column of two adjacent k's, 8 columns' values a k pair, with the
-//     group's word of zero points and eight scales;
-//   - gptq ([K/8, N] words, eight k's a word): one word, 8 k's of one
+//     group's word of zero points and eight scales (the k pairs fastest
+//     across the threads);
+//   - gptq ([K/8, N] words, eight k's a word): two words, 16 k's of one
 //     column, with its zero point (stored minus one) and scale.
 //
 // awq's and gptq's codes are split into bytes of their own (a word's
@@ -59,12 +62,10 @@ func newQuantTile(body *ir.Graph, q cost.GEMVQuant, BN, threads int, suffix stri
 	switch q.Format {
 	case quant.MXFP4, quant.FP8:
 		t.tasks = BN * 2
-	case quant.AWQ:
-		t.tasks = BN / 8 * 16
-	default:
-		t.tasks = BN * 4
+	default: // awq: BN/8 word columns x 16 k pairs; gptq: BN rows x 2 word pairs
+		t.tasks = BN * 2
 	}
-	t.per = (t.tasks + threads - 1) / threads
+	t.per = (t.tasks + threads - 1) / threads // cost.TileQuantTasks
 	return t
 }
 
@@ -80,7 +81,7 @@ func (t quantTile) decl(b *strings.Builder) {
 	case quant.AWQ:
 		fmt.Fprintf(b, "  unsigned qa[%d], qb[%d], qz[%d];\n  float qs[%d][8];\n", t.per, t.per, t.per, t.per)
 	default:
-		fmt.Fprintf(b, "  unsigned qa[%d], qz[%d];\n  float qs[%d];\n", t.per, t.per, t.per)
+		fmt.Fprintf(b, "  unsigned qa[%d], qb[%d], qz[%d];\n  float qs[%d];\n", t.per, t.per, t.per, t.per)
 	}
 	codeT := map[quant.Format]string{quant.MXFP4: "unsigned char", quant.FP8: "unsigned char", quant.AWQ: "int", quant.GPTQ: "int"}[t.q.Format]
 	fmt.Fprintf(b, "  const %s* qcp[%d];\n  const %s* qsp[%d];\n  bool qok[%d];\n", codeT, t.per, storageType(t.sdt), t.per, t.per)
@@ -103,16 +104,15 @@ func (t quantTile) decl(b *strings.Builder) {
 		fmt.Fprintf(b, "    qcp[j] = %s + qr * %dLL + p %% 2 * 16;\n", t.codes, K)
 		fmt.Fprintf(b, "    qsp[j] = %s + qr / %dLL * %dLL;\n", t.scales, t.q.GroupN, sk)
 	case quant.AWQ:
-		W := t.BN / 8
-		fmt.Fprintf(b, "    const long long qc = n0 / 8 + p %% %d;\n    qok[j] = p < %d && qc < %dLL;\n", W, t.tasks, N/8)
+		fmt.Fprintf(b, "    const long long qc = n0 / 8 + p / 16;\n    qok[j] = p < %d && qc < %dLL;\n", t.tasks, N/8)
 		fmt.Fprintf(b, "    const long long qr = qok[j] ? qc : 0LL;\n")
-		fmt.Fprintf(b, "    qcp[j] = %s + (long long)(p / %d * 2) * %dLL + qr;\n", t.codes, W, N/8)
+		fmt.Fprintf(b, "    qcp[j] = %s + (long long)(p %% 16 * 2) * %dLL + qr;\n", t.codes, N/8)
 		fmt.Fprintf(b, "    qzp[j] = %s + qr;\n", t.zeros)
 		fmt.Fprintf(b, "    qsp[j] = %s + qr * 8;\n", t.scales)
 	default: // gptq
 		fmt.Fprintf(b, "    const long long qn = n0 + p %% %d;\n    qok[j] = p < %d && qn < %dLL;\n", t.BN, t.tasks, N)
 		fmt.Fprintf(b, "    const long long qr = qok[j] ? qn : 0LL;\n")
-		fmt.Fprintf(b, "    qcp[j] = %s + (long long)(p / %d) * %dLL + qr;\n", t.codes, t.BN, N)
+		fmt.Fprintf(b, "    qcp[j] = %s + (long long)(p / %d * 2) * %dLL + qr;\n", t.codes, t.BN, N)
 		fmt.Fprintf(b, "    qzp[j] = %s + qr / 8;\n", t.zeros)
 		fmt.Fprintf(b, "    qsp[j] = %s + qr;\n", t.scales)
 	}
@@ -160,9 +160,10 @@ func (t quantTile) fetch(b *strings.Builder, indent string) {
 		}
 		fmt.Fprintf(b, "%s}\n", in)
 	default: // gptq
-		fmt.Fprintf(b, "%sqa[j] = qz[j] = 0u; qs[j] = 0.0f;\n", in)
+		fmt.Fprintf(b, "%sqa[j] = qb[j] = qz[j] = 0u; qs[j] = 0.0f;\n", in)
 		fmt.Fprintf(b, "%sif (qok[j]) {\n", in)
 		fmt.Fprintf(b, "%s  qa[j] = (unsigned)qcp[j][k0 / 8 * %dLL];\n", in, N)
+		fmt.Fprintf(b, "%s  qb[j] = (unsigned)qcp[j][k0 / 8 * %dLL + %dLL];\n", in, N, N)
 		fmt.Fprintf(b, "%s  qz[j] = (unsigned)qzp[j][k0 / %dLL * %dLL];\n", in, G, N/8)
 		fmt.Fprintf(b, "%s  qs[j] = %s;\n%s}\n", in, load(t.sdt, fmt.Sprintf("qsp[j][k0 / %dLL * %dLL]", G, N)), in)
 	}
@@ -197,8 +198,11 @@ func (t quantTile) store(b *strings.Builder, indent string) {
 		// Column c's nibble is byte (c >> 2) | (c & 1) << 1 of the
 		// word's low (c >> 1 even) or high nibbles, each in a byte of
 		// its own (AWQ's order 0 2 4 6 1 3 5 7).
-		W := t.BN / 8
-		fmt.Fprintf(b, "%sconst int wc = p %% %d, kp = p / %d;\n", in, W, W)
+		// A warp's lanes take the 16 k pairs of two word columns, so
+		// that a store's words fall in 16 banks (2-way) rather than
+		// W lanes of one k pair in one bank; the scales and zero
+		// points of a column are then one address for 16 lanes.
+		fmt.Fprintf(b, "%sconst int wc = p / 16, kp = p %% 16;\n", in)
 		fmt.Fprintf(b, "%sconst unsigned m4 = 0x0f0f0f0fu;\n", in)
 		fmt.Fprintf(b, "%sconst unsigned al = qa[j] & m4, ah = (qa[j] >> 4) & m4, bl = qb[j] & m4, bh = (qb[j] >> 4) & m4, zl = qz[j] & m4, zh = (qz[j] >> 4) & m4;\n", in)
 		fmt.Fprintf(b, "%s#pragma unroll\n%sfor (int c = 0; c < 8; c++) {\n", in, in)
@@ -208,13 +212,17 @@ func (t quantTile) store(b *strings.Builder, indent string) {
 		fmt.Fprintf(b, "%s  %s = n0 + rr < %dLL ? %s((lum_q4_128(hi ? ah : al, by) - zf) * qs[j][c], (lum_q4_128(hi ? bh : bl, by) - zf) * qs[j][c]) : 0u;\n", in, word("rr", "kp"), N, t.pack)
 		fmt.Fprintf(b, "%s}\n", in)
 	default: // gptq
-		// k 2i and 2i + 1 are byte i of the word's low and high
-		// nibbles; the zero point is stored less one.
-		fmt.Fprintf(b, "%sconst int rr = p %% %d, kq = p / %d * 4;\n", in, t.BN, t.BN)
-		fmt.Fprintf(b, "%sconst unsigned lo = qa[j] & 0x0f0f0f0fu, hi = (qa[j] >> 4) & 0x0f0f0f0fu;\n", in)
+		// k 2i and 2i + 1 of a word are byte i of its low and high
+		// nibbles; the zero point is stored less one. Word qa holds
+		// the task's first 8 k's, qb the next.
+		fmt.Fprintf(b, "%sconst int rr = p %% %d, kq = p / %d * 8;\n", in, t.BN, t.BN)
 		fmt.Fprintf(b, "%sconst float zf = (float)(129u + lum_gptq_nibble(qz[j], (unsigned)(rr %% 8)));\n", in)
-		fmt.Fprintf(b, "%s#pragma unroll\n%sfor (int i = 0; i < 4; i++)\n", in, in)
-		fmt.Fprintf(b, "%s  %s = n0 + rr < %dLL ? %s((lum_q4_128(lo, (unsigned)i) - zf) * qs[j], (lum_q4_128(hi, (unsigned)i) - zf) * qs[j]) : 0u;\n", in, word("rr", "kq + i"), N, t.pack)
+		fmt.Fprintf(b, "%sconst unsigned wq[2] = {qa[j], qb[j]};\n", in)
+		fmt.Fprintf(b, "%s#pragma unroll\n%sfor (int w = 0; w < 2; w++) {\n", in, in)
+		fmt.Fprintf(b, "%s  const unsigned lo = wq[w] & 0x0f0f0f0fu, hi = (wq[w] >> 4) & 0x0f0f0f0fu;\n", in)
+		fmt.Fprintf(b, "%s  #pragma unroll\n%s  for (int i = 0; i < 4; i++)\n", in, in)
+		fmt.Fprintf(b, "%s    %s = n0 + rr < %dLL ? %s((lum_q4_128(lo, (unsigned)i) - zf) * qs[j], (lum_q4_128(hi, (unsigned)i) - zf) * qs[j]) : 0u;\n", in, word("rr", "kq + w * 4 + i"), N, t.pack)
+		fmt.Fprintf(b, "%s}\n", in)
 	}
 	fmt.Fprintf(b, "%s}\n", indent)
 }

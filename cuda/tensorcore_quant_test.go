@@ -43,6 +43,11 @@ func TestTensorCoreQuantTiles(t *testing.T) {
 			return quantLinearBody(t, f, dt, ir.F32, 40, 128, 96, 32, 0)
 		}
 	}
+	groups := func(f quant.Format, group, groupN int) func(t *testing.T, dt ir.DType) *ir.Graph {
+		return func(t *testing.T, dt ir.DType) *ir.Graph {
+			return quantLinearBody(t, f, dt, ir.F16, 40, 128, 96, group, groupN)
+		}
+	}
 	type plantCase struct {
 		f        quant.Format
 		what     string
@@ -61,6 +66,12 @@ func TestTensorCoreQuantTiles(t *testing.T) {
 		{quant.GPTQ, "zero", f16Scales(quant.GPTQ), "129u", "128u"},
 		{quant.AWQ, "f32-scales", f32Scales(quant.AWQ), "hi ? ah : al", "hi ? al : ah"},
 		{quant.GPTQ, "f32-scales", f32Scales(quant.GPTQ), "(lum_q4_128(lo, (unsigned)i) - zf)", "(lum_q4_128(hi, (unsigned)i) - zf)"},
+		// Other groups: fp8 per channel (one scale a row, Group = K) and
+		// in 64 x 32 blocks, awq and gptq in groups of 64.
+		{quant.FP8, "per-channel", groups(quant.FP8, 128, 1), "i % 2 * 2) * qs[j]", "i % 2 * 2) * -qs[j]"},
+		{quant.FP8, "blocks", groups(quant.FP8, 32, 64), "i % 2 * 2) * qs[j]", "i % 2 * 2) * -qs[j]"},
+		{quant.AWQ, "group64", groups(quant.AWQ, 64, 0), "hi ? ah : al", "hi ? al : ah"},
+		{quant.GPTQ, "group64", groups(quant.GPTQ, 64, 0), "129u", "128u"},
 	} {
 		for _, dt := range []ir.DType{ir.BF16, ir.F16} {
 			for i, s := range schedules {
@@ -143,7 +154,17 @@ func TestTensorCoreQuantFallsBack(t *testing.T) {
 	k, err := PrintKernelWith("tcq_scalar", "", body, cost.Schedule{BM: 32, BN: 32, BK: 32, Threads: 32, Stages: 2, Tensor: true})
 	require.NoError(t, err)
 	require.Contains(t, k.Text, "const float lo =")
-	_, err = VerifyKernels(context.Background(), []*Kernel{k}, []*ir.Graph{body}, VerifyOptions{Seed: 2})
+	// A schedule that would give a thread more than TileQuantMaxTasks
+	// tasks (their registers would spill) reads the weight per element.
+	awq := dequantMatmul(t, quant.AWQ, ir.BF16, 40, 128, 96)
+	wide := cost.Schedule{BM: 64, BN: 128, BK: 32, Threads: 64, Stages: 3, Warp: 64, Tensor: true}
+	q, ok := cost.TileQuantOperand(awq, awq.Node(awq.Outputs[0].Value).Inputs[1], ir.BF16, 128)
+	require.True(t, ok)
+	require.Greater(t, cost.TileQuantTasks(q, wide), cost.TileQuantMaxTasks)
+	k2, err := PrintKernelWith("tcq_wide", "", awq, wide)
+	require.NoError(t, err)
+	require.Contains(t, k2.Text, "const float lo =")
+	_, err = VerifyKernels(context.Background(), []*Kernel{k, k2}, []*ir.Graph{body, awq}, VerifyOptions{Seed: 2})
 	require.NoError(t, err)
 }
 
@@ -158,6 +179,7 @@ func TestNVRTCCompilesTensorCoreQuant(t *testing.T) {
 		{BM: 64, BN: 64, BK: 32, Threads: 128, Stages: 2, Tensor: true},
 		{BM: 128, BN: 128, BK: 32, Threads: 128, Stages: 3, Warp: 64, Tensor: true},
 		{BM: 128, BN: 256, BK: 32, Threads: 256, Stages: 2, Warp: 64, Tensor: true},
+		{BM: 128, BN: 64, BK: 32, Threads: 64, Stages: 4, Warp: 64, Tensor: true}, // two tasks a thread
 	}
 	if testing.Short() {
 		schedules = schedules[1:2]
