@@ -19,6 +19,10 @@ import (
 // schedule), the same kernels picked at every row count as the compiled
 // program's; a bucket kernel edited in kernels.cu is refused, naming it.
 func TestReprintBuckets(t *testing.T) {
+	// A whole step compile for a text check: 30 s of the search
+	// package's -short time under the race detector, which has no
+	// concurrency here to watch.
+	skipLong(t)
 	// Reprinting compares texts; NVRTC (most of this test's time) is
 	// the paged step's own test's to check.
 	withoutNVRTC(t)
