@@ -51,13 +51,12 @@ func TileQuantOperand(body *ir.Graph, v ir.Value, dt ir.DType, K int64) (GEMVQua
 	return GEMVQuant{}, false
 }
 
-// TileQuantTasks is how many tasks of a B tile of q a thread of schedule
-// s loads and stores (package cuda: half a row of mxfp4 or fp8, a word
-// column of two k's for awq, two words of one column for gptq), every
-// format two a row of the tile.
-func TileQuantTasks(q GEMVQuant, s Schedule) int {
-	tasks := s.BN * 2 // awq: BN/8 word columns of 16 k pairs; gptq: two pairs of words a row
-	return (tasks + s.Threads - 1) / max(s.Threads, 1)
+// TileQuantTasks is how many tasks of a B tile a thread of schedule s
+// loads and stores: every format has two a row of the tile (package cuda:
+// half a row of mxfp4 or fp8, a word column of two k's for awq, 16 of
+// them a column's 8 rows, two words of one column for gptq).
+func TileQuantTasks(s Schedule) int {
+	return (2*s.BN + s.Threads - 1) / max(s.Threads, 1)
 }
 
 // TileQuantMaxTasks bounds TileQuantTasks: a thread's tasks wait in
@@ -72,7 +71,7 @@ const TileQuantMaxTasks = 2
 // TileQuantMaxTasks tasks.
 func TileQuantSchedule(body *ir.Graph, v ir.Value, dt ir.DType, K int64, s Schedule) (GEMVQuant, bool) {
 	q, ok := TileQuantOperand(body, v, dt, K)
-	if !ok || TileQuantTasks(q, s) > TileQuantMaxTasks {
+	if !ok || TileQuantTasks(s) > TileQuantMaxTasks {
 		return GEMVQuant{}, false
 	}
 	return q, true

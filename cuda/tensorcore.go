@@ -118,7 +118,7 @@ func printTensorCore(k *Kernel, body *ir.Graph, mm ir.Value, s cost.Schedule) (s
 		if right {
 			dst, rows, rowVar, rowLimit, tileRows = "Bs", "n0", "n", N, BN
 			if q, ok := cost.TileQuantSchedule(body, operand, dt, K, s); ok {
-				t := newQuantTile(body, q, BN, threads, suffix)
+				t := newQuantTile(body, q, s, suffix)
 				t.decl(setup)
 				qt = &t
 				return nil

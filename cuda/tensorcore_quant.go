@@ -52,20 +52,13 @@ type quantTile struct {
 	pack                 string // lum_pack_bf16x2 or lum_pack_f16x2
 }
 
-func newQuantTile(body *ir.Graph, q cost.GEMVQuant, BN, threads int, suffix string) quantTile {
+func newQuantTile(body *ir.Graph, q cost.GEMVQuant, s cost.Schedule, suffix string) quantTile {
 	p := q.Parts[0]
 	t := quantTile{q: q, codes: paramName(body, p.Codes), scales: paramName(body, p.Scales), sdt: body.Node(p.Scales).DType,
-		threads: threads, BN: BN, N: q.N, K: q.K, pack: "lum_pack_" + suffix + "x2"}
+		tasks: 2 * s.BN, per: cost.TileQuantTasks(s), threads: s.Threads, BN: s.BN, N: q.N, K: q.K, pack: "lum_pack_" + suffix + "x2"}
 	if p.Zeros >= 0 {
 		t.zeros = paramName(body, p.Zeros)
 	}
-	switch q.Format {
-	case quant.MXFP4, quant.FP8:
-		t.tasks = BN * 2
-	default: // awq: BN/8 word columns x 16 k pairs; gptq: BN rows x 2 word pairs
-		t.tasks = BN * 2
-	}
-	t.per = (t.tasks + threads - 1) / threads // cost.TileQuantTasks
 	return t
 }
 
@@ -73,15 +66,17 @@ func newQuantTile(body *ir.Graph, q cost.GEMVQuant, BN, threads int, suffix stri
 // in and each task's pointers into the packed operands at k0 = 0 (a step
 // adds k0's offset), with whether its columns are within N.
 func (t quantTile) decl(b *strings.Builder) {
+	// Zeros once: a task past N (qok false) never loads, so its
+	// registers stay zero through every step.
 	switch t.q.Format {
 	case quant.MXFP4:
-		fmt.Fprintf(b, "  uint2 qv[%d];\n  unsigned qs[%d];\n", t.per, t.per)
+		fmt.Fprintf(b, "  uint2 qv[%d] = {};\n  unsigned qs[%d] = {};\n", t.per, t.per)
 	case quant.FP8:
-		fmt.Fprintf(b, "  uint4 qv[%d];\n  float qs[%d];\n", t.per, t.per)
+		fmt.Fprintf(b, "  uint4 qv[%d] = {};\n  float qs[%d] = {};\n", t.per, t.per)
 	case quant.AWQ:
-		fmt.Fprintf(b, "  unsigned qa[%d], qb[%d], qz[%d];\n  float qs[%d][8];\n", t.per, t.per, t.per, t.per)
+		fmt.Fprintf(b, "  unsigned qa[%d] = {}, qb[%d] = {}, qz[%d] = {};\n  float qs[%d][8] = {};\n", t.per, t.per, t.per, t.per)
 	default:
-		fmt.Fprintf(b, "  unsigned qa[%d], qb[%d], qz[%d];\n  float qs[%d];\n", t.per, t.per, t.per, t.per)
+		fmt.Fprintf(b, "  unsigned qa[%d] = {}, qb[%d] = {}, qz[%d] = {};\n  float qs[%d] = {};\n", t.per, t.per, t.per, t.per)
 	}
 	codeT := map[quant.Format]string{quant.MXFP4: "unsigned char", quant.FP8: "unsigned char", quant.AWQ: "int", quant.GPTQ: "int"}[t.q.Format]
 	fmt.Fprintf(b, "  const %s* qcp[%d];\n  const %s* qsp[%d];\n  bool qok[%d];\n", codeT, t.per, storageType(t.sdt), t.per, t.per)
@@ -129,22 +124,18 @@ func (t quantTile) task(b *strings.Builder, indent string) {
 	}
 }
 
-// fetch prints the loads of the tile at k0 into the registers: zeros for
-// a task past N.
+// fetch prints the loads of the tile at k0 into the registers (a task
+// past N keeps the zeros decl gave them).
 func (t quantTile) fetch(b *strings.Builder, indent string) {
 	t.task(b, indent)
 	in := indent + "  "
 	N, G := t.N, t.q.Group
 	switch t.q.Format {
 	case quant.MXFP4:
-		fmt.Fprintf(b, "%sqv[j] = make_uint2(0u, 0u); qs[j] = 0u;\n", in)
 		fmt.Fprintf(b, "%sif (qok[j]) { qv[j] = lum_ld8(qcp[j] + k0 / 2); qs[j] = qsp[j][k0 / 32]; }\n", in)
 	case quant.FP8:
-		fmt.Fprintf(b, "%sqv[j] = make_uint4(0u, 0u, 0u, 0u); qs[j] = 0.0f;\n", in)
 		fmt.Fprintf(b, "%sif (qok[j]) { qv[j] = lum_ld16(qcp[j] + k0); qs[j] = %s; }\n", in, load(t.sdt, fmt.Sprintf("qsp[j][k0 / %dLL]", G)))
 	case quant.AWQ:
-		fmt.Fprintf(b, "%sqa[j] = qb[j] = qz[j] = 0u;\n", in)
-		fmt.Fprintf(b, "%sfor (int c = 0; c < 8; c++) qs[j][c] = 0.0f;\n", in)
 		fmt.Fprintf(b, "%sif (qok[j]) {\n", in)
 		fmt.Fprintf(b, "%s  qa[j] = (unsigned)qcp[j][k0 * %dLL];\n", in, N/8)
 		fmt.Fprintf(b, "%s  qb[j] = (unsigned)qcp[j][k0 * %dLL + %dLL];\n", in, N/8, N/8)
@@ -160,7 +151,6 @@ func (t quantTile) fetch(b *strings.Builder, indent string) {
 		}
 		fmt.Fprintf(b, "%s}\n", in)
 	default: // gptq
-		fmt.Fprintf(b, "%sqa[j] = qb[j] = qz[j] = 0u; qs[j] = 0.0f;\n", in)
 		fmt.Fprintf(b, "%sif (qok[j]) {\n", in)
 		fmt.Fprintf(b, "%s  qa[j] = (unsigned)qcp[j][k0 / 8 * %dLL];\n", in, N)
 		fmt.Fprintf(b, "%s  qb[j] = (unsigned)qcp[j][k0 / 8 * %dLL + %dLL];\n", in, N, N)
@@ -171,8 +161,8 @@ func (t quantTile) fetch(b *strings.Builder, indent string) {
 }
 
 // store prints the decode of the registers into buffer s of Bs. A row
-// past N stores zeros (its registers were left zero, which would decode
-// to zeros too but for gptq's zero point, stored minus one).
+// past N stores zeros (its registers are zero, which would decode to
+// zeros too but for gptq's zero point, stored minus one).
 func (t quantTile) store(b *strings.Builder, indent string) {
 	t.task(b, indent)
 	in := indent + "  "
