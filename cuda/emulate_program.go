@@ -54,13 +54,8 @@ func EncodeFixed(ctx context.Context, prog *lower.Program, feeds map[string]*ir.
 		if b.Kind != lower.Weight && b.Kind != lower.Constant {
 			continue
 		}
-		var data []byte
-		var err error
-		if t, ok := feeds[b.Name]; ok && b.Kind == lower.Weight {
-			// No copy of a weight whose storage is its encoding: a
-			// serving step's weights are most of the host's memory.
-			data = TensorBytes(t)
-		} else if data, err = encodeBuffer(ctx, prog, b, feeds); err != nil {
+		data, err := encodeBuffer(ctx, prog, b, feeds)
+		if err != nil {
 			return nil, err
 		}
 		// Padded here, at its exact capacity, so that no run appends to
@@ -74,7 +69,11 @@ func EncodeFixed(ctx context.Context, prog *lower.Program, feeds map[string]*ir.
 	return enc, nil
 }
 
-// encodeBuffer is the bytes of an input, weight, state or constant buffer.
+// encodeBuffer is the bytes of an input, weight, state or constant
+// buffer: a tensor's own storage where that is its encoding (TensorBytes:
+// no copy of a serving step's weights, most of the host's memory). The
+// bytes may alias the tensor: callers only read them, and pad them into
+// a copy.
 func encodeBuffer(ctx context.Context, prog *lower.Program, b *lower.Buffer, feeds map[string]*ir.Tensor) ([]byte, error) {
 	switch b.Kind {
 	case lower.Input, lower.Weight, lower.State:
@@ -82,7 +81,7 @@ func encodeBuffer(ctx context.Context, prog *lower.Program, b *lower.Buffer, fee
 		if !ok {
 			return nil, fmt.Errorf("emulate %s: no value for %s %s", prog.Name, b.Kind, b.Name)
 		}
-		return EncodeTensor(t), nil
+		return TensorBytes(t), nil
 	case lower.Constant:
 		t, ok := feeds[b.Name]
 		if b.Leaf != nil || !ok {
@@ -127,7 +126,7 @@ func newEmulation(ctx context.Context, prog *lower.Program, kernels []*Kernel, f
 		e.where[b.ID] = emu.Arg{Buffer: len(e.Buffers)}
 		size := int(max(b.Bytes, 1)) // an empty tensor still gets a buffer to point at
 		if data != nil && len(data) < size {
-			data = append(data, make([]byte, size-len(data))...)
+			data = append(data[:len(data):len(data)], make([]byte, size-len(data))...)
 		}
 		e.Buffers = append(e.Buffers, emu.Buffer{Bytes: size, Data: data})
 	}
