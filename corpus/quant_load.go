@@ -86,23 +86,22 @@ func packedTensor(t safetensors.Tensor, n *ir.Node, r packedRole) (*ir.Tensor, e
 		return nil, fmt.Errorf("shape %v, want %v (%s %s)", t.Shape, shapeInts(n.Shape), r.dq.Format, []string{"codes", "scales", "zero points"}[r.operand])
 	}
 	if n.DType.IsFloat() {
-		w, err := weightTensor(t, n.DType, n.Shape)
-		if name, _ := safetensors.DTypeName(n.DType); err != nil || w.F32 == nil || t.DType == name {
-			return w, err
+		if name, _ := safetensors.DTypeName(n.DType); t.DType == name {
+			return weightTensor(t, n.DType, n.Shape)
 		}
 		// The leaf's dtype is the kernels' (awq's and gptq's f16
 		// scales), not the checkpoint's: a scale it would round is
 		// refused rather than changed.
-		orig, err := t.Float32s()
+		vals, err := t.Float32s() // fileDTypes: a float dtype
 		if err != nil {
 			return nil, err
 		}
-		for i, v := range orig {
-			if got := w.F32[i]; got != v && !(math.IsNaN(float64(v)) && math.IsNaN(float64(got))) {
+		for i, v := range vals {
+			if got := float32(n.DType.Round(float64(v))); got != v && !(math.IsNaN(float64(v)) && math.IsNaN(float64(got))) {
 				return nil, fmt.Errorf("element %d is %g in the checkpoint's %s, which %s does not hold exactly (%g): %s scales are read as %s", i, v, t.DType, n.DType, got, r.dq.Format, n.DType)
 			}
 		}
-		return w, nil
+		return ir.TensorOfFloat32(n.DType, n.Shape, vals)
 	}
 	d, err := safetensors.Decode(t)
 	if err != nil {

@@ -366,14 +366,11 @@ func Decode(st Tensor) (*ir.Tensor, error) {
 		}
 		return t, nil
 	}
-	for i := range t.Len() {
-		switch dt {
-		case ir.Bool:
-			if b[i] > 1 {
-				return nil, fmt.Errorf("BOOL element %d is %d, not 0 or 1", i, b[i])
-			}
-			t.SetInt(i, int64(b[i]))
+	for i := range t.Len() { // bool, the one dtype left
+		if b[i] > 1 {
+			return nil, fmt.Errorf("BOOL element %d is %d, not 0 or 1", i, b[i])
 		}
+		t.SetInt(i, int64(b[i]))
 	}
 	return t, nil
 }
