@@ -21,22 +21,11 @@ import (
 // scales u8 [E, N, K/32] for gate_up (N = 2I, K = H) and down (N = H,
 // K = I), read by the experts op through permute(dequant(...), [0, 2, 1]).
 func moeQuantBlock(t *testing.T, dt ir.DType, R, H, E, I, k int, g ir.Gating, limit float64) *ir.Graph {
-	b := ir.NewBuilder("moe")
-	x := b.Input("x", dt, ir.Dim(R), ir.Dim(H))
-	router := b.Weight("router", dt, ir.Dim(H), ir.Dim(E))
-	logits := b.Cast(b.MatMul(x, router), ir.F32)
-	w := b.Route(logits, k, ir.GatingChosen)
-	packed := func(name string, N, K int) ir.Value {
-		blocks := b.Weight(name+"_blocks", ir.U8, ir.Dim(E), ir.Dim(N), ir.Dim(K/32), 16)
-		scales := b.Weight(name+"_scales", ir.U8, ir.Dim(E), ir.Dim(N), ir.Dim(K/32))
+	return moeBlockWith(t, dt, R, H, E, I, k, g, limit, func(b *ir.Builder, name string, in, out int) ir.Value {
+		blocks := b.Weight(name+"_blocks", ir.U8, ir.Dim(E), ir.Dim(out), ir.Dim(in/32), 16)
+		scales := b.Weight(name+"_scales", ir.U8, ir.Dim(E), ir.Dim(out), ir.Dim(in/32))
 		return b.Permute(b.Dequant(quant.MXFP4, dt, 32, 0, blocks, scales), 0, 2, 1)
-	}
-	gu, dn := packed("gate_up", 2*I, H), packed("down", H, I)
-	gub, dnb := b.Weight("gate_up_bias", dt, ir.Dim(E), ir.Dim(2*I)), b.Weight("down_bias", dt, ir.Dim(E), ir.Dim(H))
-	b.Output("y", b.Add(x, b.Experts(x, w, gu, dn, gub, dnb, k, g, limit)))
-	gr, err := b.Build()
-	require.NoError(t, err)
-	return gr
+	})
 }
 
 // TestMoEQuantBlockCompiles: a mixture-of-experts block whose experts'

@@ -21,12 +21,20 @@ import (
 // moeBlock is a mixture-of-experts block over rows of x: the router's
 // logits (a matmul, widened to f32), route, experts, a residual add.
 func moeBlock(t *testing.T, dt ir.DType, R, H, E, I, k int, g ir.Gating, limit float64) *ir.Graph {
+	return moeBlockWith(t, dt, R, H, E, I, k, g, limit, func(b *ir.Builder, name string, in, out int) ir.Value {
+		return b.Weight(name, dt, ir.Dim(E), ir.Dim(in), ir.Dim(out))
+	})
+}
+
+// moeBlockWith is moeBlock with each expert weight ([E, in, out] as the
+// experts op reads it) made by weight.
+func moeBlockWith(t *testing.T, dt ir.DType, R, H, E, I, k int, g ir.Gating, limit float64, weight func(b *ir.Builder, name string, in, out int) ir.Value) *ir.Graph {
 	b := ir.NewBuilder("moe")
 	x := b.Input("x", dt, ir.Dim(R), ir.Dim(H))
 	router := b.Weight("router", dt, ir.Dim(H), ir.Dim(E))
 	logits := b.Cast(b.MatMul(x, router), ir.F32)
 	w := b.Route(logits, k, ir.GatingChosen)
-	gu, dn := b.Weight("gate_up", dt, ir.Dim(E), ir.Dim(H), ir.Dim(2*I)), b.Weight("down", dt, ir.Dim(E), ir.Dim(I), ir.Dim(H))
+	gu, dn := weight(b, "gate_up", H, 2*I), weight(b, "down", I, H)
 	gub, dnb := b.Weight("gate_up_bias", dt, ir.Dim(E), ir.Dim(2*I)), b.Weight("down_bias", dt, ir.Dim(E), ir.Dim(H))
 	b.Output("y", b.Add(x, b.Experts(x, w, gu, dn, gub, dnb, k, g, limit)))
 	gr, err := b.Build()
